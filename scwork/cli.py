@@ -152,6 +152,8 @@ def _free_port(preferred: int) -> int:
 
 
 def _cmd_lab(args: argparse.Namespace) -> int:
+    from scwork.notebook_hygiene import PRE_SAVE_HOOK
+
     try:
         import jupyterlab  # noqa: F401  (only checks that the lab extra is installed)
     except ImportError:
@@ -174,6 +176,8 @@ def _cmd_lab(args: argparse.Namespace) -> int:
         "--ServerApp.ip=127.0.0.1",
         f"--IdentityProvider.token={token}",
         f"--LabApp.default_url=/lab/tree/{notebooks.name}/{TOUR}",
+        # scwork's notebooks are saved without outputs, so running them leaves git clean.
+        f"--ContentsManager.pre_save_hook={PRE_SAVE_HOOK}",
     ]
     if args.no_browser:
         command.append("--no-browser")

@@ -25,7 +25,9 @@ def test_tour_links_every_other_notebook():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
-def test_notebook_runs_top_to_bottom(path, monkeypatch):
+def test_notebook_runs_top_to_bottom(path, monkeypatch, tmp_path):
+    """Every notebook runs, and saving the executed notebook as ``scwork lab``'s Jupyter
+    server does writes back exactly the committed file (git stays clean)."""
     nbformat = pytest.importorskip("nbformat")
     nbclient = pytest.importorskip("nbclient")
     pytest.importorskip("ipywidgets")
@@ -42,3 +44,10 @@ def test_notebook_runs_top_to_bottom(path, monkeypatch):
     ]
     assert not errors
     assert os.environ["SCWORK_SMALL"] == "1"
+    filemanager = pytest.importorskip("jupyter_server.services.contents.filemanager")
+    from scwork.notebook_hygiene import PRE_SAVE_HOOK
+
+    manager = filemanager.FileContentsManager(root_dir=str(tmp_path), pre_save_hook=PRE_SAVE_HOOK)
+    manager.save({"type": "notebook", "format": "json", "content": dict(notebook)}, path.name)
+    assert (tmp_path / path.name).read_bytes() == path.read_bytes(), (
+        f"saving the executed {path.name} would change it in git")

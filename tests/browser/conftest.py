@@ -400,6 +400,8 @@ def lab_server(browser_requirements, tmp_path_factory) -> LabServer:
         f"--ServerApp.token={token}", f"--port={port}", "--ServerApp.port_retries=0",
         "--ServerApp.ip=127.0.0.1", f"--ServerApp.root_dir={root}",
         "--LabApp.expose_app_in_browser=True",
+        # As `scwork lab` runs it: scwork's notebooks are saved without outputs.
+        "--ContentsManager.pre_save_hook=scwork.notebook_hygiene.strip_outputs",
     ]
     if hasattr(os, "geteuid") and os.geteuid() == 0:
         command.append("--allow-root")  # CI containers run as root

@@ -256,4 +256,13 @@ def test_notebook_in_jupyterlab(path, lab):
         drawn = lab.page.evaluate(_JS_DRAWN_FIGURES)
         empty = [f["title"] or "(untitled)" for f in drawn if f["rows"] == 0]
         assert not empty, f"figures drawn without data: {empty}"
+    # Saving after "Run All" must write back the committed bytes: git stays clean.
+    saved = lab.server.root / "notebooks" / path.name
+    before = saved.stat().st_mtime_ns
+    lab.page.evaluate("() => window.jupyterapp.commands.execute('docmanager:save')")
+    lab.wait_for(lambda: [] if saved.stat().st_mtime_ns != before else ["not saved yet"],
+                 f"{path.name} to be saved")
+    assert saved.read_bytes() == path.read_bytes(), (
+        f"saving {path.name} in JupyterLab changed it ({saved.stat().st_size} bytes "
+        f"instead of {path.stat().st_size}): running the notebooks would dirty git")
     lab.console.assert_clean()
