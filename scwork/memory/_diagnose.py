@@ -92,9 +92,36 @@ def _largest_batch(knobs: Knobs, ok: Pred) -> int | None:
     return P * _last_true(1, n_cur, lambda n: ok(knobs.replace(batch_size=n * P)))
 
 
-def _smallest_chips(knobs: Knobs, ok: Pred, max_chips: int) -> int | None:
-    """Smallest chip count above the current one for which ``ok`` (verified)."""
+def _slice_counts(model: Model) -> tuple[int, ...] | None:
+    """Chip counts of the chip's documented slices, or None (no catalog chip: any count)."""
+    from scwork.hardware.slices import slice_chip_counts
+
+    chip = getattr(model.chip, "name", None)
+    if chip is None:
+        return None
+    try:
+        return slice_chip_counts(chip)
+    except ConfigError:  # HardwareError/TopologyError: a chip without slice shapes
+        return None
+
+
+def _smallest_chips(knobs: Knobs, ok: Pred, max_chips: int, model: Model | None = None) -> int | None:
+    """Smallest chip count above the current one for which ``ok`` (verified).
+
+    With a catalog chip only the chip counts of real slices are candidates (a
+    suggestion of 6 v5p chips would name a slice that cannot be had).
+    """
     cur = knobs.num_chips
+    counts = _slice_counts(model) if model is not None else None
+    if counts is not None:
+        candidates = [c for c in counts if cur < c <= max_chips]
+        if not candidates or not ok(knobs.replace(num_chips=candidates[-1])):
+            return None
+        # The first fitting slice: bisect over the candidate list (fits only get easier
+        # with more chips), each try a whole model evaluation.
+        index = _first_true(-1, len(candidates) - 1,
+                            lambda i: ok(knobs.replace(num_chips=candidates[i])))
+        return candidates[index]
     if cur >= max_chips:
         return None
     # Doubling first (each try is a whole model evaluation), then bisect the last gap.
@@ -110,6 +137,18 @@ def _smallest_chips(knobs: Knobs, ok: Pred, max_chips: int) -> int | None:
             return _first_true(lo, c, lambda n: ok(knobs.replace(num_chips=n)))
         lo = c
     return None
+
+
+def _chips_text(model: Model, chips: int) -> str:
+    """``"64 chips (a 4x4x4 slice: Topology.for_chip('v5p', shape=(4, 4, 4)))"``."""
+    from scwork.hardware.slices import format_shape, smallest_slice
+
+    name = getattr(model.chip, "name", None)
+    if _slice_counts(model) is None or name is None:
+        return f"{chips} chips (Topology(num_chips={chips}))"
+    shape = smallest_slice(name, chips)
+    return (f"{chips} chips (a {format_shape(shape)} slice: "
+            f"Topology.for_chip({name!r}, shape={tuple(shape)}))")
 
 
 def _smallest_serialization(knobs: Knobs, ok: Pred, num_stacks: int) -> int | None:
@@ -256,11 +295,11 @@ def spmem_findings(model: Model, knobs: Knobs, spm: SpmemNumbers, *, with_fixes:
                     f"global batch of at most {batch} ({batch // knobs.num_partitions} samples per "
                     "SparseCore): the gather operand shrinks with the samples per SparseCore"
                     + (" (automatic stacking re-planned: every stack fits)" if model.rebuild else "")))
-            chips = _smallest_chips(knobs, ok, _max_chips(model))
+            chips = _smallest_chips(knobs, ok, _max_chips(model), model)
             if chips is not None:
                 fixes.append(Fix(
                     "num_chips", chips,
-                    f"{chips} chips (Topology.for_chip({getattr(model.chip, 'name', '')!r}, num_chips={chips})): "
+                    f"{_chips_text(model, chips)}: "
                     "fewer samples per SparseCore; keeps the configured limits"
                     + (" (automatic stacking re-planned: every stack fits)" if model.rebuild else
                        " and the current stacking")))
@@ -311,11 +350,11 @@ def hbm_findings(model: Model, knobs: Knobs, hbm: HbmNumbers, *, with_fixes: boo
             if dtypes != {"bf16"} and "s8" not in dtypes and ok(knobs.replace(dtype_override="bf16")):
                 fixes.append(Fix("dtype", "bf16", "bf16 tables and slots: half the bytes of f32 (rows are "
                                  "padded to 16 elements instead of 8)"))
-            chips = _smallest_chips(knobs, ok, _max_chips(model))
+            chips = _smallest_chips(knobs, ok, _max_chips(model), model)
             if chips is not None:
                 fixes.append(Fix(
                     "num_chips", chips,
-                    f"{chips} chips: fewer table rows and samples per chip (keeps the configured limits; "
+                    f"{_chips_text(model, chips)}: fewer table rows and samples per chip (keeps the configured limits; "
                     "with logical_replica_count = P the HBM stack grows with the chip count)"))
             batch = _largest_batch(knobs, ok)
             if batch is not None:
@@ -439,9 +478,9 @@ def model_fixes(model: Model, knobs: Knobs, *, need_spmem: bool, need_hbm: bool)
     batch = _largest_batch(knobs, ok)
     if batch is not None:
         fixes.append(Fix("batch_size", batch, f"global batch of at most {batch}"))
-    chips = _smallest_chips(knobs, ok, _max_chips(model))
+    chips = _smallest_chips(knobs, ok, _max_chips(model), model)
     if chips is not None:
-        fixes.append(Fix("num_chips", chips, f"{chips} chips (same configured limits)"))
+        fixes.append(Fix("num_chips", chips, f"{_chips_text(model, chips)} (same configured limits)"))
     if need_hbm and not need_spmem:
         hbm = hbm_numbers(model, knobs, with_names=False)
         if hbm.peak_bytes <= hbm.capacity:

@@ -399,7 +399,7 @@ def plan(model: Any, topology: Any, *, batch_size: int, stacking: Any = "auto", 
     ``32768 * 64 / 16 * 4 = 524288`` bytes per tile, the whole TileSpmem.
 
     >>> [(f.parameter, f.value) for f in r.fixes]
-    [('stage_gather_operands_in_hbm', True), ('batch_size', 56432), ('num_chips', 5)]
+    [('stage_gather_operands_in_hbm', True), ('batch_size', 56432), ('num_chips', 8)]
     >>> r.replace(batch_size=56432).fits
     True
     """
