@@ -37,10 +37,13 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["strip_outputs", "wants_stripping", "PRE_SAVE_HOOK"]
+__all__ = ["strip_outputs", "wants_stripping", "PRE_SAVE_HOOK", "PYTHON3_KERNELSPEC"]
 
 #: The import string a Jupyter server is configured with.
 PRE_SAVE_HOOK = "scwork.notebook_hygiene.strip_outputs"
+
+#: The kernelspec scwork's notebooks are saved with (ipykernel's default Python kernel).
+PYTHON3_KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
 
 # Cell metadata JupyterLab writes while a person works (scroll state, collapsed
 # outputs, timings); none of it belongs in the repository.
@@ -72,6 +75,11 @@ def strip_outputs(model: dict[str, Any], **_: Any) -> None:
     language = metadata.get("language_info")
     if isinstance(language, dict) and "name" in language:
         metadata["language_info"] = {"name": language["name"]}
+    kernelspec = metadata.get("kernelspec")
+    if isinstance(kernelspec, dict) and kernelspec.get("name") == "python3":
+        # Each Jupyter install names the same kernel its own way ("Python 3",
+        # "Python 3 (ipykernel)"): save the one name the repository holds.
+        metadata["kernelspec"] = dict(PYTHON3_KERNELSPEC)
     for cell in notebook.get("cells") or []:
         if not isinstance(cell, dict):
             continue

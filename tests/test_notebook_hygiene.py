@@ -16,6 +16,7 @@ NOTEBOOKS = sorted((Path(__file__).resolve().parent.parent / "notebooks").glob("
 def _executed_model(path: Path) -> dict:
     """The committed notebook as a server would hold it after "Run All" in a session."""
     notebook = json.loads(path.read_text())
+    notebook["metadata"]["kernelspec"]["display_name"] = "Python 3"  # another install's name
     notebook["metadata"]["language_info"] = {
         "codemirror_mode": {"name": "ipython", "version": 3}, "file_extension": ".py",
         "mimetype": "text/x-python", "name": "python", "version": "3.13.0"}

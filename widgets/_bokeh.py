@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 
 import html
+import logging
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -447,8 +448,8 @@ class AddressStrip:
     def update(self, categories: np.ndarray, *, empty: np.ndarray | None = None,
                labels: np.ndarray | None = None,
                values: Mapping[str, np.ndarray] | None = None, title: str | None = None,
-               width: int | None = None) -> None:
-        """Draw a new buffer.
+               width: int | None = None, address_offset: int = 0) -> None:
+        """Draw a new buffer (or the part of one that starts at ``address_offset``).
 
         Parameters
         ----------
@@ -463,6 +464,9 @@ class AddressStrip:
         title : str, optional
         width : int, optional
             Addresses per row; default :func:`strip_width`.
+        address_offset : int
+            Address of the first entry, for a window into a larger buffer (the hover
+            shows real addresses).
         """
         categories = np.asarray(categories).ravel()
         n = categories.size
@@ -478,7 +482,8 @@ class AddressStrip:
         values = dict(values or {})
         wrapped_values = {name: wrapped(values[name], -1, np.asarray(values[name]).dtype)
                           for name in self.value_names}
-        wrapped_values["address"] = np.arange(cells, dtype=np.int64).reshape(n_rows, self.width)
+        wrapped_values["address"] = (int(address_offset)
+                                     + np.arange(cells, dtype=np.int64)).reshape(n_rows, self.width)
         # The unused tail of the last row is "absent" (-2): not drawn at all.
         self.grid.update(
             wrapped(categories, -2, np.int64),
@@ -632,7 +637,16 @@ def export_html(bokeh_layout, path: str | Path, title: str = "scwork") -> Path:
     anything from a CDN. Returns the path written.
     """
     path = Path(path)
-    path.write_text(file_html(bokeh_layout, resources=INLINE, title=title), encoding="utf-8")
+    # The export is a snapshot: Python callbacks (e.g. a zoomable view's redraw on
+    # zoom) cannot run in a static page, which bokeh warns about on every export.
+    embed_log = logging.getLogger("bokeh.embed.util")
+    level = embed_log.level
+    embed_log.setLevel(logging.ERROR)
+    try:
+        page = file_html(bokeh_layout, resources=INLINE, title=title)
+    finally:
+        embed_log.setLevel(level)
+    path.write_text(page, encoding="utf-8")
     return path
 
 

@@ -30,15 +30,18 @@ from typing import Any
 import ipywidgets
 import numpy as np
 import traitlets
+from bokeh.events import RangesUpdate
 from bokeh.layouts import column, row
 from bokeh.models import Div
 
 from scwork import hardware, layout
 from scwork.errors import LayoutError, ScworkError
 from scwork.layout import npu
+from scwork.layout.view import ViewGeometry, buffer_window, view_overview
 from scwork.widgets import _bokeh
+from scwork.widgets._zoom import ZoomGrid
 
-__all__ = ["LayoutExplorer", "PRESETS", "MAX_DRAWN_CELLS"]
+__all__ = ["LayoutExplorer", "PRESETS", "MAX_DRAWN_CELLS", "ZOOM_BLOCKS", "STRIP_WINDOW"]
 
 #: Example layouts offered in the presets dropdown: (label, layout text).
 PRESETS: tuple[tuple[str, str], ...] = (
@@ -50,9 +53,18 @@ PRESETS: tuple[tuple[str, str], ...] = (
     ("bf16[512,512] T(8,128)(2,1): large", "bf16[512,512]{1,0:T(8,128)(2,1)}"),
 )
 
-#: Largest grid (cells) the explorer draws; bigger layouts report an error instead of
-#: freezing the notebook. 2**22 cells is a 2048x2048 grid, several MB per array.
+#: Largest layout (view cells and buffer slots) drawn whole, cell by cell. Larger
+#: layouts are drawn zoomable: an overview of tiles (or groups of tiles) that turns
+#: into single elements as the user zooms in, computing only the visible window.
 MAX_DRAWN_CELLS = 2**22
+
+#: Most drawn cells (rows, cols) of the zoomable view; each stands for a block of
+#: the layout when the window is larger.
+ZOOM_BLOCKS = (256, 512)
+
+#: Addresses shown in the memory strip of a zoomable layout: the buffer from the
+#: first visible cell's address on.
+STRIP_WINDOW = 16384
 
 _DEFAULT_TEXT = PRESETS[0][1]
 
@@ -154,22 +166,33 @@ class LayoutExplorer(_bokeh.SyncedDisplay, ipywidgets.VBox):
     # -- construction --------------------------------------------------------------
 
     def _build_views(self) -> None:
-        self._grid = _bokeh.CellGrid(
+        self._grid = ZoomGrid(
             title="Logical view", category_name="tile", value_names=("address", "padding"),
-            max_height=420,
+            max_width=960, max_height=600, x_axis_label="view column", y_axis_label="view row",
         )
         self._strip = _bokeh.AddressStrip(
             title="Memory in address order", category_name="tile",
-            value_names=("element", "view row", "view col"), max_height=300,
+            value_names=("element", "view row", "view col"), max_width=960, max_height=300,
         )
+        strip_figure = self._strip.figure
+        # Room for the y-axis title and readable tick labels (they were clipped / ~7 px).
+        strip_figure.min_border_left = 72
+        for fig in (strip_figure, self._grid.figure):
+            fig.axis.major_label_text_font_size = "11px"
+            fig.axis.axis_label_text_font_size = "12px"
         self._lanes = _bokeh.CellGrid(
             title="NPU local memory", category_name="channel",
             value_names=("batch", "used bytes", "owners", "row offset"),
             empty_color=_bokeh.EMPTY_COLOR, empty_hatch=None,
-            x_axis_label="NPU lane", y_axis_label="EU row", max_height=420,
+            x_axis_label="NPU lane", y_axis_label="EU row", max_width=960, max_height=520,
         )
-        self._grid_caption = Div(text="")
-        self._strip_caption = Div(text="")
+        self._lanes.figure.axis.major_label_text_font_size = "11px"
+        # The zoomable layout view redraws the window in view after a pan or zoom.
+        self._zoomable = None
+        self._grid.figure.on_event(RangesUpdate, self._on_ranges)
+        # Captions wrap at the plots' width instead of pushing the summary off screen.
+        self._grid_caption = Div(text="", width=self._grid.max_width)
+        self._strip_caption = Div(text="", width=self._grid.max_width)
         self._xla_summary = Div(text="", width=380)
         self._lanes_caption = Div(text="")
         self._npu_summary = Div(text="", width=420)
@@ -198,8 +221,11 @@ class LayoutExplorer(_bokeh.SyncedDisplay, ipywidgets.VBox):
 
         self._preset = ipywidgets.Dropdown(options=list(PRESETS), value=None,
                                            description="Preset", layout=W(width="430px"))
-        self._text_box = ipywidgets.Text(description="Layout", continuous_update=True,
-                                         layout=W(width="560px"))
+        # Parse on Enter (or when the box loses focus), not on every keystroke: a
+        # half-typed layout is never drawn and typing stays responsive.
+        self._text_box = ipywidgets.Text(description="Layout", continuous_update=False,
+                                         placeholder="e.g. bf16[4096,4096]{1,0:T(8,128)(2,1)} then Enter",
+                                         layout=W(width="640px"))
         ipywidgets.link((self, "text"), (self._text_box, "value"))
         self._preset.observe(self._on_preset, names="value")
 
@@ -310,7 +336,12 @@ class LayoutExplorer(_bokeh.SyncedDisplay, ipywidgets.VBox):
         shown = self.shape if self.mode == "xla" else self.npu_layout
         self.summary = shown.summary() if shown is not None else {}
         self.set_trait("error", self._errors[self.mode])
-        self._error_area.value = _bokeh.message_html(self.error, "error")
+        message = self.error
+        if message and shown is not None:
+            # Never let the plots pass for the text in the box: say what they show.
+            what = str(shown) if self.mode == "xla" else f"{shown.dtype} {tuple(shown.shape)} ({shown.kind})"
+            message += f"\nThe plots still show the last valid layout: {what}"
+        self._error_area.value = _bokeh.message_html(message, "error")
         is_xla = self.mode == "xla"
         for widget, visible in ((self._xla_controls, is_xla), (self._xla_view, is_xla),
                                 (self._npu_controls, not is_xla), (self._npu_view, not is_xla)):
@@ -320,13 +351,21 @@ class LayoutExplorer(_bokeh.SyncedDisplay, ipywidgets.VBox):
     def _refresh_xla(self) -> None:
         try:
             shape = layout.parse(self.text)
-            arrays = self._xla_arrays(shape)
+            arrays = None if self._is_large(shape) else self._xla_arrays(shape)
         except ScworkError as err:
             self._errors["xla"] = str(err)
             return
         self._errors["xla"] = ""
         self.shape = shape
-        self._draw_xla(shape, arrays)
+        if arrays is None:
+            self._draw_xla_zoomable(shape)
+        else:
+            self._zoomable = None
+            self._draw_xla(shape, arrays)
+
+    @staticmethod
+    def _is_large(shape) -> bool:
+        return max(math.prod(shape.padded_view_shape), shape.padded_elements) > MAX_DRAWN_CELLS
 
     def _refresh_npu(self) -> None:
         try:
@@ -418,6 +457,7 @@ class LayoutExplorer(_bokeh.SyncedDisplay, ipywidgets.VBox):
                 "view col": np.where(cell_at >= 0, cell_at % max(n_cols, 1), -1),
             },
         )
+        self._fit_strip_axis()
         strip_note = ("labels: flat logical index of the element stored there"
                       if self._strip.grid.text_renderer.visible
                       else "hover an address for the element stored there")
@@ -453,6 +493,94 @@ class LayoutExplorer(_bokeh.SyncedDisplay, ipywidgets.VBox):
             rows.append(("XLA ArraySize (first tile)", xla_bytes))
         return rows
 
+    # -- zoomable XLA drawing (layouts too large to draw whole) ----------------------
+
+    def zoom_to(self, rows: tuple[int, int] | None = None, cols: tuple[int, int] | None = None) -> None:
+        """Show view rows ``rows`` and columns ``cols`` (``(start, stop)``; None: all).
+
+        What the wheel and box zoom do in the browser, for scripts and tests. Only
+        a zoomable (large) layout is redrawn at the new detail; a small one is drawn
+        whole and only its ranges change.
+        """
+        fig = self._grid.figure
+        n_rows, n_cols = self._grid.extent
+        r0, r1 = rows if rows is not None else (0, n_rows)
+        c0, c1 = cols if cols is not None else (0, n_cols)
+        fig.x_range.start, fig.x_range.end = c0, c1
+        fig.y_range.start, fig.y_range.end = -r1, -r0
+        self._on_ranges(None)
+
+    def _on_ranges(self, event) -> None:
+        if self._zoomable is None or self.mode != "xla":
+            return
+        if event is not None and getattr(event, "x0", None) is not None:
+            fig = self._grid.figure
+            fig.x_range.start, fig.x_range.end = event.x0, event.x1
+            fig.y_range.start, fig.y_range.end = event.y0, event.y1
+        self._draw_xla_window(self._zoomable)
+
+    def _draw_xla_zoomable(self, shape) -> None:
+        geometry = ViewGeometry(shape)
+        self._zoomable = shape
+        self._grid.set_extent(geometry.n_rows, geometry.n_cols)
+        self._draw_xla_window(shape)
+        self._xla_summary.text = _bokeh.summary_table_html(
+            self._xla_summary_rows(shape), title=str(shape))
+
+    def _fit_strip_axis(self) -> None:
+        # A strip of a few rows is too short for a long vertical title (it was clipped):
+        # the caption says how many addresses a row holds.
+        rows = self._strip.grid.shape[0]
+        self._strip.figure.yaxis.axis_label = "row" if rows <= 6 else f"row ({self._strip.width} each)"
+
+    def _draw_xla_window(self, shape) -> None:
+        """Draw the visible window of a large layout at the detail that fits."""
+        r0, r1, c0, c1 = self._grid.visible_window()
+        overview = view_overview(shape, (r0, r1), (c0, c1), max_blocks=ZOOM_BLOCKS)
+        level = overview.attrs["level"]
+        block = (overview.attrs["block_rows"], overview.attrs["block_cols"])
+        tile = overview["tile"].values
+        address = overview["address"].values
+        padding = overview["padding_fraction"].values
+        labels = address if level == "elements" and tile.size <= self._grid.max_rect_cells else None
+        self._grid.show(tile, row_starts=overview["row"].values, col_starts=overview["col"].values,
+                        block=block, empty=padding >= 1.0, labels=labels,
+                        values={"address": address, "padding": padding})
+        view = tuple(shape.padded_view_shape)
+        n_rows, n_cols = self._grid.extent
+        folded = "" if len(view) <= 2 else f", folded to {n_rows:,} x {n_cols:,}"
+        if level == "elements":
+            what = "single elements: color = first-level tile, gray = padding"
+        else:
+            what = (f"{level}, {block[0]:,} x {block[1]:,} cells each: color = tile of each block's "
+                    "first cell, gray = all padding, hover for the padding fraction; zoom in "
+                    "(wheel or box zoom) to reach single elements")
+        shown_rows, shown_cols = self._grid.window[1] - self._grid.window[0], self._grid.window[3] - self._grid.window[2]
+        self._grid_caption.text = (
+            f"<b>Logical view</b> {_dims(view)}{folded}: showing rows {self._grid.window[0]:,}-"
+            f"{self._grid.window[1] - 1:,} and columns {self._grid.window[2]:,}-"
+            f"{self._grid.window[3] - 1:,} ({shown_rows * shown_cols:,} cells) as {what}")
+
+        # The strip: the buffer from the first visible cell's address on.
+        first = int(address.flat[0]) if address.size else 0
+        start = first - first % 64
+        stop = min(start + STRIP_WINDOW, shape.padded_elements)
+        window = buffer_window(shape, start, stop)
+        element = window["element"].values
+        small = element.size <= self._strip.grid.max_rect_cells
+        self._strip.update(
+            window["tile"].values, empty=element < 0,
+            labels=np.where(element < 0, "", element.astype(str)).astype(object) if small else None,
+            values={"element": element, "view row": window["view_row"].values,
+                    "view col": window["view_col"].values},
+            address_offset=start,
+        )
+        self._fit_strip_axis()
+        self._strip_caption.text = (
+            f"<b>Memory in address order</b>: addresses {start:,}-{stop - 1:,} of "
+            f"{shape.padded_elements:,} (from the first visible cell on; {self._strip.width} per row): "
+            "color = tile of the stored element, gray = padding, hover an address for the element")
+
     # -- NPU drawing ----------------------------------------------------------------
 
     def _draw_npu(self, lay, occupancy) -> None:
@@ -472,6 +600,7 @@ class LayoutExplorer(_bokeh.SyncedDisplay, ipywidgets.VBox):
             values={"batch": batch, "used bytes": grid("used_bytes"), "owners": grid("owners"),
                     "row offset": row_offset},
         )
+        _readable_frame(self._lanes)
         n, c, h, w = lay.shape
         self._lanes_caption.text = (
             f"<b>{lay.dtype} ({n}, {c}, {h}, {w}), {lay.kind}</b> on {lay.npu_num} lanes, "
@@ -580,6 +709,27 @@ class LayoutExplorer(_bokeh.SyncedDisplay, ipywidgets.VBox):
             default_title = (f"scwork NPU layout: {lay.dtype} {lay.shape} ({lay.kind})"
                              if lay is not None else "scwork NPU layout")
         return _bokeh.export_html(bokeh_layout, path, title or default_title)
+
+
+def _readable_frame(grid, *, min_width: int = 480, min_height: int = 180, min_tick_px: int = 24) -> None:
+    """Keep a cell grid readable whatever its proportions.
+
+    Square cells make a 64-lane x 2-row map 960 x 30 px and a 64 x 1,500 one 40 px
+    wide: below ``min_width`` x ``min_height`` the cells stretch instead; and one
+    tick per cell only while a cell is wide enough for its label.
+    """
+    fig = grid.figure
+    n_rows, n_cols = grid.shape
+    if fig.frame_width < min_width or fig.frame_height < min_height:
+        fig.match_aspect = False
+        fig.frame_width = max(fig.frame_width, min(min_width, grid.max_width))
+        fig.frame_height = max(fig.frame_height, min(min_height, grid.max_height))
+    else:
+        fig.match_aspect = True
+    if fig.frame_width / max(n_cols, 1) < min_tick_px:
+        fig.xaxis.ticker = grid._auto_ticks_x
+    if fig.frame_height / max(n_rows, 1) < min_tick_px * 0.6:
+        fig.yaxis.ticker = grid._auto_ticks_y
 
 
 def _dims(dims) -> str:

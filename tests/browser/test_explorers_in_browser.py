@@ -61,6 +61,19 @@ def _no_error(lab):
 # -- interactions ---------------------------------------------------------------------------
 
 
+#: JS: all text of the page, inside bokeh's (nested) shadow roots too: what a person reads.
+_JS_PAGE_TEXT = """
+() => {
+  const walk = (root) => {
+    let text = root.textContent || "";
+    for (const el of root.querySelectorAll("*")) if (el.shadowRoot) text += " " + walk(el.shadowRoot);
+    return text;
+  };
+  return walk(document.body);
+}
+"""
+
+
 def _layout_explorer(lab):
     names = ("grid_cells", "strip_cells")
     before = lab.wait_for_sources("ex", names, "initial layout")
@@ -75,6 +88,15 @@ def _layout_explorer(lab):
     _no_error(lab)
     after = _changed(lab, names, before, "typing a layout")
     assert after["grid_cells"]["length"] == 4 * 6  # f32[3,5] padded to the (2, 2) tiles
+    # A layout of 16.7 M cells draws too (zoomable overview), and the page says so.
+    box.click()
+    box.press("Control+a")
+    box.fill("bf16[4096,4096]{1,0:T(8,128)(2,1)}")
+    box.press("Enter")
+    lab.wait_kernel("ex.text", "bf16[4096,4096]{1,0:T(8,128)(2,1)}")
+    _no_error(lab)
+    lab.wait_for(lambda: [] if "16,777,216 cells" in lab.page.evaluate(_JS_PAGE_TEXT)
+                 else ["the caption of the 4096 x 4096 layout"], "the large layout's caption")
     # A toggle: the NPU mode draws the lane map.
     lab.toggle_button("Sophgo NPU local memory").click()
     lab.wait_kernel("ex.mode", "npu")

@@ -215,10 +215,53 @@ def test_large_preset_uses_the_image_glyph(explorer):
     assert len(explorer.sources["grid_image"].data["image"]) == 0
 
 
-def test_too_large_layout_is_refused_with_a_message(explorer):
-    explorer.text = "f32[100000,100000]"
-    assert "more than" in explorer.error
-    assert str(explorer.shape) == SPEC_EXAMPLE
+HUGE = "bf16[65536,65536]{1,0:T(8,128)(2,1)}"
+
+
+def test_large_layouts_are_drawn_zoomable_tiles_first_then_elements(explorer):
+    """Any size draws: an overview of tile blocks, single elements once zoomed in."""
+    from scwork.layout import parse
+    from scwork.layout.view import view_window
+
+    explorer.text = "bf16[4096,4096]{1,0:T(8,128)(2,1)}"
+    assert explorer.error == ""
+    assert str(explorer.shape) == "bf16[4096,4096]{1,0:T(8,128)(2,1)}"
+    assert "16,777,216 cells" in explorer._grid_caption.text and "tile blocks" in explorer._grid_caption.text
+    assert "[4096,4096]" in explorer._xla_summary.text or "4096" in explorer._xla_summary.text
+
+    explorer.text = HUGE
+    grid = explorer._grid
+    assert grid.extent == (65536, 65536)
+    image = explorer.sources["grid_image"].data
+    n_rows, n_cols = image["image"][0].shape
+    assert n_rows <= 256 and n_cols <= 512  # only what is on screen, aggregated
+    # Zoomed into 20 x 40 elements: one cell per element, addresses from the engine.
+    explorer.zoom_to((1000, 1020), (500, 540))
+    assert "single elements" in explorer._grid_caption.text
+    cells = explorer.sources["grid_cells"].data
+    assert len(cells["address"]) == 20 * 40
+    expected = view_window(parse(HUGE), (1000, 1020), (500, 540))["address"].values.ravel()
+    assert np.array_equal(np.sort(np.asarray(cells["address"])), np.sort(expected))
+    # The strip shows the buffer from the first visible cell on, with real addresses.
+    first = parse(HUGE).linear_index((1000, 500))
+    strip = explorer.sources["strip_image"].data or explorer.sources["strip_cells"].data
+    addresses = np.asarray(strip["address"][0] if explorer._strip.grid.uses_image else strip["address"])
+    assert addresses.min() <= first < addresses.max()
+    # Zooming out again returns to the aggregated view.
+    explorer.zoom_to()
+    assert "tile blocks" in explorer._grid_caption.text
+
+
+def test_invalid_text_says_which_layout_the_plots_still_show(explorer):
+    explorer.text = "bf16[512,512]{1,0:T(8,128)(2,1)}"
+    explorer.text = "bf16[4096,4096]{1,0:T(8,128)(2,1)"
+    assert explorer.error
+    assert "still show the last valid layout: bf16[512,512]{1,0:T(8,128)(2,1)}" in \
+        explorer._error_area.value.replace("&#x27;", "'")
+
+
+def test_the_text_box_updates_on_enter_not_on_every_keystroke(explorer):
+    assert explorer.controls["text"].continuous_update is False
 
 
 def test_summary_shows_the_engine_numbers(explorer):
