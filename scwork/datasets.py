@@ -42,6 +42,7 @@ True
 
 from __future__ import annotations
 
+import contextlib
 import math
 import numbers
 import os
@@ -608,6 +609,7 @@ _COMPRESSED = {".gz", ".bz2", ".zst", ".lz4"}
 # A text token that is an integer id: decimal digits, optionally signed, optionally
 # followed by a zero fraction ("7", "+7", "7.0").
 _INTEGER_TOKEN = r"^[+-]?[0-9]+(\.0*)?$"
+_PARQUET_CODECS = {"none", "snappy", "gzip", "brotli", "lz4", "zstd"}
 
 
 @dataclass(frozen=True, eq=False)
@@ -778,8 +780,9 @@ def load_table(
             ids, row_splits, vocabulary = _column_to_ragged(column, multi_value_sep)
         except _ColumnError as exc:
             raise InputError(f"{shown}, column {name!r}: {exc}") from None
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
-            raise InputError(f"{shown}, column {name!r}: cannot convert to ids ({exc})") from None
+        except (pa.ArrowException, ValueError, TypeError, OverflowError) as exc:
+            raise InputError(f"{shown}, column {name!r}: cannot convert to ids ({type(exc).__name__}: "
+                             f"{str(exc)[:300]}); expected integer ids, lists of them, or text") from None
         features[name] = (ids, row_splits)
         vocabularies[name] = vocabulary
     return LoadedTable(shown, features, vocabularies, table.num_rows, batch_size, bool(drop_remainder))
@@ -815,15 +818,20 @@ def _read_arrow_table(path: Path, shown: str, columns: list[str] | None, sep: st
         tables = [_read_arrow_table(f, str(f), columns, None) for f in files]
         try:
             return pa.concat_tables(tables)
-        except pa.ArrowInvalid as exc:
+        except pa.ArrowException as exc:
             raise InputError(f"{shown}: the Parquet files have different schemas ({exc})") from None
     kind, delimiter = _file_format(path, sep)
     try:
         if kind == "parquet":
             return _read_parquet(path, shown, columns)
         return _read_delimited(path, shown, columns, delimiter)
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"{shown}: cannot read the file ({exc})") from None
+    except InputError:
+        raise
+    except (pa.ArrowException, OSError, UnicodeDecodeError, ValueError, EOFError, zlib.error) as exc:
+        # truncated, bit-flipped or badly compressed files, wrong encodings
+        raise InputError(f"{shown}: cannot read the file as {'Parquet' if kind == 'parquet' else 'delimited text'} "
+                         f"({type(exc).__name__}: {' '.join(str(exc).split())[:300]}); expected a valid "
+                         f"{'Parquet file' if kind == 'parquet' else 'UTF-8 CSV/TSV file with a header line'}") from None
 
 
 def _read_parquet(path: Path, shown: str, columns: list[str] | None):
@@ -935,6 +943,12 @@ def _column_to_ragged(column, multi_value_sep: str | None):
             if bad.any():
                 row = int(parents[valid][np.argmax(bad)])
                 raise _ColumnError(f"value {finite[np.argmax(bad)]!r} in sample {row} is not an integer id")
+            # range before the cast: float 1e300 would become -2**63 and read as "negative"
+            huge = np.abs(finite) >= 2.0**63
+            if huge.any():
+                row = int(parents[valid][np.argmax(huge)])
+                raise _ColumnError(f"value {finite[np.argmax(huge)]!r} in sample {row} is outside the int64 "
+                                   "range of ids (|id| < 2**63)")
         elif numbers_.dtype == np.uint64 and numbers_.size and numbers_.max() > np.iinfo(np.int64).max:
             raise _ColumnError("an id does not fit in int64")
         ids = numbers_[valid].astype(np.int64)
@@ -1008,9 +1022,16 @@ def write_synthetic_parquet(
     num_shards = _positive_int(num_shards, "num_shards")
     data = synthetic(rows_per_shard, num_steps=num_shards, features=features, vocab_size=vocab_size,
                      valency=valency, zipf_exponent=zipf_exponent, hashed=hashed, seed=seed)
+    if compression is not None and (not isinstance(compression, str)
+                                    or compression.lower() not in _PARQUET_CODECS):
+        raise ConfigError(f"compression must be None or one of {sorted(_PARQUET_CODECS)}, got {compression!r}")
     folder = Path(directory)
-    folder.mkdir(parents=True, exist_ok=True)
-    written = []
+    if folder.exists() and not folder.is_dir():
+        raise ConfigError(f"{folder}: exists and is not a directory; give a directory for the shards")
+    # Every shard is built before the first byte is written, and written to a temporary
+    # name: either all shards appear (renamed at the end) or none (a failure removes
+    # the temporaries), never half a data set.
+    tables = []
     for index in range(num_shards):
         batch = data.step(index)
         arrays = {}
@@ -1020,10 +1041,22 @@ def write_synthetic_parquet(
                 arrays[name] = pa.ListArray.from_arrays(pa.array(row_splits.astype(np.int32)), values)
             else:  # more than 2**31 ids in one shard needs 64-bit offsets
                 arrays[name] = pa.LargeListArray.from_arrays(pa.array(row_splits), values)
-        target = folder / f"part-{index:05d}.parquet"
-        pq.write_table(pa.table(arrays), target, compression=compression)
-        written.append(target)
-    return written
+        tables.append(pa.table(arrays))
+    targets = [folder / f"part-{index:05d}.parquet" for index in range(num_shards)]
+    temporaries = [folder / f".part-{index:05d}.parquet.{os.getpid()}.tmp" for index in range(num_shards)]
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        for table, temporary in zip(tables, temporaries):
+            pq.write_table(table, temporary, compression=compression)
+        for temporary, target in zip(temporaries, targets):
+            os.replace(temporary, target)
+    except (OSError, pa.ArrowException) as exc:
+        for temporary in temporaries:
+            with contextlib.suppress(OSError):
+                temporary.unlink()
+        raise ConfigError(f"{folder}: cannot write the Parquet shards ({type(exc).__name__}: {exc}); nothing "
+                          "was written") from None
+    return targets
 
 
 # ======================================================================================

@@ -531,3 +531,62 @@ def test_batches_feed_feature_batch(tmp_path):
     np.testing.assert_array_equal(batch.weights("f1"), step["f1"][2])
     table = datasets.load_table(write(tmp_path / "t.csv", "a,b\n1|2,x\n,y\n3,\n"), batch_size=2)
     assert [FeatureBatch.from_ragged(b).batch_size for b in table.batches()] == [2, 1]
+
+
+# -- issue 12: every bad file is an InputError naming it; writes are all or nothing -------
+def test_float_ids_are_range_checked_before_the_cast(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from scwork.errors import InputError
+
+    pq.write_table(pa.table({"a": [1.0, 1e300]}), tmp_path / "f.parquet")
+    with pytest.raises(InputError, match=r"1e\+300\) in sample 1 is outside the int64 range"):
+        datasets.load_table(tmp_path / "f.parquet")
+
+
+@pytest.mark.parametrize("name, content, match", [
+    ("t.parquet", None, "cannot read the file as Parquet"),
+    ("g.csv.gz", b"\x1f\x8b\x08garbage", "cannot read the file as delimited text"),
+    ("x.csv", b"a\n\xff\xfe\n", "invalid UTF8"),
+    ("h.csv", b"a\n" + b"9" * 5000 + b"\n", "does not fit in int64"),
+])
+def test_broken_files_are_input_errors(tmp_path, name, content, match):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from scwork.errors import InputError
+
+    if content is None:                       # a truncated Parquet file
+        pq.write_table(pa.table({"a": [1, 2]}), tmp_path / "whole.parquet")
+        content = (tmp_path / "whole.parquet").read_bytes()[:-30]
+    (tmp_path / name).write_bytes(content)
+    with pytest.raises(InputError, match=match) as info:
+        datasets.load_table(tmp_path / name)
+    assert name in str(info.value)
+
+
+def test_write_synthetic_parquet_is_all_or_nothing(tmp_path, monkeypatch):
+    import pyarrow.parquet as pq
+
+    from scwork.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="compression must be"):
+        datasets.write_synthetic_parquet(tmp_path / "a", 2, rows_per_shard=4, features=["f"], compression="lzma")
+    assert not (tmp_path / "a").exists()
+    real = pq.write_table
+    calls = []
+
+    def failing_second(table, where, **kwargs):
+        calls.append(where)
+        if len(calls) == 2:
+            raise OSError("disk full")
+        return real(table, where, **kwargs)
+
+    monkeypatch.setattr(pq, "write_table", failing_second)
+    with pytest.raises(ConfigError, match="disk full.*nothing was written"):
+        datasets.write_synthetic_parquet(tmp_path / "b", 3, rows_per_shard=4, features=["f"])
+    assert list((tmp_path / "b").iterdir()) == []
+    monkeypatch.setattr(pq, "write_table", real)
+    files = datasets.write_synthetic_parquet(tmp_path / "b", 3, rows_per_shard=4, features=["f"])
+    assert sorted(p.name for p in (tmp_path / "b").iterdir()) == [p.name for p in files]

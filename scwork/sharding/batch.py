@@ -36,6 +36,7 @@ scwork.errors.InputError: feature 'f': negative id -2 in sample 1 (position 1 of
 from __future__ import annotations
 
 import numbers
+import re
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -46,6 +47,24 @@ from scwork.errors import InputError
 __all__ = ["FeatureBatch"]
 
 _INT64_MAX = np.iinfo(np.int64).max
+# Text ids: ASCII digits only (``int()`` would also take "1_000", "+5" or Arabic-Indic
+# digits), at most 19 digits (int64); text weights: plain ASCII decimal numbers.
+_INT_TEXT = re.compile(r"-?[0-9]{1,19}")
+_FLOAT_TEXT = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]{1,4})?|[+-]?(nan|inf|infinity)",
+                         re.IGNORECASE)
+_FLOAT_TEXT_MAX = 400        # characters: longer numbers are not weights anyone meant
+
+
+def _mapping(what: str, value: Any, form: str) -> Mapping:
+    """``value`` if it is a mapping, else an InputError naming the expected form."""
+    if not isinstance(value, Mapping):
+        raise InputError(f"{what} must be a dict {form}, got {type(value).__name__}")
+    return value
+
+
+def _sorted_names(names) -> list:
+    """Names sorted for messages; keys of any type (a non-string key must not break sorting)."""
+    return sorted(names, key=repr)
 
 
 def _sample_of(row_splits: np.ndarray, position: int) -> int:
@@ -56,6 +75,9 @@ def _as_ids(feature: str, values: Any, what: str = "ids") -> np.ndarray:
     """Validate and convert ids to a 1-D int64 array (no negativity check)."""
     try:
         arr = np.asarray(values)
+    except OverflowError:
+        raise InputError(f"feature {feature!r}: {what} hold an integer outside the int64 range "
+                         f"(-2**63 .. 2**63 - 1); ids must fit in int64") from None
     except (ValueError, TypeError) as err:
         raise InputError(
             f"feature {feature!r}: {what} cannot be read as an array ({err}); nested lists must be "
@@ -64,6 +86,11 @@ def _as_ids(feature: str, values: Any, what: str = "ids") -> np.ndarray:
     if arr.dtype.kind in "USO":
         if arr.dtype.kind == "O" and arr.size and all(isinstance(v, numbers.Integral)
                                                        and not isinstance(v, bool) for v in arr.ravel()):
+            flat = arr.ravel()
+            big = [i for i, v in enumerate(flat) if not -_INT64_MAX - 1 <= int(v) <= _INT64_MAX]
+            if big:
+                raise InputError(f"feature {feature!r}: {what}[{big[0]}] = {int(flat[big[0]])} does not fit "
+                                 "in int64 (-2**63 .. 2**63 - 1)")
             arr = arr.astype(np.int64)
         else:
             raise InputError(
@@ -137,7 +164,16 @@ def _as_row_splits(feature: str, row_splits: Any, num_ids: int) -> np.ndarray:
 
 def _as_weights(feature: str, weights: Any, ids_shape: tuple[int, ...],
                 row_splits: np.ndarray | None) -> np.ndarray:
-    w = np.asarray(weights)
+    try:
+        w = np.asarray(weights)
+    except (ValueError, TypeError, OverflowError) as err:
+        raise InputError(f"feature {feature!r}: weights cannot be read as an array of numbers ({err})") from None
+    if w.dtype.kind == "O" and w.size and all(isinstance(v, numbers.Real) and not isinstance(v, bool)
+                                              for v in w.ravel()):
+        try:
+            w = w.astype(np.float64)
+        except OverflowError:
+            raise InputError(f"feature {feature!r}: a weight is too large for a float") from None
     if w.dtype.kind not in "fiu" or w.dtype.kind == "b":
         raise InputError(f"feature {feature!r}: weights must be real numbers, got dtype {w.dtype}")
     if w.shape != ids_shape:
@@ -155,6 +191,16 @@ def _as_weights(feature: str, weights: Any, ids_shape: tuple[int, ...],
             raise InputError(
                 f"feature {feature!r}: weight {w.ravel()[pos]!r}{where} (position {pos}) is NaN or "
                 "infinite in float32 (SPEC 9 NaN check); weights must be finite"
+            )
+        # a non-zero weight below float32's smallest subnormal (1.4e-45) becomes 0
+        # and would later read as "the weights sum to 0"
+        lost = (w32 == 0) & (w.ravel() != 0)
+        if lost.any():
+            pos = int(np.flatnonzero(lost)[0])
+            where = f" in sample {_sample_of(row_splits, pos)}" if row_splits is not None else ""
+            raise InputError(
+                f"feature {feature!r}: weight {w.ravel()[pos]!r}{where} (position {pos}) underflows to 0 in "
+                "float32 (smallest magnitude 1.4e-45); scale the weights of that feature up"
             )
     return w32
 
@@ -199,10 +245,10 @@ class FeatureBatch(Mapping):
     def __init__(self, data: Mapping[str, Sequence[Any]], weights: Mapping[str, Any] | None = None):
         if not isinstance(data, Mapping) or not data:
             raise InputError("a FeatureBatch needs a non-empty dict feature name -> (ids, row_splits)")
-        weights = dict(weights or {})
-        unknown = sorted(set(weights) - set(data))
+        weights = dict(_mapping("weights", weights, "feature name -> per-id weights")) if weights is not None else {}
+        unknown = _sorted_names(set(weights) - set(data))
         if unknown:
-            raise InputError(f"weights given for unknown features {unknown}; features are {sorted(data)}")
+            raise InputError(f"weights given for unknown features {unknown}; features are {_sorted_names(data)}")
         names, all_ids, all_splits, all_weights = [], [], [], []
         batch_size = None
         first = None
@@ -288,6 +334,13 @@ class FeatureBatch(Mapping):
         >>> FeatureBatch.from_dense({"f": [4, -1, 6]})["f"][1].tolist()
         [0, 1, 1, 2]
         """
+        _mapping("from_dense data", data, "feature name -> dense [batch, max_len] ids")
+        if weights is not None:
+            _mapping("weights", weights, "feature name -> dense weights")
+        pad = _as_ids("<pad>", pad, what="pad")
+        if pad.ndim != 0:
+            raise InputError(f"pad must be one integer, got shape {pad.shape}")
+        pad = int(pad)
         out = {}
         for name, dense in data.items():
             arr = _as_ids(name, dense)
@@ -308,7 +361,8 @@ class FeatureBatch(Mapping):
                 )
             entry: tuple = (ids, rs)
             if weights is not None and name in weights:
-                w = np.asarray(weights[name])
+                w = _as_weights(name, weights[name], np.shape(weights[name]), None)
+                w = w.reshape(np.shape(weights[name]))
                 if w.ndim == 1:
                     w = w[:, None]
                 if w.shape != arr.shape:
@@ -318,7 +372,7 @@ class FeatureBatch(Mapping):
                 entry = (ids, rs, w[mask])
             out[name] = entry
         if weights is not None:
-            unknown = sorted(set(weights) - set(data))
+            unknown = _sorted_names(set(weights) - set(data))
             if unknown:
                 raise InputError(f"weights given for unknown features {unknown}")
         return cls(out)
@@ -338,13 +392,20 @@ class FeatureBatch(Mapping):
         >>> b["f"][0].tolist(), b["f"][1].tolist()
         ([4, 5, 6], [0, 1, 3, 3])
         """
+        _mapping("from_coo data", data, "feature name -> (indices, values, dense_shape)")
+        if weights is not None:
+            _mapping("weights", weights, "feature name -> per-entry weights")
+            unknown = _sorted_names(set(weights) - set(data))
+            if unknown:
+                raise InputError(f"weights given for unknown features {unknown}")
         out = {}
         for name, entry in data.items():
             if not isinstance(entry, (tuple, list)) or len(entry) != 3:
                 raise InputError(f"feature {name!r}: expected (indices, values, dense_shape)")
             indices = _as_ids(name, entry[0], what="indices")
             values = _as_ids(name, entry[1], what="values")
-            shape = tuple(int(s) for s in np.asarray(entry[2]).ravel())
+            # integral entries only: int(3.9) would silently make the batch 3 samples
+            shape = tuple(int(s) for s in _as_ids(name, entry[2], what="dense_shape").ravel())
             if len(shape) != 2 or min(shape) < 0:
                 raise InputError(f"feature {name!r}: dense_shape must be (batch_size, max_len), got {entry[2]!r}")
             if indices.size == 0:
@@ -376,7 +437,7 @@ class FeatureBatch(Mapping):
             np.cumsum(np.bincount(rows, minlength=shape[0]), out=rs[1:])
             item: tuple = (values, rs)
             if weights is not None and name in weights:
-                w = np.asarray(weights[name])
+                w = _as_weights(name, weights[name], np.shape(weights[name]), None)
                 if w.shape != (indices.shape[0],):
                     raise InputError(f"feature {name!r}: weights must have one value per COO entry")
                 item = (values, rs, w[order])
@@ -401,8 +462,18 @@ class FeatureBatch(Mapping):
         >>> [b[f][0].tolist() for f in b], b["items"][1].tolist()
         ([[3, 4], [1, 2], [7, 8, 9]], [0, 2, 2])
         """
+        if isinstance(columns, str):
+            raise InputError(f"columns must be a list of column names, got the string {columns!r}")
         names = list(columns) if columns is not None else None
-        weights = dict(weights or {})
+        if names is not None and not all(isinstance(n, str) for n in names):
+            raise InputError(f"columns must be column names (strings), got {names!r}")
+        if not isinstance(sep, str) or not sep:
+            raise InputError(f"sep must be a non-empty string, got {sep!r}")
+        weights = dict(_mapping("weights", weights, "feature -> weight column")) if weights is not None else {}
+        bad = [k for k, v in weights.items() if not isinstance(k, str) or not isinstance(v, str)]
+        if bad:
+            raise InputError(f"weights must map feature names to column names (strings), got {bad[0]!r}: "
+                             f"{weights[bad[0]]!r}")
         cols = _columns_of(table, names, sep)
         wcols = _columns_of(table, list(weights.values()), sep, as_float=True) if weights else {}
         data = {}
@@ -554,6 +625,11 @@ def _columns_of(table: Any, names: list[str] | None, sep: str,
     )
 
 
+def _shown(text: str, limit: int = 60) -> str:
+    """``repr(text)``, cut to ``limit`` characters (a 5,000-digit token must not flood the message)."""
+    return repr(text) if len(text) <= limit else f"{text[:limit]!r}... ({len(text)} characters)"
+
+
 def _parse_cell(name: str, row: int, cell: Any, sep: str, as_float: bool) -> list:
     conv = float if as_float else int
     if cell is None:
@@ -564,17 +640,25 @@ def _parse_cell(name: str, row: int, cell: Any, sep: str, as_float: bool) -> lis
         text = cell.decode() if isinstance(cell, bytes) else cell
         tokens = [t.strip() for t in text.split(sep)] if text.strip() else []
         out = []
+        pattern = _FLOAT_TEXT if as_float else _INT_TEXT
         for t in tokens:
             try:
+                if len(t) > _FLOAT_TEXT_MAX or not pattern.fullmatch(t):
+                    raise ValueError(t)
                 out.append(conv(t))
             except ValueError:
                 raise InputError(
-                    f"column {name!r}, row {row}: {t!r} is not {'a number' if as_float else 'an integer id'} "
-                    f"(cell {text!r}, separator {sep!r})"
+                    f"column {name!r}, row {row}: {_shown(t)} is not "
+                    f"{'a plain decimal number' if as_float else 'an integer id of ASCII digits (int64)'} "
+                    f"(cell {_shown(text)}, separator {sep!r})"
                 ) from None
         return out
     if isinstance(cell, (list, tuple, np.ndarray)):
-        return list(np.asarray(cell).ravel())
+        try:
+            return list(np.asarray(cell, dtype=np.float64 if as_float else None).ravel())
+        except (ValueError, TypeError, OverflowError) as err:
+            raise InputError(f"column {name!r}, row {row}: cannot read a flat list of "
+                             f"{'numbers' if as_float else 'ids'} from {cell!r} ({err})") from None
     if isinstance(cell, (numbers.Number, np.generic)):
         return [cell]
     raise InputError(f"column {name!r}, row {row}: cannot read ids from {type(cell).__name__} {cell!r}")
@@ -655,3 +739,112 @@ def _arrow_column(name: str, col: Any, sep: str, as_float: bool):
             return vals.astype(np.float32), rs
         return _as_ids(name, vals if vals.size else np.zeros(0, np.int64)), rs
     raise InputError(f"column {name!r} has type {typ}; expected integers, lists of integers or strings")
+
+
+# -- combiner gains ---------------------------------------------------------------------------
+_F32_MAX = float(np.finfo(np.float32).max)
+_F32_EPS = 2.0**-24                      # unit roundoff of float32
+
+
+def _check_gains(batch: FeatureBatch, name: str, combiner: str) -> None:
+    """Raise InputError where the float32 gains of ``name`` would be infinite, NaN or 0.
+
+    The kernels compute gains as jax-tpu-embedding does, in float32: ``mean`` divides
+    each weight by the sample's sequential float32 weight sum, ``sqrtn`` by the square
+    root of the float32 sum of squared weights, and duplicates of an id in a sample
+    add their gains. Finite float32 weights can still break this ([1e20, 1e20] under
+    ``sqrtn``: the squares overflow and the gains become 0; [3e38, 3e38] duplicates
+    under ``sum``: inf). This check recomputes everything in float64 (where float32
+    weights can neither overflow nor underflow) and rejects a sample whose float32
+    intermediates leave the float32 range (bounded with the float32 rounding error),
+    whose weights cancel, or whose gains are not representable (inf, or a non-zero
+    gain that rounds to 0), naming the feature and the sample.
+    """
+    if not batch.has_weights(name) or combiner not in ("sum", "mean", "sqrtn"):
+        return
+    w = batch.weights(name).astype(np.float64)
+    rs = batch.row_splits(name)
+    if w.size == 0:
+        return
+    lengths = np.diff(rs)
+    nonempty = lengths > 0
+    starts = rs[:-1][nonempty]
+    samples = np.flatnonzero(nonempty)
+    n = lengths[nonempty].astype(np.float64)
+    magnitude = np.add.reduceat(np.abs(w), starts)       # bounds every float32 partial sum
+    # float32 sums of n terms err by at most ~n ulps of the magnitudes: keep that far
+    # from the float32 maximum and from 0
+    slack = (n + 1) * _F32_EPS * 2
+
+    def fail(i: int, problem: str, fix: str) -> None:
+        b = int(samples[i])
+        raise InputError(f"feature {name!r}, sample {b}: {problem} ({combiner!r} combiner, float32 as "
+                         f"jax-tpu-embedding computes gains); {fix}")
+
+    if combiner == "sum":
+        gains = w
+        sample_gain_bound = magnitude
+    elif combiner == "mean":
+        total = np.add.reduceat(w, starts)
+        over = magnitude > _F32_MAX * (1 - slack)
+        if over.any():
+            i = int(np.flatnonzero(over)[0])
+            fail(i, f"the weight magnitudes add up to {magnitude[i]:.6g}, beyond float32's maximum "
+                    f"{_F32_MAX:.6g}, so the float32 weight sum overflows", "scale that feature's weights down")
+        cancel = np.abs(total) <= magnitude * slack
+        if cancel.any():
+            i = int(np.flatnonzero(cancel)[0])
+            if total[i] == 0:
+                raise InputError(
+                    f"feature {name!r}, sample {int(samples[i])}: the weights sum to 0, so the {combiner!r} combiner "
+                    "divides by 0 (gains would be NaN or infinite); give that sample non-zero weights or use "
+                    "combiner='sum'")
+            fail(i, f"the weights nearly cancel (sum {total[i]:.6g} against magnitudes {magnitude[i]:.6g}), so "
+                    "their float32 sum may be 0 or has no correct digit and the combiner divides by noise",
+                 "give that sample weights that do not cancel or use combiner='sum'")
+        gains = w / np.repeat(total, lengths[nonempty])
+        sample_gain_bound = magnitude / np.abs(total)
+    else:
+        squares = np.add.reduceat(w * w, starts)
+        over = squares > _F32_MAX * (1 - slack)
+        if over.any():
+            i = int(np.flatnonzero(over)[0])
+            fail(i, f"the squared weights add up to {squares[i]:.6g}, beyond float32's maximum {_F32_MAX:.6g}, "
+                    "so the float32 sum of squares overflows (the gains would become 0)",
+                 "scale that feature's weights down (|weight| < 1.8e19)")
+        tiny = squares < float(np.finfo(np.float32).tiny)
+        if tiny.any():
+            i = int(np.flatnonzero(tiny)[0])
+            if squares[i] == 0:
+                raise InputError(
+                    f"feature {name!r}, sample {int(samples[i])}: the weights sum to 0, so the {combiner!r} combiner "
+                    "divides by 0 (gains would be NaN or infinite); give that sample non-zero weights or use "
+                    "combiner='sum'")
+            fail(i, f"the squared weights add up to {squares[i]:.6g}, below float32's smallest normal number, so "
+                    "their float32 sum is 0 or imprecise and the combiner divides by 0 or by noise",
+                 "scale that feature's weights up (|weight| > 1.1e-19) or use combiner='sum'")
+        gains = w / np.repeat(np.sqrt(squares), lengths[nonempty])
+        sample_gain_bound = magnitude / np.sqrt(squares)
+    g32 = gains.astype(np.float32)
+    bad = ~np.isfinite(g32) | ((g32 == 0) & (gains != 0))
+    if bad.any():
+        pos = int(np.flatnonzero(bad)[0])
+        i = int(np.searchsorted(starts, pos, side="right") - 1)
+        fail(i, f"the gain of id position {pos - int(rs[samples[i]])} is {gains[pos]:.6g}, "
+                "which float32 cannot hold (it would be " + ("infinite" if not np.isfinite(g32[pos]) else "0") + ")",
+             "scale the weights of that sample so their ratios stay within float32's range")
+    # duplicates of an id in a sample add their gains: exact check only where the sum
+    # of all the sample's gains could overflow
+    risky = np.flatnonzero(sample_gain_bound > _F32_MAX * (1 - slack))
+    ids = batch.ids(name)
+    for i in risky:
+        b = int(samples[i])
+        seg = slice(int(rs[b]), int(rs[b + 1]))
+        uniq, inverse = np.unique(ids[seg], return_inverse=True)
+        sums = np.zeros(uniq.size)
+        np.add.at(sums, inverse, np.abs(gains[seg]))
+        worst = int(np.argmax(sums))
+        if sums[worst] > _F32_MAX * (1 - slack[i]):
+            fail(i, f"id {int(uniq[worst])} appears {int((inverse == worst).sum())} times and its gains add up "
+                    f"to {sums[worst]:.6g}, beyond float32's maximum {_F32_MAX:.6g}",
+                 "scale that feature's weights down or deduplicate the sample")

@@ -82,6 +82,7 @@ from __future__ import annotations
 
 import collections
 import itertools
+import os
 import threading
 import weakref
 from collections.abc import Mapping
@@ -92,7 +93,7 @@ import numpy as np
 
 from scwork.errors import ConfigError, InputError, LimitExceededError, OutOfVocabularyError, TopologyError
 from scwork.hardware.topology import Topology
-from scwork.sharding.batch import FeatureBatch
+from scwork.sharding.batch import FeatureBatch, _check_gains
 from scwork.sharding.specs import SparsecoreConfig, round_up
 from scwork.sharding.stacking import (
     DEFAULT_ACTIVATION_MEM_BYTES_LIMIT,
@@ -693,7 +694,7 @@ class _StackJob:
             self.row_pointers, drops, drop_g)
         return {"s0": s0, "oov": g_oov, "bad": g_bad, "drops": drops[:nd], "drop_g": drop_g[:nd]}
 
-    def first_error(self) -> tuple[str, int] | None:
+    def first_error(self, kinds=("oov", "bad")) -> tuple[str, int] | None:
         """``("oov" | "bad", position)`` of the first failing group (stack order), if any.
 
         As a whole-group sort would report it: the first out-of-vocabulary id of the
@@ -701,7 +702,7 @@ class _StackJob:
         """
         tasks = sorted(self.tasks, key=lambda t: t["s0"])
         for g in range(len(self.groups)):
-            for kind in ("oov", "bad"):
+            for kind in kinds:
                 for t in tasks:
                     if t[kind][g] >= 0:
                         return kind, int(t[kind][g])
@@ -961,6 +962,10 @@ def _execute_jobs(jobs, ranges, work, sizes, scratch, batch, G, S, kern, config,
     _run_tasks(slices, work, sizes, num_threads)
     # errors in stack order, as a stack-by-stack run would raise them
     B = batch.batch_size
+    for j in jobs:            # out-of-vocabulary ids first, as compute_stats (no gains) sees them
+        err = j.first_error(("oov",))
+        if err is not None:
+            raise _Oov(err[1])
     for j in jobs:
         err = j.first_error()
         if err is not None:
@@ -978,6 +983,91 @@ def _execute_jobs(jobs, ranges, work, sizes, scratch, batch, G, S, kern, config,
     return [j.result() for j in jobs]
 
 
+# Memory the engine may allocate for one call (bytes), unless SCWORK_MAX_SCRATCH_BYTES
+# says otherwise; the default is the machine's physical memory. A topology such as
+# Topology(10**6, 4) needs G * S * P per-partition counters per stack (128 TB): the
+# estimate refuses it before numpy tries.
+SCRATCH_LIMIT_ENV = "SCWORK_MAX_SCRATCH_BYTES"
+
+
+def scratch_limit_bytes() -> int:
+    """The scratch budget of one :func:`compute_stats` / :func:`preprocess` call, in bytes.
+
+    ``SCWORK_MAX_SCRATCH_BYTES`` (an integer number of bytes) if set, else the
+    machine's physical memory.
+    """
+    text = os.environ.get(SCRATCH_LIMIT_ENV)
+    if text is not None:
+        if not text.strip().isascii() or not text.strip().isdigit() or len(text.strip()) > 30:
+            raise ConfigError(f"{SCRATCH_LIMIT_ENV}={text[:40]!r} must be a number of bytes (ASCII digits)")
+        return int(text.strip())
+    try:
+        return int(os.sysconf("SC_PHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
+    except (ValueError, OSError, AttributeError):          # no sysconf: assume 64 GiB
+        return 64 << 30
+
+
+def estimate_scratch_bytes(plan: StackingPlan, batch: FeatureBatch, G: int, S: int, want_csr: bool,
+                           num_threads: int = 1) -> int:
+    """Upper estimate (exact integers) of the bytes one call allocates.
+
+    Per stack: the per-(device, SC, partition) counters and their copies in the
+    statistics Dataset (about 8 int64 arrays of ``G * S * P``), the naive-view
+    lists (8 bytes per id), per-worker sort scratch (about 40 bytes per id of the
+    largest slice), and with CSR the row pointers, the stacked-row gains and the
+    ``emb``/``smp``/``gout`` buffers (12 bytes per slot, padding included).
+    """
+    nsl = G * S
+    n = batch.batch_size // nsl
+    total = 0
+    for st in plan.stacks:
+        P = st.num_partitions
+        ids = sum(int(batch._splits[batch._feature_index(f.name), -1] - batch._splits[batch._feature_index(f.name), 0])
+                  for f in st.features)
+        total += 8 * 8 * nsl * P + 8 * ids + 40 * ids * num_threads
+        if want_csr:
+            total += 4 * nsl * max(P, _ALIGN) + 4 * nsl * (1 << _lbits(len(st.features), n))
+            if st.max_ids_per_partition is not None:
+                slots = nsl * round_up(st.max_ids_per_partition, _ALIGN) * P
+            else:
+                slots = ids + nsl * (_ALIGN - 1) * P + nsl * _ALIGN
+            total += 12 * slots
+    return total
+
+
+def _check_scratch(plan: StackingPlan, batch: FeatureBatch, G: int, S: int, want_csr: bool,
+                   num_threads: int) -> None:
+    need = estimate_scratch_bytes(plan, batch, G, S, want_csr, num_threads)
+    limit = scratch_limit_bytes()
+    if need > limit:
+        P = plan.stacks[0].num_partitions if plan.stacks else 0
+        raise ConfigError(
+            f"this call would allocate about {need:,} bytes ({need / 2**30:,.1f} GiB) of scratch for "
+            f"{len(plan.stacks)} stack(s) on {G} devices x {S} SparseCores x {P} partitions, above the limit "
+            f"of {limit:,} bytes ({SCRATCH_LIMIT_ENV} or the machine's memory). Use a smaller topology or "
+            f"batch, lower max_ids_per_partition, or raise {SCRATCH_LIMIT_ENV} if the machine has the memory."
+        )
+
+
+def _check_gain_inputs(batch: FeatureBatch, plan: StackingPlan, on_out_of_vocabulary: str) -> None:
+    """Reject weights whose float32 gains would overflow or underflow, before any kernel.
+
+    Out-of-vocabulary ids come first, as in :func:`compute_stats`: with
+    ``on_out_of_vocabulary="error"`` and an OOV id the kernels raise
+    OutOfVocabularyError; with ``"drop"`` the dropped ids' weights are not checked.
+    """
+    weighted = [(f.name, st.combiner) for st in plan.stacks for f in st.features if batch.has_weights(f.name)]
+    if not weighted:
+        return
+    masks = _oov_masks(batch, plan)
+    if any(m.any() for m in masks.values()):
+        if on_out_of_vocabulary == "error":
+            return
+        batch = batch._without(masks)
+    for name, combiner in weighted:
+        _check_gains(batch, name, combiner)
+
+
 def _run(batch, features, topology, stacking, config, on_out_of_vocabulary, stack_limits, rotation,
          activation_mem_bytes_limit, num_threads, backend, want_csr):
     features = _check_inputs(batch, features, topology, config, on_out_of_vocabulary)
@@ -992,6 +1082,9 @@ def _run(batch, features, topology, stacking, config, on_out_of_vocabulary, stac
         if len(st.features) * batch.batch_size > 2**31 - 1:
             raise InputError(f"stack {st.name!r}: {len(st.features)} features x {batch.batch_size} samples "
                              "exceed 2**31 - 1 rows (sample ids are int32); use a smaller batch or split the stack")
+    _check_scratch(plan, batch, G, S, want_csr, num_threads)
+    if want_csr:
+        _check_gain_inputs(batch, plan, on_out_of_vocabulary)
     oov_counts = {st.name: 0 for st in plan.stacks}
     batch_used = batch
     for attempt in range(2):

@@ -175,3 +175,122 @@ def test_dense_ragged_coo_agree(rows):
     c = FeatureBatch.from_coo({"f": (np.array(idx, np.int64).reshape(-1, 2), vals, (len(rows), width))})
     for other in (d, c):
         assert np.array_equal(a["f"][0], other["f"][0]) and np.array_equal(a["f"][1], other["f"][1])
+
+
+# -- issue 12: constructors reject every bad input with an InputError --------------------
+@pytest.mark.parametrize("call, match", [
+    (lambda: FeatureBatch.from_dense([[1, 2]]), "from_dense data must be a dict"),
+    (lambda: FeatureBatch.from_coo([([[0, 0]], [1], (1, 1))]), "from_coo data must be a dict"),
+    (lambda: FeatureBatch.from_ragged({"f": ([2**64], [0, 1])}), "does not fit in int64"),
+    (lambda: FeatureBatch.from_ragged({"f": ([-2**63 - 1], [0, 1])}), "does not fit in int64"),
+    (lambda: FeatureBatch.from_coo({"f": ([[0, 0]], [1], (3.9, 1.5))}), "dense_shape must be integral"),
+    (lambda: FeatureBatch({"f": ([1], [0, 1])}, weights={1: [1.0], "f": [1.0]}), r"unknown features \[1\]"),
+    (lambda: FeatureBatch.from_dense({"f": [[1]]}, weights={1: [1.0], "g": [1.0]}), "unknown features"),
+    (lambda: FeatureBatch({"f": ([1], [0, 1])}, weights=[1.0]), "weights must be a dict"),
+    (lambda: FeatureBatch({"f": ([1], [0, 1])}, weights={"f": [1e-50]}), "underflows to 0 in float32"),
+    (lambda: FeatureBatch({"f": ([1], [0, 1])}, weights={"f": [10**400]}), "too large"),
+    (lambda: FeatureBatch.from_dense({"f": [[1]]}, pad=1.5), "pad must be integral"),
+])
+def test_constructor_bad_inputs_are_input_errors(call, match):
+    with pytest.raises(InputError, match=match):
+        call()
+
+
+@pytest.mark.parametrize("text", ["1_000", "\u0661\u0662", "+5", "1e3", " 0x10", "9" * 5000, "1.0"])
+def test_from_columns_accepts_only_ascii_digit_ids(text):
+    pd = pytest.importorskip("pandas")
+    with pytest.raises(InputError, match="is not an integer id") as info:
+        FeatureBatch.from_columns(pd.DataFrame({"a": [f"3,{text}"]}))
+    assert len(str(info.value)) < 400          # a 5,000-digit token is cut in the message
+
+
+def test_from_columns_text_weights_are_plain_decimals():
+    pd = pytest.importorskip("pandas")
+    df = pd.DataFrame({"a": ["1,2"], "w": ["0.5, 2e1"]})
+    assert FeatureBatch.from_columns(df, columns=["a"], weights={"a": "w"}).weights("a").tolist() == [0.5, 20.0]
+    with pytest.raises(InputError, match="not a plain decimal number"):
+        FeatureBatch.from_columns(pd.DataFrame({"a": ["1,2"], "w": ["1_0,2"]}), columns=["a"], weights={"a": "w"})
+    with pytest.raises(InputError, match="flat list"):
+        FeatureBatch.from_columns(pd.DataFrame({"a": [[1, [2, 3]]]}))
+
+
+# -- issue 12: float32 gains never silently become inf or 0 -------------------------------
+def _gain_case(weights, combiner, ids=None):
+    import scwork
+    from scwork.sharding import FeatureSpec, TableSpec, compute_stats, preprocess
+
+    ids = [1] * len(weights) if ids is None else ids
+    batch = FeatureBatch({"f": (ids, [0, len(ids)])}, weights={"f": weights})
+    feats = [FeatureSpec("f", TableSpec("t", 8, 8, combiner=combiner))]
+    return (lambda: preprocess(batch, feats, scwork.Topology(1, 1)),
+            lambda: compute_stats(batch, feats, scwork.Topology(1, 1)))
+
+
+@pytest.mark.parametrize("weights, combiner, match", [
+    ([1e20, 1e20], "sqrtn", "feature 'f', sample 0: the squared weights add up to 2e"),
+    ([3e38, 3e38], "sum", "feature 'f', sample 0: id 1 appears 2 times and its gains add up to 6e"),
+    ([3e38, 3e38], "mean", "feature 'f', sample 0: the weight magnitudes add up to 6e"),
+    ([1e-30], "sqrtn", "below float32's smallest normal"),
+    ([1e8, 1.0, -1e8], "mean", "nearly cancel"),
+    ([1e30, 1e-30], "mean", "which float32 cannot hold"),
+    ([1.0, -1.0], "mean", "the weights sum to 0"),
+])
+def test_gains_out_of_float32_range_are_input_errors(weights, combiner, match):
+    ids = list(range(len(weights))) if combiner != "sum" else None
+    run_preprocess, run_stats = _gain_case(weights, combiner, ids)
+    with pytest.raises(InputError, match=match):
+        run_preprocess()
+    run_stats()                               # no gains in compute_stats: no error
+
+
+def test_large_and_tiny_gains_that_fit_are_exact():
+    run_preprocess, _ = _gain_case([1e19, 1e19], "sqrtn", [1, 2])
+    gains = run_preprocess().csr["t"].partition(0, 0, 0)[2]
+    np.testing.assert_allclose(gains, [2**-0.5, 2**-0.5], rtol=1e-6)
+    run_preprocess, _ = _gain_case([1e-15, 3e-15], "mean", [1, 2])
+    np.testing.assert_allclose(run_preprocess().csr["t"].partition(0, 0, 0)[2], [0.25, 0.75], rtol=1e-6)
+
+
+def test_oov_comes_before_gain_errors_in_both_calls():
+    import scwork
+    from scwork.errors import OutOfVocabularyError
+    from scwork.sharding import FeatureSpec, TableSpec, compute_stats, preprocess
+
+    batch = FeatureBatch({"a": ([1, 1], [0, 2], [1e20, 1e20]), "b": ([99], [0, 1])})
+    feats = [FeatureSpec("a", TableSpec("ta", 8, 8, combiner="sqrtn")), FeatureSpec("b", TableSpec("tb", 8, 8))]
+    errors = []
+    for call in (compute_stats, preprocess):
+        with pytest.raises(OutOfVocabularyError) as info:
+            call(batch, feats, scwork.Topology(1, 1), stacking=None)
+        errors.append(str(info.value))
+    assert errors[0] == errors[1]
+    with pytest.raises(InputError, match="squared weights"):   # dropped OOV ids: then the gains
+        preprocess(batch, feats, scwork.Topology(1, 1), stacking=None, on_out_of_vocabulary="drop")
+
+
+# -- issue 12: allocations are estimated before they are made -----------------------------
+def test_huge_topology_is_refused_before_allocating(monkeypatch):
+    import scwork
+    from scwork.errors import ConfigError
+    from scwork.sharding import FeatureSpec, TableSpec, compute_stats, preprocess
+    from scwork.sharding import engine
+
+    B = 4 * 10**6
+    batch = FeatureBatch({"f": (np.zeros(B, np.int64), np.arange(B + 1))})
+    feats = [FeatureSpec("f", TableSpec("t", 8, 8))]
+    for call in (compute_stats, preprocess):
+        with pytest.raises(ConfigError, match=r"would allocate about \d,\d{3},\d{3},\d{3},\d{3},\d{3} bytes "
+                                              r"\([\d,.]+ GiB\).*SCWORK_MAX_SCRATCH_BYTES"):
+            call(batch, feats, scwork.Topology(10**6, 4))
+    # the limit is the environment variable when set; realistic sizes keep working
+    small = FeatureBatch({"f": ([1, 2, 3, 4], [0, 1, 2, 3, 4])})
+    need = engine.estimate_scratch_bytes(engine.plan_stacking(feats, scwork.Topology(2, 2), "auto", batch_size=4),
+                                         small, 2, 2, False)
+    monkeypatch.setenv("SCWORK_MAX_SCRATCH_BYTES", str(need))
+    compute_stats(small, feats, scwork.Topology(2, 2))
+    monkeypatch.setenv("SCWORK_MAX_SCRATCH_BYTES", str(need - 1))
+    with pytest.raises(ConfigError, match=f"above the limit of {need - 1:,} bytes"):
+        compute_stats(small, feats, scwork.Topology(2, 2))
+    monkeypatch.setenv("SCWORK_MAX_SCRATCH_BYTES", "1_000")
+    with pytest.raises(ConfigError, match="must be a number of bytes"):
+        compute_stats(small, feats, scwork.Topology(2, 2))
