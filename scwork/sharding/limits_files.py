@@ -131,8 +131,11 @@ def _int_value(value: Any, where: str, field: str, *, minimum: int, maximum: int
         v = int(value)
     elif isinstance(value, str):
         text = value.strip()
-        if not re.fullmatch(r"[+-]?\d+", text):
-            raise error(f"{where}: {field} must be an integer, got {value!r}")
+        # ASCII digits only (\d would take Arabic-Indic digits) and at most 30 of them
+        # (int() refuses 4,301+ digits with a bare ValueError)
+        if not re.fullmatch(r"[+-]?[0-9]{1,30}", text):
+            shown = repr(value) if len(value) <= 60 else f"{value[:60]!r}... ({len(value)} characters)"
+            raise error(f"{where}: {field} must be an integer, got {shown} (ASCII digits, at most 30)")
         v = int(text)
     else:
         raise error(f"{where}: {field} must be an integer, got {value!r} ({type(value).__name__})")
@@ -140,7 +143,8 @@ def _int_value(value: Any, where: str, field: str, *, minimum: int, maximum: int
         what = "negative" if v < 0 else "too small"
         raise error(f"{where}: {field} is {what} ({v}); it must be >= {minimum}")
     if v > maximum:
-        raise error(f"{where}: {field} is {v}, above {maximum} (ids and offsets are int32 on the device)")
+        shown = str(v) if v < 10**30 else f"a {len(str(v))}-digit number"
+        raise error(f"{where}: {field} is {shown}, above {maximum} (ids and offsets are int32 on the device)")
     return v
 
 
@@ -359,9 +363,24 @@ def write_limits(limits: Any, path: str | os.PathLike, *, format: str | None = N
             w.writerow([n, v.max_ids_per_partition, v.max_unique_ids_per_partition,
                         "" if v.required_buffer_size is None else v.required_buffer_size])
         text = buf.getvalue()
-    with open(path, "w", encoding="utf-8", newline="") as fh:
-        fh.write(text)
+    _write_atomically(path, lambda fh: fh.write(text.encode("utf-8")))
     return path
+
+
+def _write_atomically(path: Path, write) -> None:
+    """Write ``path`` through a temporary file in the same folder and rename it:
+    readers never see half a file, and a failure leaves the old file (or none)."""
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(temporary, "wb") as fh:
+            write(fh)
+        os.replace(temporary, path)
+    except OSError as err:
+        try:
+            temporary.unlink()
+        except OSError:
+            pass
+        raise ConfigError(f"cannot write {str(path)!r} ({err}); nothing was written") from None
 
 
 def _json_default(obj: Any) -> Any:
@@ -427,6 +446,12 @@ def _parse_json(shown: str, text: str):
         doc = json.loads(text)
     except json.JSONDecodeError as err:
         raise InputError(f"{shown}: not valid JSON ({err.msg} at line {err.lineno}, column {err.colno})") from None
+    except RecursionError:
+        raise InputError(f"{shown}: JSON nested too deeply to read; a limits file is an object "
+                         "{'format', 'version', 'stacks': {stack: {field: int}}}") from None
+    except ValueError as err:          # e.g. an integer of more than 4,300 digits
+        raise InputError(f"{shown}: not a readable JSON limits file ({err}); limits are integers "
+                         f"up to {INT32_MAX}") from None
     if not isinstance(doc, dict):
         raise InputError(f"{shown}: the top level must be a JSON object with 'format', 'version' and 'stacks'")
     unknown = sorted(set(doc) - {"format", "version", "stacks", "metadata"})
@@ -474,8 +499,12 @@ def _entry(where: str, entry: Mapping[str, Any]) -> StackLimits:
 def _parse_csv(shown: str, text: str):
     reader = csv.reader(io.StringIO(text, newline=""))
     rows = []
-    for row in reader:
-        rows.append((reader.line_num, row))
+    try:
+        for row in reader:
+            rows.append((reader.line_num, row))
+    except csv.Error as err:           # a field over csv's 128 KiB limit, a NUL byte, ...
+        raise InputError(f"{shown}, line {reader.line_num}: not readable as CSV ({err}); expected rows "
+                         f"{','.join(CSV_COLUMNS)} with short fields") from None
     start = 0
     if rows and rows[0][1] and rows[0][1][0].lstrip().startswith("#"):
         first = ",".join(rows[0][1])
@@ -561,6 +590,12 @@ class FdoStats:
                 vals[f] = max(1, int(np.max(arr))) if np.size(arr) else 1
             buf = self.required_buffer_size_per_sc.get(name)
             vals["required_buffer_size"] = int(np.max(buf)) if buf is not None and np.size(buf) else None
+            for f, v in vals.items():
+                if v is not None and v > INT32_MAX:
+                    key = name + FDO_SUFFIXES.get(f, "_required_buffer_size")
+                    raise InputError(f"{src}: stack {name!r}, key {key!r}: the largest value {v} is above "
+                                     f"{INT32_MAX} (limits are int32 on the device); the stats file is corrupt or "
+                                     "not from this model")
             out[name] = StackLimits(**vals)
         return Limits(out, metadata={"source": "jax-tpu-embedding FDO stats", "files": list(self.files)})
 
@@ -633,14 +668,27 @@ def write_fdo_stats(stats: Any, directory: str | os.PathLike, *, process_index: 
         if v is not None and (isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 0):
             raise ConfigError(f"{name} must be a non-negative int, got {v!r}")
     directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
     ts = time.time_ns() if timestamp_ns is None else int(timestamp_ns)
     arrays = {}
     for f in fields:
         for name, arr in getattr(stats, f).items():
-            arrays[f"{name}{FDO_SUFFIXES[f]}"] = np.asarray(arr)
+            key = f"{name}{FDO_SUFFIXES[f]}"
+            if not isinstance(name, str) or not name:
+                raise ConfigError(f"FDO stats {f}: stack names must be non-empty strings, got {name!r}")
+            try:
+                value = np.asarray(arr)
+            except (ValueError, TypeError, OverflowError) as err:
+                raise ConfigError(f"FDO stats key {key!r}: not an array of counts ({err})") from None
+            try:                               # what read_fdo_stats accepts, checked before writing
+                arrays[key] = _check_fdo_array("(to write)", key, value)
+            except InputError as err:
+                raise ConfigError(str(err)) from None
     path = directory / f"{_FDO_FILE_NAME}_{int(process_index)}_{ts}.{_FDO_EXTENSION}"
-    np.savez(path, **arrays)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise ConfigError(f"cannot create the FDO directory {str(directory)!r} ({err})") from None
+    _write_atomically(path, lambda fh: np.savez(fh, **arrays))
     return path
 
 
@@ -712,7 +760,7 @@ def read_fdo_stats(directory: str | os.PathLike) -> FdoStats:
         except Exception as err:  # noqa: BLE001 - any unreadable file is an input error
             raise InputError(f"cannot read FDO stats file {file!r}: {err}") from None
         for key, value in arrays.items():
-            _check_fdo_array(file, key, value)
+            value = _check_fdo_array(file, key, value)
             if key not in merged:
                 merged[key] = value
                 origin[key] = file
@@ -736,7 +784,9 @@ def read_fdo_stats(directory: str | os.PathLike) -> FdoStats:
     return out
 
 
-def _check_fdo_array(file: str, key: str, value: np.ndarray) -> None:
+def _check_fdo_array(file: str, key: str, value: np.ndarray) -> np.ndarray:
+    """``value`` as int64 (exact: merging int64 with uint64 or float arrays would go
+    through float64), or an InputError naming the file and the key."""
     if value.dtype.kind not in "iu":
         if value.dtype.kind == "f" and np.all(np.isfinite(value)) and np.all(value == np.floor(value)):
             pass
@@ -745,6 +795,11 @@ def _check_fdo_array(file: str, key: str, value: np.ndarray) -> None:
                              f"{value.dtype}")
     if value.size and np.min(value) < 0:
         raise InputError(f"FDO stats file {file!r}, key {key!r}: negative value {np.min(value)}; counts are >= 0")
+    if value.size and (value.dtype.kind == "u" and np.max(value) > np.iinfo(np.int64).max
+                       or value.dtype.kind == "f" and np.max(value) >= 2.0**63):
+        raise InputError(f"FDO stats file {file!r}, key {key!r}: value {np.max(value)!r} is above the int64 "
+                         f"range (limits are int32, at most {INT32_MAX})")
+    return value.astype(np.int64)
 
 
 # --------------------------------------------------------------------------------------

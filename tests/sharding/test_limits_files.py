@@ -328,3 +328,64 @@ def test_apply_fdo_directory(tmp_path):
     np.savez(tmp_path / "fdo_stats_0_1.npz", t_max_ids=np.array([3, 7]), t_max_unique_ids=np.array([2, 5]))
     plan = plan_stacking(feats, topo, stacking=None)
     assert apply_limits(plan, tmp_path) == {"t": (7, 5)}
+
+
+# -- issue 12: readers wrap every parser error; writers are all or nothing ---------------
+_HEADER = "stack,max_ids_per_partition,max_unique_ids_per_partition,required_buffer_size\n"
+
+
+@pytest.mark.parametrize("name, text, match", [
+    ("deep.json", "[" * 100_000 + "]" * 100_000, "nested too deeply"),
+    ("big.json", '{"format": "scwork-limits", "version": 1, "stacks": {"t": {"max_ids_per_partition": '
+                 + "9" * 5000 + ', "max_unique_ids_per_partition": 1}}}', "not a readable JSON limits file"),
+    ("digits.json", '{"format": "scwork-limits", "version": 1, "stacks": {"t": {"max_ids_per_partition": '
+                    '"\u0661\u0662", "max_unique_ids_per_partition": 1}}}', r"stacks\['t'\]: max_ids_per_partition "
+                                                                            "must be an integer"),
+    ("huge.csv", _HEADER + "t," + "1" * (200 * 1024) + ",1,\n", r"huge.csv, line \d+: not readable as CSV"),
+    ("long.csv", _HEADER + "t," + "1" * 5000 + ",1,\n", r"row 2 \(stack 't'\): max_ids_per_partition must be an "
+                                                       r"integer, got '1111.*\(5000 characters\)"),
+    ("over.csv", _HEADER + "t,2147483648,1,\n", "above 2147483647"),
+])
+def test_unreadable_limits_files_are_input_errors(tmp_path, name, text, match):
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(InputError, match=match) as info:
+        read_limits(path)
+    assert str(path) in str(info.value) and len(str(info.value)) < 1000
+
+
+def test_fdo_values_above_int32_name_file_and_stack(tmp_path):
+    np.savez(tmp_path / "fdo_stats_0_1.npz", big_max_ids=np.array([2**31]), big_max_unique_ids=np.array([1]))
+    stats = read_fdo_stats(tmp_path)
+    with pytest.raises(InputError, match=r"fdo_stats_0_1.npz: stack 'big', key 'big_max_ids': the largest "
+                                         r"value 2147483648 is above 2147483647"):
+        stats.to_limits()
+
+
+def test_fdo_merge_is_exact_across_dtypes(tmp_path):
+    big = 2**53 + 1                      # not a float64: a merge through float64 would change it
+    np.savez(tmp_path / "fdo_stats_0_1.npz", t_max_ids=np.array([big, 1], np.uint64))
+    np.savez(tmp_path / "fdo_stats_1_1.npz", t_max_ids=np.array([1, 2], np.int64))
+    assert read_fdo_stats(tmp_path).max_ids_per_partition["t"].tolist() == [big, 2]
+    np.savez(tmp_path / "fdo_stats_2_1.npz", t_max_ids=np.array([1e300, 2.0]))
+    with pytest.raises(InputError, match="fdo_stats_2_1.npz.*key 't_max_ids'.*above the int64 range"):
+        read_fdo_stats(tmp_path)
+
+
+def test_writers_validate_before_writing(tmp_path):
+    from scwork.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="negative value"):
+        write_fdo_stats(FdoStats({"t": np.array([-1])}, {"t": np.array([1])}), tmp_path / "fdo")
+    assert not (tmp_path / "fdo").exists()
+    with pytest.raises(ConfigError, match="values must be integers"):
+        write_fdo_stats(FdoStats({"t": np.array([0.5])}, {"t": np.array([1])}), tmp_path / "fdo")
+    assert not (tmp_path / "fdo").exists()
+    target = tmp_path / "l.json"
+    write_limits({"t": (16, 8)}, target)
+    before = target.read_bytes()
+    with pytest.raises(ConfigError):
+        write_limits({"t": (-1, 8)}, target)
+    assert target.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["l.json"]
+    with pytest.raises(ConfigError, match="nothing was written"):
+        write_limits({"t": (16, 8)}, tmp_path / "missing" / "l.csv")
