@@ -240,3 +240,225 @@ def report_wrong(surface: str, message: str):
     """Count a silently wrong result of ``surface`` and fail with ``message``."""
     _count(surface, "wrong")
     raise AssertionError(f"{surface}: silently wrong result: {message}")
+
+
+# -- sharding input surfaces (fuzz strategies) ------------------------------------------------
+#: Integers at the edges of the dtypes the sharding engine uses (int32 offsets, int64 ids).
+EDGE_INTEGERS = (0, 1, -1, 2**31 - 1, 2**31, -2**31 - 1, 2**32, 2**53 + 1, 2**63 - 1, 2**63, -2**63,
+                 -2**63 - 1, 2**64, 10**30)
+#: Floats at the edges of float32/float64: overflow, underflow, subnormals, NaN.
+EDGE_FLOATS = (0.0, -0.0, 0.5, 1.0, 3.9, 1e-46, 1e-40, 1e-30, 1e-20, 1e19, 1e20, 3e38, 3.5e38, 1e300,
+               float("inf"), float("-inf"), float("nan"), 2.0**63, -2.0**63)
+#: Texts that look like integers to ``int()`` but are not ASCII digit strings.
+TRICKY_INTEGER_TEXTS = ("1_000", "\u0661\u0662", "+5", " 7 ", "1e3", "0x10", "٣", "Ⅻ", "9" * 5000, "-0",
+                        "", " ", "1,2", "nan", "inf", "1.0", "１２")
+
+
+def odd_scalars():
+    """Single values of every kind a careless caller passes as an id, weight or count."""
+    return st.one_of(
+        st.integers(-2**70, 2**70), st.sampled_from(EDGE_INTEGERS), st.sampled_from(EDGE_FLOATS),
+        st.floats(allow_nan=True, allow_infinity=True), st.booleans(), st.none(),
+        st.sampled_from(TRICKY_INTEGER_TEXTS), st.text(max_size=6), st.binary(max_size=4),
+        st.complex_numbers(max_magnitude=10, allow_nan=False, allow_infinity=False))
+
+
+def odd_arrays(max_size: int = 6):
+    """Array-likes: lists of odd scalars, nested and ragged lists, numpy arrays of any dtype."""
+    flat = st.lists(odd_scalars(), max_size=max_size)
+    nested = st.lists(st.one_of(odd_scalars(), flat), max_size=max_size)
+    dtypes = st.sampled_from(["int8", "int32", "int64", "uint64", "float16", "float32", "float64", "bool",
+                              "complex64", "U3", "O"])
+
+    @st.composite
+    def typed(draw):
+        values = draw(st.lists(st.integers(-5, 2**20), max_size=max_size))
+        dtype = draw(dtypes)
+        shape = draw(st.sampled_from([(len(values),), (1, len(values)), (len(values), 1)]))
+        return np.asarray(values).astype(dtype, copy=False).reshape(shape) if dtype != "O" else \
+            np.asarray(values, dtype=object).reshape(shape)
+
+    return st.one_of(flat, nested, typed(), odd_scalars(), st.dictionaries(st.text(max_size=3), odd_scalars(),
+                                                                            max_size=2))
+
+
+@st.composite
+def ragged_feature(draw, batch_size: int, vocab: int = 40, max_len: int = 4, weighted=None):
+    """A valid ``(ids, row_splits[, weights])`` triple of ``batch_size`` samples (ids < vocab + 2)."""
+    lengths = draw(st.lists(st.integers(0, max_len), min_size=batch_size, max_size=batch_size))
+    total = int(sum(lengths))
+    ids = draw(st.lists(st.integers(0, vocab + 1), min_size=total, max_size=total))
+    row_splits = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    if weighted is None:
+        weighted = draw(st.booleans())
+    if not weighted:
+        return np.asarray(ids, np.int64), row_splits
+    weights = draw(st.lists(st.one_of(st.floats(-4, 4, allow_nan=False), st.sampled_from(EDGE_FLOATS[:14])),
+                            min_size=total, max_size=total))
+    return np.asarray(ids, np.int64), row_splits, np.asarray(weights, np.float64)
+
+
+def feature_names():
+    """Feature names: mostly short ASCII, sometimes odd (empty, non-string)."""
+    return st.one_of(st.sampled_from(["a", "b", "c"]), st.text(max_size=3), st.integers(0, 2), st.none())
+
+
+@st.composite
+def feature_batch_calls(draw):
+    """``(constructor, args, kwargs)`` for a FeatureBatch constructor, valid or broken.
+
+    ``constructor`` is one of ``"from_ragged"``, ``"from_dense"``, ``"from_coo"``,
+    ``"from_columns"``; the arguments are either valid data (then mutated, maybe) or
+    :func:`odd_arrays` in any position.
+    """
+    kind = draw(st.sampled_from(["from_ragged", "from_dense", "from_coo", "from_columns"]))
+    batch_size = draw(st.integers(0, 4))
+    names = draw(st.lists(feature_names(), min_size=0, max_size=3, unique_by=repr))
+    broken = draw(st.integers(0, 3)) == 0          # one in four: arguments from odd_arrays
+    kwargs: dict = {}
+    if kind == "from_ragged":
+        data = {n: draw(ragged_feature(batch_size)) for n in names}
+        if broken and data:
+            n = draw(st.sampled_from(list(data)))
+            pos = draw(st.integers(0, len(data[n]) - 1))
+            entry = list(data[n])
+            entry[pos] = draw(odd_arrays())
+            data[n] = tuple(entry)
+    elif kind == "from_dense":
+        width = draw(st.integers(0, 4))
+        data = {n: draw(st.lists(st.lists(st.integers(-2, 50), min_size=width, max_size=width),
+                                 min_size=batch_size, max_size=batch_size)) for n in names}
+        if broken and data:
+            data[draw(st.sampled_from(list(data)))] = draw(odd_arrays())
+        if draw(st.booleans()):
+            kwargs["pad"] = draw(st.one_of(st.just(-1), odd_scalars()))
+    elif kind == "from_coo":
+        data = {}
+        for n in names:
+            width = draw(st.integers(1, 3))
+            cells = draw(st.lists(st.tuples(st.integers(0, max(batch_size - 1, 0)), st.integers(0, width - 1)),
+                                  max_size=6, unique=True)) if batch_size else []
+            data[n] = ([list(c) for c in cells], draw(st.lists(st.integers(0, 50), min_size=len(cells),
+                                                               max_size=len(cells))),
+                       (batch_size, width))
+        if broken and data:
+            n = draw(st.sampled_from(list(data)))
+            entry = list(data[n])
+            entry[draw(st.integers(0, 2))] = draw(st.one_of(odd_arrays(), st.tuples(odd_scalars(), odd_scalars())))
+            data[n] = tuple(entry)
+    else:
+        import pandas as pd
+
+        columns = {}
+        for n in names:
+            if not isinstance(n, str):
+                continue
+            cells = draw(st.lists(st.one_of(st.integers(-1, 50), st.none(), st.sampled_from(TRICKY_INTEGER_TEXTS),
+                                            st.lists(st.integers(0, 50), max_size=3),
+                                            st.text(alphabet="0123456789, ", max_size=8)),
+                                  min_size=batch_size, max_size=batch_size))
+            columns[n] = cells
+        data = pd.DataFrame({n: pd.Series(c, dtype=object) for n, c in columns.items()}) if columns \
+            else pd.DataFrame(index=range(batch_size))
+        if draw(st.booleans()):
+            kwargs["sep"] = draw(st.sampled_from([",", "|", "", " "]))
+        return kind, (data,), kwargs
+    if not broken and draw(st.integers(0, 3)) == 0:
+        data = draw(odd_arrays())                  # not a dict at all
+    if kind in ("from_dense", "from_coo") and draw(st.integers(0, 4)) == 0:
+        kwargs["weights"] = draw(st.one_of(
+            st.dictionaries(feature_names(), odd_arrays(), max_size=2), odd_arrays()))
+    return kind, (data,), kwargs
+
+
+@st.composite
+def sharding_engine_cases(draw, max_devices: int = 3, max_sparsecores: int = 4):
+    """Inputs of ``compute_stats`` / ``preprocess``: valid by default, one part broken at times.
+
+    Returns a dict with ``data`` (``{feature: (ids, row_splits[, weights])}``),
+    ``tables`` (per feature: TableSpec keyword arguments), ``topology`` (``(G, S)`` or
+    an odd object), ``config`` (SparsecoreConfig keyword arguments), ``stacking``,
+    ``on_out_of_vocabulary``, ``stack_limits``, ``num_threads`` and ``broken`` (the
+    name of the broken part or None). Build the objects inside the call under test,
+    so that constructor errors are checked too.
+    """
+    G = draw(st.integers(1, max_devices))
+    S = draw(st.integers(1, max_sparsecores))
+    batch_size = G * S * draw(st.integers(1, 3))
+    nfeat = draw(st.integers(1, 3))
+    names = ["a", "b", "c"][:nfeat]
+    data, tables = {}, {}
+    shared = draw(st.booleans())
+    for i, n in enumerate(names):
+        vocab = draw(st.integers(1, 40))
+        data[n] = draw(ragged_feature(batch_size, vocab=vocab, weighted=draw(st.integers(0, 2)) == 0))
+        limit = draw(st.one_of(st.none(), st.integers(1, 12)))
+        tables[n] = {"name": "t0" if shared and i else f"t{i}", "vocab_size": vocab,
+                     "embedding_dim": draw(st.sampled_from([1, 4, 8, 16, 24])),
+                     "combiner": draw(st.sampled_from(["sum", "mean", "sqrtn"])),
+                     "max_ids_per_partition": limit,
+                     "max_unique_ids_per_partition": draw(st.one_of(st.none(), st.integers(1, 12)))}
+    if shared:      # features of one table share its spec
+        for n in names[1:]:
+            tables[n] = dict(tables[names[0]], name="t0") if len(names) > 1 else tables[n]
+        tables[names[0]]["name"] = "t0"
+    case = {"data": data, "tables": tables, "topology": (G, S),
+            "config": {"allow_id_dropping": draw(st.booleans()),
+                       "max_ids_per_chip_per_sample": draw(st.one_of(st.none(), st.integers(1, 64)))},
+            "stacking": draw(st.sampled_from(["auto", None])),
+            "on_out_of_vocabulary": draw(st.sampled_from(["error", "drop"])),
+            "stack_limits": None, "num_threads": draw(st.sampled_from([1, 1, 2])), "broken": None}
+    part = draw(st.sampled_from([None] * 6 + ["topology", "table", "config", "stacking", "oov", "stack_limits",
+                                              "num_threads", "batch_size"]))
+    case["broken"] = part
+    if part == "topology":
+        case["topology"] = draw(st.one_of(st.tuples(st.integers(-2, 3), st.integers(-2, 5)), odd_scalars()))
+    elif part == "table":
+        n = draw(st.sampled_from(names))
+        field = draw(st.sampled_from(["vocab_size", "embedding_dim", "combiner", "max_ids_per_partition",
+                                      "max_unique_ids_per_partition", "name"]))
+        tables[n][field] = draw(odd_scalars())
+    elif part == "config":
+        case["config"][draw(st.sampled_from(["allow_id_dropping", "max_ids_per_chip_per_sample",
+                                             "max_ids_per_table"]))] = draw(odd_scalars())
+    elif part == "stacking":
+        case["stacking"] = draw(st.one_of(odd_scalars(), st.lists(st.lists(st.sampled_from(["t0", "t1", "t9"]),
+                                                                           max_size=3), max_size=3)))
+    elif part == "oov":
+        case["on_out_of_vocabulary"] = draw(odd_scalars())
+    elif part == "stack_limits":
+        case["stack_limits"] = draw(st.one_of(odd_scalars(), st.dictionaries(
+            st.sampled_from(["t0", "t1", "t9"]), st.one_of(st.tuples(odd_scalars(), odd_scalars()), odd_scalars()),
+            max_size=2)))
+    elif part == "num_threads":
+        case["num_threads"] = draw(odd_scalars())
+    elif part == "batch_size":
+        n = draw(st.sampled_from(names))
+        data[n] = draw(ragged_feature(batch_size + draw(st.integers(1, 2)), vocab=tables[n]["vocab_size"]))
+        for other in names:
+            if other != n:
+                data[other] = draw(ragged_feature(batch_size + 1, vocab=tables[other]["vocab_size"]))
+    return case
+
+
+def mutated_bytes(data: bytes):
+    """Strategy: ``data`` truncated, with flipped bits, spliced garbage, or replaced by random bytes."""
+    @st.composite
+    def mutate(draw):
+        how = draw(st.sampled_from(["same", "truncate", "flip", "splice", "random"]))
+        if how == "same" or not data:
+            return data if how == "same" else draw(st.binary(max_size=64))
+        if how == "truncate":
+            return data[:draw(st.integers(0, len(data) - 1))]
+        if how == "flip":
+            out = bytearray(data)
+            for _ in range(draw(st.integers(1, 4))):
+                pos = draw(st.integers(0, len(out) - 1))
+                out[pos] ^= 1 << draw(st.integers(0, 7))
+            return bytes(out)
+        if how == "splice":
+            pos = draw(st.integers(0, len(data)))
+            return data[:pos] + draw(st.binary(min_size=1, max_size=16)) + data[pos:]
+        return draw(st.binary(max_size=256))
+
+    return mutate()

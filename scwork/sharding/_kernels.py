@@ -571,10 +571,9 @@ def stack_slices(ids, splits, weights, has_w, combiner, n, P, lbits,
                     g_oov[g] = oov
                 ok = False
                 continue
-            if bad >= 0:
-                if g_bad[g] < 0:
-                    g_bad[g] = bad
-                ok = False
+            if bad >= 0:                          # gains NaN, counts go on: the limit
+                if g_bad[g] < 0:                  # errors, which compute_stats raises,
+                    g_bad[g] = bad                # come before the divisor error
             if not write:
                 ul_cnt[g * nsl + sl] = count_slice(sk[koff:], m, P, g_qbits[g], c0, pairs, distinct,
                                                    g_bitmap[g] != 0, bitmap, g_bmoff[g], ulist,
@@ -971,9 +970,8 @@ def stack_slices_reference(ids, splits, weights, has_w, combiner, n, P, lbits,
                 g_oov[g] = oov if g_oov[g] < 0 else g_oov[g]
                 ok = False
                 continue
-            if bad >= 0:
+            if bad >= 0:                          # as stack_slices: counting goes on
                 g_bad[g] = bad if g_bad[g] < 0 else g_bad[g]
-                ok = False
             ul_cnt[g * nsl + sl] = count_slice_reference(k, m, P, g_qbits[g], c0, pairs, distinct, bool(g_bitmap[g]),
                                                          bitmap, g_bmoff[g], ulist, g_uloff[g] + g_sloff[g, sl])
             runs.append((g, k[:m], gg[:m]))

@@ -122,12 +122,14 @@ True
 from __future__ import annotations
 
 import bisect
+import contextlib
 import dataclasses
 import glob
 import inspect
 import math
 import numbers
 import os
+import tokenize
 import uuid
 import zipfile
 import zlib
@@ -429,6 +431,15 @@ def _arrow_type_problem(typ) -> str | None:
     return f"has type {typ}; expected a list of integer ids (e.g. list<int64>) or one integer id per row"
 
 
+# What a truncated or bit-flipped NPZ can raise from zipfile, zlib and numpy's .npy
+# header parser (which tokenizes a Python literal): unsupported zip versions or
+# compression (NotImplementedError), encrypted members (RuntimeError), broken header
+# literals (SyntaxError, tokenize.TokenError, TypeError, RecursionError, MemoryError
+# for absurd shapes), bad text (UnicodeDecodeError).
+_NPZ_ERRORS = (OSError, EOFError, ValueError, TypeError, SyntaxError, RuntimeError, NotImplementedError,
+               zlib.error, zipfile.BadZipFile, tokenize.TokenError, MemoryError, OverflowError, KeyError)
+
+
 class _NpzMember:
     __slots__ = ("name", "dtype", "count", "offset", "stored")
 
@@ -450,7 +461,7 @@ def _read_npy_header(fh, shown: str, member: str):
             shape, _, dtype = fmt.read_array_header_2_0(fh)
         else:
             raise ValueError(f"unsupported .npy format version {version}")
-    except (ValueError, OSError, EOFError, SyntaxError, zlib.error, zipfile.BadZipFile) as exc:
+    except _NPZ_ERRORS as exc:
         raise ShardError(f"{shown}: member {member!r} is not a readable .npy array ({exc})", path=shown) from None
     return shape, dtype
 
@@ -458,7 +469,7 @@ def _read_npy_header(fh, shown: str, member: str):
 def _npz_member(zf: zipfile.ZipFile, path: Path, name: str, column: str) -> _NpzMember:
     try:
         return _npz_member_unchecked(zf, path, name, column)
-    except (OSError, EOFError, zipfile.BadZipFile, zlib.error, NotImplementedError) as exc:
+    except _NPZ_ERRORS as exc:
         raise ShardError(f"{path}, column {column!r}: cannot read member {name!r} ({exc})", path=str(path),
                          column=column) from None
 
@@ -510,7 +521,7 @@ def _npz_values(path: str, member: _NpzMember, start: int, stop: int, column: st
             with zipfile.ZipFile(path) as zf, zf.open(member.name) as fh:
                 fh.seek(member.offset + start * size)
                 buf = fh.read(n * size)
-    except (OSError, zipfile.BadZipFile, EOFError, ValueError, zlib.error) as exc:
+    except _NPZ_ERRORS as exc:
         raise ShardError(f"{path}, column {column!r}: cannot read {member.name!r} ({type(exc).__name__}: {exc})",
                          path=path, column=column) from None
     if len(buf) != n * size:
@@ -526,7 +537,7 @@ def _scan_npz(path: Path, colmap: dict[str, str]) -> _Piece:
     shown = str(path)
     try:
         zf = zipfile.ZipFile(path)
-    except (zipfile.BadZipFile, OSError, EOFError, ValueError) as exc:
+    except _NPZ_ERRORS as exc:
         raise ShardError(f"{shown}: not a readable NPZ archive ({exc}); the file is truncated, corrupt or not "
                          "an .npz", path=shown) from None
     members = {}
@@ -1549,5 +1560,15 @@ def write_npz_shard(path: str | os.PathLike, data: Mapping[str, Any], *, compres
         arrays[f"{name}_row_splits"] = np.asarray(rs, np.int64)
         if batch.has_weights(name):
             arrays[f"{name}_weights"] = batch.weights(name)
-    with open(os.fspath(path), "wb") as fh:
-        (np.savez_compressed if compressed else np.savez)(fh, **arrays)
+    # all arrays are validated above; write a temporary file and rename it so that a
+    # failure never leaves half a shard under the real name
+    target = os.fspath(path)
+    temporary = os.path.join(os.path.dirname(target), f".{os.path.basename(target)}.{os.getpid()}.tmp")
+    try:
+        with open(temporary, "wb") as fh:
+            (np.savez_compressed if compressed else np.savez)(fh, **arrays)
+        os.replace(temporary, target)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise ShardError(f"{target}: cannot write the shard ({exc}); nothing was written", path=target) from None

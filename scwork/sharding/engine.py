@@ -962,10 +962,15 @@ def _execute_jobs(jobs, ranges, work, sizes, scratch, batch, G, S, kern, config,
     _run_tasks(slices, work, sizes, num_threads)
     # errors in stack order, as a stack-by-stack run would raise them
     B = batch.batch_size
-    for j in jobs:            # out-of-vocabulary ids first, as compute_stats (no gains) sees them
+    # errors in the order compute_stats (which computes no gains) meets them:
+    # out-of-vocabulary ids, then the limits, then the gains' zero divisors
+    for j in jobs:
         err = j.first_error(("oov",))
         if err is not None:
             raise _Oov(err[1])
+    if want_csr:
+        for j in jobs:
+            _check_limits(j.stack, {"pairs": j.pairs, "distinct": j.distinct, "kept": j.kept}, G, S, config, B)
     for j in jobs:
         err = j.first_error()
         if err is not None:
@@ -973,13 +978,14 @@ def _execute_jobs(jobs, ranges, work, sizes, scratch, batch, G, S, kern, config,
             if kind == "oov":
                 raise _Oov(pos)
             f, b = divmod(pos, B)
+            # the float64 analysis says why (underflowing squares, cancelling weights)
+            # rather than the bare "sum to 0" the float32 kernel saw
+            _check_gains(batch, batch.feature_names[f], j.stack.combiner)
             raise InputError(
                 f"feature {batch.feature_names[f]!r}, sample {b}: the weights sum to 0, so the "
                 f"{j.stack.combiner!r} combiner divides by 0 (gains would be NaN or infinite); give "
                 "that sample non-zero weights or use combiner='sum'"
             )
-        if want_csr:
-            _check_limits(j.stack, {"pairs": j.pairs, "distinct": j.distinct, "kept": j.kept}, G, S, config, B)
     return [j.result() for j in jobs]
 
 
@@ -1049,23 +1055,15 @@ def _check_scratch(plan: StackingPlan, batch: FeatureBatch, G: int, S: int, want
         )
 
 
-def _check_gain_inputs(batch: FeatureBatch, plan: StackingPlan, on_out_of_vocabulary: str) -> None:
-    """Reject weights whose float32 gains would overflow or underflow, before any kernel.
+def _check_gain_inputs(batch: FeatureBatch, plan: StackingPlan) -> None:
+    """Reject weights whose float32 gains overflow, underflow or cancel (preprocess only).
 
-    Out-of-vocabulary ids come first, as in :func:`compute_stats`: with
-    ``on_out_of_vocabulary="error"`` and an OOV id the kernels raise
-    OutOfVocabularyError; with ``"drop"`` the dropped ids' weights are not checked.
+    Runs on the batch the kernels used (out-of-vocabulary ids already dropped) after
+    the out-of-vocabulary and limit checks, the errors :func:`compute_stats` raises.
     """
-    weighted = [(f.name, st.combiner) for st in plan.stacks for f in st.features if batch.has_weights(f.name)]
-    if not weighted:
-        return
-    masks = _oov_masks(batch, plan)
-    if any(m.any() for m in masks.values()):
-        if on_out_of_vocabulary == "error":
-            return
-        batch = batch._without(masks)
-    for name, combiner in weighted:
-        _check_gains(batch, name, combiner)
+    for st in plan.stacks:
+        for f in st.features:
+            _check_gains(batch, f.name, st.combiner)
 
 
 def _run(batch, features, topology, stacking, config, on_out_of_vocabulary, stack_limits, rotation,
@@ -1083,8 +1081,6 @@ def _run(batch, features, topology, stacking, config, on_out_of_vocabulary, stac
             raise InputError(f"stack {st.name!r}: {len(st.features)} features x {batch.batch_size} samples "
                              "exceed 2**31 - 1 rows (sample ids are int32); use a smaller batch or split the stack")
     _check_scratch(plan, batch, G, S, want_csr, num_threads)
-    if want_csr:
-        _check_gain_inputs(batch, plan, on_out_of_vocabulary)
     oov_counts = {st.name: 0 for st in plan.stacks}
     batch_used = batch
     for attempt in range(2):
@@ -1101,6 +1097,10 @@ def _run(batch, features, topology, stacking, config, on_out_of_vocabulary, stac
     if not want_csr:
         for st, res in zip(plan.stacks, results):
             _check_limits(st, res, G, S, config, batch.batch_size)
+    else:
+        # last, so that preprocess raises what compute_stats raises first (the kernels'
+        # float32 gains of a rejected sample are never returned)
+        _check_gain_inputs(batch_used, plan)
     stats = _stats_dataset(plan, topology, batch_used, results, oov_counts)
     return plan, stats, results
 

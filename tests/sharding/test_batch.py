@@ -294,3 +294,22 @@ def test_huge_topology_is_refused_before_allocating(monkeypatch):
     monkeypatch.setenv("SCWORK_MAX_SCRATCH_BYTES", "1_000")
     with pytest.raises(ConfigError, match="must be a number of bytes"):
         compute_stats(small, feats, scwork.Topology(2, 2))
+
+
+def test_limit_errors_come_before_gain_errors_in_both_calls():
+    """compute_stats (no gains) and preprocess raise the same error for the same batch."""
+    import scwork
+    from scwork.errors import LimitExceededError
+    from scwork.sharding import FeatureSpec, SparsecoreConfig, TableSpec, compute_stats, preprocess
+
+    batch = FeatureBatch({"a": ([0], [0, 1], [0.0])})            # mean over a zero weight
+    feats = [FeatureSpec("a", TableSpec("t0", 1, 1, combiner="mean"))]
+    config = SparsecoreConfig(max_ids_per_chip_per_sample=1)     # 8 CSR slots for 1 sample
+    messages = []
+    for call in (compute_stats, preprocess):
+        with pytest.raises(LimitExceededError) as info:
+            call(batch, feats, scwork.Topology(1, 1), config=config)
+        messages.append(str(info.value))
+    assert messages[0] == messages[1]
+    with pytest.raises(InputError, match="the weights sum to 0"):
+        preprocess(batch, feats, scwork.Topology(1, 1), config=SparsecoreConfig(max_ids_per_chip_per_sample=None))

@@ -1,0 +1,109 @@
+"""Fuzz: FeatureBatch constructors and the sharding engine's inputs.
+
+Every case runs through :func:`scwork.testing.check_surface`: a bad input must end in
+a typed scwork error, never an untyped exception, a hang or unbounded memory. On
+valid inputs :func:`~scwork.sharding.compute_stats` and
+:func:`~scwork.sharding.preprocess` must agree (same statistics); on invalid ones
+they must raise the same error (preprocess may additionally reject weights whose
+float32 gains are out of range, since only it computes gains).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import xarray as xr
+from hypothesis import HealthCheck, given, settings
+
+import scwork
+from scwork.errors import InputError
+from scwork.sharding import FeatureBatch, FeatureSpec, SparsecoreConfig, TableSpec, compute_stats, preprocess
+from scwork.testing import (
+    check_surface,
+    feature_batch_calls,
+    fuzz_examples,
+    report_wrong,
+    sharding_engine_cases,
+)
+
+_SETTINGS = dict(max_examples=fuzz_examples(), deadline=None,
+                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+
+
+def _check_batch_invariants(surface: str, batch: FeatureBatch) -> None:
+    """A batch that was accepted must be self-consistent: int64 CSR, ids >= 0, finite float32 weights."""
+    for name in batch:
+        ids, rs = batch[name]
+        if ids.dtype != np.int64 or rs.dtype != np.int64 or rs[0] != 0 or rs[-1] != ids.size:
+            report_wrong(surface, f"feature {name!r}: inconsistent CSR {ids!r} {rs!r}")
+        if ids.size and ids.min() < 0:
+            report_wrong(surface, f"feature {name!r}: negative id accepted")
+        if np.any(np.diff(rs) < 0) or rs.size != batch.batch_size + 1:
+            report_wrong(surface, f"feature {name!r}: row splits {rs!r}")
+        w = batch.weights(name)
+        if w.dtype != np.float32 or not np.all(np.isfinite(w)):
+            report_wrong(surface, f"feature {name!r}: weights {w!r}")
+
+
+@settings(**_SETTINGS)
+@given(feature_batch_calls())
+def test_feature_batch_constructors(call):
+    kind, args, kwargs = call
+    surface = f"FeatureBatch.{kind}"
+    batch, error = check_surface(surface, lambda: getattr(FeatureBatch, kind)(*args, **kwargs), seconds=10)
+    if error is not None:
+        assert isinstance(error, InputError), f"{surface}: {type(error).__name__} is not an InputError"
+        return
+    _check_batch_invariants(surface, batch)
+    if kind == "from_coo":                   # the batch is what dense_shape says, never a truncation
+        data = args[0]
+        for name in batch:
+            if batch.batch_size != int(data[name][2][0]):
+                report_wrong(surface, f"batch size {batch.batch_size} but dense_shape {data[name][2]!r}")
+
+
+def _build(case):
+    G, S = case["topology"] if isinstance(case["topology"], tuple) and len(case["topology"]) == 2 else (None, None)
+    topology = scwork.Topology(G, S) if G is not None else case["topology"]
+    batch = FeatureBatch(case["data"])
+    specs = {}
+    tables = {}
+    for name, kw in case["tables"].items():
+        key = repr(sorted(kw.items(), key=lambda kv: kv[0]))
+        tables.setdefault(key, TableSpec(**kw))
+        specs[name] = FeatureSpec(name, tables[key])
+    config = SparsecoreConfig(**case["config"])
+    return batch, list(specs.values()), topology, config
+
+
+def _engine(function, case):
+    def call():
+        batch, features, topology, config = _build(case)
+        return function(batch, features, topology, case["stacking"], config, case["on_out_of_vocabulary"],
+                        stack_limits=case["stack_limits"], num_threads=case["num_threads"])
+    return call
+
+
+@settings(**_SETTINGS)
+@given(sharding_engine_cases())
+def test_compute_stats_and_preprocess_agree(case):
+    stats, stats_error = check_surface("sharding.compute_stats", _engine(compute_stats, case), seconds=20)
+    result, pre_error = check_surface("sharding.preprocess", _engine(preprocess, case), seconds=20)
+    if stats_error is not None:
+        if pre_error is None or type(pre_error) is not type(stats_error) or str(pre_error) != str(stats_error):
+            report_wrong("sharding.preprocess", f"compute_stats raised {type(stats_error).__name__}: "
+                         f"{stats_error}; preprocess gave {type(pre_error).__name__}: {pre_error}")
+        return
+    if pre_error is not None:
+        # only gains can fail in preprocess alone (compute_stats computes none)
+        if not (type(pre_error) is InputError and ("combiner" in str(pre_error))):
+            report_wrong("sharding.preprocess", f"compute_stats succeeded but preprocess raised "
+                         f"{type(pre_error).__name__}: {pre_error}")
+        return
+    if not isinstance(stats, xr.Dataset) or not stats.equals(result.stats):
+        report_wrong("sharding.preprocess", "preprocess statistics differ from compute_stats")
+    for name, buffers in result.csr.items():
+        gains = buffers.gains if hasattr(buffers, "gains") else None
+        if gains is not None:
+            real = buffers.embedding_ids != np.iinfo(np.int32).max
+            if not np.all(np.isfinite(gains[real])):
+                report_wrong("sharding.preprocess", f"stack {name!r}: non-finite gain in the CSR buffers")
