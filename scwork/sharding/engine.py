@@ -1072,6 +1072,9 @@ def _run(batch, features, topology, stacking, config, on_out_of_vocabulary, stac
     if isinstance(num_threads, bool) or not isinstance(num_threads, int) or num_threads < 1:
         raise ConfigError(f"num_threads must be a positive int, got {num_threads!r}")
     G, S = topology.num_devices, topology.sparsecores_per_device
+    if stack_limits is not None and not isinstance(stack_limits, Mapping):
+        raise ConfigError(f"stack_limits must be a dict stack name -> (max_ids_per_partition, "
+                          f"max_unique_ids_per_partition), got {type(stack_limits).__name__} {stack_limits!r}"[:300])
     plan = plan_stacking(features, topology, stacking, batch_size=batch.batch_size, rotation=rotation,
                          activation_mem_bytes_limit=activation_mem_bytes_limit, config=config,
                          stack_limits=stack_limits)

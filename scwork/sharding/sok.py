@@ -293,6 +293,13 @@ class DispatchPlan:
         dtype_name, itemsize = _vector_itemsize(dtype)
         counts = self.count_matrix
         vector_row_bytes = int(embedding_dim) * itemsize
+        # exact: the largest per-GPU total (every key of the batch, Python ints) must
+        # fit in int64, or the byte counts below would wrap around
+        largest = int(counts.sum()) * max(vector_row_bytes, int(key_itemsize))
+        if largest > np.iinfo(np.int64).max:
+            raise ConfigError(f"traffic of {int(counts.sum())} keys x {max(vector_row_bytes, int(key_itemsize))} "
+                              f"bytes = {largest} bytes does not fit in int64; embedding_dim={embedding_dim} or "
+                              f"key_itemsize={key_itemsize} is not a real size")
         per_phase = {
             "keys": counts * int(key_itemsize),
             "vectors": counts.T * vector_row_bytes,

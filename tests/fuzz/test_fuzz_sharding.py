@@ -13,12 +13,15 @@ from __future__ import annotations
 import numpy as np
 import xarray as xr
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import scwork
 from scwork.errors import InputError
 from scwork.sharding import FeatureBatch, FeatureSpec, SparsecoreConfig, TableSpec, compute_stats, preprocess
 from scwork.testing import (
     check_surface,
+    odd_arrays,
+    odd_scalars,
     feature_batch_calls,
     fuzz_examples,
     report_wrong,
@@ -107,3 +110,26 @@ def test_compute_stats_and_preprocess_agree(case):
             real = buffers.embedding_ids != np.iinfo(np.int32).max
             if not np.all(np.isfinite(gains[real])):
                 report_wrong("sharding.preprocess", f"stack {name!r}: non-finite gain in the CSR buffers")
+
+
+@settings(**_SETTINGS)
+@given(num_gpus=st.one_of(st.integers(1, 4), st.integers(1, 4), odd_scalars()),
+       embedding_dim=st.one_of(st.integers(1, 64), st.integers(1, 64), st.sampled_from([2**40, 2**62, 10**30]),
+                               odd_scalars()),
+       vocab_size=st.one_of(st.none(), st.just(64), st.integers(1, 50), odd_scalars()), data=st.data())
+def test_sok_dispatch_and_traffic(num_gpus, embedding_dim, vocab_size, data):
+    count = num_gpus if isinstance(num_gpus, int) and 1 <= num_gpus <= 4 else 2
+    keys = data.draw(st.lists(st.one_of(st.lists(st.integers(0, 40), max_size=6), st.lists(st.integers(0, 40),
+                                                                                           max_size=6), odd_arrays()),
+                              min_size=count, max_size=count), label="keys")
+    from scwork.sharding import sok
+
+    keys = [np.asarray(k) if isinstance(k, list) and all(isinstance(v, int) for v in k) else k for k in keys]
+    plan, error = check_surface("sok.dispatch", lambda: sok.dispatch(keys, num_gpus, vocab_size=vocab_size))
+    if error is not None:
+        return
+    traffic, error = check_surface("sok.traffic", lambda: plan.traffic(embedding_dim))
+    if error is None:
+        total = int(plan.count_matrix.sum()) * int(embedding_dim) * 4
+        if int(traffic["vector_bytes"].values.sum()) != total:
+            report_wrong("sok.traffic", f"vector bytes {int(traffic['vector_bytes'].values.sum())} != {total}")

@@ -313,3 +313,15 @@ def test_limit_errors_come_before_gain_errors_in_both_calls():
     assert messages[0] == messages[1]
     with pytest.raises(InputError, match="the weights sum to 0"):
         preprocess(batch, feats, scwork.Topology(1, 1), config=SparsecoreConfig(max_ids_per_chip_per_sample=None))
+
+
+@pytest.mark.parametrize("stack_limits", [1, "t0", [("t0", 1)]])
+def test_stack_limits_that_are_not_a_dict_are_config_errors(stack_limits):
+    import scwork
+    from scwork.errors import ConfigError
+    from scwork.sharding import FeatureSpec, TableSpec, compute_stats
+
+    batch = FeatureBatch({"a": ([1], [0, 1])})
+    with pytest.raises(ConfigError, match="stack_limits must be a dict"):
+        compute_stats(batch, [FeatureSpec("a", TableSpec("t0", 4, 1))], scwork.Topology(1, 1),
+                      stack_limits=stack_limits)

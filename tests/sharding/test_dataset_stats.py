@@ -639,3 +639,47 @@ def test_repr_html_lists_observed_and_tuned_limits(tmp_path):
     html = result._repr_html_()
     observed = int(result.merged["max_ids_per_partition"].max())
     assert "<table" in html and "t0" in html and f">{observed}<" in html.replace(",", "")
+
+
+# -- issue 12: every broken NPZ is a ShardError; shards are written whole or not at all ----
+def _corrupt_header_npz(path: Path) -> None:
+    write_npz_shard(path, {"f": ([], [0, 0])})
+    raw = path.read_bytes()
+    # an unterminated string in the .npy header literal: numpy's parser raises tokenize.TokenError
+    path.write_bytes(raw.replace(b"'shape': (0,)", b"'shape&: (0,)", 1))
+
+
+def _unsupported_zip_version(path: Path) -> None:
+    write_npz_shard(path, {"f": ([1], [0, 1])})
+    raw = bytearray(path.read_bytes())
+    central = raw.index(b"PK\x01\x02")
+    raw[central + 6] = 109            # "version needed to extract" 10.9: zipfile raises NotImplementedError
+    path.write_bytes(bytes(raw))
+
+
+@pytest.mark.parametrize("corrupt", [_corrupt_header_npz, _unsupported_zip_version])
+def test_broken_npz_shards_are_shard_errors(tmp_path, corrupt):
+    path = tmp_path / "shard.npz"
+    corrupt(path)
+    specs = [FeatureSpec("f", TableSpec("t", 8, 8))]
+    with pytest.raises(ShardError) as info:
+        stats_over_dataset(str(path), specs, scwork.Topology(1, 1), batch_size=1, progress=False)
+    assert str(path) in str(info.value)
+
+
+def test_write_npz_shard_validates_first_and_is_atomic(tmp_path, monkeypatch):
+    path = tmp_path / "shard.npz"
+    write_npz_shard(path, {"f": ([1], [0, 1])})
+    before = path.read_bytes()
+    with pytest.raises(InputError):
+        write_npz_shard(path, {"f": ([-1], [0, 1])})
+    assert path.read_bytes() == before
+
+    def failing_savez(fh, **arrays):
+        fh.write(b"PK half")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(dsmod.np, "savez", failing_savez)
+    with pytest.raises(ShardError, match="disk full.*nothing was written"):
+        write_npz_shard(path, {"f": ([2], [0, 1])})
+    assert path.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["shard.npz"]
