@@ -295,7 +295,7 @@ class DispatchPlan:
         vector_row_bytes = int(embedding_dim) * itemsize
         # exact: the largest per-GPU total (every key of the batch, Python ints) must
         # fit in int64, or the byte counts below would wrap around
-        largest = int(counts.sum()) * max(vector_row_bytes, int(key_itemsize))
+        largest = max(int(counts.sum()), 1) * max(vector_row_bytes, int(key_itemsize))
         if largest > np.iinfo(np.int64).max:
             raise ConfigError(f"traffic of {int(counts.sum())} keys x {max(vector_row_bytes, int(key_itemsize))} "
                               f"bytes = {largest} bytes does not fit in int64; embedding_dim={embedding_dim} or "
@@ -726,7 +726,16 @@ def _check_num_gpus(num_gpus) -> int:
 def _as_keys(keys, gpu: int | None) -> np.ndarray:
     """1-D non-negative int64 copy of ``keys``; errors name the GPU when known."""
     where = f"GPU {gpu}'s keys" if gpu is not None else "keys"
-    array = np.asarray(keys)
+    try:
+        array = np.asarray(keys)
+    except (ValueError, TypeError, OverflowError, UnicodeError) as err:   # ragged lists, odd bytes
+        raise InputError(f"{where} cannot be read as a 1-D array of integers ({type(err).__name__}: "
+                         f"{str(err)[:200]})") from None
+    if array.dtype.kind == "O" and array.size and all(
+            isinstance(v, numbers.Integral) and not isinstance(v, bool) for v in array.ravel()):
+        if any(not -2**63 <= int(v) < 2**63 for v in array.ravel()):
+            raise InputError(f"{where}: a key does not fit in int64")
+        array = array.astype(np.int64)
     if array.ndim != 1:
         raise InputError(f"{where} must be 1-D, got shape {array.shape}")
     if array.size == 0:
