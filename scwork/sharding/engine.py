@@ -1025,12 +1025,17 @@ def estimate_scratch_bytes(plan: StackingPlan, batch: FeatureBatch, G: int, S: i
     """
     nsl = G * S
     n = batch.batch_size // nsl
+    # the engine starts at most one worker per slice range, at most nsl per stack
+    workers = min(num_threads, nsl * max(1, len(plan.stacks)))
     total = 0
     for st in plan.stacks:
         P = st.num_partitions
-        ids = sum(int(batch._splits[batch._feature_index(f.name), -1] - batch._splits[batch._feature_index(f.name), 0])
-                  for f in st.features)
-        total += 8 * 8 * nsl * P + 8 * ids + 40 * ids * num_threads
+        per_slice = np.zeros(nsl, np.int64)
+        for f in st.features:
+            rs = batch._splits[batch._feature_index(f.name)]
+            per_slice += rs[n::n] - rs[:-1:n]
+        ids = int(per_slice.sum())
+        total += 8 * 8 * nsl * P + 8 * ids + 48 * int(per_slice.max(initial=0)) * workers
         if want_csr:
             total += 4 * nsl * max(P, _ALIGN) + 4 * nsl * (1 << _lbits(len(st.features), n))
             if st.max_ids_per_partition is not None:
