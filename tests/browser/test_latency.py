@@ -119,7 +119,7 @@ def _measure(lab, entry) -> float:
     lab.settle()
     start = lab.page.evaluate(_JS_ARM)
     _act(lab, entry)
-    handle = lab.page.wait_for_function(_JS_SETTLED, timeout=120_000)
+    handle = lab.page.wait_for_function(_JS_SETTLED, timeout=30_000)
     return (handle.json_value() - start) / 1000.0
 
 
