@@ -921,7 +921,15 @@ def _column_to_ragged(column, multi_value_sep: str | None):
             try:
                 ids = pc.cast(canonical, pa.int64()).to_numpy()
             except pa.ArrowInvalid:
-                raise _ColumnError("an integer id does not fit in int64") from None
+                # say which value and sample (without int() on a 5,000-digit token)
+                tokens = canonical.to_pylist()
+                bad = next((i for i, t in enumerate(tokens)
+                            if len(t.lstrip("+-").lstrip("0")) > 19 or not -2**63 <= int(t) < 2**63), None)
+                if bad is None:
+                    raise _ColumnError("an integer id does not fit in int64") from None
+                shown = tokens[bad] if len(tokens[bad]) <= 40 else f"{tokens[bad][:20]}... ({len(tokens[bad])} digits)"
+                raise _ColumnError(f"id {shown} in sample {int(parents[bad])} (0-based, header excluded) does not "
+                                   "fit in int64 (|id| < 2**63)") from None
             _check_non_negative(ids, parents)
         else:
             distinct = pc.unique(flat)
