@@ -867,6 +867,10 @@ def _read_delimited(path: Path, shown: str, columns: list[str] | None, delimiter
 
 
 def _check_columns(shown: str, columns: list[str] | None, available: list[str]) -> None:
+    duplicated = sorted({name for name in available if available.count(name) > 1})
+    if duplicated:
+        raise InputError(f"{shown}: the header names the columns {duplicated} more than once; column names "
+                         "must be distinct")
     if columns is None:
         return
     for name in columns:

@@ -590,3 +590,17 @@ def test_write_synthetic_parquet_is_all_or_nothing(tmp_path, monkeypatch):
     monkeypatch.setattr(pq, "write_table", real)
     files = datasets.write_synthetic_parquet(tmp_path / "b", 3, rows_per_shard=4, features=["f"])
     assert sorted(p.name for p in (tmp_path / "b").iterdir()) == [p.name for p in files]
+
+
+@pytest.mark.parametrize("name", ["dup.csv", "dup.parquet"])
+def test_duplicate_column_names_are_input_errors(tmp_path, name):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = tmp_path / name
+    if name.endswith(".csv"):
+        path.write_text("b,b\n1,2\n")
+    else:
+        pq.write_table(pa.table([pa.array([1]), pa.array([2])], names=["b", "b"]), path)
+    with pytest.raises(InputError, match=r"dup\.\w+: the header names the columns \['b'\] more than once"):
+        datasets.load_table(path)

@@ -406,13 +406,17 @@ def _scan_parquet(path: Path, colmap: dict[str, str]) -> _Piece:
     starts = [0]
     num_ids = 0
     wanted = set(colmap.values())
-    for i in range(md.num_row_groups):
-        rg = md.row_group(i)
-        starts.append(starts[-1] + rg.num_rows)
-        for j in range(rg.num_columns):
-            col = rg.column(j)
-            if col.path_in_schema.split(".")[0] in wanted:
-                num_ids += col.num_values
+    try:       # the row-group metadata is decoded lazily: a bit flip there shows up here
+        for i in range(md.num_row_groups):
+            rg = md.row_group(i)
+            starts.append(starts[-1] + rg.num_rows)
+            for j in range(rg.num_columns):
+                col = rg.column(j)
+                if col.path_in_schema.split(".")[0] in wanted:
+                    num_ids += col.num_values
+    except (pa.ArrowException, OSError, ValueError, IndexError) as exc:
+        raise ShardError(f"{shown}: cannot read the Parquet row-group metadata ({type(exc).__name__}: {exc}); "
+                         "the file is corrupt", path=shown) from None
     if starts[-1] != md.num_rows:
         raise ShardError(f"{shown}: the row groups hold {starts[-1]} rows but the footer says {md.num_rows}",
                          path=shown)

@@ -683,3 +683,19 @@ def test_write_npz_shard_validates_first_and_is_atomic(tmp_path, monkeypatch):
     with pytest.raises(ShardError, match="disk full.*nothing was written"):
         write_npz_shard(path, {"f": ([2], [0, 1])})
     assert path.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["shard.npz"]
+
+
+def test_bit_flip_in_parquet_row_group_metadata_is_a_shard_error(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "shard.parquet"
+    pq.write_table(pa.table({"abcdef": pa.array([[1], [2]], pa.list_(pa.int64()))}), path)
+    raw = bytearray(path.read_bytes())
+    # the last copy of the column name is the row group's path_in_schema, decoded lazily
+    raw[raw.rindex(b"abcdef")] = 0xE6
+    path.write_bytes(bytes(raw))
+    with pytest.raises(ShardError, match="cannot read the Parquet row-group metadata") as info:
+        stats_over_dataset(str(path), [FeatureSpec("abcdef", TableSpec("t", 8, 8))], scwork.Topology(1, 1),
+                           batch_size=1, progress=False)
+    assert str(path) in str(info.value)
