@@ -398,15 +398,14 @@ def sharding_engine_cases(draw, max_devices: int = 3, max_sparsecores: int = 4):
         vocab = draw(st.integers(1, 40))
         data[n] = draw(ragged_feature(batch_size, vocab=vocab, weighted=draw(st.integers(0, 2)) == 2))
         limit = draw(st.one_of(st.none(), st.integers(1, 12)))
-        tables[n] = {"name": "t0" if shared and i else f"t{i}", "vocab_size": vocab,
+        tables[n] = {"name": f"t{i}", "vocab_size": vocab,
                      "embedding_dim": draw(st.sampled_from([1, 4, 8, 16, 24])),
                      "combiner": draw(st.sampled_from(["sum", "mean", "sqrtn"])),
                      "max_ids_per_partition": limit,
                      "max_unique_ids_per_partition": draw(st.one_of(st.none(), st.integers(1, 12)))}
-    if shared:      # features of one table share its spec
+    if shared:      # every feature looks up table t0 (one spec)
         for n in names[1:]:
-            tables[n] = dict(tables[names[0]], name="t0") if len(names) > 1 else tables[n]
-        tables[names[0]]["name"] = "t0"
+            tables[n] = dict(tables[names[0]])
     case = {"data": data, "tables": tables, "topology": (G, S),
             "config": {"allow_id_dropping": draw(st.booleans()),
                        "max_ids_per_chip_per_sample": draw(st.one_of(st.none(), st.integers(1, 256)))},

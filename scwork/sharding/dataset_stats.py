@@ -406,14 +406,17 @@ def _scan_parquet(path: Path, colmap: dict[str, str]) -> _Piece:
     starts = [0]
     num_ids = 0
     wanted = set(colmap.values())
-    try:       # the row-group metadata is decoded lazily: a bit flip there shows up here
+    # The ids are estimated from the row groups' uncompressed sizes (4 bytes per id at
+    # the least), not from the column-chunk metadata: pyarrow decodes that lazily and a
+    # corrupt chunk (e.g. a level-histogram size mismatch) throws a C++ exception that
+    # RowGroupMetaData.column() does not translate, which aborts the process. Reading
+    # the rows later reports the same corruption as an OSError (a ShardError here).
+    share = len(wanted) / max(1, len(schema.names))
+    try:
         for i in range(md.num_row_groups):
             rg = md.row_group(i)
             starts.append(starts[-1] + rg.num_rows)
-            for j in range(rg.num_columns):
-                col = rg.column(j)
-                if col.path_in_schema.split(".")[0] in wanted:
-                    num_ids += col.num_values
+            num_ids += int(rg.total_byte_size * share) // 4
     except (pa.ArrowException, OSError, ValueError, IndexError) as exc:
         raise ShardError(f"{shown}: cannot read the Parquet row-group metadata ({type(exc).__name__}: {exc}); "
                          "the file is corrupt", path=shown) from None
