@@ -399,8 +399,8 @@ def plan(model: Any, topology: Any, *, batch_size: int, stacking: Any = "auto", 
     ``32768 * 64 / 16 * 4 = 524288`` bytes per tile, the whole TileSpmem.
 
     >>> [(f.parameter, f.value) for f in r.fixes]
-    [('stage_gather_operands_in_hbm', True), ('batch_size', 56432), ('num_chips', 8)]
-    >>> r.replace(batch_size=56432).fits
+    [('stage_gather_operands_in_hbm', True), ('batch_size', 56816), ('num_chips', 8)]
+    >>> r.replace(batch_size=56816).fits
     True
     """
     kwargs = dict(batch_size=batch_size, stacking=stacking, config=config, stack_limits=stack_limits,

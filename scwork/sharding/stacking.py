@@ -16,17 +16,24 @@ tables. With ``P`` partitions (SparseCores of the whole system):
 
 :func:`plan_stacking` builds a :class:`StackingPlan` from manual groups, automatic
 grouping (``"auto"``) or no stacking. Automatic stacking groups tables by
-``(padded dim, optimizer, combiner)`` in alphabetical order of table names and
+``(padded dim, optimizer, combiner, quantization)`` in the order the tables first
+appear in the flattened feature list (a dict of features in sorted key order) and
 splits each group greedily (first fit) so that its activation memory,
 ``sum of padded_dim * samples_per_sc * 4 B``, stays within a budget (2 MiB by
 default), where ``samples_per_sc = batch // P`` for each feature of the table.
+jax-tpu-embedding 0.2.0's docstring says "alphabetical order"; its code (and so
+scwork) uses first appearance, which the oracle tests check against the library.
 
 Reference: ``jax_tpu_embedding/sparsecore/lib/nn/table_stacking.py``
 (``_compute_table_to_setting_in_stack``, ``_stack_feature_specs``,
 ``_group_tables_for_stacking``, ``_split_groups_by_memory_limit``, ``_get_stack_name``).
-Deviation: there, a stack of several tables ignores the tables' own limits and uses a
-default (256); scwork uses the largest limit its tables set (or an explicit per-stack
-override).
+Limits of a stack (``_get_limits_for_stack``): a stack of one table has that table's
+limits; a stack of several tables ignores its tables' limits and gets the library's
+default, ``stack_to_max_ids_per_partition(stack, samples)`` = 256 (``get_default_limits``),
+unless ``stack_limits`` names the stack. ``stack_limit_rule="largest_table"`` keeps
+scwork's earlier choice instead: the largest limit its tables set. Where scwork
+deliberately differs: a table may leave its limits unset (no limit; the library's
+``TableSpec`` defaults to 256), and a stack of such tables has no limits either.
 
 Examples
 --------
@@ -65,10 +72,18 @@ __all__ = [
     "normalize_features",
     "stack_name",
     "DEFAULT_ACTIVATION_MEM_BYTES_LIMIT",
+    "DEFAULT_STACK_LIMIT",
+    "STACK_LIMIT_RULES",
 ]
 
 #: Activation-memory budget of one automatic stack (``auto_stack_tables`` default: 2 MiB).
 DEFAULT_ACTIVATION_MEM_BYTES_LIMIT = 2048 * 1024
+
+#: Limits of a stack of several tables: jax-tpu-embedding's ``get_default_limits`` (256).
+DEFAULT_STACK_LIMIT = 256
+
+#: How a stack of several tables gets its limits (``plan_stacking(stack_limit_rule=...)``).
+STACK_LIMIT_RULES = ("jax_tpu_embedding", "largest_table")
 
 StackingArg = Union[str, None, Sequence[Sequence[str]], "StackingPlan"]
 
@@ -173,7 +188,9 @@ def normalize_features(features: Any) -> tuple[FeatureSpec, ...]:
         for key, f in features.items():
             if isinstance(f, FeatureSpec) and f.name != key:
                 raise ConfigError(f"features[{key!r}] is FeatureSpec {f.name!r}; keys must match names")
-        features = list(features.values())
+        # jax-tpu-embedding flattens features with jax.tree.leaves: a dict in sorted
+        # key order. Stack order follows this flattened order.
+        features = [features[key] for key in sorted(features)]
     try:
         features = tuple(features)
     except TypeError:
@@ -371,7 +388,8 @@ class StackingPlan:
 
 
 def _stack_limits(stack: str, tables: Sequence[TableSpec], P: int, config: SparsecoreConfig,
-                  overrides: Mapping[str, Any] | None) -> tuple[int | None, int | None]:
+                  overrides: Mapping[str, Any] | None,
+                  rule: str = "jax_tpu_embedding") -> tuple[int | None, int | None]:
     if overrides and stack in overrides:
         value = overrides[stack]
         if isinstance(value, Mapping):
@@ -386,6 +404,16 @@ def _stack_limits(stack: str, tables: Sequence[TableSpec], P: int, config: Spars
             if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
                 raise ConfigError(f"stack_limits[{stack!r}]: limits must be positive ints or None, got {v!r}")
         return pair  # type: ignore[return-value]
+    configured = [(t.max_ids_per_partition, t.max_unique_ids_per_partition, *config.table_limits(t.name, P))
+                  for t in tables]
+    if len(tables) > 1 and rule == "jax_tpu_embedding":
+        # _get_limits_for_stack: the tables' own limits are ignored for a stack of
+        # several tables; the stack gets the default limits. scwork lets a table leave
+        # its limits unset (no limit, where the library's TableSpec defaults to 256): a
+        # stack of such tables stays unconfigured.
+        if any(v is not None for limits in configured for v in limits):
+            return DEFAULT_STACK_LIMIT, DEFAULT_STACK_LIMIT
+        return None, None
     ids, uniq = [], []
     for t in tables:
         from_table = config.table_limits(t.name, P)
@@ -402,7 +430,8 @@ def plan_stacking(features: Any, topology: Topology, stacking: StackingArg = "au
                   batch_size: int | None = None, rotation: int | None = None,
                   activation_mem_bytes_limit: int = DEFAULT_ACTIVATION_MEM_BYTES_LIMIT,
                   config: SparsecoreConfig | None = None,
-                  stack_limits: Mapping[str, Any] | None = None) -> StackingPlan:
+                  stack_limits: Mapping[str, Any] | None = None,
+                  stack_limit_rule: str = "jax_tpu_embedding") -> StackingPlan:
     """Decide the stacks of ``features`` on ``topology``.
 
     Parameters
@@ -430,6 +459,14 @@ def plan_stacking(features: Any, topology: Topology, stacking: StackingArg = "au
     stack_limits : dict, optional
         ``{stack name: (max_ids_per_partition, max_unique_ids_per_partition)}``:
         overrides the limits derived from the tables.
+    stack_limit_rule : {"jax_tpu_embedding", "largest_table"}
+        Limits of a stack of several tables not named in ``stack_limits``:
+        ``"jax_tpu_embedding"`` (default, what the library does) gives it
+        :data:`DEFAULT_STACK_LIMIT` (256) for both limits whatever its tables set
+        (when at least one of them, or ``config``, sets a limit: a stack of tables
+        without limits has none);
+        ``"largest_table"`` gives it the largest limit its tables set (None when
+        none does). A stack of one table always has that table's limits.
 
     Raises
     ------
@@ -469,6 +506,8 @@ def plan_stacking(features: Any, topology: Topology, stacking: StackingArg = "au
     if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, int)
                                    or batch_size < 1):
         raise ConfigError(f"batch_size must be a positive int, got {batch_size!r}")
+    if stack_limit_rule not in STACK_LIMIT_RULES:
+        raise ConfigError(f"stack_limit_rule must be one of {STACK_LIMIT_RULES}, got {stack_limit_rule!r}")
 
     tables: dict[str, TableSpec] = {}
     for f in features:
@@ -483,7 +522,8 @@ def plan_stacking(features: Any, topology: Topology, stacking: StackingArg = "au
         stacks = [
             dataclasses.replace(st, **dict(zip(
                 ("max_ids_per_partition", "max_unique_ids_per_partition"),
-                _stack_limits(st.name, [t.table for t in st.tables], P, config, stack_limits),
+                _stack_limits(st.name, [t.table for t in st.tables], P, config, stack_limits,
+                              stack_limit_rule),
             ))) if st.name in stack_limits else st
             for st in stacking.stacks
         ]
@@ -532,7 +572,7 @@ def plan_stacking(features: Any, topology: Topology, stacking: StackingArg = "au
                 f"stack holds at most {INT32_MAX} rows: split it into smaller stacks"
             )
         feats = tuple(f for f in features if f.table.name in set(group))
-        max_ids, max_uniq = _stack_limits(name, specs, P, config, stack_limits)
+        max_ids, max_uniq = _stack_limits(name, specs, P, config, stack_limits, stack_limit_rule)
         stacks.append(Stack(name, tuple(in_stack), feats, max(t.padded_embedding_dim() for t in specs),
                             specs[0].optimizer, specs[0].combiner, P, max_ids, max_uniq))
     names = [s.name for s in stacks]
@@ -569,10 +609,11 @@ def _manual_groups(stacking: Any, tables: Mapping[str, TableSpec]) -> list[list[
 
 
 def _auto_groups(features, tables, P, batch_size, limit) -> list[list[str]]:
-    # _group_tables_for_stacking: key (padded dim, optimizer, combiner, quantization)
-    # (SPEC 3), alphabetical order.
+    # _group_tables_for_stacking: key (padded dim, optimizer, combiner, quantization),
+    # tables in the order they first appear in the flattened features (the library's
+    # dict insertion order; its docstring says alphabetical, its code does not sort).
     by_key: dict[tuple, list[str]] = {}
-    for name in sorted(tables):
+    for name in tables:
         t = tables[name]
         by_key.setdefault((t.padded_embedding_dim(), t.optimizer, t.combiner, t.quantization), []).append(name)
     # _calculate_activation_memory_metrics: samples per SC summed over the table's features.

@@ -82,10 +82,10 @@ def test_replace_and_model_level_fixes():
     tables = _tables(optimizer="adam")
     r = plan(tables, V5P4, batch_size=65536, stacking=_one_stack(tables))
     assert [(f.parameter, f.value) for f in r.fixes] == [
-        ("stage_gather_operands_in_hbm", True), ("batch_size", 56432), ("num_chips", 8)]
+        ("stage_gather_operands_in_hbm", True), ("batch_size", 56816), ("num_chips", 8)]
     for fix in r.fixes:
         assert r.replace(**fix.as_kwargs()).fits
-    assert not r.replace(batch_size=56432 + 16).fits
+    assert not r.replace(batch_size=56816 + 16).fits
     # 5 chips would fit too, but no v5p slice has 5 chips: the next real one is 2x2x2.
     assert r.replace(num_chips=5).fits
     assert r.replace(num_chips=8).knobs.num_partitions == 32

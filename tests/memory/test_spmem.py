@@ -73,16 +73,17 @@ def test_report_per_stack_by_hand():
     # Two tables in one stack: widths 16 and 8 -> stack width 16; two features; P = 8.
     a, b = _table("a", 1000, 12, ids=64, uniq=32), _table("b", 500, 4, ids=40, uniq=16)
     r = plan([a, b], V5P2, batch_size=256, stacking=[["a", "b"]])
-    # stack limits: the largest of its tables' (64, 32); sample_count = 2 features * 256 / 8
+    # stack limits: jax-tpu-embedding's default for a stack of several tables (256, 256),
+    # not its tables' own; sample_count = 2 features * 256 / 8
     s = r.spmem
     assert s.stacks == ("a_b",)
     assert int(s.sample_count[0]) == 64 and int(s.feature_width[0]) == 16
     gather = 64 * 16 // 16 * 4
-    expected = gather + 8 * 4 + 32 * 4 + 32 * 16 * 4 + 3 * 64 * 4
-    assert int(s.total[0]) == expected == 3232
+    expected = gather + 8 * 4 + 256 * 4 + 256 * 16 * 4 + 3 * 256 * 4
+    assert int(s.total[0]) == expected == 20768
     ds = r.spmem_dataset()
     assert int(ds["spmem_buffer_bytes"].sel(stack="a_b", buffer="gather_operand")) == gather
-    assert int(ds["spmem_fixed_bytes"].sel(stack="a_b")) == gather + 32 + 128 + 2048
+    assert int(ds["spmem_fixed_bytes"].sel(stack="a_b")) == gather + 32 + 256 * 4 + 256 * 16 * 4
     assert int(ds["spmem_free_bytes"].sel(stack="a_b")) == 524288 - expected
     assert ds["spmem_total_bytes"].attrs["units"] == "bytes"
     assert list(ds["allocation_class"].values) == ["fixed"] * 4 + ["row_dependent"] * 3

@@ -49,12 +49,15 @@ def test_feature_stacking_row_offsets():
     assert ds["feature_row_offset"].sel(feature="query").item() == 0
 
 
-def test_auto_groups_by_dim_optimizer_combiner_alphabetically():
+def test_auto_groups_by_dim_optimizer_combiner_in_first_appearance_order():
+    """jax-tpu-embedding 0.2.0 orders by first appearance in the flattened features
+    (its docstring says alphabetical; the oracle tests check the library itself)."""
     tables = [TableSpec("z", 10, 16), TableSpec("a", 10, 12), TableSpec("m", 10, 16, optimizer="adagrad"),
               TableSpec("b", 10, 15), TableSpec("c", 10, 16, combiner="mean")]
     plan = plan_stacking(_feats(*tables), scwork.Topology(2, 2), batch_size=64)
-    assert [s.name for s in plan.stacks] == ["a_b_z", "c", "m"]
-    assert plan.stacks[0].table_names == ("a", "b", "z")
+    assert [s.name for s in plan.stacks] == ["z_a_b", "m", "c"]
+    assert [t.shard_rotation for t in plan.stack("z_a_b").tables] == [0, 2, 0]
+    assert plan.stacks[0].table_names == ("z", "a", "b")
 
 
 def test_auto_split_is_greedy_first_fit():
@@ -136,7 +139,16 @@ def test_limits_per_stack():
     feats = _feats(a, b, c)
     topo = scwork.Topology(2, 2)
     plan = plan_stacking(feats, topo, stacking=[["a", "b"]])
-    assert (plan.stack("a_b").max_ids_per_partition, plan.stack("a_b").max_unique_ids_per_partition) == (9, 2)
+    # A stack of several tables gets jax-tpu-embedding's default limits (256), not its tables'.
+    assert (plan.stack("a_b").max_ids_per_partition, plan.stack("a_b").max_unique_ids_per_partition) == (256, 256)
+    largest = plan_stacking(feats, topo, stacking=[["a", "b"]], stack_limit_rule="largest_table")
+    assert (largest.stack("a_b").max_ids_per_partition, largest.stack("a_b").max_unique_ids_per_partition) == (9, 2)
+    unconfigured = plan_stacking(feats, topo, stacking=[["c", "b"], ["a"]])
+    assert unconfigured.stack("c_b").max_ids_per_partition == 256  # b sets a limit
+    bare = plan_stacking(_feats(c, TableSpec("d", 10, 8)), topo, stacking=[["c", "d"]])
+    assert bare.stack("c_d").max_ids_per_partition is None  # no table sets one: no limit
+    with pytest.raises(ConfigError, match="stack_limit_rule"):
+        plan_stacking(feats, topo, stacking=[["a", "b"]], stack_limit_rule="max")
     assert (plan.stack("c").max_ids_per_partition, plan.stack("c").max_unique_ids_per_partition) == (None, None)
     cfg = SparsecoreConfig(max_ids_per_table={"c": 17}, max_unique_ids_per_table={"c": 4})
     plan = plan_stacking(feats, topo, stacking=[["a", "b"]], config=cfg, stack_limits={"a_b": (3, None)})
@@ -186,11 +198,11 @@ def test_to_dataset_and_repr():
     assert ds["row_offset_in_shard"].values.tolist() == [0, 32]
     assert ds["col_shift"].values.tolist() == [0, 2]
     assert ds["stack_vocab_size"].item() == 160
-    assert ds["configured_max_ids_per_partition"].item() == 7
+    assert ds["configured_max_ids_per_partition"].item() == 256  # several tables: the default
     assert ds["stack_activation_bytes"].item() == 4 * 16 * (8 // 4) * 4
     assert ds.attrs["num_partitions"] == 4
     text = repr(plan)
-    assert "a_b: 2 tables, 4 features" in text and "col_shift" in text and "limits ids<=7" in text
+    assert "a_b: 2 tables, 4 features" in text and "col_shift" in text and "limits ids<=256" in text
 
 
 def test_stack_limits_override_a_given_plan_instead_of_being_ignored():
