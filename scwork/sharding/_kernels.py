@@ -163,7 +163,10 @@ def _build_keys(ids, splits, weights, has_w, feat_rows, feat_k, combiner, n, s0,
                             div = acc
                         else:
                             for j in range(j0, j1):
-                                acc += weights[j] * weights[j]
+                                # fused multiply-add, as the library's C++ build does
+                                # (w * w is exact in float64; one rounding to float32)
+                                wj = np.float64(weights[j])
+                                acc = np.float32(np.float64(acc) + wj * wj)
                             div = np.float32(np.sqrt(acc))
                     elif combiner == 1:
                         div = np.float32(j1 - j0)
@@ -345,8 +348,8 @@ def _keys_reference(ids, splits, weights, has_w, feat_rows, feat_k, combiner, n,
                         div = np.float32(div + v)
                 else:
                     acc = np.float32(0.0)
-                    for v in w:
-                        acc = np.float32(acc + np.float32(v * v))
+                    for v in w:  # fused multiply-add: w * w exact in float64, one rounding
+                        acc = np.float32(np.float64(acc) + np.float64(v) * np.float64(v))
                     div = np.float32(np.sqrt(acc))
                 if div == 0 and x.size:
                     bad = f * B + b if bad < 0 else bad

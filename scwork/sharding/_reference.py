@@ -31,7 +31,12 @@ def _divisor(combiner: str, weights) -> np.float32:
         return np.float32(1.0)
     acc = np.float32(0.0)
     for w in weights:
-        acc = np.float32(acc + (w if combiner == "mean" else np.float32(w * w)))
+        if combiner == "mean":
+            acc = np.float32(acc + w)
+        else:
+            # jax-tpu-embedding's C++ accumulates w * w with a fused multiply-add: the
+            # product is exact in float64 and the sum is rounded to float32 once.
+            acc = np.float32(np.float64(acc) + np.float64(w) * np.float64(w))
     return acc if combiner == "mean" else np.float32(np.sqrt(acc))
 
 

@@ -528,8 +528,13 @@ def plan_stacking(features: Any, topology: Topology, stacking: StackingArg = "au
             for st in stacking.stacks
         ]
         return StackingPlan(stacks, stacking.topology, stacking.rotation, stacking.batch_size)
+    # Groups the library stacks itself (stack_tables, auto_stack_tables) keep the
+    # flattened feature order; tables left unstacked get a stack of their own from
+    # prepare_feature_specs_for_training, which orders their features by name.
+    unstacked: set[str] = set()
     if config.disable_table_stacking or stacking is None or (isinstance(stacking, str) and stacking == "none"):
         groups = [[name] for name in tables]
+        unstacked = set(tables)
     elif isinstance(stacking, str):
         if stacking != "auto":
             raise ConfigError(f"stacking must be 'auto', None, a list of table groups or a StackingPlan, "
@@ -543,6 +548,8 @@ def plan_stacking(features: Any, topology: Topology, stacking: StackingArg = "au
         groups = _auto_groups(features, tables, P, batch_size, activation_mem_bytes_limit)
     else:
         groups = _manual_groups(stacking, tables)
+        listed = {name for group in stacking for name in group}
+        unstacked = {name for name in tables if name not in listed}
 
     stacks = []
     for group in groups:
@@ -572,6 +579,8 @@ def plan_stacking(features: Any, topology: Topology, stacking: StackingArg = "au
                 f"stack holds at most {INT32_MAX} rows: split it into smaller stacks"
             )
         feats = tuple(f for f in features if f.table.name in set(group))
+        if len(group) == 1 and group[0] in unstacked:
+            feats = tuple(sorted(feats, key=lambda f: f.name))
         max_ids, max_uniq = _stack_limits(name, specs, P, config, stack_limits, stack_limit_rule)
         stacks.append(Stack(name, tuple(in_stack), feats, max(t.padded_embedding_dim() for t in specs),
                             specs[0].optimizer, specs[0].combiner, P, max_ids, max_uniq))

@@ -42,11 +42,15 @@ def test_feature_stacking_row_offsets():
     feats = [FeatureSpec("query", t), FeatureSpec("title", TableSpec("x", 5, 8)), FeatureSpec("body", t)]
     plan = plan_stacking(feats, scwork.Topology(1, 2), stacking=None, batch_size=6)
     words = plan.stack_of_table("words")
-    assert [f.name for f in words.features] == ["query", "body"]
-    assert words.feature_position("body") == 1
+    # An unstacked table's features are ordered by name, as the library's
+    # prepare_feature_specs_for_training does; stacked ones keep the given order.
+    assert [f.name for f in words.features] == ["body", "query"]
+    assert words.feature_position("body") == 0
+    stacked = plan_stacking(feats, scwork.Topology(1, 2), stacking=[["words"]], batch_size=6)
+    assert [f.name for f in stacked.stack_of_table("words").features] == ["query", "body"]
     ds = plan.to_dataset()
-    assert ds["feature_row_offset"].sel(feature="body").item() == 6     # cumulative batch
-    assert ds["feature_row_offset"].sel(feature="query").item() == 0
+    assert ds["feature_row_offset"].sel(feature="query").item() == 6    # cumulative batch
+    assert ds["feature_row_offset"].sel(feature="body").item() == 0
 
 
 def test_auto_groups_by_dim_optimizer_combiner_in_first_appearance_order():
