@@ -1071,11 +1071,31 @@ def _check_gain_inputs(batch: FeatureBatch, plan: StackingPlan) -> None:
             _check_gains(batch, f.name, st.combiner)
 
 
+def available_cores() -> int:
+    """CPU cores this process may run on (its affinity mask where the OS has one)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def resolve_num_threads(num_threads: int | None) -> int:
+    """``num_threads`` as a count: None means every available core (:func:`available_cores`).
+
+    jax-tpu-embedding's host preprocessing runs on a thread pool over all cores; the
+    engine does the same by default so that both are compared at their defaults.
+    """
+    if num_threads is None:
+        return available_cores()
+    if isinstance(num_threads, bool) or not isinstance(num_threads, int) or num_threads < 1:
+        raise ConfigError(f"num_threads must be None (every core) or a positive int, got {num_threads!r}")
+    return num_threads
+
+
 def _run(batch, features, topology, stacking, config, on_out_of_vocabulary, stack_limits, rotation,
          activation_mem_bytes_limit, num_threads, backend, want_csr):
     features = _check_inputs(batch, features, topology, config, on_out_of_vocabulary)
-    if isinstance(num_threads, bool) or not isinstance(num_threads, int) or num_threads < 1:
-        raise ConfigError(f"num_threads must be a positive int, got {num_threads!r}")
+    num_threads = resolve_num_threads(num_threads)
     G, S = topology.num_devices, topology.sparsecores_per_device
     if stack_limits is not None and not isinstance(stack_limits, Mapping):
         raise ConfigError(f"stack_limits must be a dict stack name -> (max_ids_per_partition, "
@@ -1199,7 +1219,7 @@ def compute_stats(batch: FeatureBatch, features: Any, topology: Topology, stacki
                   config: SparsecoreConfig | None = None, on_out_of_vocabulary: str = "error", *,
                   stack_limits: Mapping[str, Any] | None = None, rotation: int | None = None,
                   activation_mem_bytes_limit: int = DEFAULT_ACTIVATION_MEM_BYTES_LIMIT,
-                  num_threads: int = 1, backend: str = "numba"):
+                  num_threads: int | None = None, backend: str = "numba"):
     """Per-partition statistics of a batch, without building the CSR buffers.
 
     Parameters
@@ -1224,10 +1244,11 @@ def compute_stats(batch: FeatureBatch, features: Any, topology: Topology, stacki
         Shard rotation step of stacked tables (default ``S``).
     activation_mem_bytes_limit : int
         Budget of one automatic stack (default 2 MiB).
-    num_threads : int
+    num_threads : int or None
         Worker threads: every stack's (device, source SC) slices are split into
         ranges run in parallel (numba kernels release the GIL). The results do not
-        depend on it. Default 1.
+        depend on it. Default None: every available core, as jax-tpu-embedding's
+        thread pool; 1 runs on the calling thread only.
     backend : {"numba", "numpy"}
         ``"numpy"`` runs the slow reference kernels (for checks and benchmarks).
 
@@ -1277,7 +1298,7 @@ def preprocess(batch: FeatureBatch, features: Any, topology: Topology, stacking:
                config: SparsecoreConfig | None = None, on_out_of_vocabulary: str = "error", *,
                stack_limits: Mapping[str, Any] | None = None, rotation: int | None = None,
                activation_mem_bytes_limit: int = DEFAULT_ACTIVATION_MEM_BYTES_LIMIT,
-               num_threads: int = 1, backend: str = "numba") -> PreprocessResult:
+               num_threads: int | None = None, backend: str = "numba") -> PreprocessResult:
     """Statistics, limit checks and CSR buffers of a batch, as jax-tpu-embedding computes them.
 
     Same arguments as :func:`compute_stats`. With ``config.allow_id_dropping`` the

@@ -196,7 +196,7 @@ def collect_stats(batches: Iterable[Any], features: Any, topology: Topology, *, 
                   config: SparsecoreConfig | None = None, stack_limits: Mapping[str, Any] | None = None,
                   rotation: int | None = None,
                   activation_mem_bytes_limit: int = DEFAULT_ACTIVATION_MEM_BYTES_LIMIT,
-                  on_out_of_vocabulary: str = "error", max_steps: int | None = None, num_threads: int = 1,
+                  on_out_of_vocabulary: str = "error", max_steps: int | None = None, num_threads: int | None = None,
                   backend: str = "numba", progress: bool | None = None):
     """Statistics of many steps, stacked along a ``step`` dim.
 

@@ -235,7 +235,7 @@ class MiniBatchPlan:
     """
 
     def __init__(self, *, strategy, plan, topology, batch, config, num_minibatches, stats, assignment,
-                 bucket_hash, num_buckets, hash_key, run_of_sample=None, features=None):
+                 bucket_hash, num_buckets, hash_key, run_of_sample=None, features=None, num_threads=None):
         self.strategy = strategy
         self.plan = plan
         self.topology = topology
@@ -249,6 +249,7 @@ class MiniBatchPlan:
         self._key = hash_key
         self._run_of_sample = run_of_sample or {}
         self._features = features
+        self.num_threads = num_threads
         self._cache: dict[str, np.ndarray] = {}
 
     @property
@@ -314,6 +315,7 @@ class MiniBatchPlan:
         ``preprocess``. The layout is one engine CSR per mini-batch, not the
         reference's combined mini-batched buffer.
         """
+        kwargs.setdefault("num_threads", self.num_threads)
         return _engine.preprocess(self.batch_for(m), self._features, self.topology, stacking=self.plan,
                                   config=kwargs.pop("config", self.config), **kwargs)
 
@@ -379,7 +381,8 @@ def minibatch(batch: FeatureBatch, features: Any, topology: Topology, *, strateg
               stack_limits: Mapping[str, Any] | None = None, num_buckets: int = 64,
               bucket_hash: str = "highway", rotation: int | None = None,
               activation_mem_bytes_limit: int = DEFAULT_ACTIVATION_MEM_BYTES_LIMIT,
-              on_out_of_vocabulary: str = "error", backend: str = "numba") -> MiniBatchPlan:
+              on_out_of_vocabulary: str = "error", backend: str = "numba",
+              num_threads: int | None = None) -> MiniBatchPlan:
     """Plan the mini-batches that make every stack of a batch fit its limits.
 
     Parameters
@@ -400,6 +403,11 @@ on_out_of_vocabulary
         ``col_id & (num_buckets - 1)``.
     backend : {"numba", "numpy"}
         ``"numpy"``: the slow reference kernels (small inputs only).
+    num_threads : int or None
+        Threads of the engine runs the plan makes (:meth:`MiniBatchPlan.preprocess`
+        of each mini-batch); None (default): every available core, as for
+        :func:`~scwork.sharding.compute_stats`. The bucket assignment itself runs on
+        one thread.
 
     Returns
     -------
@@ -483,7 +491,8 @@ on_out_of_vocabulary
     return MiniBatchPlan(strategy=strategy, plan=plan, topology=topology, batch=batch, config=config,
                          num_minibatches=stats["num_minibatches"], stats=stats, assignment=assignment,
                          bucket_hash=bucket_hash, num_buckets=nb, hash_key=K.HIGHWAY_KEY,
-                         run_of_sample=run_of_sample, features=features)
+                         run_of_sample=run_of_sample, features=features,
+                         num_threads=_engine.resolve_num_threads(num_threads))
 
 
 def _handle_oov(batch: FeatureBatch, plan: StackingPlan, on_out_of_vocabulary: str):

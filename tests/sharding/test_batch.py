@@ -287,10 +287,10 @@ def test_huge_topology_is_refused_before_allocating(monkeypatch):
     need = engine.estimate_scratch_bytes(engine.plan_stacking(feats, scwork.Topology(2, 2), "auto", batch_size=4),
                                          small, 2, 2, False)
     monkeypatch.setenv("SCWORK_MAX_SCRATCH_BYTES", str(need))
-    compute_stats(small, feats, scwork.Topology(2, 2))
+    compute_stats(small, feats, scwork.Topology(2, 2), num_threads=1)  # the estimate above is for 1 thread
     monkeypatch.setenv("SCWORK_MAX_SCRATCH_BYTES", str(need - 1))
     with pytest.raises(ConfigError, match=f"above the limit of {need - 1:,} bytes"):
-        compute_stats(small, feats, scwork.Topology(2, 2))
+        compute_stats(small, feats, scwork.Topology(2, 2), num_threads=1)
     monkeypatch.setenv("SCWORK_MAX_SCRATCH_BYTES", "1_000")
     with pytest.raises(ConfigError, match="must be a number of bytes"):
         compute_stats(small, feats, scwork.Topology(2, 2))

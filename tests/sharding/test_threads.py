@@ -541,3 +541,30 @@ def test_csr_buffers_are_recycled_only_when_no_array_uses_them():
         assert np.array_equal(buf.gains.view(np.int32), g.view(np.int32))
     engine._POOL.clear()
     assert engine._POOL.free == []
+
+
+def test_default_uses_every_available_core_and_one_stays_available():
+    """num_threads=None (the default) is every core of the process's affinity mask, as
+    jax-tpu-embedding's thread pool; 1 runs on the calling thread; bad values are typed."""
+    import inspect
+
+    import scwork
+    from scwork.errors import ConfigError
+    from scwork.sharding import FeatureBatch, FeatureSpec, TableSpec, collect_stats, compute_stats, minibatch, preprocess
+    from scwork.sharding.engine import available_cores, resolve_num_threads
+
+    for fn in (compute_stats, preprocess, collect_stats, minibatch):
+        assert inspect.signature(fn).parameters["num_threads"].default is None, fn.__name__
+    assert resolve_num_threads(None) == available_cores() >= 1
+    assert resolve_num_threads(1) == 1
+    for bad in (0, -1, 1.5, True, "2"):
+        with pytest.raises(ConfigError, match="num_threads"):
+            resolve_num_threads(bad)
+    batch = FeatureBatch.from_ragged({"f": (list(range(64)), list(range(0, 65, 4)))})
+    feats = [FeatureSpec("f", TableSpec("t", 64, 8))]
+    topo = scwork.Topology(2, 2)
+    default = compute_stats(batch, feats, topo)
+    single = compute_stats(batch, feats, topo, num_threads=1)
+    assert default.identical(single)
+    plan = minibatch(batch, feats, topo)
+    assert plan.num_threads == available_cores()
