@@ -26,7 +26,19 @@ about 47 M ids/s on one thread and 80 M ids/s on two):
 
 The verdict compares the medians with the targets for both stacking modes; it is
 printed, not turned into the exit code (timings are noisy on a shared machine).
-The exit code is 1 only if results differ (threads, or numba vs numpy).
+The exit code is 1 only if results differ (threads, or numba vs numpy, or scwork vs
+jax-tpu-embedding).
+
+Side by side with jax-tpu-embedding (when it is installed: the ``oracle`` extra,
+Python >= 3.12): the same input goes through the library's
+``preprocess_sparse_dense_matmul_input`` (its C++ host preprocessing, on its own
+thread pool: every core unless ``SPARSECORE_INPUT_PREPROCESSING_THREADS`` says
+otherwise) and through scwork's ``preprocess`` and ``compute_stats`` at their
+defaults (every core), calls alternating, medians of ``--repeats``; the statistics
+of both are checked to be identical. Targets at default settings: preprocess at
+least 2x the library's speed, compute_stats at least 3x (ratios of medians measured
+in the same run; absolute ids/s from another day are no verdict). ``--no-jte``
+skips it.
 
     python benchmarks/bench_sharding.py [--quick] [--json] [--repeats 7] [--threads 1,2]
                                         [--stacking none,auto] [--subset 1024]
@@ -88,6 +100,88 @@ def _subset(batch, size: int):
     return FeatureBatch(data)
 
 
+def _jte_side_by_side(batch, features, topo, modes, repeats):
+    """Time jax-tpu-embedding and scwork on the same input, alternating; None if not installed."""
+    try:
+        from absl import logging as absl_logging
+        from jax_tpu_embedding.sparsecore.lib.nn import embedding as jte
+        from jax_tpu_embedding.sparsecore.lib.nn import embedding_spec as es
+        import jax_tpu_embedding
+    except ImportError:
+        return None
+    from scwork.sharding import compute_stats, plan_stacking, preprocess
+    from scwork.sharding.engine import available_cores
+
+    absl_logging.set_verbosity(absl_logging.ERROR)
+    D, S = topo.num_devices, topo.sparsecores_per_device
+    B = batch.batch_size
+    # The library's ragged input: per feature an object array of per-sample id arrays.
+    names = [f.name for f in features]
+    ids, weights = [], []
+    for name in names:
+        splits = batch.row_splits(name)
+        flat = batch.ids(name).astype(np.int32)
+        ids.append(np.array(np.split(flat, splits[1:-1]), dtype=object))
+        weights.append(np.array(np.split(np.ones(flat.size, np.float32), splits[1:-1]), dtype=object))
+    out = {"version": getattr(jax_tpu_embedding, "__version__", "0.2"), "cores": available_cores(), "modes": {}}
+    for mode in modes:
+        stacking = STACKING[mode]
+        plan = plan_stacking(features, topo, stacking, batch_size=B)
+        # No limit is reached on this input; the library needs a value (it aborts when one is exceeded).
+        limit = 1 << 20
+        tables = {}
+        specs = []
+        for f in features:
+            t = f.table
+            if t.name not in tables:
+                tables[t.name] = es.TableSpec(
+                    name=t.name, vocabulary_size=t.vocab_size, embedding_dim=t.embedding_dim,
+                    initializer=lambda *a, **k: None, optimizer=es.SGDOptimizerSpec(), combiner=t.combiner,
+                    max_ids_per_partition=limit, max_unique_ids_per_partition=limit)
+            specs.append(es.FeatureSpec(name=f.name, table_spec=tables[t.name], input_shape=[B, 1],
+                                        output_shape=[B, t.embedding_dim]))
+        if stacking == "auto":
+            jte.auto_stack_tables(specs, global_device_count=D, num_sc_per_device=S,
+                                  stack_to_max_ids_per_partition=lambda *_: limit,
+                                  stack_to_max_unique_ids_per_partition=lambda *_: limit)
+        jte.prepare_feature_specs_for_training(specs, global_device_count=D, num_sc_per_device=S)
+        # scwork's tables here have no limits: its CSR is sized from what is observed.
+
+        def run_jte():
+            return jte.preprocess_sparse_dense_matmul_input(ids, weights, specs, D, D, num_sc_per_device=S)
+
+        def run_pre():
+            return preprocess(batch, features, topo, plan)
+
+        def run_stats():
+            return compute_stats(batch, features, topo, plan)
+
+        _, jte_stats = run_jte()
+        ours = run_stats()
+        same = all(
+            np.array_equal(ours.sel(stack=st.name)["max_ids_per_partition"].values.ravel(),
+                           np.asarray(jte_stats.max_ids_per_partition[st.name]))
+            and np.array_equal(ours.sel(stack=st.name)["max_unique_ids_per_partition"].values.ravel(),
+                               np.asarray(jte_stats.max_unique_ids_per_partition[st.name]))
+            and np.array_equal(ours.sel(stack=st.name)["required_buffer_size_per_sc"].values.ravel(),
+                               np.asarray(jte_stats.required_buffer_size_per_sc[st.name]))
+            for st in plan.stacks)
+        run_pre()
+        times = {"jte": [], "preprocess": [], "compute_stats": []}
+        load = os.getloadavg()
+        for _ in range(repeats):  # alternating, so that all three see the same load
+            for key, fn in (("jte", run_jte), ("preprocess", run_pre), ("compute_stats", run_stats)):
+                times[key] += timed_runs(fn, 1)
+        med = {k: statistics.median(v) for k, v in times.items()}
+        out["modes"][mode] = {
+            "jte_s": med["jte"], "preprocess_s": med["preprocess"], "compute_stats_s": med["compute_stats"],
+            "preprocess_ratio": med["jte"] / med["preprocess"],
+            "compute_stats_ratio": med["jte"] / med["compute_stats"],
+            "jte_ids_per_s": batch.num_ids / med["jte"], "stats_identical": bool(same),
+            "runs_s": times, "loadavg": load}
+    return out
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="small input (batch 2048, 8 features)")
@@ -98,6 +192,7 @@ def main() -> int:
     parser.add_argument("--subset", type=int, default=None,
                         help="batch size of the numpy-reference subset (default 1024, quick 256)")
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
+    parser.add_argument("--no-jte", action="store_true", help="skip the jax-tpu-embedding side-by-side run")
     args = parser.parse_args()
     repeats = max(5, args.repeats)
     threads = [int(t) for t in args.threads.split(",") if t]
@@ -193,6 +288,11 @@ def main() -> int:
                          "identical": same}
         res_mode["numpy_reference_subset"] = {"batch_size": subset, "num_ids": small.num_ids, **ref}
         result["modes"][mode] = res_mode
+    if not args.no_jte:
+        jte = _jte_side_by_side(batch, features, topo, modes, repeats)
+        if jte is not None:
+            result["jax_tpu_embedding"] = jte
+            ok &= all(r["stats_identical"] for r in jte["modes"].values())
     result["peak_rss_mb"] = _peak_rss_mb()
     result["input_rss_mb"] = rss_input
     result["kernel_modules"] = compiled
@@ -240,6 +340,18 @@ def main() -> int:
             print(f"  subset {s['batch_size']} samples ({s['num_ids']} ids) {name}: numpy "
                   f"{x['numpy_ids_per_s'] / 1e6:.2f} M ids/s, numba {x['numba_ids_per_s'] / 1e6:.1f} M ids/s "
                   f"(x{x['speedup']:.0f}), identical={x['identical']}")
+    jte = result.get("jax_tpu_embedding")
+    if jte is not None:
+        print(f"\nside by side with jax-tpu-embedding {jte['version']} (defaults: every core, "
+              f"{jte['cores']} here), medians of {repeats} alternating calls:")
+        for mode, r in jte["modes"].items():
+            print(f"  stacking {mode}: library {r['jte_s'] * 1e3:.1f} ms, scwork preprocess "
+                  f"{r['preprocess_s'] * 1e3:.1f} ms (x{r['preprocess_ratio']:.2f}, target x2: "
+                  f"{'ok' if r['preprocess_ratio'] >= 2 else 'MISSED'}), compute_stats {r['compute_stats_s'] * 1e3:.1f} ms "
+                  f"(x{r['compute_stats_ratio']:.2f}, target x3: {'ok' if r['compute_stats_ratio'] >= 3 else 'MISSED'}); "
+                  f"statistics identical: {r['stats_identical']}; load {r['loadavg'][0]:.2f}")
+    elif not args.no_jte:
+        print("\njax-tpu-embedding is not installed (pip install -e '.[oracle]', Python >= 3.12): no side-by-side run")
     print(f"\npeak RSS {result['peak_rss_mb']:.0f} MB (after input generation {rss_input:.0f} MB)")
     if verdict:
         missed = [k for k, v in verdict.items() if not v]
