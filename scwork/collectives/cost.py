@@ -200,9 +200,11 @@ def scaling_book_time(collective: str, nbytes: float, axis_sizes, *, link_bandwi
     all-reduce) and ``axis_sizes`` the mesh axes it is sharded over.
     With wraparound: all-gather ``max(T_min * sum|X_i| / 2, V / (W_bidir * n_axes))``
     with ``W_bidir = 2 x link_bandwidth``; reduce-scatter the same; all-reduce
-    twice that; all-to-all ``V / (4 W_bidir)`` on one axis. Without wraparound (one
-    axis) the ring is a line: ``(|X| - 1)`` hops of ``V / |X|`` at one link's
-    bandwidth, as the book's v5e example computes.
+    twice that. All-to-all on a torus of axes ``X_i`` (``N = prod X_i`` chips):
+    ``V * max X_i / (4 N W_bidir)`` (``V / (4 W_bidir)`` on one ring), twice that
+    without wraparound. Without wraparound (one axis) all-gather's ring is a line:
+    ``(|X| - 1)`` hops of ``V / |X|`` at one link's bandwidth, as the book's v5e
+    example computes.
 
     Examples
     --------
@@ -211,11 +213,26 @@ def scaling_book_time(collective: str, nbytes: float, axis_sizes, *, link_bandwi
     378
     >>> round(scaling_book_time("all_gather", 4 * 8.4e6, [4], wraparound=False) * 1e6)
     560
+
+    The book's all-to-all of bf16[2048, 8192] (33.6 MB) on a ring of 8 v5e chips:
+
+    >>> round(scaling_book_time("all_to_all", 2 * 2048 * 8192, [8]) * 1e6, 1)
+    93.2
     """
     sizes = [int(s) for s in axis_sizes]
     if not sizes or any(s < 1 for s in sizes):
         raise ConfigError(f"axis_sizes must be positive, got {axis_sizes}")
     w_bidir = 2 * link_bandwidth
+    if collective == "all_to_all":
+        # Each of the N = prod(axes) nodes sends V / N^2 to every other node. Along an
+        # axis of size A the average distance is A / 4 hops on a ring, so the N links of
+        # that axis carry V * A / (4 N) each; axes use separate links and run in
+        # parallel: the largest axis is the bottleneck. Without wraparound (a line)
+        # the middle link carries twice that.
+        n = math.prod(sizes)
+        bandwidth_time = nbytes * max(sizes) / (4 * n * w_bidir) * (1 if wraparound else 2)
+        hops = sum(a // 2 for a in sizes) if wraparound else sum(a - 1 for a in sizes)
+        return max(latency * hops, bandwidth_time)
     if not wraparound:
         if len(sizes) != 1:
             raise ConfigError("the line (no wraparound) form is for one axis")

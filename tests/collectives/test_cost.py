@@ -159,3 +159,23 @@ def test_pipelining_helps_chains_not_saturated_rings():
 def test_cost_of_an_empty_schedule():
     c = cost(single_path(Network.line(1)))
     assert float(c.total_time) == 0.0 and c.sizes["step"] == 0
+
+
+def test_scaling_book_all_to_all_is_n_dimensional():
+    """How to Scale Your Model: all-to-all costs V * max axis / (4 N W) on a torus."""
+    from scwork.collectives import scaling_book_time
+
+    V, W = 2 * 2048 * 8192, 2 * 4.5e10
+    # the book's worked number: bf16[2048, 8192] on a ring of 8 v5e chips, 93.2 us
+    assert round(scaling_book_time("all_to_all", V, [8]) * 1e6, 1) == 93.2
+    # 2-D 4x4: each axis carries V * 4 / (4 * 16 * W) = V / (16 W): four times less than a ring
+    assert scaling_book_time("all_to_all", V, [4, 4], latency=0) == pytest.approx(V / (16 * W))
+    # the largest axis is the bottleneck: 4x8 -> V * 8 / (4 * 32 * W)
+    assert scaling_book_time("all_to_all", V, [4, 8], latency=0) == pytest.approx(V * 8 / (128 * W))
+    assert scaling_book_time("all_to_all", V, [8, 4], latency=0) == scaling_book_time("all_to_all", V, [4, 8],
+                                                                                      latency=0)
+    # a line (no wraparound) doubles it, on one axis or several
+    assert scaling_book_time("all_to_all", V, [8], wraparound=False, latency=0) == pytest.approx(V / (2 * W))
+    assert scaling_book_time("all_to_all", V, [4, 4], wraparound=False, latency=0) == pytest.approx(V / (8 * W))
+    # tiny messages are latency bound: one hop per half ring
+    assert scaling_book_time("all_to_all", 8, [8, 8], latency=1e-6) == pytest.approx(8e-6)
