@@ -285,6 +285,8 @@ def test_stacking_statistics_and_csr_equal_the_library(case):
                 err_msg=f"{ours_ds} required buffer per SC, stack {name}")
             assert int(got["dropped_ids"]) == int(jte_stats.id_drop_counters[name]), f"{ours_ds} dropped, {name}"
         csr = result.csr[name]
+        assert np.asarray(jte_out.lhs_row_pointers[name]).size == csr.row_pointers.size, f"row pointers of {name}"
+        assert np.asarray(jte_out.lhs_embedding_ids[name]).size == csr.embedding_ids.size, f"buffer of {name}"
         ours_segments = _segments(csr.row_pointers, csr.embedding_ids, csr.sample_ids, csr.gains, D, S, P)
         theirs = _segments(jte_out.lhs_row_pointers[name], jte_out.lhs_embedding_ids[name],
                            jte_out.lhs_sample_ids[name], jte_out.lhs_gains[name], D, S, P)
