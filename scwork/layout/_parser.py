@@ -8,11 +8,17 @@ printer ``Layout::Print`` in ``xla/layout.cc``::
     shape      ::= dtype '[' (dim (',' dim)*)? ']' layout?
     dim        ::= INT | '<=' INT | '?'
     layout     ::= '{' (INT (',' INT)*)? (':' attributes)? '}'
-    attributes ::= ('T' tile+)? ('L' '(' INT ')')? ('#' '(' dtype ')')?
+    attributes ::= ('D' '(' level (',' level)* ')')? ('T' tile+)? ('L' '(' INT ')')? ('#' '(' dtype ')')?
                    ('*' '(' dtype ')')? ('E' '(' INT ')')? ('S' '(' INT ')')?
                    ('SC' split+)? ('P' '(' shape ')')? ('M' '(' INT ')')?
     tile       ::= '(' (INT | '*') (',' (INT | '*'))* ')'
+    level      ::= ('D' | 'C' | 'S' | 'H') '+'? '~'?
     split      ::= '(' INT ':' (INT (',' INT)*)? ')'
+
+``D(...)`` are the sparse dimension level types of XLA versions with sparse layouts
+(``Layout::ToString`` prints them first: ``D`` dense, ``C`` compressed, ``S``
+singleton, ``H`` loose compressed; ``+`` marks a non-unique and ``~`` an unordered
+dimension).
 
 Differences from XLA's lexer, on purpose: the element type is
 case-insensitive (``F32`` as written in the XLA tiled-layout doc), whitespace is
@@ -33,19 +39,23 @@ from typing import Any, Callable
 
 from scwork.errors import LayoutError
 
-__all__ = ["ATTRIBUTE_ORDER", "ParsedShape", "Token", "parse_shape_text", "tokenize"]
+__all__ = ["ATTRIBUTE_ORDER", "DIM_LEVEL_TYPES", "ParsedShape", "Token", "parse_shape_text", "tokenize"]
 
 #: Layout attributes in the order XLA prints and parses them (``Layout::Print``).
-ATTRIBUTE_ORDER: tuple[str, ...] = ("T", "L", "#", "*", "E", "S", "SC", "P", "M")
+ATTRIBUTE_ORDER: tuple[str, ...] = ("D", "T", "L", "#", "*", "E", "S", "SC", "P", "M")
+
+#: Sparse dimension level types of ``D(...)`` (``DimLevelTypeAbbrev`` in xla/layout.cc).
+DIM_LEVEL_TYPES: tuple[str, ...] = ("D", "C", "S", "H")
 
 _ATTRIBUTE_MEANING = {
-    "T": "tiles", "L": "tail padding alignment in elements", "#": "index primitive type",
+    "D": "dimension level types", "T": "tiles", "L": "tail padding alignment in elements",
+    "#": "index primitive type",
     "*": "pointer primitive type", "E": "element size in bits", "S": "memory space",
     "SC": "split configs", "P": "physical shape", "M": "dynamic shape metadata prefix bytes",
 }
 
 _INT64_MAX = 2**63 - 1
-_PUNCTUATION = set("[]{}(),:*#?")
+_PUNCTUATION = set("[]{}(),:*#?+~")
 
 
 @dataclass(frozen=True)
@@ -261,8 +271,6 @@ class _Parser:
         while (name := self.attribute_name()) is not None:
             token = self.token
             if name not in ATTRIBUTE_ORDER:
-                if name == "D":
-                    raise self.error("sparse dimension level types D(...) are not supported")
                 if name.upper() in ATTRIBUTE_ORDER:
                     raise self.error(f"unknown layout attribute {name!r}",
                                      hint=f"attribute names are upper case: {name.upper()}")
@@ -277,7 +285,9 @@ class _Parser:
             last_rank, last_name = rank, name
             self.advance()
             positions[(name,)] = self.token.position
-            if name == "T":
+            if name == "D":
+                fields["dim_level_types"] = self.parse_dim_level_types(positions)
+            elif name == "T":
                 fields["tiles"] = self.parse_tiles(positions)
             elif name in ("L", "E", "S", "M"):
                 fields[_INT_ATTRIBUTE_FIELD[name]] = self.parse_int_attribute(name, positions)
@@ -293,6 +303,31 @@ class _Parser:
                 positions[("P",)] = self.token.position
                 parsed.physical = self.parse_shape(nested=True)
                 self.expect(")", "')' to close the physical shape P(...)")
+
+    def parse_dim_level_types(self, positions: dict[tuple, int]) -> tuple[str, ...]:
+        """``D(level, ...)``: each level a letter of :data:`DIM_LEVEL_TYPES`, then ``+``
+        (not unique) and ``~`` (not ordered), in that order, as XLA prints them."""
+        self.expect("(", "'(' after D")
+        levels: list[str] = []
+        while True:
+            token = self.token
+            if token.kind != "ident" or token.text not in DIM_LEVEL_TYPES:
+                raise self.error(f"expected a dimension level type ({', '.join(DIM_LEVEL_TYPES)}), "
+                                 f"found {self.describe(token)}",
+                                 hint="D(D,C+,S~): D dense, C compressed, S singleton, H loose compressed; "
+                                      "'+' not unique, '~' not ordered")
+            positions[("D", len(levels))] = token.position
+            level = self.advance().text
+            if self.token.kind == "+":
+                level += self.advance().text
+            if self.token.kind == "~":
+                level += self.advance().text
+            levels.append(level)
+            if self.token.kind != ",":
+                break
+            self.advance()
+        self.expect(")", "',' or ')' in D(...)")
+        return tuple(levels)
 
     def parse_tiles(self, positions: dict[tuple, int]) -> tuple[tuple[int, ...], ...]:
         tiles: list[tuple[int, ...]] = []

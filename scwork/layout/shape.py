@@ -321,6 +321,13 @@ class Shape:
         effect on addresses (it may not have a ``P`` of its own).
     dynamic_dims : sequence of bool
         Which dimensions are bounded-dynamic (``<=N``); default all static.
+    dim_level_types : sequence of str
+        ``D(...)``: one sparse dimension level type per dimension, as XLA prints it:
+        ``"D"`` dense, ``"C"`` compressed, ``"S"`` singleton, ``"H"`` loose compressed,
+        followed by ``"+"`` when the dimension is not unique and ``"~"`` when it is not
+        ordered (e.g. ``("D", "C+~")``). Empty (the default) or all ``"D"`` is a dense
+        array; any other level makes the array sparse: it parses, prints and compares,
+        but has no linear index, index map or tiled addresses (LayoutError).
 
     Raises
     ------
@@ -349,6 +356,7 @@ class Shape:
     split_configs: tuple[SplitConfig, ...] = ()
     layout_physical_shape: Shape | None = None
     dynamic_dims: tuple[bool, ...] = field(default=())
+    dim_level_types: tuple[str, ...] = ()
 
     # -- construction and validation -----------------------------------------------
     def __post_init__(self) -> None:
@@ -395,6 +403,7 @@ class Shape:
                                    f"got {value!r}", (key,))
                 set_field(name, value.lower())
         self._validate_split_configs(set_field)
+        self._validate_dim_level_types(set_field, rank)
         physical = self.layout_physical_shape
         if physical is not None:
             if not isinstance(physical, Shape):
@@ -404,6 +413,33 @@ class Shape:
         if math.prod(self.tiled_shape) > _MAX_ELEMENTS or math.prod(dims) > _MAX_ELEMENTS:
             raise _invalid(f"the shape is too large to address with 64-bit indices "
                            f"({math.prod(self.tiled_shape)} tiled elements)", ("dims",))
+
+    def _validate_dim_level_types(self, set_field, rank: int) -> None:
+        from scwork.layout._parser import DIM_LEVEL_TYPES
+
+        levels = _as_tuple(self.dim_level_types, "dim_level_types", ("D",))
+        if levels and len(levels) != rank:
+            # LayoutUtil::ValidateLayoutForShape: one level type per dimension.
+            raise _invalid(f"D(...) has {len(levels)} dimension level types for a rank-{rank} shape",
+                           ("D",), "give one level type per dimension")
+        for i, level in enumerate(levels):
+            if (not isinstance(level, str) or not level or level[0] not in DIM_LEVEL_TYPES
+                    or level[1:] not in ("", "+", "~", "+~")):
+                raise _invalid(f"dimension level type {level!r} is not one of D, C, S, H with an optional "
+                               "'+' (not unique) then '~' (not ordered)", ("D", i))
+        set_field("dim_level_types", tuple(levels))
+
+    @property
+    def is_sparse(self) -> bool:
+        """True when ``D(...)`` gives a dimension a level type other than dense ``D``."""
+        return any(level != "D" for level in self.dim_level_types)
+
+    def _require_dense(self, what: str) -> None:
+        if self.is_sparse:
+            raise LayoutError(
+                f"{self} is a sparse array (dimension level types D({','.join(self.dim_level_types)})): "
+                f"it has no {what}; elements of a sparse array are not stored at tiled addresses",
+                hint="remove D(...) (or make every level D) to model the dense array")
 
     def _validate_minor_to_major(self, set_field, rank: int) -> None:
         if self.minor_to_major is None:
@@ -496,6 +532,9 @@ class Shape:
     def _attributes_text(self) -> str:
         # Order and omission rules of Layout::Print (xla/layout.cc).
         parts = []
+        if self.dim_level_types:
+            # Printed first, as Layout::ToString of XLA versions with sparse layouts.
+            parts.append("D(" + ",".join(self.dim_level_types) + ")")
         if self.tiles:
             parts.append("T" + "".join(str(t) for t in self.tiles))
         if self.tail_padding_alignment != 1:
@@ -665,6 +704,7 @@ class Shape:
         >>> parse("bf16[4,8]{1,0:T(2,4)(2,1)}").linear_index((1, 1))
         3
         """
+        self._require_dense("linear index")
         index = self._check_index(index)
         plan = self._plan
         columns = [0] * plan.extra_major + [index[axis] for axis in plan.physical_axes]
@@ -686,6 +726,7 @@ class Shape:
                [ 2,  3,  6,  7, 10],
                [12, 13, 16, 17, 20]])
         """
+        self._require_dense("index map")
         if engine == "auto":
             engine = "numba" if self.num_elements > NUMBA_MIN_ELEMENTS else "numpy"
         if engine == "numpy" or (engine == "numba" and self.rank == 0):
@@ -747,6 +788,7 @@ class Shape:
         >>> parse("f32[3]{0:T(2)}").address_map()
         array([ 0,  1,  2, -1])
         """
+        self._require_dense("address map")
         flat = self.index_map().ravel()
         if flat.size > NUMBA_MIN_ELEMENTS:
             from scwork.layout import _kernels
@@ -774,6 +816,7 @@ class Shape:
         >>> parse("f32[3]{0:T(2)}").to_physical(np.array([1.0, 2.0, 3.0]), fill=-1).tolist()
         [1.0, 2.0, 3.0, -1.0]
         """
+        self._require_dense("physical buffer")
         array = np.asarray(array)
         if array.shape != self.dims:
             raise LayoutError(f"array has shape {array.shape} but {self} has logical shape {self.dims}")
@@ -791,6 +834,7 @@ class Shape:
         >>> bool((s.from_physical(s.to_physical(a)) == a).all())
         True
         """
+        self._require_dense("physical buffer")
         buffer = np.asarray(buffer)
         if buffer.shape != (self.padded_elements,):
             raise LayoutError(f"buffer has shape {buffer.shape} but {self} needs a 1-D buffer of "
@@ -848,6 +892,7 @@ class Shape:
         >>> parse("f32[3,5]{1,0:T(2,2)}").view_index_map()[3].tolist()
         [14, 15, 18, 19, 22, 23]
         """
+        self._require_dense("tiled view")
         return self._view_layout().index_map()
 
     def view_padding_mask(self) -> np.ndarray:
@@ -858,6 +903,7 @@ class Shape:
         >>> int(parse("f32[3,5]{1,0:T(2,2)}").view_padding_mask().sum())
         9
         """
+        self._require_dense("tiled view")
         coords = np.indices(self.padded_view_shape, dtype=np.int64, sparse=True)
         mask = np.zeros(self.padded_view_shape, dtype=bool)
         for axis, size in enumerate(self.view_shape):
@@ -875,6 +921,7 @@ class Shape:
         >>> parse("f32[3,5]{1,0:T(2,2)}").view_tile_map()[:, :3].tolist()
         [[0, 0, 1], [0, 0, 1], [3, 3, 4], [3, 3, 4]]
         """
+        self._require_dense("tiled view")
         prefix, sizes, tile = self._view_parts
         padded = self.padded_view_shape
         if not tile:
@@ -914,6 +961,7 @@ class Shape:
         >>> s.xla_linear_index((0, 1)), s.linear_index((0, 1))
         (1, 2)
         """
+        self._require_dense("linear index")
         index = self._check_index(index)
         tile = self._xla_first_tile("LayoutUtil::LinearIndex")
         if self.rank == 0:
@@ -960,6 +1008,7 @@ class Shape:
         >>> s.xla_array_size_bytes(), s.padded_bytes
         (24, 32)
         """
+        self._require_dense("dense array size")
         tile = self._xla_first_tile("ShapeUtil::ArraySize")
         element_bits = self.element_size_in_bits
         if not tile:

@@ -283,6 +283,7 @@ def view_window(shape: Shape, rows=None, cols=None, *, max_cells: int = MAX_WIND
         Dims ``(row, col)`` with the view indices as coordinates; ``tile`` (first-level
         tile id), ``address`` (buffer slot), ``padding`` (bool).
     """
+    shape._require_dense("tiled view")
     geometry = ViewGeometry(shape)
     r0, r1 = _check_range("rows", rows, geometry.n_rows)
     c0, c1 = _check_range("cols", cols, geometry.n_cols)
@@ -351,6 +352,7 @@ def view_overview(shape: Shape, rows=None, cols=None, *, max_blocks: tuple[int, 
     >>> ov.attrs["level"], ov["padding_fraction"].values.tolist()
     ('tiles', [[0.0, 0.0, 0.5], [0.5, 0.5, 0.75]])
     """
+    shape._require_dense("tiled view")
     geometry = ViewGeometry(shape)
     r0, r1 = _check_range("rows", rows, geometry.n_rows)
     c0, c1 = _check_range("cols", cols, geometry.n_cols)
@@ -443,6 +445,7 @@ def buffer_window(shape: Shape, start: int, stop: int, *, max_cells: int = MAX_W
     >>> buffer_window(s, 0, 4)["element"].values.tolist() == s.address_map().tolist()
     True
     """
+    shape._require_dense("tiled view")
     geometry = ViewGeometry(shape)
     total = shape.padded_elements
     a0, a1 = _check_range("addresses", (start, stop), total)

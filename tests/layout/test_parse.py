@@ -154,7 +154,7 @@ def test_bounded_dynamic_dimension_uses_its_bound():
     ("f32[3]{0:L(2)T(2)}", 13, "'T' must come before 'L'"),
     ("f32[3]{0:T(2)T(2)}", 13, "duplicate layout attribute 'T'"),
     ("f32[3]{0:X(2)}", 9, "unknown layout attribute 'X'"),
-    ("f32[3]{0:D(D)}", 9, "not supported"),
+    ("f32[3]{0:D(X)}", 11, "expected a dimension level type"),
     ("f32[3]{0:#(f32)}", 11, "must be an integer element type"),
     ("f32[3]{0:#(q32)}", 11, "unknown element type 'q32'"),
     ("f32[4]{0:SC(1:2)}", 12, "out-of-bounds physical dimension 1"),
