@@ -71,16 +71,22 @@ __all__ = [
     "local_layout",
     "LAYOUT_KINDS",
     "DTYPE_SIZES",
+    "DTYPE_BITS",
 ]
 
 #: Local-memory layout kinds (SPEC 14).
 LAYOUT_KINDS: tuple[str, ...] = ("aligned", "compact", "line_aligned")
 
-#: Canonical dtype name -> size in bytes.
-DTYPE_SIZES: dict[str, int] = {
+#: Canonical dtype name -> size in bytes (tpu-mlir's ``getFmtBytes``: 0.5 for the
+#: 4-bit types, which BM1688 computes on).
+DTYPE_SIZES: dict[str, float] = {
     "f32": 4, "f16": 2, "bf16": 2,
     "s8": 1, "u8": 1, "s16": 2, "u16": 2, "s32": 4, "u32": 4,
+    "s4": 0.5, "u4": 0.5,
 }
+
+#: Canonical dtype name -> bits per element.
+DTYPE_BITS: dict[str, int] = {name: int(size * 8) for name, size in DTYPE_SIZES.items()}
 
 # Spellings people use for the same types (numpy, tpu-mlir, C).
 _DTYPE_ALIASES: dict[str, str] = {
@@ -93,6 +99,8 @@ _DTYPE_ALIASES: dict[str, str] = {
     "uint16": "u16", "ui16": "u16",
     "int32": "s32", "i32": "s32", "si32": "s32",
     "uint32": "u32", "ui32": "u32",
+    "int4": "s4", "i4": "s4", "si4": "s4",
+    "uint4": "u4", "ui4": "u4",
 }
 
 # cvikernel/tpu-mlir only lay out these in CV18xx local memory.
@@ -108,6 +116,20 @@ def _ceil_div(a: int, b: int) -> int:
 
 def _align_up(value: int, multiple: int) -> int:
     return _ceil_div(value, multiple) * multiple
+
+
+def bytes_of(elements: int, bits: int) -> int:
+    """Bytes of ``elements`` elements of ``bits`` bits: whole bytes, rounded up.
+
+    For the 4-bit types this is tpu-mlir's rule ``align_up(elements, 2) * 0.5``
+    (two elements per byte, an odd count takes a last half-used byte).
+
+    Examples
+    --------
+    >>> bytes_of(20, 4), bytes_of(3, 4), bytes_of(5, 16)
+    (10, 2, 10)
+    """
+    return -(-(int(elements) * int(bits)) // 8)
 
 
 def _dtype_info(dtype: Any) -> tuple[str, int]:
@@ -292,7 +314,8 @@ class LocalLayout:
                 f"unknown layout kind {self.kind!r}",
                 hint=f"use one of {', '.join(repr(k) for k in LAYOUT_KINDS)}",
             )
-        if eu_bytes % itemsize:
+        bits = DTYPE_BITS[dtype]
+        if (eu_bytes * 8) % bits:
             raise ConfigError(
                 f"eu_bytes={eu_bytes} is not a multiple of the {dtype} size ({itemsize} bytes), "
                 "so EU_NUM = eu_bytes / itemsize is not an integer; check eu_bytes"
@@ -318,7 +341,7 @@ class LocalLayout:
             object.__setattr__(self, name, value)
 
         n, c, h, w = shape
-        eu_num = eu_bytes // itemsize
+        eu_num = eu_bytes * 8 // bits
         h_stride = _align_up(w, eu_num) if self.kind == "line_aligned" else w
         if self.kind == "aligned":
             c_stride = _align_up(h * w, eu_num)
@@ -331,13 +354,19 @@ class LocalLayout:
         n_stride = _ceil_div(start + c, npu_num) * c_stride
         elements = NpuStrides(n=n_stride, c=c_stride, h=h_stride, w=1)
         object.__setattr__(self, "strides_elements", elements)
-        object.__setattr__(self, "strides_bytes", elements.scaled(itemsize))
+        # Sub-byte types: a stride of k elements spans bytes_of(k) bytes (tpu-mlir).
+        object.__setattr__(self, "strides_bytes", NpuStrides(*(bytes_of(x, bits) for x in elements.as_tuple())))
 
     # -- derived quantities ----------------------------------------------------------
     @property
+    def element_bits(self) -> int:
+        """Bits per element (4 for ``s4``/``u4``)."""
+        return DTYPE_BITS[self.dtype]
+
+    @property
     def eu_num(self) -> int:
-        """Elements per execution-unit row: ``eu_bytes // itemsize``."""
-        return self.eu_bytes // self.itemsize
+        """Elements per execution-unit row: ``eu_bytes / itemsize`` (twice ``eu_bytes`` for 4-bit types)."""
+        return self.eu_bytes * 8 // self.element_bits
 
     @property
     def native_stride_unit(self) -> str:
@@ -363,13 +392,13 @@ class LocalLayout:
         The same address range is reserved on every lane, so this is also what the
         tensor costs each lane's memory.
         """
-        return self.shape[0] * self.strides_bytes.n
+        return bytes_of(self.shape[0] * self.strides_elements.n, self.element_bits)
 
     @property
     def data_bytes(self) -> int:
-        """Bytes of real data: ``N*C*H*W*itemsize``."""
+        """Bytes of real data: ``N*C*H*W*itemsize`` (rounded up to whole bytes for 4-bit types)."""
         n, c, h, w = self.shape
-        return n * c * h * w * self.itemsize
+        return bytes_of(n * c * h * w, self.element_bits)
 
     @property
     def reserved_bytes(self) -> int:
@@ -431,7 +460,8 @@ class LocalLayout:
         s = self.strides_elements
         slot, lane = divmod(self.start_lane + c, self.npu_num)
         offset = n * s.n + slot * s.c + h * s.h + w * s.w
-        return lane, offset * self.itemsize
+        # The byte holding the element (for 4-bit types, its low nibble when offset is even).
+        return lane, offset * self.element_bits // 8
 
     # -- capacity ----------------------------------------------------------------------
     def _capacity_chip(self, chip: Any) -> "NpuChip":
@@ -526,18 +556,21 @@ class LocalLayout:
 
         N, C, H, W = self.shape
         s = self.strides_elements
-        item = self.itemsize
+        bits = self.element_bits
         nn, cc = np.meshgrid(np.arange(N, dtype=np.int64), np.arange(C, dtype=np.int64), indexing="ij")
         nn, cc = nn.ravel(), cc.ravel()
         slot, lane = np.divmod(self.start_lane + cc, self.npu_num)
         base = nn * s.n + slot * s.c
+        # Element offsets to bytes: a run starts in the byte of its first element and
+        # ends after the byte of its last (4-bit types share bytes at odd offsets).
         if s.h == W:
-            start = base * item
-            length = np.full_like(start, H * W * item)
-            return lane, start, start + length, nn, cc
+            start = base * bits // 8
+            end = -(-((base + H * W) * bits) // 8)
+            return lane, start, end, nn, cc
         hh = np.arange(H, dtype=np.int64)
-        start = ((base[:, None] + hh[None, :] * s.h) * item).ravel()
-        end = start + W * item
+        first = (base[:, None] + hh[None, :] * s.h).ravel()
+        start = first * bits // 8
+        end = -(-((first + W) * bits) // 8)
         rep = lambda a: np.repeat(a, H)  # noqa: E731 - one value per line
         return rep(lane), start, end, rep(nn), rep(cc)
 
@@ -661,6 +694,7 @@ class LocalLayout:
             "shape": self.shape,
             "dtype": self.dtype,
             "itemsize": self.itemsize,
+            "element_bits": self.element_bits,
             "kind": self.kind,
             "chip": self.chip.name if self.chip is not None else None,
             "npu_num": self.npu_num,

@@ -348,3 +348,27 @@ def test_brute_force_addresses_are_unique_and_in_bounds(shape, npu_num, eu_bytes
 def test_brute_force_spec_example():
     for start in range(4):
         _check_every_element(local_layout((2, 3, 4, 5), "f16", npu_num=4, eu_bytes=64, start_lane=start))
+
+
+def test_four_bit_types_follow_tpu_mlir_half_byte_rule():
+    """int4/uint4 (BM1688): 0.5 byte per element, EU_NUM doubles, byte sizes
+    align_up(elements, 2) * 0.5 (tpu-mlir's rule for 4-bit local memory)."""
+    from scwork.layout.npu import DTYPE_BITS, DTYPE_SIZES, bytes_of, local_layout
+
+    assert DTYPE_SIZES["s4"] == DTYPE_SIZES["u4"] == 0.5 and DTYPE_BITS["s4"] == 4
+    aligned = local_layout((1, 3, 4, 5), "int4", npu_num=4, eu_bytes=64)
+    assert aligned.dtype == "s4" and aligned.eu_num == 128            # 64 bytes hold 128 nibbles
+    assert aligned.strides_elements.as_tuple() == (128, 128, 5, 1)    # H*W = 20 aligned up to 128
+    assert aligned.strides_bytes.as_tuple() == (64, 64, 3, 1)         # align_up(k, 2) * 0.5
+    assert aligned.bytes_per_lane == 64 and aligned.data_bytes == 30   # 60 elements: 30 bytes
+    compact = local_layout((1, 3, 4, 5), "uint4", npu_num=4, eu_bytes=64, kind="compact")
+    assert compact.strides_bytes.c == 10 and compact.bytes_per_lane == 10
+    odd = local_layout((1, 1, 1, 3), "u4", npu_num=4, eu_bytes=64, kind="compact")
+    assert odd.bytes_per_lane == 2 == bytes_of(3, 4)                  # 3 nibbles take 2 bytes
+    assert [odd.address(0, 0, 0, w)[1] for w in range(3)] == [0, 0, 1]  # two elements per byte
+    # The occupancy map counts the bytes the data touches.
+    assert int(aligned.occupancy()["used_bytes"].sum()) == 30
+    # A chip whose toolchain has no 4-bit local tensors refuses them with a typed error.
+    with pytest.raises(LayoutError, match="int8, uint8 and bf16"):
+        local_layout((1, 3, 4, 5), "int4", chip="cv183x")
+    assert local_layout((1, 64, 8, 8), "int4", chip="bm1688").fits()
