@@ -17,7 +17,7 @@ import numpy as np
 
 from scwork.errors import ScheduleError
 from scwork.collectives.schedule import OPS, Schedule
-from scwork.errors import ConfigError
+from scwork.errors import ConfigError, InputError
 
 __all__ = ["Execution", "execute", "frames", "reference_result"]
 
@@ -76,7 +76,41 @@ def _as_data(schedule: Schedule, data) -> np.ndarray:
         arr = arr.astype(np.int64)
     if arr.dtype.kind not in "iufc":
         raise ConfigError(f"data must be numeric, got dtype {arr.dtype}")
+    if arr.dtype.kind in "fc":
+        bad = ~np.isfinite(arr)
+        if bad.any():
+            node, element = (int(i) for i in np.argwhere(bad)[0])
+            raise InputError(
+                f"data[{node}, {element}] is {arr[node, element]}: the input is not finite ({int(bad.sum())} "
+                "such values), so no schedule can be checked against its sum; give finite data")
+    elif arr.size:
+        _check_integer_sums(arr)
     return arr
+
+
+_INT64_MAX = np.iinfo(np.int64).max
+
+
+def _check_integer_sums(arr: np.ndarray) -> None:
+    """Refuse integer data whose sums could leave int64 (they would wrap silently).
+
+    Every partial sum of an element, in any order, is bounded by the sum of the
+    absolute values over the nodes; that bound must fit in int64.
+    """
+    if arr.dtype.kind == "u" and arr.dtype.itemsize == 8 and int(arr.max()) > _INT64_MAX:
+        node, element = (int(i) for i in np.argwhere(arr > _INT64_MAX)[0])
+        raise InputError(f"data[{node}, {element}] = {int(arr[node, element])} does not fit in int64, in which "
+                         "scwork sums integers exactly; use smaller values or floats")
+    # A float64 screen (exact to within 2**-52 relative), then exact Python ints
+    # for the elements near the limit.
+    screen = np.abs(arr.astype(np.float64)).sum(axis=0)
+    for element in np.flatnonzero(screen > 2.0**62):
+        bound = sum(abs(int(v)) for v in arr[:, element])
+        if bound > _INT64_MAX:
+            raise InputError(
+                f"element {int(element)}: the sum of |data| over the nodes is {bound}, beyond int64 "
+                f"({_INT64_MAX}); an integer all-reduce of it would wrap around. Use smaller values, "
+                "or float64 data")
 
 
 def _work_dtype(dtype: np.dtype) -> np.dtype:

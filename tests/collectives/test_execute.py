@@ -278,3 +278,28 @@ def test_rtol_sets_the_float_check():
     assert run.max_error > 0
     with pytest.raises(ScheduleError, match="wrong value"):
         execute(s, data, rtol=0.0)  # float32 sums are not exact
+
+
+def test_integer_sums_that_would_wrap_are_refused_not_passed():
+    """execute(ring, np.full((4, 2), 2**62)) left [0, 0] on every node and passed its own check."""
+    from scwork.collectives import Network, execute, ring_all_reduce
+    from scwork.errors import InputError
+
+    net = Network.ring(4)
+    with pytest.raises(InputError, match=r"element 0: the sum of \|data\| over the nodes is 18446744073709551616"):
+        execute(ring_all_reduce(net), np.full((4, 2), 2**62))
+    with pytest.raises(InputError, match="does not fit in int64"):
+        execute(ring_all_reduce(net), np.full((4, 2), 2**63, dtype=np.uint64))
+    ok = np.full((4, 2), 2**60)           # sum 2**62 fits: exact
+    run = execute(ring_all_reduce(net), ok)
+    assert run.buffers[0].tolist() == [2**62, 2**62]
+
+
+def test_non_finite_data_is_an_input_error_not_a_schedule_error():
+    from scwork.collectives import Network, execute, ring_all_reduce
+    from scwork.errors import InputError
+
+    data = np.ones((4, 3))
+    data[2, 1] = np.nan
+    with pytest.raises(InputError, match=r"data\[2, 1\] is nan"):
+        execute(ring_all_reduce(Network.ring(4)), data)
