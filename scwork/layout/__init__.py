@@ -19,11 +19,11 @@ from __future__ import annotations
 
 import importlib
 
-from scwork.layout.shape import DTYPES, Shape, SplitConfig, Tile, parse
+from scwork.layout.shape import DTYPES, MAX_MAP_ELEMENTS, Shape, SplitConfig, Tile, parse
 
-__all__ = ["parse", "Shape", "Tile", "SplitConfig", "DTYPES", "npu", "embedding"]
+__all__ = ["parse", "Shape", "Tile", "SplitConfig", "DTYPES", "MAX_MAP_ELEMENTS", "npu", "embedding", "view"]
 
-_LAZY_SUBMODULES = {"npu", "embedding"}
+_LAZY_SUBMODULES = {"npu", "embedding", "view"}
 
 
 def __getattr__(name: str):

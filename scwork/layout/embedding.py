@@ -62,7 +62,9 @@ def _round_up(value: int, multiple: int) -> int:
 
 
 def _dtype(dtype: Any) -> tuple[str, int]:
-    key = dtype.strip().lower() if isinstance(dtype, str) else dtype
+    if not isinstance(dtype, str):
+        raise ConfigError(f"dtype must be a name such as 'f32', got {type(dtype).__name__} {dtype!r}"[:200])
+    key = dtype.strip().lower()
     key = _DTYPE_ALIASES.get(key, key)
     if key not in EMBEDDING_DTYPE_SIZES:
         raise ConfigError(
@@ -392,7 +394,13 @@ def padding_report(
     data_vars = {}
     for var, (units, long_name) in _VARIABLES.items():
         values = [getattr(t, var) for t in built]
-        array = np.asarray(values, dtype=np.float64 if var.endswith("fraction") else np.int64)
+        if var.endswith("fraction"):
+            array = np.asarray(values, dtype=np.float64)
+        elif all(-2**63 <= int(v) < 2**63 for v in values):
+            array = np.asarray(values, dtype=np.int64)
+        else:
+            # Exact integers beyond int64 (a what-if of 2**63 rows): keep them as Python ints.
+            array = np.asarray([int(v) for v in values], dtype=object)
         data_vars[var] = ("table", array, {"units": units, "long_name": long_name})
     total_unpadded = int(sum(t.unpadded_bytes for t in built))
     total_padded = int(sum(t.padded_bytes for t in built))

@@ -519,14 +519,22 @@ class LocalLayout:
         if max_n >= 1:
             fixes.append(f"slice N: at most {max_n} batch(es) per tile fit")
         else:
-            # One batch is already too big: find the tallest H slice that fits.
-            max_h = 0
-            for rows in range(h, 0, -1):
+            # One batch is already too big: find the tallest H slice that fits. The
+            # bytes per lane never fall as H grows, so bisect (H may be 10**9).
+            def fits_rows(rows: int) -> bool:
                 trial = LocalLayout((1, c, rows, w), self.dtype, self.npu_num, self.eu_bytes,
                                     self.kind, self.start_lane, self.chip)
-                if trial.bytes_per_lane <= capacity:
-                    max_h = rows
-                    break
+                return trial.bytes_per_lane <= capacity
+
+            max_h, too_many = 0, h + 1
+            if fits_rows(1):
+                max_h = 1
+                while too_many - max_h > 1:
+                    mid = (max_h + too_many) // 2
+                    if fits_rows(mid):
+                        max_h = mid
+                    else:
+                        too_many = mid
             if max_h:
                 fixes.append(f"slice H: N=1 with at most H={max_h} rows per tile fits")
             else:
@@ -574,7 +582,7 @@ class LocalLayout:
         rep = lambda a: np.repeat(a, H)  # noqa: E731 - one value per line
         return rep(lane), start, end, rep(nn), rep(cc)
 
-    def occupancy(self) -> "xarray.Dataset":
+    def occupancy(self, *, max_cells: int = 2**24) -> "xarray.Dataset":
         """Which (batch, channel) owns each EU row of each lane: the lanes x rows map.
 
         A *row* is ``eu_bytes`` bytes of one lane's memory, counted from the tensor's
@@ -607,6 +615,14 @@ class LocalLayout:
 
         eu = self.eu_bytes
         rows = _ceil_div(self.bytes_per_lane, eu)
+        # Five int64 maps of lanes x rows, plus the runs (one per (n, c) or line):
+        # refuse before allocating what the machine cannot hold.
+        runs = self.shape[0] * self.shape[1] * (1 if self.strides_elements.h == self.shape[3] else self.shape[2])
+        if self.npu_num * rows > max_cells or runs > max_cells:
+            raise LayoutError(
+                f"the occupancy map of {self.shape} {self.dtype} ({self.kind}) has {self.npu_num} lanes x "
+                f"{rows:,} EU rows and {runs:,} data runs, more than max_cells={max_cells:,}",
+                hint="map a smaller tile of the tensor (fewer N, C or H), or pass a larger max_cells")
         batch = np.full((self.npu_num, rows), -1, dtype=np.int64)
         channel = np.full((self.npu_num, rows), -1, dtype=np.int64)
         owners = np.zeros((self.npu_num, rows), dtype=np.int64)

@@ -46,7 +46,7 @@ import numpy as np
 from scwork.errors import LayoutError
 from scwork.layout._parser import ParsedShape, parse_shape_text
 
-__all__ = ["DTYPES", "Shape", "SplitConfig", "Tile", "parse"]
+__all__ = ["DTYPES", "MAX_MAP_ELEMENTS", "Shape", "SplitConfig", "Tile", "parse"]
 
 #: Element type name -> (bit width, numpy dtype or None when numpy has none).
 #: The bit width is XLA's ``primitive_util::BitWidth``; storage is whole bytes
@@ -80,6 +80,9 @@ _DTYPE_ALIASES = {
 
 #: Above this many elements :meth:`Shape.index_map` uses the numba kernels.
 NUMBA_MIN_ELEMENTS = 4096
+
+#: Largest index / address map built whole (2**28 entries: 2 GiB of int64).
+MAX_MAP_ELEMENTS = 2**28
 
 # Keeps every address an exact int64 in the kernels (and numpy) with room to spare.
 _MAX_ELEMENTS = 2**62
@@ -434,6 +437,14 @@ class Shape:
         """True when ``D(...)`` gives a dimension a level type other than dense ``D``."""
         return any(level != "D" for level in self.dim_level_types)
 
+    def _check_map_size(self, count: int, max_elements: int, what: str) -> None:
+        if count > max_elements:
+            raise LayoutError(
+                f"the {what} of {self} has {count:,} entries ({8 * count / 2**30:,.1f} GiB of int64), "
+                f"more than max_elements={max_elements:,}",
+                hint="use scwork.layout.view (view_window, buffer_window) for a window of it, or "
+                     "linear_index for single elements; or pass a larger max_elements")
+
     def _require_dense(self, what: str) -> None:
         if self.is_sparse:
             raise LayoutError(
@@ -710,7 +721,7 @@ class Shape:
         columns = [0] * plan.extra_major + [index[axis] for axis in plan.physical_axes]
         return int(plan.address(columns))
 
-    def index_map(self, engine: str = "auto") -> np.ndarray:
+    def index_map(self, engine: str = "auto", *, max_elements: int = MAX_MAP_ELEMENTS) -> np.ndarray:
         """Buffer slot of every logical element, as an int64 array of the logical shape.
 
         Parameters
@@ -718,6 +729,10 @@ class Shape:
         engine : {"auto", "numpy", "numba"}
             ``"auto"`` uses numba kernels above ``NUMBA_MIN_ELEMENTS`` (4096)
             elements and numpy below; all engines give identical results.
+        max_elements : int
+            Refuse (LayoutError) shapes with more elements than this (the map
+            takes 8 bytes per element); :mod:`scwork.layout.view` computes windows
+            of any shape instead. Default :data:`MAX_MAP_ELEMENTS`.
 
         Examples
         --------
@@ -727,6 +742,9 @@ class Shape:
                [12, 13, 16, 17, 20]])
         """
         self._require_dense("index map")
+        self._check_map_size(self.num_elements, max_elements, "index map")
+        if self.num_elements == 0:
+            return np.zeros(self.dims, dtype=np.int64)  # no element: nothing to compute, any dims
         if engine == "auto":
             engine = "numba" if self.num_elements > NUMBA_MIN_ELEMENTS else "numpy"
         if engine == "numpy" or (engine == "numba" and self.rank == 0):
@@ -789,6 +807,7 @@ class Shape:
         array([ 0,  1,  2, -1])
         """
         self._require_dense("address map")
+        self._check_map_size(self.padded_elements, MAX_MAP_ELEMENTS, "address map")
         flat = self.index_map().ravel()
         if flat.size > NUMBA_MIN_ELEMENTS:
             from scwork.layout import _kernels
@@ -893,6 +912,7 @@ class Shape:
         [14, 15, 18, 19, 22, 23]
         """
         self._require_dense("tiled view")
+        self._check_map_size(math.prod(self.padded_view_shape), MAX_MAP_ELEMENTS, "tiled view")
         return self._view_layout().index_map()
 
     def view_padding_mask(self) -> np.ndarray:
@@ -904,6 +924,7 @@ class Shape:
         9
         """
         self._require_dense("tiled view")
+        self._check_map_size(math.prod(self.padded_view_shape), MAX_MAP_ELEMENTS, "tiled view")
         coords = np.indices(self.padded_view_shape, dtype=np.int64, sparse=True)
         mask = np.zeros(self.padded_view_shape, dtype=bool)
         for axis, size in enumerate(self.view_shape):
@@ -922,6 +943,7 @@ class Shape:
         [[0, 0, 1], [0, 0, 1], [3, 3, 4], [3, 3, 4]]
         """
         self._require_dense("tiled view")
+        self._check_map_size(math.prod(self.padded_view_shape), MAX_MAP_ELEMENTS, "tiled view")
         prefix, sizes, tile = self._view_parts
         padded = self.padded_view_shape
         if not tile:

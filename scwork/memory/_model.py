@@ -112,6 +112,11 @@ SPARSECORE_CATEGORIES = frozenset(
 _CAT_INDEX = {c: i for i, c in enumerate(CATEGORIES)}
 
 
+#: Prefetched input steps listed one buffer each; a deeper prefetch is one buffer.
+_NAMED_PREFETCH_STEPS = 64
+_INT64_MAX = 2**63 - 1
+
+
 def round_up(value: int, multiple: int) -> int:
     """Smallest multiple of ``multiple`` that is ``>= value``.
 
@@ -756,8 +761,20 @@ def hbm_numbers(model: Model, knobs: Knobs, *, with_names: bool = True) -> HbmNu
     add("dense weights", "dense_weights", knobs.dense_weights_bytes, 0, 0, E)
     add("constants", "constants", knobs.constants_bytes, 0, 0, E)
     csr_total_w = float(csr_w.sum()) if computed else 0.0
-    for k in range(knobs.maximum_parallel_iterations):
-        add(f"prefetched input {k}", "prefetch", per_step, csr_total_w, 0, E)
+    depth = knobs.maximum_parallel_iterations
+    if depth <= _NAMED_PREFETCH_STEPS:
+        for k in range(depth):
+            add(f"prefetched input {k}", "prefetch", per_step, csr_total_w, 0, E)
+    else:
+        # One buffer for a deep prefetch: the same bytes, without a loop (and a
+        # list) as long as the depth, which may be 2**31 - 1.
+        total = int(per_step) * depth
+        if total > _INT64_MAX:
+            raise ConfigError(
+                f"maximum_parallel_iterations={depth} prefetches {total:,} bytes of input "
+                f"({int(per_step):,} per step), beyond what a 64-bit byte count holds; use a depth of at "
+                f"most {_INT64_MAX // max(int(per_step), 1):,}")
+        add(f"prefetched input (x{depth} steps)", "prefetch", total, csr_total_w * depth, 0, E)
     for i, st in enumerate(model.stacks):
         if i in chain_pos:
             f0, f1 = chain_pos[i], chain_pos[i] + 1
