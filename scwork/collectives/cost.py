@@ -229,10 +229,9 @@ def scaling_book_time(collective: str, nbytes: float, axis_sizes, *, link_bandwi
         # that axis carry V * A / (4 N) each; axes use separate links and run in
         # parallel: the largest axis is the bottleneck. Without wraparound (a line)
         # the middle link carries twice that.
+        # The book's form is bandwidth-only (callers add the per-hop latency they model).
         n = math.prod(sizes)
-        bandwidth_time = nbytes * max(sizes) / (4 * n * w_bidir) * (1 if wraparound else 2)
-        hops = sum(a // 2 for a in sizes) if wraparound else sum(a - 1 for a in sizes)
-        return max(latency * hops, bandwidth_time)
+        return nbytes * max(sizes) / (4 * n * w_bidir) * (1 if wraparound else 2)
     if not wraparound:
         if len(sizes) != 1:
             raise ConfigError("the line (no wraparound) form is for one axis")

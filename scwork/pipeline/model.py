@@ -171,6 +171,10 @@ def _per_stack(value: Any, stacks: list[str], name: str, default: Any) -> dict[s
     return {s: value for s in stacks}
 
 
+#: Most steps :func:`step_model` lays out (each one interval by interval).
+MAX_TIMELINE_STEPS = 1024
+
+
 def _as_count(name: str, value: Any, minimum: int = 1) -> int:
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
         raise ConfigError(f"{name} must be an integer >= {minimum}, got {value!r}")
@@ -876,7 +880,8 @@ def step_model(stats, plan=None, *, topology=None, chip=None, widths=None, optim
         (``tf_xla_disable_full_embedding_pipelining = not pipelining``); both
         schedules are always computed, this picks :attr:`StepModel.step_time`.
     num_steps : int, default 6
-        Steps laid out in the timelines (>= 3 so staleness can be read off).
+        Steps laid out in the timelines (>= 3 so staleness can be read off; at most
+        :data:`MAX_TIMELINE_STEPS`).
     tc_forward_s, tc_backward_s : float, optional
         TensorCore time per step (seconds).
     tc_forward_flops, tc_backward_flops : float, optional
@@ -919,6 +924,14 @@ def step_model(stats, plan=None, *, topology=None, chip=None, widths=None, optim
     if not isinstance(params, StepModelParams):
         raise ConfigError(f"params must be a StepModelParams, got {type(params).__name__}")
     num_steps = _as_count("num_steps", num_steps, minimum=3)
+    if num_steps > MAX_TIMELINE_STEPS:
+        # Every step of both timelines is laid out interval by interval; a steady
+        # state repeats, so a few steps show everything (step_time does not depend on it).
+        raise ConfigError(
+            f"num_steps={num_steps:,} laid out step by step is more than MAX_TIMELINE_STEPS="
+            f"{MAX_TIMELINE_STEPS:,}; the timelines repeat after the first steps, so use fewer "
+            "(the step time and speed-up do not depend on it), or raise "
+            "scwork.pipeline.model.MAX_TIMELINE_STEPS for a longer trace")
     if isinstance(num_serialized_tables, bool) or not isinstance(num_serialized_tables, numbers.Integral) \
             or num_serialized_tables < 0:
         raise ConfigError(f"num_serialized_tables must be an integer >= 0, got {num_serialized_tables!r}")

@@ -331,3 +331,22 @@ def test_ici_on_a_grid_goes_dimension_by_dimension():
     ring4 = float(cost(all_to_all(Network.grid((4,), (True,), chip="v5p")), nbytes=34816).total_time)
     assert m.phase_time["ici_forward"] == pytest.approx(ring2 + ring4, rel=1e-9)
     assert "dimension by dimension" in " ".join(m.assumptions)
+
+
+def test_num_steps_is_bounded_before_the_work():
+    """step_model(num_steps=10**5) took 30 s; now a typed error names the size and the limit."""
+    import time
+
+    import scwork
+    from scwork.errors import ConfigError
+    from scwork.pipeline import model as pipeline_model
+    from scwork.pipeline.model import expected_stats, step_model
+
+    topo = scwork.Topology.for_chip("v5p", num_chips=2)
+    stats = expected_stats({"f": 4.0}, topo, batch_size=1024)
+    start = time.perf_counter()
+    with pytest.raises(ConfigError, match=r"num_steps=100,000 .* MAX_TIMELINE_STEPS=1,024"):
+        step_model(stats, widths={"f": 8}, topology=topo, num_steps=10**5)
+    assert time.perf_counter() - start < 5
+    longest = step_model(stats, widths={"f": 8}, topology=topo, num_steps=pipeline_model.MAX_TIMELINE_STEPS)
+    assert longest.sequential.num_steps == pipeline_model.MAX_TIMELINE_STEPS
