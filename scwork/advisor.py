@@ -3,7 +3,7 @@
 :func:`advise` takes whatever you know (all optional): the SparseCore
 configuration, the stacking plan, the statistics of a batch, a mini-batching plan,
 a memory report (:func:`scwork.memory.plan`) and a step model
-(:func:`scwork.pipeline.step_model`), runs every check of SPEC 8 that its inputs
+(:func:`scwork.pipeline.step_model`), runs every check of the SparseCore guide's performance section that its inputs
 allow, and returns :class:`Advice`: a list of :class:`Finding` (id, title,
 evidence numbers, fix with the flag or parameter names, expected gain with how it
 was estimated), most impactful first, plus the checks it could not run and why.
@@ -86,7 +86,7 @@ __all__ = ["advise", "Advice", "Finding", "AdvisorThresholds", "CHECKS", "SEVERI
 #: Finding severities, most severe first.
 SEVERITIES: tuple[str, ...] = ("error", "warning", "info")
 
-#: Every check :func:`advise` knows, in SPEC 8 order.
+#: Every check :func:`advise` knows, in the SparseCore guide's performance section order.
 CHECKS: tuple[str, ...] = (
     "host_preprocessing_slow",
     "pipelining_off",
@@ -562,7 +562,7 @@ def _check_limits_high(c: _Ctx):
             lower = sum(hbm_stack_bytes(st.embedding_dim, min(new[1], cfg_uniq), P))
             per_chip = c.plan.topology.sparsecores_per_chip
             gain_bytes = int((now - lower) * per_chip)
-            basis = ("SPEC 7 HBM stack formulas (forward + backward, logical_replica_count = P) x SparseCores "
+            basis = ("the SparseCore guide's memory section HBM stack formulas (forward + backward, logical_replica_count = P) x SparseCores "
                      "per chip, configured vs observed max_unique_ids_per_partition")
         c.add(id="limits_too_high", title=f"Limits of stack {stack!r} are far above what the data needs",
               severity="info",
@@ -820,7 +820,7 @@ def _check_memory(c: _Ctx):
 def advise(*, config=None, plan=None, stats=None, memory=None, model=None, minibatch=None,
            batch_size: int | None = None, dtype: Any = None,
            thresholds: AdvisorThresholds | None = None) -> Advice:
-    """Diagnose the bottlenecks of SPEC 8 from whatever is known; most impactful first.
+    """Diagnose the bottlenecks of the SparseCore guide's performance section from whatever is known; most impactful first.
 
     Parameters
     ----------

@@ -13,7 +13,7 @@ output):
     Does the model fit in SPMEM and HBM? Exit status 0 when it fits, 1 when it
     does not, 2 on bad input.
 ``scwork allreduce --topology torus:16x16``
-    Cost of all-reduce algorithms (SPEC 11) on a ring, torus, mesh or grid.
+    Cost of all-reduce algorithms (the multi-dimensional all-reduce patent) on a ring, torus, mesh or grid.
 ``scwork layout TEXT``
     Physical and tiled shape of an XLA layout, bytes, padding and a map of
     addresses.

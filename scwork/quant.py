@@ -1,4 +1,4 @@
-"""Simulated quantization of embedding lookups: clip, bucketize, dequantize (SPEC 10).
+"""Simulated quantization of embedding lookups: clip, bucketize, dequantize (TensorFlow's QuantizationConfig).
 
 The SparseCore's sparse-dense matmul can simulate quantization
 (``quantization_config_num_buckets``, ``quantization_config_low``,
@@ -65,7 +65,7 @@ __all__ = [
     "COMBINERS",
 ]
 
-#: Row combiners of the pooled lookup (SPEC 5 gains).
+#: Row combiners of the pooled lookup (jax-tpu-embedding's preprocess_sparse_dense_matmul_input gains).
 COMBINERS: tuple[str, ...] = ("sum", "mean", "sqrtn")
 
 

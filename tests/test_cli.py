@@ -86,7 +86,7 @@ def test_layout_text_has_figures_and_address_map():
     for r in range(4):
         expected = ["." if padding[r, c] else str(addresses[r, c]) for c in range(6)]
         assert cells[r] == expected
-    assert cells[2][3] == "17"  # SPEC 13: element (2, 3) of F32[3,5] with tile (2,2) is at 17
+    assert cells[2][3] == "17"  # the XLA tiled layout documentation: element (2, 3) of F32[3,5] with tile (2,2) is at 17
     assert grid[0].count("|") == 2  # three tile columns
 
 

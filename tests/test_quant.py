@@ -1,4 +1,4 @@
-"""Simulated quantization (SPEC 10, TensorFlow QuantizationConfig semantics)."""
+"""Simulated quantization (TensorFlow's QuantizationConfig, TensorFlow QuantizationConfig semantics)."""
 
 from __future__ import annotations
 

@@ -438,7 +438,7 @@ class AllReduceStepper(_bokeh.SyncedDisplay, ipywidgets.VBox):
     ----------
     step : int
         0 = before the first transfer; ``s`` = the transfers of step ``s`` (1-based,
-        as in SPEC 11: "step 1 A->H and B->C") and the buffers after it. Clamped to
+        as in the multi-dimensional all-reduce patent: "step 1 A->H and B->C") and the buffers after it. Clamped to
         ``[0, num_steps]``.
     num_steps : int
         Steps of the longer of the two algorithms. Read-only.

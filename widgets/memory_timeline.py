@@ -214,9 +214,9 @@ class MemoryTimeline(_bokeh.SyncedDisplay, ipywidgets.VBox):
 
         Tables from 2 rows to 1.76 billion rows and 1 to 128 wide (five of width 1,
         among them two billion-row bias terms: the padding-waste case), Adagrad, f32,
-        in 10 stacks; batch 65536; 6 GiB of dense weights, 1 GiB of TensorCore
+        in 10 stacks; batch 65536; 7 GiB of dense weights, 1 GiB of TensorCore
         activations, 512 MiB of input per step prefetched 2 steps ahead. Its HBM
-        peak (86.5 GiB) is just over the usable 90 % of HBM (85.5 GiB) and its
+        peak (86.2 GiB) is just over the usable 90 % of HBM (85.5 GiB) and its
         widest stacks use 80-93 % of TileSpmem: serializing 2 stacks
         (``num_serialized_tables=2``) makes it fit, and raising the limits quickly
         overflows SPMEM.
@@ -234,7 +234,7 @@ class MemoryTimeline(_bokeh.SyncedDisplay, ipywidgets.VBox):
                             max_unique_ids_per_partition=max_unique)
                   for name, vocab, dim, max_ids, max_unique in _DEMO_TABLES]
         options = {"batch_size": 65536, "stacking": [list(s) for s in _DEMO_STACKS],
-                   "dense_weights_bytes": 6 * 2**30, "tensorcore_activation_bytes": 2**30,
+                   "dense_weights_bytes": 7 * 2**30, "tensorcore_activation_bytes": 2**30,
                    "prefetch_bytes_per_step": 512 * 2**20, "maximum_parallel_iterations": 2}
         options.update(kwargs)
         return cls(tables, scwork.Topology.for_chip("v5p", num_chips=64), **options)

@@ -8,7 +8,7 @@ Three layers, each usable on its own:
    hardware catalog).
 2. **Schedules** (:class:`Schedule`): an algorithm written out as steps of
    explicit :class:`Transfer` s. The algorithms of the multi-dimensional
-   all-reduce patent (SPEC 11): single path, pincer, rotated pincer, improved
+   all-reduce patent (the multi-dimensional all-reduce patent): single path, pincer, rotated pincer, improved
    rotated pincer, dimension-by-dimension and multi-color all-reduce on tori,
    mesh loops through two cores per chip; and the standard ring baselines,
    reduce-scatter, all-gather, all-to-all.

@@ -1,4 +1,4 @@
-"""All-reduce algorithms of the multi-dimensional all-reduce patent (SPEC 11) and the
+"""All-reduce algorithms of the multi-dimensional all-reduce patent (the multi-dimensional all-reduce patent) and the
 standard ring baselines, each written out as an explicit :class:`Schedule`.
 
 Every builder returns a schedule of transfers between neighbouring nodes; nothing
@@ -375,7 +375,7 @@ def _multi_dim_promise(net: Network, plans, algorithm: str, bidirectional: bool)
 def multi_dim_all_reduce(net: Network, *, colors: int = 1, bidirectional: bool = True,
                          algorithm: str = "ring", dims=None, orders=None, core_scheme: str = "zigzag",
                          nbytes: int = 2**20, itemsize: int = 4) -> Schedule:
-    """Dimension-by-dimension all-reduce, optionally multi-color (patent, SPEC 11).
+    """Dimension-by-dimension all-reduce, optionally multi-color (patent, the multi-dimensional all-reduce patent).
 
     Reduce-scatter along every line of dimension ``order[0]`` in parallel, then
     along dimension ``order[1]`` on the 1/size fraction each node now owns, ...;
@@ -436,7 +436,7 @@ def multi_dim_all_reduce(net: Network, *, colors: int = 1, bidirectional: bool =
 
 
 def multi_color_all_reduce(net: Network, colors: int | None = None, **kwargs) -> Schedule:
-    """Multi-color all-reduce: one color per dimension by default (patent, SPEC 11).
+    """Multi-color all-reduce: one color per dimension by default (patent, the multi-dimensional all-reduce patent).
 
     Color ``c`` reduce-scatters along the dimensions in the order rotated by ``c``
     and all-gathers in the reverse order, on its own 1/colors of the data; all
@@ -629,7 +629,7 @@ def ring_all_gather(net: Network, bidirectional: bool = True, *, nbytes: int = 2
 def single_path(net: Network, *, nbytes: int = 2**20, itemsize: int = 4) -> Schedule:
     """Single-path all-reduce: A sends to B, B adds and forwards, ..., then back.
 
-    Patent (SPEC 11): the last node of the path holds the sum and the stream is
+    Patent (the multi-dimensional all-reduce patent): the last node of the path holds the sum and the stream is
     reversed to bring it back to every node: 2(N-1) steps, each moving the whole
     vector V over one link. Runs on any network with a path through all nodes
     (lines, meshes, rings); on a one-way ring the result continues forward
@@ -699,7 +699,7 @@ def _two_way_ring(net: Network, what: str):
 
 
 def pincer(net: Network, *, nbytes: int = 2**20, itemsize: int = 4) -> Schedule:
-    """Pincer all-reduce: two chains towards each other, whole vector (patent, SPEC 11).
+    """Pincer all-reduce: two chains towards each other, whole vector (patent, the multi-dimensional all-reduce patent).
 
     With 8 nodes A..H: step 1 A->H and B->C, step 2 H->G and C->D, step 3 G->F
     and D->E; with an even count a final exchange F<->E gives both the total, which
@@ -758,7 +758,7 @@ def rotated_pincer(net: Network, *, nbytes: int = 2**20, itemsize: int = 4) -> S
 def improved_rotated_pincer(net: Network, *, nbytes: int = 2**20, itemsize: int = 4) -> Schedule:
     """Improved rotated pincer (even N): each node sends half of its shard each way.
 
-    Our reading of the patent (SPEC 11): for shard j with apex A = p_j and
+    Our reading of the patent (the multi-dimensional all-reduce patent): for shard j with apex A = p_j and
     opposite node E = p_j+N/2, A sends the first half of its data towards H
     (A->H->G->F->E) and the other half towards B (A->B->C->D->E); the other
     half's chain on each side starts at A's neighbour, so both halves collect

@@ -1,11 +1,11 @@
 """Alpha-beta cost of a schedule, nccl-tests bandwidths, scaling-book references.
 
-Model (SPEC 15): a message of ``m`` bytes on a link of bandwidth ``W`` (bytes/s,
+Model (How to Scale Your Model and nccl-tests): a message of ``m`` bytes on a link of bandwidth ``W`` (bytes/s,
 one direction) and latency ``alpha`` takes ``alpha + m / W``. Messages that share
 a directed link in one step serialize; a step lasts as long as its busiest link;
 steps run one after the other (bulk-synchronous).
 
-Pipelining (SPEC 11): with ``pipeline_chunks = k`` every transfer is cut into
+Pipelining (the multi-dimensional all-reduce patent): with ``pipeline_chunks = k`` every transfer is cut into
 ``k`` segments and step ``s+1`` may start on a segment as soon as step ``s`` has
 delivered it, which is how the patent streams shards through the ring (a 1-bit
 counter syncs sender and receiver). The estimate is the larger of two bounds:
@@ -103,7 +103,7 @@ def cost(schedule: Schedule, nbytes: int | None = None, *, pipeline_chunks: int 
     pipeline_chunks : int
         Segments per transfer for pipelining (1: bulk-synchronous steps).
     buffers_per_direction : int
-        Shard-sized buffers per color and direction (SPEC 11: about 5). Fewer
+        Shard-sized buffers per color and direction (the multi-dimensional all-reduce patent: about 5). Fewer
         than 2 means no overlap between segments.
     per_link : bool
         Also return ``link_time`` (step, link) and ``utilisation``.

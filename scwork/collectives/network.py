@@ -2,7 +2,7 @@
 
 A :class:`Network` is a grid of chips: a ring or a line (1-D), a 2-D or 3-D torus,
 a mesh, or a grid that wraps in some dimensions only (e.g. 16x4 wrapping in the
-16-long dimension, SPEC 11). Each chip may hold ``cores_per_chip`` cores; every
+16-long dimension, the multi-dimensional all-reduce patent). Each chip may hold ``cores_per_chip`` cores; every
 core is a *node* of the network (a node owns one data vector in a collective).
 
 Links are directed (one direction of a full-duplex cable each) and belong to a
@@ -541,7 +541,7 @@ class Network:
 
         Chips are visited along a Hamiltonian cycle and the cores of each chip one
         after the other (a shard enters core 0, moves on chip to core 1, then to the
-        next chip: the zigzag of the patent, SPEC 11). Without a chip cycle (a mesh
+        next chip: the zigzag of the patent, the multi-dimensional all-reduce patent). Without a chip cycle (a mesh
         line, odd x odd mesh) chips with >= 2 cores still form a loop: out along
         core 0 and back through the other cores, turning on chip at the corners.
 

@@ -1,4 +1,4 @@
-"""Hardware catalog: TPU generations (SPEC 1), Sophgo NPUs (SPEC 14), topologies.
+"""Hardware catalog: TPU generations (the Cloud TPU system architecture pages), Sophgo NPUs (tpu-mlir's local memory layout), topologies.
 
 Examples
 --------

@@ -1,8 +1,8 @@
-"""TPU catalog entries (SPEC section 1).
+"""TPU catalog entries (Cloud TPU system architecture pages, the SparseCore guide, JAX tpu_info).
 
 Sources, abbreviated in ``sources``:
 
-- *guide*: the SparseCore guide's "at a glance" table (``shared/seeds/sparsecore_guide``).
+- *guide*: the SparseCore guide's "at a glance" table.
 - *cloud-docs*: Cloud TPU system-architecture pages for v4, v5e, v5p, v6e, tpu7x.
 - *scaling-book*: "How to Scale Your Model", TPU chapter (per-link ICI bandwidth).
 - *openxla-sc*: openxla SparseCore doc and JAX ``tpu_info.py`` (TileSpmem, SIMD).
@@ -31,15 +31,15 @@ V4 = TpuChip(
         "tiles_per_sparsecore": "guide (Tiles/SparseCore = 16)",
         "simd_width_f32": "guide (SIMD width 8)",
         "simd_width_bf16": "guide (SIMD width 8; no separate BF16 width given)",
-        "tile_spmem_bytes": "unpublished (SPEC 1: unknown)",
+        "tile_spmem_bytes": "unpublished (the Cloud TPU system architecture pages: unknown)",
         "shared_spmem_bytes": _SPMEM_SHARED,
-        "dma_granule_bytes": "SPEC 1 / guide: features padded to 32-byte lines",
+        "dma_granule_bytes": "the Cloud TPU system architecture pages / guide: features padded to 32-byte lines",
         "tensorcores_per_chip": "cloud-docs v4 (2 TensorCores, megacore)",
         "hbm_bytes": "cloud-docs v4 32 GiB (guide: 32 GB)",
         "hbm_bandwidth_bytes_per_s": "cloud-docs v4 1200 GB/s",
         "ici_ports": "cloud-docs v4: 6 ICI links, 3D torus",
         "ici_topology": "cloud-docs v4",
-        "ici_bytes_per_s_bidirectional": "not given in SPEC 1",
+        "ici_bytes_per_s_bidirectional": "not given in the Cloud TPU system architecture pages",
         "ici_link_bytes_per_s": "scaling-book 4.5e10 B/s one way",
         "max_slice_chips": "cloud-docs v4: 4096 chips (16x16x16)",
         "jax_devices_per_chip": "cloud-docs: one JAX device per chip",
@@ -61,13 +61,13 @@ V5E = TpuChip(
         "simd_width_bf16": "no SparseCore",
         "tile_spmem_bytes": "no SparseCore",
         "shared_spmem_bytes": "no SparseCore",
-        "dma_granule_bytes": "SPEC 1 (32 B granule; irrelevant without SparseCore)",
+        "dma_granule_bytes": "the Cloud TPU system architecture pages (32 B granule; irrelevant without SparseCore)",
         "tensorcores_per_chip": "cloud-docs v5e (1 TensorCore)",
         "hbm_bytes": "cloud-docs v5e 16 GB, taken as GiB",
         "hbm_bandwidth_bytes_per_s": "cloud-docs v5e 819 GB/s",
         "ici_ports": "cloud-docs v5e: 4 ICI ports, 2D torus",
         "ici_topology": "cloud-docs v5e",
-        "ici_bytes_per_s_bidirectional": "SPEC 1: 400 GB/s per chip, bidirectional",
+        "ici_bytes_per_s_bidirectional": "the Cloud TPU system architecture pages: 400 GB/s per chip, bidirectional",
         "ici_link_bytes_per_s": "scaling-book 4.5e10 B/s one way",
         "max_slice_chips": "cloud-docs v5e: 256 chips (16x16)",
         "jax_devices_per_chip": "cloud-docs: one JAX device per chip",
@@ -89,7 +89,7 @@ V5P = TpuChip(
         "simd_width_bf16": "guide (SIMD width 8; no separate BF16 width given)",
         "tile_spmem_bytes": "openxla-sc / tpu_info.py: 512 KiB TileSpmem",
         "shared_spmem_bytes": _SPMEM_SHARED,
-        "dma_granule_bytes": "SPEC 1: 32 B",
+        "dma_granule_bytes": "the Cloud TPU system architecture pages: 32 B",
         "tensorcores_per_chip": "cloud-docs v5p (2 TensorCores, megacore)",
         "hbm_bytes": "cloud-docs v5p 95 GiB (guide says 96 GiB)",
         "hbm_bandwidth_bytes_per_s": "cloud-docs v5p 2765 GB/s",
@@ -117,7 +117,7 @@ V6E = TpuChip(
         "simd_width_bf16": "guide: 16 (BF16)",
         "tile_spmem_bytes": "openxla-sc / tpu_info.py: 256 KiB TileSpmem",
         "shared_spmem_bytes": _SPMEM_SHARED,
-        "dma_granule_bytes": "SPEC 1: 32 B",
+        "dma_granule_bytes": "the Cloud TPU system architecture pages: 32 B",
         "tensorcores_per_chip": "cloud-docs v6e (1 TensorCore)",
         "hbm_bytes": "cloud-docs v6e 32 GB, taken as GiB (guide: 32 GB)",
         "hbm_bandwidth_bytes_per_s": "cloud-docs v6e 1638 GB/s",
@@ -145,7 +145,7 @@ TPU7X = TpuChip(
         "simd_width_bf16": "openxla-sc / tpu_info.py: 32 (BF16)",
         "tile_spmem_bytes": "openxla-sc / tpu_info.py: 512 KiB TileSpmem",
         "shared_spmem_bytes": _SPMEM_SHARED,
-        "dma_granule_bytes": "SPEC 1: 32 B",
+        "dma_granule_bytes": "the Cloud TPU system architecture pages: 32 B",
         "tensorcores_per_chip": "cloud-docs tpu7x (2 TensorCores, one per chiplet)",
         "hbm_bytes": "cloud-docs tpu7x 192 GiB",
         "hbm_bandwidth_bytes_per_s": "cloud-docs tpu7x 7380 GB/s",

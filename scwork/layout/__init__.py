@@ -1,9 +1,9 @@
 """Memory layouts: XLA tiled layouts, Sophgo NPU local memory, SparseCore table padding.
 
-- :func:`parse` / :class:`Shape`: XLA shapes with layouts (SPEC 13), e.g.
+- :func:`parse` / :class:`Shape`: XLA shapes with layouts (the XLA tiled layout documentation), e.g.
   ``f32[3,5]{1,0:T(2,2)}``.
-- :mod:`scwork.layout.npu`: Sophgo NPU local-memory strides (SPEC 14).
-- :mod:`scwork.layout.embedding`: SparseCore embedding-table padding (SPEC 3, 7).
+- :mod:`scwork.layout.npu`: Sophgo NPU local-memory strides (tpu-mlir's local memory layout).
+- :mod:`scwork.layout.embedding`: SparseCore embedding-table padding (jax-tpu-embedding's table stacking; the SparseCore guide's memory section).
 
 Examples
 --------

@@ -1,4 +1,4 @@
-"""Sophgo NPU local memory: where each element of an NCHW tensor lives (SPEC 14).
+"""Sophgo NPU local memory: where each element of an NCHW tensor lives (tpu-mlir's local memory layout).
 
 A Sophgo TPU (BM168x, CV18xx) computes on *local memory*: ``NPU_NUM`` lanes, each
 with its own memory. Channel ``c`` of a tensor goes to lane
@@ -15,7 +15,7 @@ again. Strides say how far apart two elements are **inside one lane**:
 ``EU_NUM = EU_BYTES / itemsize`` is how many elements one execution-unit row holds.
 Global memory (DDR) is plain contiguous NCHW: :func:`global_strides`.
 
-Sources: the Sophgo local-memory article (``shared/seeds/sophgo_local_memory.zh.txt``)
+Sources: Sophgo's article on TPU local memory (NCHW tensors on NPU lanes)
 for the rules and the worked example; sophgo/tpu-mlir ``BM168x::getLocalStride`` and
 cvikernel ``tl_default_stride`` for the formulas (both write ``n`` as
 ``ceil(C / NPU_NUM) * c``, i.e. they assume ``start_lane = 0``; the article's form,
@@ -31,7 +31,7 @@ those chips.
 
 Not modelled: BM1684 stores 1- and 2-byte tensors in *4N mode* (four batches packed
 into one 32-bit word, tpu-mlir ``ALIGN_4N``); this module gives the plain (1N)
-layout of SPEC 14 for every chip. Neither are bank conflicts nor the allocator that
+layout of tpu-mlir's local memory layout for every chip. Neither are bank conflicts nor the allocator that
 picks a tensor's start address: offsets are relative to the tensor's start, which
 an aligned layout places on an ``EU_BYTES`` boundary.
 
@@ -74,7 +74,7 @@ __all__ = [
     "DTYPE_BITS",
 ]
 
-#: Local-memory layout kinds (SPEC 14).
+#: Local-memory layout kinds (tpu-mlir's local memory layout).
 LAYOUT_KINDS: tuple[str, ...] = ("aligned", "compact", "line_aligned")
 
 #: Canonical dtype name -> size in bytes (tpu-mlir's ``getFmtBytes``: 0.5 for the
@@ -223,7 +223,7 @@ class NpuStrides:
 def global_strides(nchw) -> NpuStrides:
     """Strides of a contiguous NCHW tensor in global memory (DDR), in elements.
 
-    ``w = 1``, ``h = W``, ``c = H*W``, ``n = C*H*W`` (SPEC 14).
+    ``w = 1``, ``h = W``, ``c = H*W``, ``n = C*H*W`` (tpu-mlir's local memory layout).
 
     Parameters
     ----------
@@ -251,7 +251,7 @@ def global_strides(nchw) -> NpuStrides:
 
 @dataclass(frozen=True)
 class LocalLayout:
-    """An NCHW tensor laid out in Sophgo NPU local memory (SPEC 14).
+    """An NCHW tensor laid out in Sophgo NPU local memory (tpu-mlir's local memory layout).
 
     Build one with :func:`local_layout`, which resolves chip names and dtype
     aliases; constructing it directly validates the same way.
@@ -760,7 +760,7 @@ def local_layout(
     kind: str = "aligned",
     start_lane: int = 0,
 ) -> LocalLayout:
-    """Lay an NCHW tensor out in Sophgo NPU local memory (SPEC 14).
+    """Lay an NCHW tensor out in Sophgo NPU local memory (tpu-mlir's local memory layout).
 
     Parameters
     ----------

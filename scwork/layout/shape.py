@@ -1,4 +1,4 @@
-"""XLA shapes with tiled layouts: parse, validate, print, and compute addresses (SPEC 13).
+"""XLA shapes with tiled layouts: parse, validate, print, and compute addresses (the XLA tiled layout documentation).
 
 A shape such as ``f32[3,5]{1,0:T(2,2)}`` is an element type, logical
 dimensions, and a layout: ``minor_to_major`` (the physical order of the
@@ -14,7 +14,7 @@ canonical text and attribute order T, L, #, \\*, E, S, SC, P, M),
 ``xla/shape_util.cc`` (``ArraySize``) and the XLA "Tiled layout" document
 (``seeds/xla_tiled_layout.ar.txt``) for the meaning of tiles and ``*``.
 
-Addressing model (SPEC 13, the doc's figures): the physical shape is the
+Addressing model (the XLA tiled layout documentation, the doc's figures): the physical shape is the
 logical one in major-to-minor order; each tile, in turn, applies to the most
 minor dimensions of the current shape: a ``*`` entry first merges its
 dimension into the next more-minor one, then every remaining dimension ``d``
@@ -696,7 +696,7 @@ class Shape:
         return tuple(checked)
 
     def linear_index(self, index: Sequence[int]) -> int:
-        """Buffer slot of one logical element, with every tile applied (SPEC 13).
+        """Buffer slot of one logical element, with every tile applied (the XLA tiled layout documentation).
 
         Parameters
         ----------

@@ -55,11 +55,11 @@ __all__ = [
 
 #: Bytes of one activation / gradient / gather-operand element (float32 accumulation).
 ACTIVATION_BYTES = 4
-#: Bytes of one embedding id, sample id or row pointer (int32 on the device, SPEC 5).
+#: Bytes of one embedding id, sample id or row pointer (int32 on the device, jax-tpu-embedding's preprocess_sparse_dense_matmul_input).
 INDEX_BYTES = 4
-#: Bytes of one gain (float32, SPEC 5).
+#: Bytes of one gain (float32, jax-tpu-embedding's preprocess_sparse_dense_matmul_input).
 GAIN_BYTES = 4
-#: CSR partitions start at multiples of 8 entries (TPU vector-register alignment, SPEC 5).
+#: CSR partitions start at multiples of 8 entries (TPU vector-register alignment, jax-tpu-embedding's preprocess_sparse_dense_matmul_input).
 CSR_ALIGNMENT = 8
 
 #: Table dtypes and their sizes in bytes (as :mod:`scwork.layout.embedding`).
@@ -202,7 +202,7 @@ def optimizer_slot_count(optimizer: str, custom: Mapping[str, int] | None = None
 
 
 def estimate_limits(samples_per_sc: int, ids_per_sample: float, num_partitions: int) -> tuple[int, int]:
-    """SPEC 5 closed-form estimate of ``(max_ids_per_partition, max_unique_ids_per_partition)``.
+    """jax-tpu-embedding's preprocess_sparse_dense_matmul_input closed-form estimate of ``(max_ids_per_partition, max_unique_ids_per_partition)``.
 
     With ``L = samples_per_sc * ids_per_sample`` (ids one source SparseCore sends
     for one stack) and ``peak = 0.2 L + 0.8 L / P + 2 sqrt(L / P)``:
@@ -265,7 +265,7 @@ class StackInfo:
     stats_max_ids: int | None
     stats_max_unique: int | None
     ids_per_sample: float | None
-    """Ids per sample summed over the stack's features (for the SPEC 5 estimate)."""
+    """Ids per sample summed over the stack's features (for the jax-tpu-embedding's preprocess_sparse_dense_matmul_input estimate)."""
     feature_dims: tuple[int, ...] = ()
     """Raw dim of the table each feature looks up (same order as ``features``)."""
 
@@ -384,7 +384,7 @@ def stack_limits(knobs: Knobs, stack: StackInfo) -> tuple[int, int, str]:
     """``(max_ids, max_unique, source)`` the compiler sizes buffers for.
 
     Priority: explicit ``knobs.limits`` > limits configured on the tables / stacking
-    plan > observed statistics > SPEC 5 estimate from ``ids_per_sample``. A missing
+    plan > observed statistics > jax-tpu-embedding's preprocess_sparse_dense_matmul_input estimate from ``ids_per_sample``. A missing
     ``max_unique`` with a known ``max_ids`` is taken equal to ``max_ids`` (every id
     may be distinct). ``source`` names where each came from, e.g. ``"configured"``
     or ``"stats/max_ids"``.
@@ -414,7 +414,7 @@ def stack_limits(knobs: Knobs, stack: StackInfo) -> tuple[int, int, str]:
             "limits. Set TableSpec(max_ids_per_partition=..., max_unique_ids_per_partition=...), pass "
             "stack_limits={stack: (max_ids, max_unique)} or limits=(max_ids, max_unique), "
             "stats=scwork.sharding.compute_stats(...) (observed limits), or ids_per_sample=... "
-            "(SPEC 5 closed-form estimate)"
+            "(jax-tpu-embedding's preprocess_sparse_dense_matmul_input closed-form estimate)"
         )
     if uniq is None:
         uniq, src_uniq = ids, "max_ids"
@@ -831,7 +831,7 @@ _KNOWN_KWARGS = (
     "slot_dtype", "optimizers", "optimizer_slots", "chip", "num_chips", "tile_spmem_bytes", "hbm_bytes",
     "logical_replica_count", "stage_gather_operands_in_hbm", "num_serialized_tables", "dense_weights_bytes",
     "constants_bytes", "tensorcore_activation_bytes", "prefetch_bytes_per_step",
-    "maximum_parallel_iterations", "headroom",
+    "maximum_parallel_iterations", "headroom", "stack_limit_rule",
 )
 
 
@@ -992,7 +992,8 @@ def resolve(model: Any, topology: Any, **kwargs) -> tuple[Model, Knobs]:
         if isinstance(stacking, StackingPlan):
             raise ConfigError("pass a StackingPlan as the model, not as stacking=")
         splan = plan_stacking(features, topology, stacking, batch_size=batch, config=config,
-                              stack_limits=None)
+                              stack_limits=None,
+                              stack_limit_rule=kw.get("stack_limit_rule", "jax_tpu_embedding"))
     names = [s.name for s in splan.stacks]
     overrides: dict[str, tuple[int | None, int | None]] = {}
     explicit: dict[str, tuple[int | None, int | None]] = {}

@@ -1,4 +1,4 @@
-"""Chip HBM: tables, optimizer slots, SparseCore HBM stack, heap (SPEC 7).
+"""Chip HBM: tables, optimizer slots, SparseCore HBM stack, heap (the SparseCore guide's memory section).
 
 Every number is *per chip* (all chips hold the same amounts: tables are mod-sharded
 evenly and every chip runs the same program). The total that must fit is the peak
@@ -9,11 +9,11 @@ The model
 ---------
 These are *modelling assumptions*; the basis of each is given.
 
-- **Tables.** ``padded_vocab = round_up(vocab, 8 * P)`` (SPEC 3); a chip holds its
+- **Tables.** ``padded_vocab = round_up(vocab, 8 * P)`` (jax-tpu-embedding's table stacking); a chip holds its
   ``sparsecores_per_chip`` partitions of ``padded_vocab / P`` rows each, i.e.
   ``padded_vocab / num_chips`` rows. Every row has the *stack's* width: the largest
   dim of the stack's tables padded to whole 32-byte lines (8 f32 / 16 bf16 elements;
-  SPEC 3, SPEC 7, :mod:`scwork.layout.embedding`), because a stacked table is one
+  jax-tpu-embedding's table stacking, the SparseCore guide's memory section, :mod:`scwork.layout.embedding`), because a stacked table is one
   array. Padding waste = padded bytes - ``vocab * dim * itemsize / num_chips``.
 - **Optimizer slots.** ``slots * table bytes`` in the slot dtype (default: the table
   dtype). Slot counts (:data:`OPTIMIZER_SLOTS`): jax-tpu-embedding's slot
@@ -57,7 +57,7 @@ These are *modelling assumptions*; the basis of each is given.
 - **Heap** (host managed): ``dense_weights_bytes + constants_bytes +
   maximum_parallel_iterations * prefetch_bytes_per_step``; by default one step's
   input is the CSR input of every stack, ``sparsecores_per_chip * (max(P, 8) * 4 +
-  round_up(max_ids, 8) * P * 12)`` bytes (SPEC 5: the COO buffer of a device is
+  round_up(max_ids, 8) * P * 12)`` bytes (jax-tpu-embedding's preprocess_sparse_dense_matmul_input: the COO buffer of a device is
   ``round_up(max_ids, 8) * S * P`` entries of id, sample id and gain, plus row
   pointers). Dense-feature inputs are not known to the model: pass
   ``prefetch_bytes_per_step`` to replace the default. ``tensorcore_activation_bytes``

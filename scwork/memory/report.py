@@ -308,7 +308,7 @@ def plan(model: Any, topology: Any, *, batch_size: int, stacking: Any = "auto", 
          stage_gather_operands_in_hbm: bool = False, num_serialized_tables: int = 1,
          dense_weights_bytes: int = 0, constants_bytes: int = 0, tensorcore_activation_bytes: int = 0,
          prefetch_bytes_per_step: int | None = None, maximum_parallel_iterations: int = 1,
-         headroom: float = 0.1) -> MemoryReport:
+         headroom: float = 0.1, stack_limit_rule: str = "jax_tpu_embedding") -> MemoryReport:
     """Will this model fit? SPMEM per tile, HBM per chip over one step, and what to change.
 
     Parameters
@@ -324,6 +324,10 @@ def plan(model: Any, topology: Any, *, batch_size: int, stacking: Any = "auto", 
         As :func:`scwork.sharding.plan_stacking` (ignored for a StackingPlan).
     config : SparsecoreConfig, optional
         For ``disable_table_stacking`` and table-level limits.
+    stack_limit_rule : {"jax_tpu_embedding", "largest_table"}
+        Limits of a stack of several tables (see
+        :func:`scwork.sharding.plan_stacking`): the library's default (256) or the
+        largest limit its tables set.
     stack_limits : dict, optional
         ``{stack: (max_ids_per_partition, max_unique_ids_per_partition)}``; beats
         every other source of limits.
@@ -334,7 +338,7 @@ def plan(model: Any, topology: Any, *, batch_size: int, stacking: Any = "auto", 
         :func:`scwork.sharding.compute_stats` output: observed limits for stacks that
         have no configured ones.
     ids_per_sample : float or dict, optional
-        Ids per sample (per feature name, or one value for all): SPEC 5 closed-form
+        Ids per sample (per feature name, or one value for all): jax-tpu-embedding's preprocess_sparse_dense_matmul_input closed-form
         limit estimate for stacks with neither configured nor observed limits.
     dtype : str or dict, default "f32"
         Table dtype (``f32``, ``bf16``, ``f16``, ``s8``), or per table.
@@ -412,7 +416,8 @@ def plan(model: Any, topology: Any, *, batch_size: int, stacking: Any = "auto", 
                   num_serialized_tables=num_serialized_tables, dense_weights_bytes=dense_weights_bytes,
                   constants_bytes=constants_bytes, tensorcore_activation_bytes=tensorcore_activation_bytes,
                   prefetch_bytes_per_step=prefetch_bytes_per_step,
-                  maximum_parallel_iterations=maximum_parallel_iterations, headroom=headroom)
+                  maximum_parallel_iterations=maximum_parallel_iterations, headroom=headroom,
+                  stack_limit_rule=stack_limit_rule)
     return _evaluate(model, topology, kwargs)
 
 

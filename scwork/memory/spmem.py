@@ -1,4 +1,4 @@
-"""SparseCore SPMEM: the statically sized buffers of one tile, per stacked table (SPEC 7).
+"""SparseCore SPMEM: the statically sized buffers of one tile, per stacked table (the SparseCore guide's memory section).
 
 The compiler sizes SPMEM buffers at compile time from the limits
 ``max_ids_per_partition`` and ``max_unique_ids_per_partition``, the padded
@@ -19,7 +19,7 @@ All of the following are *modelling assumptions*; the basis of each is given.
   v5p tile's TileSpmem.
 - **Buffers of one tile** (``P`` partitions, ``T`` tiles per SparseCore, ``fw`` the
   stack width padded to 32-byte lines, ``e`` the table's itemsize, ``M`` and ``U``
-  the limits rounded up to multiples of 8, the TPU vector alignment of SPEC 5):
+  the limits rounded up to multiples of 8, the TPU vector alignment of jax-tpu-embedding's preprocess_sparse_dense_matmul_input):
 
   ============== ================ ===================================================
   buffer         allocation class bytes per tile
@@ -34,13 +34,13 @@ All of the following are *modelling assumptions*; the basis of each is given.
   ============== ================ ===================================================
 
   ``sample_count`` is the number of rows of the stack's input one SparseCore handles:
-  ``features_in_stack * ceil(B / P)`` (SPEC 5: each source SparseCore owns
+  ``features_in_stack * ceil(B / P)`` (jax-tpu-embedding's preprocess_sparse_dense_matmul_input: each source SparseCore owns
   ``B / (G * S)`` samples of every feature). E3001's text calls it the lookup ids
   "derived from the batch size"; the guide multiplies it by ``feature_width`` to size
   the gather operand, an output of one row per input row, so scwork reads it as rows. The gather operand (the combined
   activations the SparseCore produces, float32) is *split evenly over the tiles*,
   exactly the guide's ``(sample_count * feature_width) / kNumTiles``. The CSR
-  structures of one partition row (SPEC 5: ids, sample ids and gains of up to
+  structures of one partition row (jax-tpu-embedding's preprocess_sparse_dense_matmul_input: ids, sample ids and gains of up to
   ``max_ids_per_partition`` entries, int32 / int32 / float32) and the unique-id
   buffers are *not split*: every tile processes whole partition rows and holds a
   full row's buffers. Basis: E3001's sample message, ``max_nz_per_row = 141352``,
@@ -100,7 +100,7 @@ ASSUMPTIONS: tuple[str, ...] = (
     "gather operand = ceil(sample_count * feature_width / tiles) * 4 B, split evenly over the tiles (guide, E3001)",
     "row pointers max(P, 8) * 4 B, unique ids U * 4 B, gathered rows U * fw * itemsize: fixed, not split",
     "CSR row of one partition: ids, sample ids, gains = 12 B per id up to max_ids: row-dependent, not split (E3001)",
-    "limits rounded up to multiples of 8 (TPU vector alignment, SPEC 5); single buffering (no double buffers)",
+    "limits rounded up to multiples of 8 (TPU vector alignment, jax-tpu-embedding's preprocess_sparse_dense_matmul_input); single buffering (no double buffers)",
     "sample_count = features in stack * ceil(batch / P); feature_width = stack width padded to 32-byte lines",
     "no compiler vector/sample splitting; shared Spmem not modelled",
 )

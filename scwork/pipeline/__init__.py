@@ -1,4 +1,4 @@
-"""Step-time model: where a training step's time goes and what pipelining buys (SPEC 6, 8).
+"""Step-time model: where a training step's time goes and what pipelining buys (the SparseCore guide's pipelining section; the SparseCore guide's performance section).
 
 - :mod:`~scwork.pipeline.params`: :class:`StepModelParams`, every assumption with its
   unit, default and source.

@@ -18,10 +18,10 @@ With ``T`` tiles per SparseCore (``tiles_per_sparsecore``), 32-byte DMA granules
 
 - **Rows.** A stacked table of width ``dim`` in a dtype of ``b`` bytes is padded to
   whole granules: ``w = round_up(dim, 32 / b)`` elements (8 for f32, 16 for bf16,
-  32 for s8; SPEC 3 / 7). One row gather costs ``ceil(w * b / 32)`` granules of 32 B,
+  32 for s8; jax-tpu-embedding's table stacking / 7). One row gather costs ``ceil(w * b / 32)`` granules of 32 B,
   so a width-1 f32 table moves 32 B to use 4 (7/8 waste) and costs what a width-8
   table costs.
-- **Source role** (the SparseCore that owns a slice of the batch, SPEC 5): for
+- **Source role** (the SparseCore that owns a slice of the batch, jax-tpu-embedding's preprocess_sparse_dense_matmul_input): for
   every partition ``p``, its ``ids[p]`` (after per-sample dedup) are spread evenly
   over the ``T`` tiles; the busiest tile combines ``sum_p ceil(ids[p] / T)`` rows,
   each ``ceil(w / W) * combine_ops_per_element`` vector instructions (plus

@@ -87,7 +87,7 @@ class StepModelParams:
                                "scwork design brief (issue 6): public C++ reference ~47 M ids/s per "
                                "thread; unverified order of magnitude, measure your own")
     """Raw ids one host thread preprocesses per second (COO conversion, sort, dedup,
-    CSR build, SPEC 2). Unit: ids/s per thread. Default 47e6 (see
+    CSR build, jax-tpu-embedding's host preprocessing). Unit: ids/s per thread. Default 47e6 (see
     :data:`REFERENCE_HOST_IDS_PER_S`): an order of magnitude, not a measurement."""
 
     host_threads: int = _p(1, "threads", "assumption: one preprocessing thread; set yours")
@@ -130,7 +130,7 @@ class StepModelParams:
     may overlap; False: their sum. Default True."""
 
     combine_ops_per_element: int = _p(1, "vector instructions per element",
-                                      "one fused multiply-add (gain x row + accumulator), SPEC 5 gains")
+                                      "one fused multiply-add (gain x row + accumulator), jax-tpu-embedding's preprocess_sparse_dense_matmul_input gains")
     """Vector instructions per element to combine one gathered row into a sample's
     activation (forward) or to scatter one gradient row (backward). Default 1."""
 
@@ -145,7 +145,7 @@ class StepModelParams:
     """Vector instructions per element of one optimizer update, by optimizer name
     (:data:`DEFAULT_OPTIMIZER_VECTOR_OPS`)."""
 
-    csr_bytes_per_id: int = _p(12, "bytes", "SPEC 5: CSR entry = int32 id + int32 sample + float32 gain")
+    csr_bytes_per_id: int = _p(12, "bytes", "jax-tpu-embedding's preprocess_sparse_dense_matmul_input: CSR entry = int32 id + int32 sample + float32 gain")
     """Bytes of one CSR input entry the SparseCore reads. Default 12."""
 
     activation_bytes: int = _p(4, "bytes", "float32 activations and gradients (scwork.memory "
@@ -153,10 +153,10 @@ class StepModelParams:
     """Bytes of one activation / activation-gradient element (SC <-> TC through HBM). Default 4."""
 
     # -- ICI ------------------------------------------------------------------------------
-    ici_index_bytes: int = _p(4, "bytes", "int32 id sent to the owner of each unique row (SPEC 5)")
+    ici_index_bytes: int = _p(4, "bytes", "int32 id sent to the owner of each unique row (jax-tpu-embedding's preprocess_sparse_dense_matmul_input)")
     """Bytes sent besides each unique row over ICI (its id). Default 4."""
 
-    ici_link_bytes_per_s: float | None = _p(None, "bytes/s", "catalog ici_link_bytes_per_s (SPEC 1)")
+    ici_link_bytes_per_s: float | None = _p(None, "bytes/s", "catalog ici_link_bytes_per_s (the Cloud TPU system architecture pages)")
     """ICI bandwidth per link and direction; None: the chip's catalog value."""
 
     ici_latency_s: float | None = _p(None, "s", "scwork.collectives.ICI_LATENCY_S = 1e-6 "

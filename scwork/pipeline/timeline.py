@@ -8,7 +8,7 @@ SparseCore runs its backward pass (gradient scatter and optimizer update).
 
 :func:`simulate` lays ``num_steps`` identical steps out on the resources of a
 topology (one host per ``chips_per_host`` chips; per chip: its SparseCores, its
-ICI, its TensorCores) under one of two schedules (SPEC 6):
+ICI, its TensorCores) under one of two schedules (the SparseCore guide's pipelining section):
 
 Sequential (``tf_xla_disable_full_embedding_pipelining = true``)
     ``SC/F_i -> ICI/F_i -> TC/F_i -> TC/B_i -> ICI/B_i -> SC/B_i``; the forward
@@ -36,7 +36,7 @@ op at a time in the order above; an op starts as soon as its inputs are ready an
 its resource is free (an event graph in max-plus algebra, so the steady-state step
 time is the largest cycle mean of the graph). With two resources (SparseCore +
 links vs. TensorCore) and the two-step staleness, the pipelined step is at least
-half the sequential one: pipelining gains at most 2x (SPEC 6: "up to 2x").
+half the sequential one: pipelining gains at most 2x (the SparseCore guide's pipelining section: "up to 2x").
 
 Examples
 --------

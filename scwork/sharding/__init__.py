@@ -1,4 +1,4 @@
-"""Sharding engine: how embedding ids spread over SparseCores (SPEC 2-5, 9).
+"""Sharding engine: how embedding ids spread over SparseCores (jax-tpu-embedding's host preprocessing; jax-tpu-embedding's table stacking; TensorFlow's SparseCoreEmbeddingConfig; jax-tpu-embedding's preprocess_sparse_dense_matmul_input; the SparseCore guide's debug checks).
 
 Bring embedding ids (:class:`FeatureBatch`), tables and features
 (:class:`TableSpec`, :class:`FeatureSpec`) and a :class:`scwork.Topology`; get,
@@ -23,7 +23,7 @@ buffers (:func:`preprocess`), for stacked or unstacked tables
 - :mod:`~scwork.sharding.dataset_stats`: :func:`stats_over_dataset` (the same statistics
   over Parquet/NPZ shards or dask collections, chunk by chunk, locally or on a Dask
   cluster), :class:`DatasetStats`.
-- :mod:`~scwork.sharding.sok`: HugeCTR SOK dispatch (SPEC 12), loaded on first use.
+- :mod:`~scwork.sharding.sok`: HugeCTR SOK dispatch (HugeCTR SOK), loaded on first use.
 
 Importing this package does not import numba: kernels load on first use.
 

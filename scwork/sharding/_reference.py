@@ -1,4 +1,4 @@
-"""A literal, slow, pure-Python transcription of SPEC 5, for tests and benchmarks.
+"""A literal, slow, pure-Python transcription of jax-tpu-embedding's preprocess_sparse_dense_matmul_input, for tests and benchmarks.
 
 It follows the guide's recipe step by step with Python dicts and sets, one
 (device, source SparseCore) slice at a time, and shares no code with the kernels

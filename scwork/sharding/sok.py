@@ -1,4 +1,4 @@
-"""HugeCTR SOK-style embedding: data parallel -> model parallel -> data parallel (SPEC 12).
+"""HugeCTR SOK-style embedding: data parallel -> model parallel -> data parallel (HugeCTR SOK).
 
 The Sparse Operation Kit (SOK) of NVIDIA Merlin HugeCTR shards one embedding table
 over ``G`` GPUs by key: row ``key`` lives on GPU ``key % G`` at local row
@@ -28,8 +28,8 @@ vectors, gradients) as an :class:`xarray.Dataset` with a per-GPU summary.
 
 The all-to-all is simulated on the host: every "GPU" is one numpy array in a list.
 
-Source: the SOK article (``shared/seeds/hugectr_sok_embedding.zh.txt``, "Merlin
-HugeCTR Sparse Operation Kit 系列之二", NVIDIA, 2022), SPEC 12.
+Source: the SOK article ("Merlin
+HugeCTR Sparse Operation Kit 系列之二", NVIDIA, 2022), HugeCTR SOK.
 
 Examples
 --------
@@ -346,7 +346,7 @@ class DispatchPlan:
                 "dtype": dtype_name,
                 "itemsize": itemsize,
                 "key_itemsize": int(key_itemsize),
-                "description": "SOK all-to-all traffic of one step (SPEC 12); "
+                "description": "SOK all-to-all traffic of one step (HugeCTR SOK); "
                                "source = sender, destination = receiver of each message",
             },
         )

@@ -1,4 +1,4 @@
-"""Tables, features and the SparseCore configuration (SPEC 3, 4).
+"""Tables, features and the SparseCore configuration (jax-tpu-embedding's table stacking; TensorFlow's SparseCoreEmbeddingConfig).
 
 Three frozen dataclasses describe *what* is sharded:
 
@@ -6,7 +6,7 @@ Three frozen dataclasses describe *what* is sharded:
   and its optional per-partition limits);
 - :class:`FeatureSpec`: one input feature and the table it looks up (several
   features may share a table: *feature stacking*);
-- :class:`SparsecoreConfig`: the SparseCore flags of SPEC 4 with their defaults.
+- :class:`SparsecoreConfig`: the SparseCore flags of TensorFlow's SparseCoreEmbeddingConfig with their defaults.
 
 Every field is validated in ``__post_init__`` and a bad value raises
 :class:`~scwork.errors.ConfigError` naming the field and how to fix it. Field
@@ -137,7 +137,7 @@ class TableSpec:
     partition, >= 1. Unit: ids. Default None: not configured."""
 
     quantization: QuantizationConfig | None = None
-    """Simulated quantization of the table's lookups (SPEC 10,
+    """Simulated quantization of the table's lookups (TensorFlow's QuantizationConfig,
     :class:`scwork.quant.QuantizationConfig`); tables stack only with the same
     setting. Default None: no quantization."""
 
@@ -157,12 +157,12 @@ class TableSpec:
                        maximum=INT32_MAX)
 
     def padded_vocab_size(self, num_partitions: int) -> int:
-        """``round_up(vocab_size, 8 * P)`` (SPEC 3). Unit: rows."""
+        """``round_up(vocab_size, 8 * P)`` (jax-tpu-embedding's table stacking). Unit: rows."""
         _check_int("padded_vocab_size", "num_partitions", num_partitions, minimum=1)
         return round_up(self.vocab_size, 8 * num_partitions)
 
     def padded_embedding_dim(self) -> int:
-        """``round_up(embedding_dim, 8)``: rows are padded to 32-byte lines (SPEC 3, 7)."""
+        """``round_up(embedding_dim, 8)``: rows are padded to 32-byte lines (jax-tpu-embedding's table stacking; the SparseCore guide's memory section)."""
         return round_up(self.embedding_dim, 8)
 
 
@@ -170,7 +170,7 @@ class TableSpec:
 class FeatureSpec:
     """One input feature and the table it looks up.
 
-    Several features may look up the same table (feature stacking, SPEC 3): each
+    Several features may look up the same table (feature stacking, jax-tpu-embedding's table stacking): each
     feature's samples become their own rows of the stacked input.
 
     Examples
@@ -219,7 +219,7 @@ def _frozen_limits(name: str, value: Any) -> Mapping[str, int] | int | None:
 
 @dataclass(frozen=True)
 class SparsecoreConfig:
-    """SparseCore flags and their defaults (SPEC 4).
+    """SparseCore flags and their defaults (TensorFlow's SparseCoreEmbeddingConfig).
 
     The same fields and defaults as ``tf.tpu.experimental.embedding.SparseCoreEmbeddingConfig``.
     Only the first five change what :func:`~scwork.sharding.preprocess` computes;
@@ -268,7 +268,7 @@ class SparsecoreConfig:
     """Same for distinct ids; sizes on-device buffers. Unit: ids. Default None."""
 
     allow_id_dropping: bool = False
-    """True: ids beyond a per-partition limit are dropped (prefix cut of SPEC 5) and
+    """True: ids beyond a per-partition limit are dropped (prefix cut of jax-tpu-embedding's preprocess_sparse_dense_matmul_input) and
     counted; False: :class:`~scwork.errors.LimitExceededError`, nothing dropped.
     Default False."""
 

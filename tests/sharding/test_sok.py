@@ -1,4 +1,4 @@
-"""HugeCTR SOK all-to-all embedding dispatch (SPEC 12)."""
+"""HugeCTR SOK all-to-all embedding dispatch (HugeCTR SOK)."""
 
 from __future__ import annotations
 

@@ -65,7 +65,7 @@ def test_demo_is_synthetic_data_on_v5p(demo):
     model = demo.model
     assert demo.error == ""
     assert model.chip.name == "v5p" and model.units.num_chips == 2
-    assert model.stacks and "item_user" in model.stacks          # plan_stacking put user and item together
+    assert model.stacks and "user_item" in model.stacks          # plan_stacking put user and item together
     assert 1.0 < model.speedup <= 2.0 and model.pipelining
     assert demo.summary == model.summary()
     assert demo.advice.ids == advise(model=model).ids
