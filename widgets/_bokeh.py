@@ -364,11 +364,15 @@ class CellGrid:
                                categories % n_colors).astype(np.float32)
         color_index[categories <= -2] = np.nan
         rows, cols = np.indices(categories.shape)
-        # bokeh draws image row 0 at the bottom (y = -n_rows): flip every 2-D column the
-        # same way so the hover reads the value of the cell under the mouse.
+        self._set_image(color_index, rows, cols, categories, values, x=0, y=-n_rows, dw=n_cols, dh=n_rows)
+
+    def _set_image(self, color_index, rows, cols, categories, values, *, x, y, dw, dh) -> None:
+        """Show one image glyph of ``color_index`` at ``(x, y)`` sized ``dw x dh``, with 2-D hover columns."""
+        # bokeh draws image row 0 at the bottom: flip every 2-D column the same way so
+        # the hover reads the value of the cell under the mouse.
         data = {
             "image": [np.flipud(color_index)],
-            "x": [0], "y": [-n_rows], "dw": [n_cols], "dh": [n_rows],
+            "x": [x], "y": [y], "dw": [dw], "dh": [dh],
             "row": [np.flipud(_as_column(rows))],
             "col": [np.flipud(_as_column(cols))],
             "category": [np.flipud(_as_column(categories))],

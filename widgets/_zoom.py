@@ -143,21 +143,7 @@ class ZoomGrid(CellGrid):
         # The image spans whole blocks; the last block may run past the grid's edge.
         height = len(row_starts) * self.block[0]
         width = len(col_starts) * self.block[1]
-        data = {
-            "image": [np.flipud(color_index)],
-            "x": [c0], "y": [-(r0 + height)], "dw": [width], "dh": [height],
-            "row": [np.flipud(_as_column(rows))], "col": [np.flipud(_as_column(cols))],
-            "category": [np.flipud(_as_column(categories))],
-        }
-        for name in self.value_names:
-            data[name] = [np.flipud(_as_column(values[name]))]
-        self.cells.data = self._empty_cells()
-        self.image.data = data
-        self.rect_renderer.visible = False
-        self.has_labels = False
-        self.image_renderer.visible = True
-        self.figure.xaxis.ticker = self._auto_ticks_x
-        self.figure.yaxis.ticker = self._auto_ticks_y
+        self._set_image(color_index, rows, cols, categories, values, x=c0, y=-(r0 + height), dw=width, dh=height)
 
     def _fit_labels(self) -> None:
         """Labels only where a drawn cell is large enough on screen to read them."""

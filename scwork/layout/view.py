@@ -186,23 +186,7 @@ class ViewGeometry:
             quotients = columns[cut:cut + k]
             remainders = columns[cut + k:cut + 2 * k]
             merged = [q * t + r for q, r, t in zip(quotients, remainders, kept)]
-            # Split each merged coordinate back into its run of dims ('*' ... last).
-            restored: list[np.ndarray] = []
-            run: list[int] = []
-            which = 0
-            for size, t in zip(shape[cut:], tile):
-                run.append(size)
-                if t != Tile.COMBINE:
-                    acc = merged[which]
-                    which += 1
-                    parts = []
-                    for run_size in reversed(run[1:]):
-                        parts.append(acc % run_size)
-                        acc = acc // run_size
-                    parts.append(acc)
-                    restored.extend(reversed(parts))
-                    run = []
-            columns = prefix + restored
+            columns = prefix + _split_runs(shape[cut:], tile, merged)
             for coord, size in zip(columns, shape):
                 inside &= coord < size
         coords = columns[plan.extra_major:]
@@ -218,22 +202,8 @@ class ViewGeometry:
         first_tile = first_plan.levels[0][1] if first_plan.levels else ()
         prefix, _, _ = _merge_suffix(level0, first_tile) if first_tile else (level0, (), ())
         # Un-merge the '*' runs of the first tile: view coords -> level-0 (physical) coords.
-        physical = list(coords[:len(prefix)])
         cut = len(level0) - len(first_tile)
-        run: list[int] = []
-        which = len(prefix)
-        for size, t in zip(level0[cut:], first_tile):
-            run.append(size)
-            if t != Tile.COMBINE:
-                acc = coords[which]
-                which += 1
-                parts = []
-                for run_size in reversed(run[1:]):
-                    parts.append(acc % run_size)
-                    acc = acc // run_size
-                parts.append(acc)
-                physical.extend(reversed(parts))
-                run = []
+        physical = list(coords[:len(prefix)]) + _split_runs(level0[cut:], first_tile, coords[len(prefix):])
         physical = physical[first_plan.extra_major:]
         if shape.rank == 0:
             return np.where(data, 0, -1).astype(np.int64)
@@ -244,6 +214,27 @@ class ViewGeometry:
         for coord, size in zip(logical, shape.dims):
             flat = flat * size + coord
         return np.where(data, flat, -1).astype(np.int64)
+
+
+def _split_runs(sizes, tile, merged) -> list:
+    """Undo one tile level's ``*`` merges: each merged coordinate back into its run of
+    dimensions (``*`` entries then the next kept one), row-major."""
+    restored: list = []
+    run: list[int] = []
+    which = 0
+    for size, t in zip(sizes, tile):
+        run.append(size)
+        if t != Tile.COMBINE:
+            acc = merged[which]
+            which += 1
+            parts = []
+            for run_size in reversed(run[1:]):
+                parts.append(acc % run_size)
+                acc = acc // run_size
+            parts.append(acc)
+            restored.extend(reversed(parts))
+            run = []
+    return restored
 
 
 def _check_range(name: str, bounds, size: int) -> tuple[int, int]:
