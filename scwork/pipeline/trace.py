@@ -61,6 +61,7 @@ import json
 import math
 import numbers
 import re
+import zlib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -776,8 +777,11 @@ def _load(source) -> list:
         try:
             with opener(path, "rt", encoding="utf-8") as fh:
                 source = json.load(fh)
-        except (OSError, ValueError) as err:
-            raise TraceError(f"cannot read {str(path)!r} as (gzipped) JSON: {err}") from None
+        except (OSError, ValueError, EOFError, zlib.error) as err:
+            # truncated or bit-flipped gzip (EOFError, zlib.error, BadGzipFile), bad JSON or text
+            raise TraceError(f"cannot read {str(path)!r} as (gzipped) JSON: {type(err).__name__}: {err}") from None
+        except RecursionError:
+            raise TraceError(f"cannot read {str(path)!r}: the JSON is nested too deeply to be a trace") from None
     if isinstance(source, Mapping):
         events = source.get("traceEvents")
         if not isinstance(events, list):
@@ -847,12 +851,18 @@ def read_trace(source, *, resource_patterns=DEFAULT_RESOURCE_PATTERNS, phase_pat
     for kind, _ in rpat:
         if kind not in ("host", "sc", "ici", "tc"):
             raise ConfigError(f"resource pattern names unknown kind {kind!r}; kinds are host, sc, ici, tc")
-    spat = re.compile(step_pattern) if step_pattern else None
+    try:
+        spat = re.compile(step_pattern) if step_pattern else None
+    except (re.error, TypeError) as err:
+        raise ConfigError(f"step_pattern {step_pattern!r} is not a regular expression: {err}") from None
     events = _load(source)
     pnames: dict = {}
     tnames: dict = {}
     for e in events:
         if isinstance(e, Mapping) and e.get("ph") == "M" and isinstance(e.get("args"), Mapping):
+            if not all(k is None or (isinstance(k, (int, str)) and not isinstance(k, bool))
+                       for k in (e.get("pid"), e.get("tid"))):
+                continue  # a name for an id that cannot be one; its events are reported below
             if e.get("name") == "process_name":
                 pnames[e.get("pid")] = str(e["args"].get("name", ""))
             elif e.get("name") == "thread_name":
@@ -868,6 +878,9 @@ def read_trace(source, *, resource_patterns=DEFAULT_RESOURCE_PATTERNS, phase_pat
         if ph not in ("X", "B", "E"):
             continue
         key = (e.get("pid"), e.get("tid"))
+        if not all(k is None or (isinstance(k, (int, str)) and not isinstance(k, bool)) for k in key):
+            problems.append(f"event {n}: pid/tid {key[0]!r}/{key[1]!r} must be integers or strings")
+            continue
         ts = e.get("ts")
         if not _num(ts):
             problems.append(f"event {n}: ts {ts!r} is not a number")
@@ -886,6 +899,9 @@ def read_trace(source, *, resource_patterns=DEFAULT_RESOURCE_PATTERNS, phase_pat
                 problems.append(f"event {n}: 'E' without a matching 'B' on pid {key[0]} tid {key[1]}")
                 continue
             t0, name = stack.pop()
+            if ts < t0:
+                problems.append(f"event {n}: 'E' at {ts} is before its 'B' at {t0} on pid {key[0]} tid {key[1]}")
+                continue
             per_thread.setdefault(key, []).append((t0 * scale, ts * scale, name))
     for key, stack in open_b.items():
         if stack:

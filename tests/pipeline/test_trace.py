@@ -304,3 +304,36 @@ def test_hbm_usage_follows_the_schedule(model):
     assert pipe["time"].attrs["units"] == "s" and pipe["usage_bytes"].attrs["units"] == "bytes"
     with pytest.raises(ConfigError):
         hbm_usage(model, chip=2)
+
+
+def test_broken_trace_files_are_trace_errors(tmp_path):
+    """Truncated or bit-flipped .json.gz, deep nesting, a bad step_pattern, a list pid and an
+    'E' before its 'B' raised EOFError, zlib.error, RecursionError, re.error, TypeError or
+    became a negative interval."""
+    import gzip
+    import json
+
+    from scwork.errors import ConfigError, TraceError
+    from scwork.pipeline.trace import read_trace
+
+    good = {"traceEvents": [
+        {"ph": "M", "name": "thread_name", "pid": 1, "tid": 1, "args": {"name": "steps"}},
+        {"ph": "X", "name": "0", "pid": 1, "tid": 1, "ts": 0, "dur": 10}]}
+    raw = gzip.compress(json.dumps(good).encode())
+    (tmp_path / "cut.json.gz").write_bytes(raw[: len(raw) // 2])
+    flipped = bytearray(raw)
+    flipped[len(raw) // 2] ^= 0xFF
+    (tmp_path / "flip.json.gz").write_bytes(bytes(flipped))
+    (tmp_path / "deep.json").write_text("[" * 100_000 + "]" * 100_000)
+    for name in ("cut.json.gz", "flip.json.gz", "deep.json"):
+        with pytest.raises(TraceError, match="cannot read"):
+            read_trace(tmp_path / name)
+    with pytest.raises(ConfigError, match="step_pattern"):
+        read_trace(good, step_pattern="(")
+    bad_pid = {"traceEvents": [{"ph": "X", "name": "a", "pid": [1], "tid": 1, "ts": 0, "dur": 1}]}
+    with pytest.raises(TraceError, match="must be integers or strings"):
+        read_trace(bad_pid, num_steps=1)
+    backwards = {"traceEvents": [{"ph": "B", "name": "a", "pid": 1, "tid": 2, "ts": 50},
+                                 {"ph": "E", "pid": 1, "tid": 2, "ts": 10}]}
+    with pytest.raises(TraceError, match="before its 'B'"):
+        read_trace(backwards, num_steps=1)
