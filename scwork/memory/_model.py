@@ -517,9 +517,15 @@ def spmem_numbers(model: Model, knobs: Knobs, *, require_capacity: bool = True,
         fw = stack_width(knobs, st)
         M, U, src = stack_limits(knobs, st)
         sc = st.num_features * n
-        rows.append(tile_buffer_bytes(M, U, fw, sc, num_partitions=P, num_tiles=knobs.tiles_per_sparsecore,
-                                      itemsize=itemsize,
-                                      stage_gather_operands_in_hbm=knobs.stage_gather_operands_in_hbm))
+        buffers = tile_buffer_bytes(M, U, fw, sc, num_partitions=P, num_tiles=knobs.tiles_per_sparsecore,
+                                    itemsize=itemsize,
+                                    stage_gather_operands_in_hbm=knobs.stage_gather_operands_in_hbm)
+        if any(int(b) > _INT64_MAX // 64 for b in buffers):
+            raise ConfigError(
+                f"stack {model.stacks[i].name!r}: its SPMEM buffers ({max(int(b) for b in buffers):,} bytes per "
+                f"tile for width {fw:,}, limits {M:,}/{U:,}) are beyond what scwork's 64-bit byte counts hold "
+                "(and any TileSpmem); check embedding_dim and the limits")
+        rows.append(buffers)
         widths.append(fw)
         sizes.append(itemsize)
         ids_.append(M)
@@ -683,6 +689,12 @@ def hbm_numbers(model: Model, knobs: Knobs, *, with_names: bool = True) -> HbmNu
         w = int(widths[i])
         rows = pv // chips
         t_pv[j], t_w[j], t_e[j], t_se[j] = pv, w, e, se
+        # Exact byte counts in Python ints, refused before they could wrap in int64.
+        largest = rows * w * max(e, se) * max(1, t.slot_count)
+        if largest > _INT64_MAX // 64:
+            raise ConfigError(
+                f"table {t.name!r}: {pv:,} rows x {w:,} wide is {rows * w * e:,} bytes per chip, beyond what "
+                f"scwork's 64-bit byte counts hold (and any HBM); check vocab_size and embedding_dim")
         t_bytes[j] = rows * w * e
         s_bytes[j] = t.slot_count * rows * w * se
         unpadded = t.vocab_size * t.embedding_dim / chips

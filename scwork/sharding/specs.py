@@ -149,7 +149,7 @@ class TableSpec:
                 f"got {type(self.quantization).__name__}"
             )
         _check_int("TableSpec", "vocab_size", self.vocab_size, minimum=1, maximum=INT32_MAX)
-        _check_int("TableSpec", "embedding_dim", self.embedding_dim, minimum=1)
+        _check_int("TableSpec", "embedding_dim", self.embedding_dim, minimum=1, maximum=INT32_MAX)
         _check_choice("TableSpec", "combiner", self.combiner, COMBINERS)
         _check_choice("TableSpec", "optimizer", self.optimizer, OPTIMIZERS)
         for limit in ("max_ids_per_partition", "max_unique_ids_per_partition"):

@@ -62,3 +62,15 @@ def test_deep_prefetch_is_one_buffer_not_a_loop():
     assert scwork.memory.plan([table], topo, batch_size=1024, maximum_parallel_iterations=depth).fits
     assert not scwork.memory.plan([table], topo, batch_size=1024, maximum_parallel_iterations=depth + 1).fits
     assert np.isfinite(depth)
+
+
+@pytest.mark.parametrize("width", [2**31 - 1, 2**24])
+def test_memory_plan_of_absurd_widths_is_a_typed_error_not_an_overflow(width):
+    """memory.plan raised a raw OverflowError (or wrapped int64) for huge widths."""
+    table = scwork.sharding.TableSpec("t", 2**20, width, max_ids_per_partition=2**31 - 1,
+                                      max_unique_ids_per_partition=2**31 - 1)
+    _, error = check_surface("memory.plan", lambda: scwork.memory.plan(
+        [table], scwork.Topology.for_chip("v5p", num_chips=4), batch_size=1024), seconds=10)
+    assert isinstance(error, ConfigError) and "64-bit byte counts" in str(error)
+    with pytest.raises(ConfigError, match="embedding_dim must be <= 2147483647"):
+        scwork.sharding.TableSpec("t", 10, 2**31)
