@@ -113,6 +113,11 @@ def _check_positive_int(name: str, value, minimum: int = 1) -> int:
     return integer(name, value, minimum=minimum, error=TopologyError)
 
 
+#: Most nodes (chips x cores per chip) a :class:`Network` holds: 2**17, over ten times
+#: the largest TPU pod (TPU7x, 9,216 chips x 2 cores).
+MAX_NODES = 2**17
+
+
 class Network:
     """Chips on a grid, optionally several cores per chip, joined by directed links.
 
@@ -192,6 +197,12 @@ class Network:
         self.name = name or self._default_name()
 
         m = math.prod(shape)
+        if m * k > MAX_NODES:
+            # Refuse before the per-node and per-link arrays are allocated.
+            raise TopologyError(
+                f"a {'x'.join(str(d) for d in shape)} network with {k} cores per chip has {m * k:,} nodes, "
+                f"more than scwork.collectives.network.MAX_NODES={MAX_NODES:,} (the largest TPU pods have "
+                "about 9,216 chips); use a smaller shape, or raise MAX_NODES for a what-if")
         self.num_chips = m
         self.num_nodes = m * k
         self.chip_coords = np.stack(np.unravel_index(np.arange(m), shape), axis=1).astype(np.int64)

@@ -215,3 +215,13 @@ def test_every_small_torus_has_a_ring():
             continue
         net = Network.torus(shape)
         assert_is_ring(net, net.ring_order())
+
+
+def test_networks_beyond_any_pod_are_refused_before_allocating():
+    """torus:100000x100000 raised numpy's MemoryError (74.5 GiB of node arrays)."""
+    from scwork.collectives.network import MAX_NODES
+    from scwork.testing import check_surface
+
+    _, error = check_surface("collectives.network", lambda: Network.torus((100_000, 100_000)), seconds=10)
+    assert isinstance(error, TopologyError) and "MAX_NODES" in str(error)
+    assert Network.torus((16, 24, 24)).num_nodes == 9216 <= MAX_NODES   # a TPU7x pod still works
