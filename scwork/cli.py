@@ -740,6 +740,10 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: Exit status when stdout's reader closed the pipe (128 + SIGPIPE, as the shell reports).
+EXIT_BROKEN_PIPE = 141
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command with ``argv`` (default ``sys.argv[1:]``); return the exit status."""
     parser = build_parser()
@@ -749,6 +753,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"scwork {args.command}: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        # The reader went away (`scwork hardware --json | head -c 10`): stop quietly, as
+        # Unix tools do, with the status of a SIGPIPE'd process; point stdout at devnull
+        # so that the interpreter's final flush does not complain either.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
     except (ScworkError, OSError) as err:
         text = str(err).strip() or type(err).__name__
         first_line = text.splitlines()[0]

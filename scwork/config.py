@@ -102,6 +102,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import fractions
 import json
 import math
 import numbers
@@ -145,6 +146,9 @@ _SIZE_UNITS = {"": 1, "b": 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12, "
 _SIZE_RE = re.compile(r"^\s*([0-9][0-9_]*(?:\.[0-9]+)?(?:e[+-]?[0-9]+)?)\s*([kmgtp]i?)?b?\s*$", re.IGNORECASE)
 
 
+_MAX_SIZE = 2**63 - 1
+
+
 def parse_size(value: Any, name: str = "size") -> int:
     """Bytes from an int or a text size such as ``"64MiB"``, ``"1.5 GB"``, ``"512 KiB"``.
 
@@ -179,11 +183,25 @@ def parse_size(value: Any, name: str = "size") -> int:
         if value.strip().startswith("-"):
             raise ConfigError(f"{name} must be >= 0 bytes, got {value!r}")
         raise ConfigError(f"{name} must be a size such as 4096, '64 MiB', '1.5GB' or '512KiB', got {value!r}")
-    number = float(match.group(1).replace("_", ""))
+    # Exact decimal arithmetic: a float would overflow ("1e400") or round
+    # ("12345678901234567" bytes); Fraction keeps every digit.
+    digits = match.group(1).replace("_", "")
     unit = (match.group(2) or "").lower()
+    if len(digits) > 64:
+        raise ConfigError(f"{name} {value!r} has more digits than any size; use a unit such as 'GiB'")
+    try:
+        number = fractions.Fraction(digits)
+    except (ValueError, ZeroDivisionError):
+        raise ConfigError(f"{name} must be a size such as 4096, '64 MiB', '1.5GB' or '512KiB', got {value!r}") from None
+    mantissa_exponent = re.search(r"[eE]([+-]?\d+)$", digits)
+    if mantissa_exponent and abs(int(mantissa_exponent.group(1))) > 30:
+        raise ConfigError(f"{name} {value!r} is out of range: sizes are at most {_MAX_SIZE:,} bytes")
     total = number * _SIZE_UNITS[unit]
-    if total != int(total):
+    if total.denominator != 1:
         raise ConfigError(f"{name} {value!r} is not a whole number of bytes")
+    if total > _MAX_SIZE:
+        raise ConfigError(f"{name} {value!r} is {int(total):,} bytes, more than the {_MAX_SIZE:,} a 64-bit "
+                          "size holds")
     return int(total)
 
 

@@ -400,3 +400,38 @@ def test_lab_no_browser_prints_url_and_serves(tmp_path):
     finally:
         process.terminate()
         process.wait(timeout=30)
+
+
+def test_a_closed_pipe_ends_quietly():
+    """`scwork hardware --json | head -c 10` printed "Broken pipe" and exited 2."""
+    import os
+    import subprocess
+    import sys
+
+    read_end, write_end = os.pipe()
+    os.close(read_end)                      # the reader is gone before the first write
+    try:
+        run = subprocess.run([sys.executable, "-m", "scwork.cli", "hardware", "--json"], stdout=write_end,
+                             stderr=subprocess.PIPE, text=True, timeout=120)
+    finally:
+        os.close(write_end)
+    assert run.returncode == 141
+    assert run.stderr == ""
+
+
+def test_sizes_are_parsed_exactly_and_out_of_range_ones_refused():
+    """parse_size('1e400') raised OverflowError; '12345678901234567' rounded through a float."""
+    import subprocess
+    import sys
+
+    from scwork.config import parse_size
+    from scwork.errors import ConfigError
+
+    assert parse_size("12345678901234567") == 12345678901234567
+    assert parse_size("1.5 GiB") == 3 * 2**29
+    for bad in ("1e400", "9223372036854775808", "0.5", "1" * 100):
+        with pytest.raises(ConfigError):
+            parse_size(bad)
+    run = subprocess.run([sys.executable, "-m", "scwork.cli", "allreduce", "--topology", "torus:4x4",
+                          "--bytes", "1e400"], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 2 and "out of range" in run.stderr and "Traceback" not in run.stderr
