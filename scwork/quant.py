@@ -463,9 +463,10 @@ def hbm_savings(tables: Any, *, topology=None, num_sparsecores: int | None = Non
     (393216, 0.706)
     """
     from scwork.layout.embedding import table_padding
-    from scwork.sharding.specs import TableSpec
 
-    if isinstance(tables, TableSpec):
+    # Duck-typed (a TableSpec has name, vocab_size and embedding_dim) so that this
+    # module stays below scwork.sharding.specs, which imports QuantizationConfig.
+    if all(hasattr(tables, attr) for attr in ("name", "vocab_size", "embedding_dim")):
         items = [(tables.name, tables.vocab_size, tables.embedding_dim)]
     elif isinstance(tables, Mapping):
         items = []

@@ -120,7 +120,7 @@ class Topology:
             Unknown chip, or a Sophgo NPU (no SparseCore/ICI model).
         """
         from scwork.errors import HardwareError
-        from scwork.hardware import get
+        from scwork.hardware.catalog import get
 
         info = get(chip)
         if info.kind != "tpu":
@@ -180,7 +180,7 @@ class Topology:
         """The catalog entry of ``chip`` (None for a generic topology)."""
         if self.chip is None:
             return None
-        from scwork.hardware import get
+        from scwork.hardware.catalog import get
 
         return get(self.chip)
 

@@ -6,13 +6,16 @@
   times from a tile-level SparseCore model, the collectives engine's ICI cost,
   host and TensorCore times; both schedules; speed-up; staleness; bottleneck),
   :func:`expected_stats` (statistics from averages, for what-ifs without data).
+- :mod:`~scwork.pipeline.phases`: the seven phases of a step and the resource kind
+  that runs each.
 - :mod:`~scwork.pipeline.timeline`: :func:`simulate`, :class:`Timeline`,
   :class:`Interval`, :class:`Units`: the sequential and pipelined schedules as
   intervals on host / SparseCore / ICI / TensorCore lanes (for Gantt charts).
-- :mod:`~scwork.pipeline.trace`: Chrome trace export (:func:`to_chrome_trace`,
-  :func:`write_chrome_trace`, :func:`validate_chrome_trace`), measured-trace
-  import (:func:`read_trace`, :class:`MeasuredTrace`), the overlay
-  (:func:`compare`) and the HBM use over the modelled run (:func:`hbm_usage`).
+- :mod:`~scwork.pipeline.chrome_trace`: Chrome trace export (:func:`to_chrome_trace`,
+  :func:`write_chrome_trace`, :func:`validate_chrome_trace`) and the HBM use over
+  the modelled run (:func:`hbm_usage`).
+- :mod:`~scwork.pipeline.trace`: measured-trace import (:func:`read_trace`,
+  :class:`MeasuredTrace`) and the overlay (:func:`compare`).
 
 Importing this package imports numpy only (xarray on first use of a dataset
 view); it never imports numba.
@@ -32,8 +35,8 @@ Examples
 (True, True)
 """
 
-from scwork.pipeline.model import DIRECTIONS, DTYPE_SIZES, StepModel, expected_stats, step_model
-from scwork.pipeline.params import DEFAULT_OPTIMIZER_VECTOR_OPS, REFERENCE_HOST_IDS_PER_S, StepModelParams
+from scwork.pipeline.model import DIRECTIONS, StepModel, expected_stats, step_model
+from scwork.pipeline.params import DEFAULT_OPTIMIZER_VECTOR_OPS, DTYPE_SIZES, REFERENCE_HOST_IDS_PER_S, StepModelParams
 from scwork.pipeline.timeline import (
     PHASE_RESOURCE,
     PHASES,
@@ -44,6 +47,7 @@ from scwork.pipeline.timeline import (
     Units,
     simulate,
 )
+from scwork.pipeline.chrome_trace import hbm_usage, to_chrome_trace, validate_chrome_trace, write_chrome_trace
 from scwork.pipeline.trace import (
     DEFAULT_PHASE_PATTERNS,
     DEFAULT_RESOURCE_PATTERNS,
@@ -51,11 +55,7 @@ from scwork.pipeline.trace import (
     MeasuredTrace,
     TraceError,
     compare,
-    hbm_usage,
     read_trace,
-    to_chrome_trace,
-    validate_chrome_trace,
-    write_chrome_trace,
 )
 
 __all__ = [

@@ -115,13 +115,11 @@ from typing import Any
 import numpy as np
 
 from scwork.errors import ConfigError, InputError
-from scwork.pipeline.params import StepModelParams
+from scwork.pipeline.params import DTYPE_SIZES, StepModelParams
 from scwork.pipeline.timeline import PHASE_RESOURCE, PHASES, RESOURCE_KINDS, Timeline, Units, simulate
 
 __all__ = ["StepModel", "step_model", "expected_stats", "DTYPE_SIZES", "DIRECTIONS"]
 
-#: Table dtypes the model knows and their sizes (bytes), as :mod:`scwork.layout.embedding`.
-DTYPE_SIZES: Mapping[str, int] = {"f32": 4, "bf16": 2, "f16": 2, "s8": 1}
 _DTYPE_ALIASES = {"float32": "f32", "fp32": "f32", "bfloat16": "bf16", "float16": "f16", "fp16": "f16",
                   "int8": "s8", "i8": "s8"}
 #: SparseCore pass directions.
@@ -679,7 +677,7 @@ class StepModel:
 
     def to_chrome_trace(self, **kwargs) -> dict:
         """:func:`scwork.pipeline.to_chrome_trace` of this model (memory counters included)."""
-        from scwork.pipeline.trace import to_chrome_trace
+        from scwork.pipeline.chrome_trace import to_chrome_trace
 
         return to_chrome_trace(self, **kwargs)
 

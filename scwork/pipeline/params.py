@@ -38,7 +38,10 @@ from typing import Any
 
 from scwork.errors import ConfigError
 
-__all__ = ["StepModelParams", "DEFAULT_OPTIMIZER_VECTOR_OPS", "REFERENCE_HOST_IDS_PER_S"]
+__all__ = ["StepModelParams", "DEFAULT_OPTIMIZER_VECTOR_OPS", "REFERENCE_HOST_IDS_PER_S", "DTYPE_SIZES"]
+
+#: Table dtypes the model knows and their sizes (bytes), as :mod:`scwork.layout.embedding`.
+DTYPE_SIZES: Mapping[str, int] = {"f32": 4, "bf16": 2, "f16": 2, "s8": 1}
 
 #: Ids per second one host thread of the public C++ input preprocessing of
 #: jax-tpu-embedding turns into SparseCore CSR input (order of magnitude, as given

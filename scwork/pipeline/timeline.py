@@ -63,6 +63,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from scwork.errors import ConfigError
+from scwork.pipeline.phases import PHASE_RESOURCE, PHASES, RESOURCE_KINDS, STAGES
 
 __all__ = [
     "PHASES",
@@ -74,20 +75,6 @@ __all__ = [
     "Timeline",
     "simulate",
 ]
-
-#: The phases of one training step, in dependency order.
-PHASES: tuple[str, ...] = ("host", "sc_forward", "ici_forward", "tc_forward", "tc_backward",
-                           "ici_backward", "sc_backward")
-#: Which kind of resource runs each phase.
-PHASE_RESOURCE: Mapping[str, str] = {
-    "host": "host", "sc_forward": "sc", "ici_forward": "ici", "tc_forward": "tc",
-    "tc_backward": "tc", "ici_backward": "ici", "sc_backward": "sc",
-}
-#: Resource kinds: host CPUs, SparseCores, ICI links (per chip), TensorCores (per chip).
-RESOURCE_KINDS: tuple[str, ...] = ("host", "sc", "ici", "tc")
-#: Software-pipeline stages of the pipelined schedule.
-STAGES: tuple[str, ...] = ("pre-loop", "main", "post-loop")
-
 
 @dataclass(frozen=True)
 class Units:
@@ -420,7 +407,7 @@ class Timeline:
 
     def to_chrome_trace(self, **kwargs) -> dict:
         """:func:`scwork.pipeline.to_chrome_trace` of this timeline."""
-        from scwork.pipeline.trace import to_chrome_trace
+        from scwork.pipeline.chrome_trace import to_chrome_trace
 
         return to_chrome_trace(self, **kwargs)
 

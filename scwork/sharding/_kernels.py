@@ -1077,18 +1077,3 @@ def warmup() -> None:
     for want in (False, True):
         m, _, _ = sort_group(ids, splits, weights, has_w, rows, rows, 1, 1, nsl, 1, 4, P, 1, 1, 0, want,
                              ks, gs, tk, tg, hist)
-    # the slice-major kernels, with the very argument types the engine passes: a
-    # tiny compute_stats and preprocess (weights, a large vocabulary for the naive
-    # lists, limits with dropping), on two threads
-    import scwork
-    from scwork.sharding.batch import FeatureBatch
-    from scwork.sharding.engine import compute_stats, preprocess
-    from scwork.sharding.specs import FeatureSpec, SparsecoreConfig, TableSpec
-
-    batch = FeatureBatch.from_ragged({"a": ([1, 2, 2, 5], [0, 2, 4], [1.0, 2.0, 1.0, 1.0]),
-                                      "b": ([7, 3, 10**8], [0, 1, 3])})
-    features = [FeatureSpec("a", TableSpec("ta", 8, 8, combiner="mean", max_ids_per_partition=1)),
-                FeatureSpec("b", TableSpec("tb", 10**9, 8, combiner="mean"))]
-    config = SparsecoreConfig(allow_id_dropping=True)
-    for fn in (compute_stats, preprocess):
-        fn(batch, features, scwork.Topology(1, 2), stacking=None, config=config, num_threads=2)
