@@ -110,7 +110,7 @@ def _jte_side_by_side(batch, features, topo, modes, repeats):
     except ImportError:
         return None
     from scwork.sharding import compute_stats, plan_stacking, preprocess
-    from scwork.sharding.engine import available_cores
+    from scwork.sharding._threads import available_cores
 
     absl_logging.set_verbosity(absl_logging.ERROR)
     D, S = topo.num_devices, topo.sparsecores_per_device
@@ -202,7 +202,7 @@ def main() -> int:
             parser.error(f"--stacking: {m!r} is not one of {sorted(STACKING)}")
 
     import scwork
-    from scwork.sharding import compute_stats, engine, plan_stacking, preprocess
+    from scwork.sharding import _scratch, compute_stats, plan_stacking, preprocess
     from scwork.sharding._synthetic import synthetic_batch
 
     fns = {"compute_stats": compute_stats, "preprocess": preprocess}
@@ -260,12 +260,12 @@ def main() -> int:
             # cost of a call that gets none (first call, or results kept alive)
             fresh = []
             for _ in range(max(3, repeats // 2)):
-                engine._POOL.clear()
+                _scratch._POOL.clear()
                 fresh += timed_runs(lambda fn=fn, st=stacking: fn(batch, features, topo, st, num_threads=threads[-1]), 1)
             res_mode["runs"][f"{name}_{threads[-1]}thread_fresh_buffers"] = {
                 "median_s": statistics.median(fresh), "ids_per_s": batch.num_ids / statistics.median(fresh)}
             # allocations of one call (numpy reports them to tracemalloc), buffers not recycled
-            engine._POOL.clear()
+            _scratch._POOL.clear()
             tracemalloc.start()
             out = fn(batch, features, topo, stacking, num_threads=threads[-1])
             res_mode["runs"][f"{name}_peak_alloc_mb"] = tracemalloc.get_traced_memory()[1] / 2**20

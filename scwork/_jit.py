@@ -21,6 +21,7 @@ __all__ = ["jit", "KERNEL_MODULES", "warmup_all"]
 KERNEL_MODULES: tuple[str, ...] = (
     "scwork.layout._kernels",
     "scwork.sharding._kernels",
+    "scwork.sharding._naive_kernels",
     "scwork.sharding._engine_warmup",
     "scwork.sharding._minibatch_kernels",
 )

@@ -639,7 +639,7 @@ def _check_stacking(c: _Ctx):
         k = len(small)
         gain, basis = None, "no step model: time not estimated"
         if m is not None:
-            from scwork.pipeline.model import _Ici
+            from scwork.pipeline.phase_costs import _Ici
 
             ici = _Ici(m.topology, m.chip, m.params)
             latency = ici.time(1e-9) if ici.N > 1 else 0.0
@@ -738,7 +738,7 @@ def _check_bandwidth(c: _Ctx):
         return
     T = m.chip.tiles_per_sparsecore
     moved = float(d["dma_bytes"].reshape(len(m.stacks), 2, -1)[:, :, u].sum() * T)
-    from scwork.pipeline.model import DTYPE_SIZES
+    from scwork.pipeline.params import DTYPE_SIZES
 
     eff = {s.name: round(s.dim * DTYPE_SIZES[s.dtype] / (int(g) * m.chip.dma_granule_bytes), 3)
            for s, g in zip(m._stacks, d["row_granules"])}

@@ -16,7 +16,8 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from scwork.widgets._bokeh import CellGrid, _as_column, category_colors, text_colors
+from scwork.widgets._cells import CellGrid, _as_column
+from scwork.widgets._colors import category_colors, text_colors
 
 __all__ = ["ZoomGrid"]
 

@@ -15,12 +15,12 @@ and whether ids may be dropped, and see (jax-tpu-embedding's table stacking; jax
   mini-batches needed, CSR buffer sizes, and the naive whole-batch view;
 - a step slider when several steps are given.
 
-All numbers come from the engine (:func:`scwork.sharding.preprocess`,
-:func:`scwork.sharding.compute_stats`, :func:`scwork.sharding.minibatch` when it is
-available); this module only arranges and draws them. A limit overflow without
-dropping does not break the view: the engine's
-:class:`~scwork.errors.LimitExceededError` is shown in red and the observed
-statistics (computed again without limits) are drawn.
+All numbers come from the engine's :class:`scwork.sharding.Scenario` of the current
+step and setting (:meth:`LoadSkewExplorer.scenario`: the run under the limits, the
+observed run, mini-batch counts, per-table counts, CSR sizes); this module only
+arranges and draws them. A limit overflow without dropping does not break the view:
+the engine's :class:`~scwork.errors.LimitExceededError` is shown in red and the
+observed statistics (the same ids without limits) are drawn.
 
 Examples
 --------
@@ -33,7 +33,6 @@ Examples
 from __future__ import annotations
 
 import collections
-import concurrent.futures
 import dataclasses
 import html
 import os
@@ -48,17 +47,9 @@ from bokeh.layouts import column, row
 from bokeh.models import Div
 
 from scwork import hardware
-from scwork.errors import InputError, LimitExceededError, ScworkError
+from scwork.errors import InputError, ScworkError
 from scwork.hardware import Topology
-from scwork.sharding import (
-    FeatureBatch,
-    FeatureSpec,
-    SparsecoreConfig,
-    TableSpec,
-    compute_stats,
-    plan_stacking,
-    preprocess,
-)
+from scwork.sharding import FeatureBatch, FeatureSpec, Scenario, SparsecoreConfig, TableSpec
 from scwork.sharding.stacking import StackingPlan
 from scwork.widgets import _bokeh
 
@@ -76,29 +67,9 @@ _CHIP_COUNTS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 _CHART_WIDTH = 560   # frame width of the bar charts and the heatmap, in pixels
 
 
-_executor: concurrent.futures.ThreadPoolExecutor | None = None
-
-
-def _background() -> concurrent.futures.ThreadPoolExecutor:
-    """One worker thread shared by every explorer for the second engine pass."""
-    global _executor
-    if _executor is None:
-        _executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="scwork-skew")
-    return _executor
-
-
 def _sparsecore_chips() -> list[str]:
     """Catalog TPUs that have SparseCores (the only ones this explorer can shard over)."""
     return [c.name for c in hardware.chips(kind="tpu") if c.sparsecores_per_chip > 0]
-
-
-def _minibatch_function():
-    """``scwork.sharding.minibatch`` if this version of scwork has it, else None."""
-    try:
-        from scwork.sharding import minibatch
-    except ImportError:
-        return None
-    return minibatch if callable(minibatch) else getattr(minibatch, "minibatch", None)
 
 
 def _as_batches(batch_or_steps: Any) -> list[FeatureBatch]:
@@ -163,7 +134,7 @@ class _Result:
     error: str                      # LimitExceededError message, "" when within limits
     coo_entries: dict[str, int]     # CSR entries per device (all SCs), per stack
     coo_bytes: dict[str, int]       # bytes of the CSR buffers of one device, per stack
-    num_minibatches: dict[str, int | None] | None   # None: mini-batching not in this scwork
+    num_minibatches: dict[str, int | None]           # per stack; None where no split fits
     minibatch_notes: dict[str, str]                  # per stack: why its count is missing
 
 
@@ -495,111 +466,49 @@ class LoadSkewExplorer(_bokeh.SyncedDisplay, ipywidgets.VBox):
     def _stacking_arg(self):
         return "auto" if self.stacking == "auto" else None
 
-    def _plan(self, topology: Topology, batch: FeatureBatch, stack_limits=None) -> StackingPlan:
-        return plan_stacking(self._features, topology, self._stacking_arg(), batch_size=batch.batch_size,
-                             rotation=self.rotation, config=self._config, stack_limits=stack_limits)
+    def scenario(self) -> Scenario:
+        """The engine's :class:`~scwork.sharding.Scenario` of the current step and setting.
+
+        Everything the explorer shows comes from it (a script gets the same numbers with
+        ``explorer.scenario().observed`` and so on).
+        """
+        base = Scenario(self._steps[self.step], self._features, self.topology, stacking=self._stacking_arg(),
+                        rotation=self.rotation,
+                        config=dataclasses.replace(self._config, allow_id_dropping=self.allow_id_dropping))
+        # User limits for stacks of this plan only: after stacking is toggled, limits
+        # set for the other plan's stacks do not apply.
+        names = {st.name for st in base.own_plan.stacks}
+        return base.with_(stack_limits={k: v for k, v in self._limits.items() if k in names})
 
     def _run_engine(self) -> _Result:
         """Run the engine for the current step and setting (cached)."""
-        topology = self.topology
-        batch = self._steps[self.step]
-        # Plan once without overrides to learn the stacks and their tables' limits.
-        tables_plan = self._plan(topology, batch)
-        limits = {st.name: self._limits.get(st.name, (st.max_ids_per_partition, st.max_unique_ids_per_partition))
-                  for st in tables_plan.stacks}
-        config = dataclasses.replace(self._config, allow_id_dropping=self.allow_id_dropping)
-        key = (self.step, topology, self.stacking, self.rotation, tuple(sorted(limits.items())),
+        scenario = self.scenario()
+        key = (self.step, scenario.topology, self.stacking, self.rotation, tuple(sorted(scenario.limits.items())),
                self.allow_id_dropping)
         if key in self._cache:
             self._cache.move_to_end(key)
-            return self._cache[key]
-
-        plan = self._plan(topology, batch, limits)
-        minibatches = None
-        try:
-            result = preprocess(batch, self._features, topology, plan, config)
-            error = ""
-            overflow = bool(result.stats["dropped_ids"].sum())
-        except LimitExceededError as err:
-            # Show why, and draw what was observed: the same data without any limit.
-            # The mini-batch count is a second engine pass over the same ids: run it
-            # on another core meanwhile (the numba kernels release the GIL).
-            error = str(err)
-            overflow = True
-            minibatches = _background().submit(self._minibatches, batch, topology, plan, config)
-            observed_plan = self._plan(topology, batch, dict.fromkeys(limits, (None, None)))
-            observed_config = dataclasses.replace(config, max_ids_per_chip_per_sample=None)
-            result = preprocess(batch, self._features, topology, observed_plan, observed_config)
-        coo_entries, coo_bytes = {}, {}
-        for name, buf in result.csr.items():
-            coo_entries[name] = int(buf.sparsecores_per_device * buf.buffer_size_per_sc)
-            coo_bytes[name] = int(buf.row_pointers[0].nbytes + buf.embedding_ids[0].nbytes
-                                  + buf.sample_ids[0].nbytes + buf.gains[0].nbytes)
-        if minibatches is not None:
-            num_minibatches, notes = minibatches.result()
-        elif overflow:
-            num_minibatches, notes = self._minibatches(batch, topology, plan, config)
-        elif _minibatch_function() is None:
-            num_minibatches, notes = None, {}
-        else:
-            # No stream over its limits: minibatch() gives every stack one mini-batch
-            # then (its bucket tree never splits, see scwork.sharding.minibatch), so
-            # the second pass is skipped and a control change stays fast.
-            num_minibatches, notes = {name: 1 for name in result.csr}, {}
-        out = _Result(result.stats, plan, error, coo_entries, coo_bytes, num_minibatches, notes)
+            return self._cache[key][0]
+        # Over its limits, the mini-batch count is a second engine pass over the same
+        # ids: compute() runs it on another core while the observed run is made.
+        scenario.compute()
+        footprint = scenario.csr_footprint
+        out = _Result(scenario.effective_result.stats, scenario.plan, scenario.error,
+                      {name: f["entries_per_device"] for name, f in footprint.items()},
+                      {name: f["bytes_per_device"] for name, f in footprint.items()},
+                      scenario.minibatches.counts, scenario.minibatches.notes)
         if self._cache_size:
-            self._cache[key] = out
+            self._cache[key] = (out, scenario)
             while len(self._cache) > self._cache_size:
                 self._cache.popitem(last=False)
         return out
 
-    def _minibatches(self, batch, topology, plan, config):
-        """Vocabulary mini-batches each stack needs: ``({stack: count or None}, {stack: why not})``."""
-        minibatch = _minibatch_function()
-        if minibatch is None:
-            return None, {}
-        try:
-            counts = minibatch(batch, self._features, topology, strategy="vocabulary", stacking=plan,
-                               config=config).num_minibatches
-            return {str(name): int(counts.sel(stack=name)) for name in counts["stack"].values}, {}
-        except ScworkError:
-            pass
-        # One stack that no split can fit (a single bucket over its limit) fails the
-        # whole call: ask again stack by stack so the others still get their count.
-        counts, notes = {}, {}
-        for st in plan.stacks:
-            names = [f.name for f in st.features]
-            alone = StackingPlan([st], topology, plan.rotation, plan.batch_size)
-            try:
-                mb = minibatch(batch.select(names), st.features, topology, strategy="vocabulary", stacking=alone,
-                               config=config)
-                counts[st.name] = int(mb.num_minibatches.sel(stack=st.name))
-            except ScworkError as err:
-                counts[st.name] = None
-                notes[st.name] = f"no mini-batch split fits: {err}"
-        return counts, notes
-
-    def _table_stats(self, topology: Topology, plan: StackingPlan):
-        """Observed statistics of every table on its own, at its place in its stack.
-
-        Each table becomes a one-table stack that keeps its shard rotation and row
-        offset, so its ids land on exactly the partitions they land on in the stack
-        and, streams being disjoint per table, the stack's counts are the sums of its
-        tables' counts.
-        """
-        key = (self.step, topology, self.stacking, self.rotation)
+    def _table_stats(self):
+        """Observed statistics of every table on its own (:attr:`Scenario.by_table`), cached
+        per step and plan: they do not depend on the limits."""
+        key = (self.step, self.topology, self.stacking, self.rotation)
         if key in self._table_cache:
             return self._table_cache[key]
-        singles = []
-        for st in plan.stacks:
-            for t in st.tables:
-                singles.append(dataclasses.replace(
-                    st, name=t.table.name, tables=(dataclasses.replace(t, stack=t.table.name),),
-                    features=tuple(f for f in st.features if f.table.name == t.table.name),
-                    max_ids_per_partition=None, max_unique_ids_per_partition=None))
-        per_table = StackingPlan(singles, topology, plan.rotation, plan.batch_size)
-        config = dataclasses.replace(self._config, allow_id_dropping=False, max_ids_per_chip_per_sample=None)
-        stats = compute_stats(self._steps[self.step], self._features, topology, per_table, config)
+        stats = self.scenario().by_table
         if self._cache_size:
             self._table_cache[key] = stats
             while len(self._table_cache) > self._cache_size:
@@ -630,7 +539,7 @@ class LoadSkewExplorer(_bokeh.SyncedDisplay, ipywidgets.VBox):
         self.table_stats = None
         if self.split_by == "table":
             try:
-                self.table_stats = self._table_stats(self.topology, result.plan)
+                self.table_stats = self._table_stats()
             except ScworkError as err:
                 self._set_error(str(err))
                 return
@@ -753,8 +662,7 @@ class LoadSkewExplorer(_bokeh.SyncedDisplay, ipywidgets.VBox):
             "dropped_ids": int(sel["dropped_ids"]),
             "dropped_ids_per_stack": {str(n): int(v) for n, v in
                                       zip(stats["stack"].values, stats["dropped_ids"].values)},
-            "num_minibatches": (None if result.num_minibatches is None
-                                else result.num_minibatches.get(name)),
+            "num_minibatches": result.num_minibatches.get(name),
             "num_minibatches_per_stack": result.num_minibatches,
             "required_buffer_size_per_sc": sel["required_buffer_size_per_sc"].values.tolist(),
             "max_required_buffer_size_per_sc": int(sel["required_buffer_size_per_sc"].max()),
@@ -797,9 +705,7 @@ class LoadSkewExplorer(_bokeh.SyncedDisplay, ipywidgets.VBox):
                   else "no max_ids limit: sized by the largest required buffer")
         out += (f"<div style='font-size:11px;color:#666'>* CSR buffers preprocess allocates on one device "
                 f"({sizing}; 12 bytes per entry plus row pointers)</div>")
-        if result.num_minibatches is None:
-            out += _bokeh.message_html("mini-batching is not available in this version of scwork", "info")
-        elif name in result.minibatch_notes:
+        if name in result.minibatch_notes:
             out += _bokeh.message_html(result.minibatch_notes[name], "warning")
         naive = np.asarray(s["naive_ids_per_partition"])
         naive_unique = np.asarray(s["naive_unique_ids_per_partition"])

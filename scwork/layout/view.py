@@ -42,7 +42,8 @@ import numpy as np
 import xarray as xr
 
 from scwork.errors import LayoutError
-from scwork.layout.shape import Shape, Tile, _merge_suffix
+from scwork.layout.shape import Shape
+from scwork.layout.tiles import Tile, _merge_suffix
 
 __all__ = ["ViewGeometry", "view_window", "view_overview", "buffer_window", "MAX_WINDOW_CELLS"]
 

@@ -14,6 +14,10 @@ live at the HBM peak, what fails and which change makes it fit.
   (:func:`step_timeline`, :class:`Timeline`).
 - :mod:`~scwork.memory.report`: :func:`plan` -> :class:`MemoryReport`, :func:`sweep`.
 - :mod:`~scwork.memory.findings`: :class:`Finding`, :class:`Fix`, :class:`MemoryFitError`.
+- Underneath: ``_model.py`` (constants, the checked :class:`Model` and :class:`Knobs`),
+  ``_resolve.py`` (from what :func:`plan` is given to those), ``_spmem_numbers.py`` and
+  ``_hbm_numbers.py`` (the byte counts the reports show), ``_diagnose.py`` (findings
+  and fixes).
 
 Every modelling assumption is stated, with its basis, in the docstrings of
 :mod:`~scwork.memory.spmem`, :mod:`~scwork.memory.hbm` and

@@ -17,6 +17,7 @@ import math
 from collections.abc import Callable
 
 from scwork.errors import ConfigError
+from scwork.memory._hbm_numbers import HbmNumbers, hbm_numbers
 from scwork.memory._model import (
     ACTIVATION_BYTES,
     CATEGORIES,
@@ -24,14 +25,11 @@ from scwork.memory._model import (
     GAIN_BYTES,
     INDEX_BYTES,
     SPARSECORE_CATEGORIES,
-    HbmNumbers,
     Knobs,
     Model,
-    SpmemNumbers,
-    hbm_numbers,
     round_up,
-    spmem_numbers,
 )
+from scwork.memory._spmem_numbers import SpmemNumbers, spmem_numbers
 from scwork.memory.findings import Finding, Fix
 
 __all__ = ["spmem_findings", "hbm_findings", "input_findings", "model_fixes", "fmt_bytes"]

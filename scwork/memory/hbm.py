@@ -79,22 +79,21 @@ from typing import Any
 
 import numpy as np
 
+from scwork.memory._hbm_numbers import HbmNumbers, hbm_numbers
 from scwork.memory._model import (
     CATEGORIES,
     CSR_ALIGNMENT,
     OPTIMIZER_SLOTS,
     SPARSECORE_CATEGORIES,
-    HbmNumbers,
     Knobs,
     Model,
     check_int,
-    hbm_numbers,
     optimizer_slot_count,
     padded_dim,
     parse_dtype,
-    resolve,
     round_up,
 )
+from scwork.memory._resolve import resolve
 from scwork.memory.findings import Finding, MemoryFitError
 
 __all__ = [

@@ -26,17 +26,10 @@ from scwork.memory._diagnose import (
     model_fixes,
     spmem_findings,
 )
-from scwork.memory._model import (
-    CATEGORIES,
-    SPARSECORE_CATEGORIES,
-    HbmNumbers,
-    Knobs,
-    Model,
-    SpmemNumbers,
-    hbm_numbers,
-    resolve,
-    spmem_numbers,
-)
+from scwork.memory._hbm_numbers import HbmNumbers, hbm_numbers
+from scwork.memory._model import CATEGORIES, SPARSECORE_CATEGORIES, Knobs, Model
+from scwork.memory._resolve import resolve
+from scwork.memory._spmem_numbers import SpmemNumbers, spmem_numbers
 from scwork.memory.findings import Finding, Fix, MemoryFitError
 
 __all__ = ["MemoryReport", "plan", "sweep"]

@@ -79,17 +79,9 @@ from typing import Any
 import numpy as np
 
 from scwork.errors import ConfigError
-from scwork.memory._model import (
-    ACTIVATION_BYTES,
-    SPMEM_BUFFERS,
-    Knobs,
-    Model,
-    SpmemNumbers,
-    check_int,
-    resolve,
-    spmem_numbers,
-    tile_buffer_bytes,
-)
+from scwork.memory._model import ACTIVATION_BYTES, Knobs, Model, check_int
+from scwork.memory._resolve import resolve
+from scwork.memory._spmem_numbers import SPMEM_BUFFERS, SpmemNumbers, spmem_numbers, tile_buffer_bytes
 from scwork.memory.findings import Finding, MemoryFitError
 
 __all__ = ["SPMEM_BUFFERS", "tile_buffers", "spmem_report", "check_spmem", "ASSUMPTIONS"]

@@ -61,7 +61,9 @@ from typing import Any
 
 import numpy as np
 
-from scwork.memory._model import CATEGORIES, HbmNumbers, Knobs, Model, hbm_numbers, resolve
+from scwork.memory._hbm_numbers import HbmNumbers, hbm_numbers
+from scwork.memory._model import CATEGORIES, Knobs, Model
+from scwork.memory._resolve import resolve
 
 __all__ = ["Interval", "Event", "Timeline", "step_timeline", "CATEGORIES"]
 

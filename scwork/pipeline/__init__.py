@@ -2,10 +2,12 @@
 
 - :mod:`~scwork.pipeline.params`: :class:`StepModelParams`, every assumption with its
   unit, default and source.
-- :mod:`~scwork.pipeline.model`: :func:`step_model` -> :class:`StepModel` (phase
-  times from a tile-level SparseCore model, the collectives engine's ICI cost,
-  host and TensorCore times; both schedules; speed-up; staleness; bottleneck),
-  :func:`expected_stats` (statistics from averages, for what-ifs without data).
+- :mod:`~scwork.pipeline.model`: :func:`step_model` -> :class:`StepModel` (both
+  schedules; speed-up; staleness; bottleneck; what-ifs).
+- :mod:`~scwork.pipeline.phase_costs`: the phase times (a tile-level SparseCore
+  model, the collectives engine's ICI cost, host and TensorCore times).
+- :mod:`~scwork.pipeline.expected`: :func:`expected_stats` (statistics from
+  averages, for what-ifs without data).
 - :mod:`~scwork.pipeline.phases`: the seven phases of a step and the resource kind
   that runs each.
 - :mod:`~scwork.pipeline.timeline`: :func:`simulate`, :class:`Timeline`,
@@ -35,7 +37,10 @@ Examples
 (True, True)
 """
 
-from scwork.pipeline.model import DIRECTIONS, StepModel, expected_stats, step_model
+from scwork.pipeline._inputs import DIRECTIONS
+from scwork.pipeline.chrome_trace import hbm_usage, to_chrome_trace, validate_chrome_trace, write_chrome_trace
+from scwork.pipeline.expected import expected_stats
+from scwork.pipeline.model import StepModel, step_model
 from scwork.pipeline.params import DEFAULT_OPTIMIZER_VECTOR_OPS, DTYPE_SIZES, REFERENCE_HOST_IDS_PER_S, StepModelParams
 from scwork.pipeline.timeline import (
     PHASE_RESOURCE,
@@ -47,7 +52,6 @@ from scwork.pipeline.timeline import (
     Units,
     simulate,
 )
-from scwork.pipeline.chrome_trace import hbm_usage, to_chrome_trace, validate_chrome_trace, write_chrome_trace
 from scwork.pipeline.trace import (
     DEFAULT_PHASE_PATTERNS,
     DEFAULT_RESOURCE_PATTERNS,

@@ -11,18 +11,27 @@ buffers (:func:`preprocess`), for stacked or unstacked tables
   :class:`SparsecoreConfig`.
 - :mod:`~scwork.sharding.batch`: :class:`FeatureBatch`.
 - :mod:`~scwork.sharding.stacking`: :func:`plan_stacking`, :class:`StackingPlan`.
-- :mod:`~scwork.sharding.engine`: :func:`preprocess`, :func:`compute_stats` (the engine).
+- :mod:`~scwork.sharding.engine`: :func:`preprocess`, :func:`compute_stats` (the engine);
+  :mod:`~scwork.sharding.results`: :class:`PreprocessResult`, :class:`CsrBuffers`
+  (what it returns); the numba kernels are in ``_kernels.py`` (sorting, counting,
+  CSR) and ``_naive_kernels.py`` (the whole-batch view), its buffer pool in
+  ``_scratch.py`` and its worker threads in ``_threads.py``.
 - ``scwork/sharding/minibatch.py``: :func:`minibatch` (vocabulary- or sample-dimension
   mini-batching), :class:`MiniBatchPlan`. The function shadows the module's name
   as an attribute of this package; import the module with
   ``importlib.import_module("scwork.sharding.minibatch")`` if needed.
+- :mod:`~scwork.sharding.scenario`: :class:`Scenario`, what-ifs of one batch (the run
+  under the limits, the observed counts, mini-batches, per-table counts, CSR sizes),
+  cached, with ``with_(...)`` for changes; the explorers and scripts use it alike.
 - :mod:`~scwork.sharding.limits`: :func:`estimate_limits`, :func:`collect_stats`,
   :func:`tune_limits`, :func:`tradeoff` (choosing limits).
 - :mod:`~scwork.sharding.limits_files`: :class:`Limits`, JSON/CSV limits files, the
   FDO stats files of jax-tpu-embedding, :func:`apply_limits`.
 - :mod:`~scwork.sharding.dataset_stats`: :func:`stats_over_dataset` (the same statistics
   over Parquet/NPZ shards or dask collections, chunk by chunk, locally or on a Dask
-  cluster), :class:`DatasetStats`.
+  cluster); :mod:`~scwork.sharding.dataset_result`: :class:`DatasetStats`;
+  :mod:`~scwork.sharding.shards`: finding, reading and writing shards; chunking in
+  ``_dataset_chunks.py``, running the chunks in ``_dataset_exec.py``.
 - :mod:`~scwork.sharding.sok`: HugeCTR SOK dispatch (HugeCTR SOK), loaded on first use.
 
 Importing this package does not import numba: kernels load on first use.
@@ -56,6 +65,7 @@ from scwork.sharding.limits_files import (
     write_limits,
 )
 from scwork.sharding.minibatch import MiniBatchPlan, minibatch
+from scwork.sharding.scenario import MinibatchCounts, Scenario
 from scwork.sharding.specs import COMBINERS, OPTIMIZERS, FeatureSpec, SparsecoreConfig, TableSpec
 from scwork.sharding.stacking import Stack, StackingPlan, TableInStack, plan_stacking
 
@@ -77,6 +87,8 @@ __all__ = [
     "CsrBuffers",
     "minibatch",
     "MiniBatchPlan",
+    "Scenario",
+    "MinibatchCounts",
     "estimate_limits",
     "collect_stats",
     "tune_limits",

@@ -88,13 +88,10 @@ __all__ = [
     "stack_slices_reference",
     "compact_slices",
     "compact_slices_reference",
-    "naive_from_bitmaps",
-    "naive_from_bitmaps_reference",
-    "naive_from_lists",
-    "naive_from_lists_reference",
     "PAD_ID",
     "warmup",
 ]
+
 
 #: Padding value of CSR embedding and sample ids (``INT_MAX`` in the reference).
 PAD_ID = 2**31 - 1
@@ -774,72 +771,6 @@ def compact_slices(emb, smp, gout, stride, used, nsl, C):
             gout[t] = nan
 
 
-@jit(error_model="numpy")
-def _popcount64(v):
-    """Set bits of the 64-bit word ``v`` (SWAR in uint64, which LLVM turns into ``popcnt``)."""
-    x = np.uint64(v)
-    x = x - ((x >> np.uint64(1)) & np.uint64(0x5555555555555555))
-    x = (x & np.uint64(0x3333333333333333)) + ((x >> np.uint64(2)) & np.uint64(0x3333333333333333))
-    x = (x + (x >> np.uint64(4))) & np.uint64(0x0F0F0F0F0F0F0F0F)
-    x = x + (x >> np.uint64(8))                   # byte sums (no multiply: no overflow warning
-    x = x + (x >> np.uint64(16))                  # when numba is disabled)
-    x = x + (x >> np.uint64(32))
-    return np.int64(x & np.uint64(0x7F))
-
-
-@jit(error_model="numpy")
-def naive_from_bitmaps(bitmaps, off, qbits, P, naive):
-    """``naive[p]`` += set bits of ``[p << qbits, (p + 1) << qbits)`` in the OR of the rows.
-
-    ``bitmaps`` is ``(T, W)`` int64 (one row per worker thread); the group's bit
-    ``u`` is bit ``u & 63`` of word ``off + (u >> 6)``.
-    """
-    T = bitmaps.shape[0]
-    if qbits >= 6:                                # whole words per partition
-        per = np.int64(1) << (qbits - 6)
-        for p in range(P):
-            cnt = 0
-            w0 = off + p * per
-            for w in range(w0, w0 + per):
-                x = bitmaps[0, w]
-                for t in range(1, T):
-                    x |= bitmaps[t, w]
-                cnt += _popcount64(x)
-            naive[p] += cnt
-    else:                                         # partitions share words: bit by bit
-        for bit in range(np.int64(P) << qbits):
-            w = off + (bit >> 6)
-            x = bitmaps[0, w]
-            for t in range(1, T):
-                x |= bitmaps[t, w]
-            naive[bit >> qbits] += (x >> (bit & 63)) & 1
-
-
-@jit(error_model="numpy")
-def naive_from_lists(ulist, seg_start, seg_len, qbits, naive):
-    """``naive[p]`` += distinct ``u`` with ``u >> qbits == p`` in the segments of ``ulist``.
-
-    The fallback of the naive view when a bitmap over the vocabulary would be too
-    large: segment ``s`` is ``ulist[seg_start[s]:seg_start[s] + seg_len[s]]``.
-    """
-    tot = 0
-    for s in range(seg_len.shape[0]):
-        tot += seg_len[s]
-    buf = np.empty(tot, np.int64)
-    k = 0
-    for s in range(seg_len.shape[0]):
-        for t in range(seg_len[s]):
-            buf[k] = ulist[seg_start[s] + t]
-            k += 1
-    buf.sort()
-    prev = np.int64(-1)
-    for i in range(tot):
-        u = buf[i]
-        if u != prev:
-            naive[u >> qbits] += 1
-            prev = u
-
-
 # references of the slice-major kernels
 def scan_group_reference(keys, gains, m, P, qbits, lbits, row_offset, max_ids, max_uniq, pairs, distinct, kept,
                          naive_uniq, write, gain_mode, rowgain, cursor, emb, smp, gout, drops, ndrops):
@@ -1045,20 +976,6 @@ def compact_slices_reference(emb, smp, gout, stride, used, nsl, C):
         emb[sl * C:sl * C + e.size] = e
         smp[sl * C:sl * C + e.size] = s
         gout[sl * C:sl * C + e.size] = g
-
-
-def naive_from_bitmaps_reference(bitmaps, off, qbits, P, naive):
-    """Numpy reference of :func:`naive_from_bitmaps` (unpacks the bits)."""
-    words = np.bitwise_or.reduce(bitmaps, axis=0)[off:off + (((P << qbits) + 63) >> 6)]
-    bits = np.unpackbits(words.view(np.uint8), bitorder="little")[:P << qbits]
-    naive += bits.reshape(P, 1 << qbits).sum(axis=1).astype(np.int64)
-
-
-def naive_from_lists_reference(ulist, seg_start, seg_len, qbits, naive):
-    """Numpy reference of :func:`naive_from_lists`."""
-    parts = [ulist[s:s + n] for s, n in zip(seg_start, seg_len)]
-    u = np.unique(np.concatenate(parts)) if parts else np.zeros(0, np.int64)
-    np.add.at(naive, u >> qbits, 1)
 
 
 def warmup() -> None:

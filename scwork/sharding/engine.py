@@ -80,20 +80,29 @@ the same for unique ids (no id repeats inside one slice), and
 
 from __future__ import annotations
 
-import collections
 import itertools
-import os
 import threading
-import weakref
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from scwork.errors import ConfigError, InputError, LimitExceededError, OutOfVocabularyError, TopologyError
 from scwork.hardware.topology import Topology
+from scwork.sharding._scratch import (
+    _BITMAP_BYTES_PER_ID,
+    _BITMAP_MIN_BYTES,
+    _POOL,
+    SCRATCH_LIMIT_ENV,
+    _carve,
+    _carve_owned,
+    release_buffers,
+    scratch_limit_bytes,
+)
+from scwork.sharding._threads import _TASKS_PER_THREAD, _run_tasks, resolve_num_threads
 from scwork.sharding.batch import FeatureBatch, _check_gains
+from scwork.sharding.results import _ALIGN, CsrBuffers, PreprocessResult
 from scwork.sharding.specs import SparsecoreConfig, round_up
 from scwork.sharding.stacking import (
     DEFAULT_ACTIVATION_MEM_BYTES_LIMIT,
@@ -105,168 +114,10 @@ from scwork.sharding.stacking import (
 
 __all__ = ["preprocess", "compute_stats", "PreprocessResult", "CsrBuffers", "release_buffers"]
 
+
 _COMBINER_CODE = {"sum": 0, "mean": 1, "sqrtn": 2}
 _NO_LIMIT = 2**62
 _HIST_SIZE = 3 * 2048
-_ALIGN = 8  # TPU_VECTOR_REGISTER_ALIGMENT_SIZE
-
-
-# --------------------------------------------------------------------------------------
-# results
-# --------------------------------------------------------------------------------------
-@dataclass
-class CsrBuffers:
-    """The CSR input of one stacked table, for every device (jax-tpu-embedding's preprocess_sparse_dense_matmul_input).
-
-    Arrays are laid out exactly as jax-tpu-embedding's per-device buffers: one row per
-    device, SparseCore ``s`` of that device owning entries ``[s * R, (s + 1) * R)`` of
-    ``row_pointers`` (``R = max(P, 8)``) and ``[s * C, (s + 1) * C)`` of the other
-    three (``C = buffer_size_per_sc``). ``embedding_ids``, ``sample_ids`` and
-    ``gains`` of all stacks of one call are views of one buffer, which the engine
-    reuses once none of them (nor a view of them) is alive any more.
-    """
-
-    stack: str
-    """Stack name."""
-    row_pointers: np.ndarray
-    """int32 ``(G, S * R)``: end offset of each partition inside its SC's region."""
-    embedding_ids: np.ndarray
-    """int32 ``(G, S * C)``: local row ``id // P + row_offset_in_shard``; padding ``2**31 - 1``."""
-    sample_ids: np.ndarray
-    """int32 ``(G, S * C)``: local row of the sample in the SC's stacked input; padding ``2**31 - 1``."""
-    gains: np.ndarray
-    """float32 ``(G, S * C)``: combiner gains (duplicates added); padding NaN."""
-    num_partitions: int
-    """``P``."""
-    sparsecores_per_device: int
-    """``S``."""
-    buffer_size_per_sc: int
-    """``C``: entries per SparseCore (``round_up(max_ids, 8) * P`` when the stack has a
-    configured ``max_ids_per_partition``, else the largest required size)."""
-
-    @property
-    def row_pointers_per_sc(self) -> int:
-        """``R = max(P, 8)``."""
-        return max(self.num_partitions, _ALIGN)
-
-    @property
-    def num_devices(self) -> int:
-        return self.row_pointers.shape[0]
-
-    def for_sc(self, device: int, sc: int) -> dict[str, np.ndarray]:
-        """Views of the four buffers of source SparseCore ``sc`` of ``device``."""
-        R, C = self.row_pointers_per_sc, self.buffer_size_per_sc
-        return {
-            "row_pointers": self.row_pointers[device, sc * R:(sc + 1) * R],
-            "embedding_ids": self.embedding_ids[device, sc * C:(sc + 1) * C],
-            "sample_ids": self.sample_ids[device, sc * C:(sc + 1) * C],
-            "gains": self.gains[device, sc * C:(sc + 1) * C],
-        }
-
-    def partition(self, device: int, sc: int, partition: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """``(embedding_ids, sample_ids, gains)`` that ``(device, sc)`` sends to ``partition``."""
-        buf = self.for_sc(device, sc)
-        rp = buf["row_pointers"]
-        end = int(rp[partition])
-        start = 0 if partition == 0 else round_up(int(rp[partition - 1]), _ALIGN)
-        return buf["embedding_ids"][start:end], buf["sample_ids"][start:end], buf["gains"][start:end]
-
-    def __repr__(self) -> str:
-        G, S = self.num_devices, self.sparsecores_per_device
-        return (f"CsrBuffers({self.stack!r}: {G} devices x {S} SCs, P={self.num_partitions}, "
-                f"{self.buffer_size_per_sc} entries and {self.row_pointers_per_sc} row pointers per SC)")
-
-
-@dataclass
-class PreprocessResult:
-    """What :func:`preprocess` returns: statistics, CSR buffers, dropped ids."""
-
-    stats: Any
-    """:class:`xarray.Dataset` of per-partition statistics (see :func:`compute_stats`)."""
-    csr: dict[str, CsrBuffers]
-    """Per stack name, the CSR buffers of every device."""
-    plan: StackingPlan
-    """The stacking plan used."""
-    _drops: dict[str, tuple] = field(default_factory=dict, repr=False)
-
-    def _repr_html_(self) -> str:
-        from scwork._html import html_table
-
-        rows = []
-        for name, buffers in self.csr.items():
-            stack_stats = self.stats.sel(stack=name)
-            rows.append((name, int(stack_stats["max_ids_per_partition"].max()),
-                         int(stack_stats["max_unique_ids_per_partition"].max()),
-                         int(stack_stats["dropped_ids"]), buffers.buffer_size_per_sc))
-        caption = (f"PreprocessResult on {self.plan.topology}: {len(self.csr)} stack(s), "
-                   f"{int(self.stats['dropped_ids'].sum())} ids dropped")
-        return html_table(rows, header=("stack", "max ids / partition", "max unique ids / partition",
-                                        "dropped ids", "CSR entries per SC"), caption=caption)
-
-    @property
-    def dropped(self):
-        """Dropped (sample, id) pairs as a :class:`pandas.DataFrame`.
-
-        Columns ``stack, table, feature, device, sc, partition, sample, id, count``:
-        ``sample`` is the sample's index in the batch, ``id`` the feature's raw id,
-        ``count`` the raw ids of that pair (duplicates included). Empty without
-        dropping.
-
-        Examples
-        --------
-        >>> import scwork
-        >>> from scwork.sharding import FeatureBatch, FeatureSpec, SparsecoreConfig, TableSpec, preprocess
-        >>> batch = FeatureBatch.from_ragged({"f": ([0, 1, 1, 0, 2, 2, 2], [0, 3, 5, 7])})
-        >>> table = TableSpec("t", 4, 8, max_ids_per_partition=3, max_unique_ids_per_partition=2)
-        >>> res = preprocess(batch, [FeatureSpec("f", table)], scwork.Topology(1, 1),
-        ...                  config=SparsecoreConfig(allow_id_dropping=True))
-        >>> res.dropped[["device", "sc", "partition", "sample", "id", "count"]].values.tolist()
-        [[0, 0, 0, 1, 2, 1], [0, 0, 0, 2, 2, 2]]
-        >>> int(res.stats["dropped_ids"].sum())
-        3
-        """
-        import pandas as pd
-
-        cols = {c: [] for c in ("stack", "table", "feature", "device", "sc", "partition", "sample", "id",
-                                "count")}
-        frames = []
-        for name, parts in self._drops.items():
-            for table, feature_names, S, n, qbits, lbits, col_shift, P, recs in parts:
-                if recs.shape[0] == 0:
-                    continue
-                R, u, p, cnt = recs[:, 0], recs[:, 1], recs[:, 2], recs[:, 3]
-                sl = R >> lbits
-                local = R & ((1 << lbits) - 1)
-                k = local // n
-                i = local - k * n
-                x = (u & ((1 << qbits) - 1)) * P + (p - col_shift) % P
-                frames.append(pd.DataFrame({
-                    "stack": name,
-                    "table": table,
-                    "feature": np.asarray(feature_names, dtype=object)[k],
-                    "device": sl // S,
-                    "sc": sl % S,
-                    "partition": p,
-                    "sample": sl * n + i,
-                    "id": x,
-                    "count": cnt,
-                }))
-        if not frames:
-            return pd.DataFrame({c: pd.Series(dtype=object if c in ("stack", "table", "feature") else np.int64)
-                                 for c in cols})
-        out = pd.concat(frames, ignore_index=True)
-        return out.sort_values(["stack", "device", "sc", "partition", "sample", "id"], kind="stable",
-                               ignore_index=True)
-
-    def __repr__(self) -> str:
-        lines = [f"PreprocessResult({len(self.csr)} stacks, dropped ids: "
-                 f"{int(self.stats['dropped_ids'].sum())})"]
-        for name, buf in self.csr.items():
-            mx = int(self.stats["max_ids_per_partition"].sel(stack=name).max())
-            mu = int(self.stats["max_unique_ids_per_partition"].sel(stack=name).max())
-            lines.append(f"  {name}: max_ids_per_partition {mx}, max_unique_ids_per_partition {mu}, "
-                         f"buffer {buf.buffer_size_per_sc} per SC")
-        return "\n".join(lines)
 
 
 # --------------------------------------------------------------------------------------
@@ -352,13 +203,15 @@ class _Backend:
     """The kernels of one backend: numba, or the slow numpy references (same signatures)."""
 
     def __init__(self, backend: str):
-        from scwork.sharding import _kernels as k
+        from scwork.sharding import _kernels, _naive_kernels
 
         if backend not in ("numba", "numpy"):
             raise ConfigError(f"backend must be 'numba' or 'numpy', got {backend!r}")
         ref = "_reference" if backend == "numpy" else ""
-        for name in ("sort_group", "stack_slices", "compact_slices", "naive_from_bitmaps", "naive_from_lists"):
-            setattr(self, name, getattr(k, name + ref))
+        for module, names in ((_kernels, ("sort_group", "stack_slices", "compact_slices")),
+                              (_naive_kernels, ("naive_from_bitmaps", "naive_from_lists"))):
+            for name in names:
+                setattr(self, name, getattr(module, name + ref))
 
 
 class _Oov(Exception):
@@ -413,93 +266,6 @@ def _iter_sorted_group_keys(stack: Stack, batch: FeatureBatch, G: int, S: int, b
         yield g, keys, int(m), lbits
 
 
-# Naive view: a bitmap over the ``P << qbits`` keys ``u`` of a group (one row per
-# worker thread) when it costs at most this many bytes per id of the group (or
-# _BITMAP_MIN_BYTES), else the sorted lists of each slice's distinct ids (memory
-# linear in the ids, never in the vocabulary).
-_BITMAP_BYTES_PER_ID = 8
-_BITMAP_MIN_BYTES = 1 << 16
-# With several threads a stack is cut into slice ranges of about
-# total ids / (threads * _TASKS_PER_THREAD) ids, so that the threads finish together.
-_TASKS_PER_THREAD = 4
-# Large buffers come from _POOL (see _BufferPool), aligned to a huge page.
-_HUGE_PAGE = 1 << 21
-_POOL_MAX_BYTES = 1 << 29
-_POOL_MAX_BUFFERS = 6
-
-
-class _BufferPool:
-    """Large buffers of finished calls, handed to the next calls instead of fresh memory.
-
-    Why: fresh memory is faulted in and zeroed by the kernel on first touch; for the
-    ~12 bytes per id of CSR buffers a call returns that costs about as much as the
-    kernels that fill them (and with several threads, unmapping freed buffers takes
-    TLB shootdowns). So buffers are recycled: internal scratch at the end of each
-    call, CSR buffers once no array views them any more (a finalizer on the array
-    that owns the views; numpy collapses view chains onto it because its own base is
-    not an array). Every slot of a CSR buffer is rewritten by each call, so reuse
-    never shows old data. At most ``_POOL_MAX_BUFFERS`` buffers and
-    ``_POOL_MAX_BYTES`` are kept (the oldest go first); :meth:`clear` drops them.
-
-    Fresh allocations are aligned to 2 MiB so that Linux backs them with
-    transparent huge pages (numpy asks for them on allocations of 4 MiB or more):
-    one fault per 2 MiB instead of per 4 KiB.
-    """
-
-    def __init__(self):
-        self._lock = threading.Lock()
-        self._free: list[np.ndarray] = []
-        # Returned buffers land here first: deque.append is atomic and takes no lock,
-        # so a finalizer run by the garbage collector inside a locked section (any
-        # allocation can trigger one) cannot deadlock.
-        self._returned: collections.deque = collections.deque()
-
-    def _drain(self) -> None:
-        """Move returned buffers to the free list, within the limits (call with the lock)."""
-        while self._returned:
-            self._free.append(self._returned.popleft())
-        while len(self._free) > _POOL_MAX_BUFFERS or sum(b.size for b in self._free) > _POOL_MAX_BYTES:
-            self._free.pop(0)
-
-    def take(self, nbytes: int, zero: bool = False) -> np.ndarray:
-        """A uint8 buffer of at least ``nbytes`` (zeroed if ``zero``), recycled if one fits."""
-        nbytes = max(64, int(nbytes))
-        with self._lock:
-            self._drain()
-            fits = [i for i, buf in enumerate(self._free) if nbytes <= buf.size <= max(2 * nbytes, nbytes + _HUGE_PAGE)]
-            buf = self._free.pop(min(fits, key=lambda i: self._free[i].size)) if fits else None
-        if buf is not None:
-            if zero:
-                buf[:nbytes] = 0
-            return buf
-        align = _HUGE_PAGE if nbytes >= _HUGE_PAGE else 64
-        # 4-byte words: the views are 4 or 8 bytes wide (and np.empty's tests fill them)
-        raw = (np.zeros if zero else np.empty)((nbytes + align) // 4 + 1, np.float32).view(np.uint8)
-        start = -raw.ctypes.data % align
-        return raw[start:start + nbytes]
-
-    def give(self, buf: np.ndarray) -> None:
-        """Return ``buf`` (from :meth:`take`) for reuse; safe from a finalizer."""
-        if buf.size >= _HUGE_PAGE:                  # small ones: malloc recycles them well enough
-            self._returned.append(buf)
-
-    @property
-    def free(self) -> list[np.ndarray]:
-        """The buffers ready for reuse (returned ones included)."""
-        with self._lock:
-            self._drain()
-            return list(self._free)
-
-    def clear(self) -> None:
-        """Drop every cached buffer (their memory goes back to the system)."""
-        with self._lock:
-            self._returned.clear()
-            self._free.clear()
-
-
-_POOL = _BufferPool()
-
-
 def stats_coords(names, G: int, S: int, P: int) -> dict[str, tuple]:
     """Coordinates of every per-partition statistics Dataset (stack, device, sc, partition)."""
     return {
@@ -509,49 +275,6 @@ def stats_coords(names, G: int, S: int, P: int) -> dict[str, tuple]:
         "partition": ("partition", np.arange(P),
                       {"long_name": "destination partition (global SparseCore id)"}),
     }
-
-
-def release_buffers() -> None:
-    """Drop the buffers the engine keeps for reuse; their memory goes back to the system.
-
-    :func:`preprocess` and :func:`compute_stats` recycle the large buffers of
-    finished calls (up to 512 MiB; CSR buffers once no array uses them) because
-    fresh memory is slow to fault in. Call this to shrink the process after a burst
-    of calls.
-    """
-    _POOL.clear()
-
-
-def _layout(specs: list[tuple[int, Any]]) -> tuple[list[int], int]:
-    """Byte offsets (64-byte aligned: no false sharing between threads) and total size."""
-    offsets = []
-    total = 0
-    for length, dtype in specs:
-        total = (total + 63) // 64 * 64
-        offsets.append(total)
-        total += max(1, int(length)) * np.dtype(dtype).itemsize
-    return offsets, total
-
-
-def _views(buf: np.ndarray, specs: list[tuple[int, Any]], offsets: list[int]) -> list[np.ndarray]:
-    return [buf[o:o + max(1, int(n)) * np.dtype(dt).itemsize].view(dt) for (n, dt), o in zip(specs, offsets)]
-
-
-def _carve(specs: list[tuple[int, Any]], zero: bool = False) -> tuple[list[np.ndarray], np.ndarray]:
-    """1-D arrays ``(length, dtype)``, views of one pooled buffer; give the buffer back after use."""
-    offsets, total = _layout(specs)
-    buf = _POOL.take(total, zero)
-    return _views(buf, specs, offsets), buf
-
-
-def _carve_owned(specs: list[tuple[int, Any]]) -> list[np.ndarray]:
-    """As :func:`_carve`, for arrays handed to the caller: the buffer returns to the pool
-    when the last of them (and of their views) is gone."""
-    offsets, total = _layout(specs)
-    buf = _POOL.take(total)
-    owner = np.frombuffer(memoryview(buf), np.uint8)      # its base is a memoryview: views stop here
-    weakref.finalize(owner, _POOL.give, buf).atexit = False
-    return _views(owner, specs, offsets)
 
 
 class _StackJob:
@@ -861,50 +584,6 @@ def _raise_oov(batch: FeatureBatch, plan: StackingPlan, position: int) -> None:
         feature=name, sample=sample, id=bad, vocab_size=spec.table.vocab_size, count=total)
 
 
-def _run_tasks(fn, items, sizes, num_threads: int) -> list:
-    """``[fn(item, worker) for item in items]``, on ``num_threads`` threads.
-
-    The calling thread is worker 0 and ``num_threads - 1`` threads are started for
-    the call; each worker takes the next item (largest first, by ``sizes``, so that
-    the workers end together) until none is left. ``worker`` (``< num_threads``)
-    names the thread running the call, for per-thread scratch. Results come back
-    in item order; the first exception (in item order) is raised once every call
-    has finished. No executor: one ``submit`` per task, each waking a thread that
-    then waits for the GIL, costs more than a small task.
-    """
-    if num_threads == 1 or len(items) <= 1:
-        return [fn(item, 0) for item in items]
-    order = iter(sorted(range(len(items)), key=lambda i: -sizes[i]))
-    results: list = [None] * len(items)
-    errors: dict[int, Exception] = {}
-    stop = threading.Event()
-
-    def work(worker: int) -> None:
-        for i in order:                    # next() of a shared iterator is atomic under the GIL
-            if stop.is_set():
-                return
-            try:
-                results[i] = fn(items[i], worker)
-            except Exception as err:  # noqa: BLE001 - re-raised below, the first in item order
-                errors[i] = err
-
-    threads = [threading.Thread(target=work, args=(w,), name=f"scwork-sharding-{w}", daemon=True)
-               for w in range(1, min(num_threads, len(items)))]
-    for t in threads:
-        t.start()
-    try:
-        work(0)
-    except BaseException:                  # e.g. KeyboardInterrupt: stop the others, then raise
-        stop.set()
-        raise
-    finally:                               # no thread outlives the call (it uses pooled buffers)
-        for t in threads:
-            t.join()
-    if errors:
-        raise errors[min(errors)]
-    return results
-
-
 def _execute(plan: StackingPlan, batch: FeatureBatch, G: int, S: int, kern: _Backend, config: SparsecoreConfig,
              want_csr: bool, num_threads: int) -> list[dict]:
     """Run every stack: slice tasks, error and limit checks, naive view, CSR assembly."""
@@ -989,30 +668,6 @@ def _execute_jobs(jobs, ranges, work, sizes, scratch, batch, G, S, kern, config,
     return [j.result() for j in jobs]
 
 
-# Memory the engine may allocate for one call (bytes), unless SCWORK_MAX_SCRATCH_BYTES
-# says otherwise; the default is the machine's physical memory. A topology such as
-# Topology(10**6, 4) needs G * S * P per-partition counters per stack (128 TB): the
-# estimate refuses it before numpy tries.
-SCRATCH_LIMIT_ENV = "SCWORK_MAX_SCRATCH_BYTES"
-
-
-def scratch_limit_bytes() -> int:
-    """The scratch budget of one :func:`compute_stats` / :func:`preprocess` call, in bytes.
-
-    ``SCWORK_MAX_SCRATCH_BYTES`` (an integer number of bytes) if set, else the
-    machine's physical memory.
-    """
-    text = os.environ.get(SCRATCH_LIMIT_ENV)
-    if text is not None:
-        if not text.strip().isascii() or not text.strip().isdigit() or len(text.strip()) > 30:
-            raise ConfigError(f"{SCRATCH_LIMIT_ENV}={text[:40]!r} must be a number of bytes (ASCII digits)")
-        return int(text.strip())
-    try:
-        return int(os.sysconf("SC_PHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
-    except (ValueError, OSError, AttributeError):          # no sysconf: assume 64 GiB
-        return 64 << 30
-
-
 def estimate_scratch_bytes(plan: StackingPlan, batch: FeatureBatch, G: int, S: int, want_csr: bool,
                            num_threads: int = 1) -> int:
     """Upper estimate (exact integers) of the bytes one call allocates.
@@ -1069,27 +724,6 @@ def _check_gain_inputs(batch: FeatureBatch, plan: StackingPlan) -> None:
     for st in plan.stacks:
         for f in st.features:
             _check_gains(batch, f.name, st.combiner)
-
-
-def available_cores() -> int:
-    """CPU cores this process may run on (its affinity mask where the OS has one)."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except (AttributeError, OSError):
-        return max(1, os.cpu_count() or 1)
-
-
-def resolve_num_threads(num_threads: int | None) -> int:
-    """``num_threads`` as a count: None means every available core (:func:`available_cores`).
-
-    jax-tpu-embedding's host preprocessing runs on a thread pool over all cores; the
-    engine does the same by default so that both are compared at their defaults.
-    """
-    if num_threads is None:
-        return available_cores()
-    if isinstance(num_threads, bool) or not isinstance(num_threads, int) or num_threads < 1:
-        raise ConfigError(f"num_threads must be None (every core) or a positive int, got {num_threads!r}")
-    return num_threads
 
 
 def _run(batch, features, topology, stacking, config, on_out_of_vocabulary, stack_limits, rotation,

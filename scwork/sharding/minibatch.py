@@ -77,6 +77,7 @@ import numpy as np
 from scwork.errors import ConfigError, LimitExceededError
 from scwork.hardware.topology import Topology
 from scwork.sharding import engine as _engine
+from scwork.sharding._threads import resolve_num_threads
 from scwork.sharding.batch import FeatureBatch
 from scwork.sharding.specs import SparsecoreConfig
 from scwork.sharding.stacking import (
@@ -492,7 +493,7 @@ on_out_of_vocabulary
                          num_minibatches=stats["num_minibatches"], stats=stats, assignment=assignment,
                          bucket_hash=bucket_hash, num_buckets=nb, hash_key=K.HIGHWAY_KEY,
                          run_of_sample=run_of_sample, features=features,
-                         num_threads=_engine.resolve_num_threads(num_threads))
+                         num_threads=resolve_num_threads(num_threads))
 
 
 def _handle_oov(batch: FeatureBatch, plan: StackingPlan, on_out_of_vocabulary: str):

@@ -24,11 +24,13 @@ from scwork.sharding import (
     FeatureSpec,
     SparsecoreConfig,
     TableSpec,
+    _scratch,
     compute_stats,
     plan_stacking,
     preprocess,
 )
 from scwork.sharding import _kernels as K
+from scwork.sharding import _naive_kernels as NK
 from scwork.sharding._reference import reference_preprocess
 from scwork.testing import garbage_empty
 
@@ -420,7 +422,7 @@ def test_naive_counts_match_references(seed):
     for t, x in zip(rng.integers(0, T, u.size), u):
         bitmaps[t, off + (x >> 6)] |= np.int64(1) << np.int64(x & 63)
     expect = np.bincount(np.unique(u) >> qbits, minlength=P)
-    for fn in (K.naive_from_bitmaps, K.naive_from_bitmaps_reference):
+    for fn in (NK.naive_from_bitmaps, NK.naive_from_bitmaps_reference):
         naive = np.ones(P, np.int64)
         fn(bitmaps, off, qbits, P, naive)
         assert np.array_equal(naive, expect + 1)
@@ -434,7 +436,7 @@ def test_naive_counts_match_references(seed):
         starts.append(pos)
         lens.append(s.size)
         pos += s.size + 3
-    for fn in (K.naive_from_lists, K.naive_from_lists_reference):
+    for fn in (NK.naive_from_lists, NK.naive_from_lists_reference):
         naive = np.zeros(P, np.int64)
         fn(ulist, np.array(starts, np.int64), np.array(lens, np.int64), qbits, naive)
         assert np.array_equal(naive, expect)
@@ -517,30 +519,30 @@ def test_csr_buffers_are_recycled_only_when_no_array_uses_them():
     batch, feats = synthetic_batch(batch_size=2048, num_features=8, vocab_size=10**5, seed=1)
     other, _ = synthetic_batch(batch_size=2048, num_features=8, vocab_size=10**5, seed=2)
     topo = scwork.Topology(2, 4)
-    engine._POOL.clear()
+    _scratch._POOL.clear()
     res = preprocess(batch, feats, topo, None, num_threads=2)
     keep = {name: (buf.embedding_ids.copy(), buf.sample_ids.copy(), buf.gains.copy()) for name, buf in res.csr.items()}
     view = res.csr["t0"].embedding_ids[0, 3:9]
     first = view.copy()
     gc.collect()
     in_use = view.ctypes.data                         # in use: in no pooled buffer
-    assert not any(b.ctypes.data <= in_use < b.ctypes.data + b.size for b in engine._POOL.free)
+    assert not any(b.ctypes.data <= in_use < b.ctypes.data + b.size for b in _scratch._POOL.free)
     del res
     for _ in range(3):                                 # other calls must not write into it
         preprocess(other, feats, topo, None, num_threads=2)
     gc.collect()
-    held = len(engine._POOL.free)
+    held = len(_scratch._POOL.free)
     assert np.array_equal(view, first)
     del view
     gc.collect()
-    assert len(engine._POOL.free) == held + 1        # the last view gone, the buffer is back
+    assert len(_scratch._POOL.free) == held + 1        # the last view gone, the buffer is back
     again = preprocess(batch, feats, topo, None, num_threads=2)      # reused memory, same results
     for name, (e, s, g) in keep.items():
         buf = again.csr[name]
         assert np.array_equal(buf.embedding_ids, e) and np.array_equal(buf.sample_ids, s)
         assert np.array_equal(buf.gains.view(np.int32), g.view(np.int32))
-    engine._POOL.clear()
-    assert engine._POOL.free == []
+    _scratch._POOL.clear()
+    assert _scratch._POOL.free == []
 
 
 def test_default_uses_every_available_core_and_one_stays_available():
@@ -550,8 +552,16 @@ def test_default_uses_every_available_core_and_one_stays_available():
 
     import scwork
     from scwork.errors import ConfigError
-    from scwork.sharding import FeatureBatch, FeatureSpec, TableSpec, collect_stats, compute_stats, minibatch, preprocess
-    from scwork.sharding.engine import available_cores, resolve_num_threads
+    from scwork.sharding import (
+        FeatureBatch,
+        FeatureSpec,
+        TableSpec,
+        collect_stats,
+        compute_stats,
+        minibatch,
+        preprocess,
+    )
+    from scwork.sharding._threads import available_cores, resolve_num_threads
 
     for fn in (compute_stats, preprocess, collect_stats, minibatch):
         assert inspect.signature(fn).parameters["num_threads"].default is None, fn.__name__

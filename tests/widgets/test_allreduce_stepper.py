@@ -12,6 +12,7 @@ pytest.importorskip("bokeh")
 pytest.importorskip("jupyter_bokeh")
 
 from scwork.widgets import AllReduceStepper, _bokeh
+from scwork.widgets import _allreduce_steps as steps_module
 from scwork.widgets import allreduce_stepper as module
 
 from scwork.collectives import Network, cost
@@ -159,8 +160,9 @@ def test_stepping_does_not_call_the_engine(pincer_stepper, monkeypatch):
     def forbidden(*args, **kwargs):
         raise AssertionError("stepping must not call the engine")
 
-    for name in ("schedule_for", "build", "frames", "cost"):
+    for name in ("schedule_for", "frames", "cost"):
         monkeypatch.setattr(module, name, forbidden)
+    monkeypatch.setattr(steps_module, "build", forbidden)   # the schedule builder behind schedule_for
     before = {side: s.frames[side] for side in ("left", "right")}
     for step in list(range(s.num_steps + 1)) + [3, 0]:
         s.step = step

@@ -336,10 +336,6 @@ def test_invalid_initial_setting_reports_instead_of_raising(steps):
 
 def test_minibatch_count_when_available(spec_example):
     ex = spec_example
-    if load_skew._minibatch_function() is None:
-        assert ex.summary["num_minibatches"] is None
-        assert "not available" in ex._panel.text
-        pytest.skip("scwork.sharding.minibatch is not in this version")
     assert ex.summary["num_minibatches"] == 1
     ex.max_ids_per_partition = 2
     assert ex.summary["num_minibatches"] >= 2
@@ -347,8 +343,6 @@ def test_minibatch_count_when_available(spec_example):
 
 @pytest.mark.parametrize("factor", [0.6, 1.5])
 def test_minibatch_counts_are_the_engines(explorer, steps, factor):
-    if load_skew._minibatch_function() is None:
-        pytest.skip("scwork.sharding.minibatch is not in this version")
     from scwork.sharding.minibatch import minibatch
 
     limit = int(factor * explorer.summary["max_ids_per_partition"])
@@ -360,8 +354,6 @@ def test_minibatch_counts_are_the_engines(explorer, steps, factor):
 
 
 def test_minibatch_count_per_stack_when_one_stack_cannot_be_split():
-    if load_skew._minibatch_function() is None:
-        pytest.skip("scwork.sharding.minibatch is not in this version")
     # "a": 64 distinct ids over 8 samples, limit 40 -> a split into buckets fits.
     # "b": id 0 in every sample, limit 2 -> one bucket holds 8 ids: no split fits.
     batch = FeatureBatch.from_ragged({"a": (np.arange(64), np.arange(0, 65, 8)),

@@ -1,0 +1,319 @@
+"""The numbers behind the HBM report: tables, optimizer slots, CSR inputs, activations, the HBM stack and heap per chip.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from scwork.errors import ConfigError
+from scwork.memory._model import (
+    _CAT_INDEX,
+    _INT64_MAX,
+    _NAMED_PREFETCH_STEPS,
+    ACTIVATION_BYTES,
+    CATEGORIES,
+    CSR_ALIGNMENT,
+    GAIN_BYTES,
+    INDEX_BYTES,
+    Knobs,
+    Model,
+    parse_dtype,
+    round_up,
+    stack_dtype,
+    stack_limits,
+    stack_width,
+)
+
+__all__ = ["HbmNumbers", "hbm_numbers"]
+
+
+# --------------------------------------------------------------------------------------
+# HBM and the step timeline
+# --------------------------------------------------------------------------------------
+@dataclass
+class HbmNumbers:
+    """HBM of one chip over one training step (see :mod:`scwork.memory.hbm`)."""
+
+    # tables
+    table_bytes: np.ndarray
+    slot_bytes: np.ndarray
+    table_waste: np.ndarray
+    slot_waste: np.ndarray
+    table_padded_vocab: np.ndarray
+    table_width: np.ndarray
+    table_itemsize: np.ndarray
+    table_slot_itemsize: np.ndarray
+    # stacks
+    feature_width: np.ndarray
+    max_ids: np.ndarray
+    max_unique: np.ndarray
+    limit_source: tuple[str, ...]
+    sample_count: np.ndarray
+    fwd_stack_sc: np.ndarray
+    bwd_stack_sc: np.ndarray
+    fwd_stack: np.ndarray
+    bwd_stack: np.ndarray
+    fwd_waste: np.ndarray
+    bwd_waste: np.ndarray
+    staged_gather: np.ndarray
+    activations: np.ndarray
+    activation_waste: np.ndarray
+    csr_bytes: np.ndarray
+    csr_waste: np.ndarray
+    fwd_traffic: np.ndarray
+    bwd_traffic: np.ndarray
+    # serialization
+    chain: tuple[int, ...]
+    """Stack indices processed one at a time, in order (empty: all concurrently)."""
+    num_slots: int
+    # heap
+    prefetch_per_step: int
+    prefetch_computed: bool
+    # timeline arrays (one entry per interval)
+    iv_name: list
+    iv_category: np.ndarray
+    iv_bytes: np.ndarray
+    iv_waste: np.ndarray
+    iv_start: np.ndarray
+    iv_end: np.ndarray
+    iv_stack: list
+    iv_table: list
+    ev_name: list
+    ev_phase: list
+    ev_start_s: np.ndarray
+    ev_end_s: np.ndarray
+    usage: np.ndarray
+    """Bytes live in each event."""
+    usage_by_category: np.ndarray
+    """``(event, category)`` bytes live."""
+    capacity: int
+    usable: int
+
+    @property
+    def num_events(self) -> int:
+        return len(self.ev_name)
+
+    @property
+    def peak_bytes(self) -> int:
+        return int(self.usage.max())
+
+    @property
+    def peak_event(self) -> int:
+        return int(self.usage.argmax())
+
+    @property
+    def fits(self) -> bool:
+        return self.peak_bytes <= self.usable
+
+
+def _serialization(num_serialized: int, order_key: np.ndarray) -> tuple[tuple[int, ...], int]:
+    """Chain of stacks processed one at a time and the number of slots of an SC phase.
+
+    Model of ``xla_sc_num_serialized_tables_to_optimize_hbm = N``: the ``N`` stacks
+    with the largest forward stack (ties: program order) run one after another,
+    each in its own slot; the other stacks run concurrently with that chain and are
+    live through the whole phase. ``N <= 1`` is a chain of at most one table:
+    everything concurrent.
+    """
+    T = len(order_key)
+    if num_serialized <= 1 or T <= 1:
+        return (), 1
+    k = min(num_serialized, T)
+    order = sorted(range(T), key=lambda i: (-int(order_key[i]), i))
+    return tuple(order[:k]), k
+
+
+def hbm_numbers(model: Model, knobs: Knobs, *, with_names: bool = True) -> HbmNumbers:
+    """HBM of one chip and the step timeline for one knob setting."""
+    chips = knobs.num_chips
+    S = knobs.sparsecores_per_chip
+    P = knobs.num_partitions
+    n = knobs.samples_per_sc
+    lrc = knobs.lrc
+    bw = float(knobs.hbm_bandwidth_bytes_per_s)
+
+    stack_pos = {st.name: i for i, st in enumerate(model.stacks)}
+    T = len(model.stacks)
+    widths = np.empty(T, np.int64)
+    itemsizes = np.empty(T, np.int64)
+    M = np.empty(T, np.int64)
+    U = np.empty(T, np.int64)
+    sources = []
+    sample_count = np.empty(T, np.int64)
+    act_waste = np.empty(T, np.int64)
+    max_dim = np.empty(T, np.int64)
+    for i, st in enumerate(model.stacks):
+        _, itemsizes[i] = stack_dtype(knobs, st)
+        widths[i] = stack_width(knobs, st)
+        M[i], U[i], src = stack_limits(knobs, st)
+        sources.append(src)
+        sample_count[i] = st.num_features * n
+        max_dim[i] = max(st.dims)
+        dims = st.feature_dims or tuple(max(st.dims) for _ in st.features)
+        act_waste[i] = S * n * ACTIVATION_BYTES * sum(int(widths[i]) - d for d in dims)
+
+    # tables and slots: each chip holds padded_vocab / num_chips rows of the stack width
+    nt = len(model.tables)
+    t_bytes = np.empty(nt, np.int64)
+    s_bytes = np.empty(nt, np.int64)
+    t_waste = np.empty(nt, np.float64)
+    s_waste = np.empty(nt, np.float64)
+    t_pv = np.empty(nt, np.int64)
+    t_w = np.empty(nt, np.int64)
+    t_e = np.empty(nt, np.int64)
+    t_se = np.empty(nt, np.int64)
+    slots_of_stack = np.zeros(T, np.int64)
+    for j, t in enumerate(model.tables):
+        i = stack_pos[t.stack]
+        _, e = parse_dtype(knobs.dtype_override or t.dtype)
+        se = e if t.slot_dtype is None else parse_dtype(t.slot_dtype)[1]
+        pv = round_up(t.vocab_size, CSR_ALIGNMENT * P)
+        w = int(widths[i])
+        rows = pv // chips
+        t_pv[j], t_w[j], t_e[j], t_se[j] = pv, w, e, se
+        # Exact byte counts in Python ints, refused before they could wrap in int64.
+        largest = rows * w * max(e, se) * max(1, t.slot_count)
+        if largest > _INT64_MAX // 64:
+            raise ConfigError(
+                f"table {t.name!r}: {pv:,} rows x {w:,} wide is {rows * w * e:,} bytes per chip, beyond what "
+                f"scwork's 64-bit byte counts hold (and any HBM); check vocab_size and embedding_dim")
+        t_bytes[j] = rows * w * e
+        s_bytes[j] = t.slot_count * rows * w * se
+        unpadded = t.vocab_size * t.embedding_dim / chips
+        t_waste[j] = t_bytes[j] - unpadded * e
+        s_waste[j] = s_bytes[j] - t.slot_count * unpadded * se
+        slots_of_stack[i] = max(slots_of_stack[i], t.slot_count)
+
+    fwd_sc = (2 * widths + 1) * U * lrc * 4
+    bwd_sc = 3 * widths * U * lrc * 4
+    fwd = S * fwd_sc
+    bwd = S * bwd_sc
+    fwd_w = S * 2 * (widths - max_dim) * U * lrc * 4
+    bwd_w = S * 3 * (widths - max_dim) * U * lrc * 4
+    acts = S * sample_count * widths * ACTIVATION_BYTES
+    staged = acts.copy() if knobs.stage_gather_operands_in_hbm else np.zeros(T, np.int64)
+    staged_w = act_waste if knobs.stage_gather_operands_in_hbm else np.zeros(T, np.int64)
+    Mr = -(-M // CSR_ALIGNMENT) * CSR_ALIGNMENT
+    csr_sc = max(P, CSR_ALIGNMENT) * INDEX_BYTES + Mr * P * (2 * INDEX_BYTES + GAIN_BYTES)
+    csr = S * csr_sc
+    csr_w = S * ((Mr - M) * P * (2 * INDEX_BYTES + GAIN_BYTES) + (max(P, CSR_ALIGNMENT) - P) * INDEX_BYTES)
+    gathered = S * U * lrc * widths * itemsizes
+    fwd_traffic = gathered + acts + csr
+    bwd_traffic = acts + 2 * gathered * (1 + slots_of_stack) + csr
+
+    if knobs.prefetch_bytes_per_step is None:
+        per_step, computed = int(csr.sum()), True
+    else:
+        per_step, computed = int(knobs.prefetch_bytes_per_step), False
+
+    chain, F = _serialization(knobs.num_serialized_tables, fwd + staged)
+    chain_pos = {s: j for j, s in enumerate(chain)}
+    E = 2 * F + 2
+    ev_tc_fwd, ev_tc_bwd = F, F + 1
+
+    # events and their modelled times (HBM-traffic lower bound)
+    group = [i for i in range(T) if i not in chain_pos]
+    group_fwd = float(fwd_traffic[group].sum()) if group else 0.0
+    group_bwd = float(bwd_traffic[group].sum()) if group else 0.0
+    durations = np.zeros(E)
+    for j in range(F):
+        c = chain[j] if chain else None
+        durations[j] = ((float(fwd_traffic[c]) if c is not None else 0.0) + group_fwd / F) / bw
+        durations[F + 2 + j] = ((float(bwd_traffic[c]) if c is not None else 0.0) + group_bwd / F) / bw
+    durations[ev_tc_fwd] = (knobs.dense_weights_bytes + knobs.tensorcore_activation_bytes + acts.sum()) / bw
+    durations[ev_tc_bwd] = (2 * knobs.dense_weights_bytes + knobs.tensorcore_activation_bytes + acts.sum()) / bw
+    ev_end = np.cumsum(durations)
+    ev_start = ev_end - durations
+
+    # intervals: (name, category, bytes, waste, start, end, stack, table)
+    names: list = []
+    cats: list[int] = []
+    byts: list[int] = []
+    wastes: list[float] = []
+    starts: list[int] = []
+    ends: list[int] = []
+    stacks_of: list = []
+    tables_of: list = []
+
+    def add(name, cat, nbytes, waste, start, end, stack=None, table=None):
+        if nbytes == 0:  # nothing allocated: no interval
+            return
+        if with_names:
+            names.append(name)
+            stacks_of.append(stack)
+            tables_of.append(table)
+        cats.append(_CAT_INDEX[cat])
+        byts.append(int(nbytes))
+        wastes.append(float(waste))
+        starts.append(start)
+        ends.append(end)
+
+    for j, t in enumerate(model.tables):
+        add(f"table {t.name}", "tables", t_bytes[j], t_waste[j], 0, E, t.stack, t.name)
+        if t.slot_count:
+            add(f"slots {t.name}", "optimizer_slots", s_bytes[j], s_waste[j], 0, E, t.stack, t.name)
+    add("dense weights", "dense_weights", knobs.dense_weights_bytes, 0, 0, E)
+    add("constants", "constants", knobs.constants_bytes, 0, 0, E)
+    csr_total_w = float(csr_w.sum()) if computed else 0.0
+    depth = knobs.maximum_parallel_iterations
+    if depth <= _NAMED_PREFETCH_STEPS:
+        for k in range(depth):
+            add(f"prefetched input {k}", "prefetch", per_step, csr_total_w, 0, E)
+    else:
+        # One buffer for a deep prefetch: the same bytes, without a loop (and a
+        # list) as long as the depth, which may be 2**31 - 1.
+        total = int(per_step) * depth
+        if total > _INT64_MAX:
+            raise ConfigError(
+                f"maximum_parallel_iterations={depth} prefetches {total:,} bytes of input "
+                f"({int(per_step):,} per step), beyond what a 64-bit byte count holds; use a depth of at "
+                f"most {_INT64_MAX // max(int(per_step), 1):,}")
+        add(f"prefetched input (x{depth} steps)", "prefetch", total, csr_total_w * depth, 0, E)
+    for i, st in enumerate(model.stacks):
+        if i in chain_pos:
+            f0, f1 = chain_pos[i], chain_pos[i] + 1
+            b0, b1 = F + 2 + chain_pos[i], F + 3 + chain_pos[i]
+        else:
+            f0, f1, b0, b1 = 0, F, F + 2, E
+        add(f"SC forward stack {st.name}", "sc_forward_stack", fwd[i], fwd_w[i], f0, f1, st.name)
+        if knobs.stage_gather_operands_in_hbm:
+            add(f"staged gather operand {st.name}", "staged_gather_operands", staged[i], staged_w[i], f0, f1,
+                st.name)
+        add(f"activations {st.name}", "embedding_activations", acts[i], act_waste[i], f0, ev_tc_fwd + 1, st.name)
+        add(f"gradients {st.name}", "embedding_gradients", acts[i], act_waste[i], ev_tc_bwd, b1, st.name)
+        add(f"SC backward stack {st.name}", "sc_backward_stack", bwd[i], bwd_w[i], b0, b1, st.name)
+    add("TensorCore activations", "tensorcore_activations", knobs.tensorcore_activation_bytes, 0,
+        ev_tc_fwd, ev_tc_bwd + 1)
+
+    cat_a = np.asarray(cats, np.int64)
+    byte_a = np.asarray(byts, np.int64)
+    start_a = np.asarray(starts, np.int64)
+    end_a = np.asarray(ends, np.int64)
+    diff = np.zeros((E + 1, len(CATEGORIES)), np.int64)
+    np.add.at(diff, (start_a, cat_a), byte_a)
+    np.add.at(diff, (end_a, cat_a), -byte_a)
+    by_cat = np.cumsum(diff, axis=0)[:E]
+
+    if with_names:
+        ev_names = [f"SC forward slot {j}" if F > 1 else "SC forward" for j in range(F)]
+        ev_names += ["TensorCore forward", "TensorCore backward"]
+        ev_names += [f"SC backward slot {j}" if F > 1 else "SC backward" for j in range(F)]
+        ev_phase = ["sc_forward"] * F + ["tc_forward", "tc_backward"] + ["sc_backward"] * F
+    else:
+        ev_names, ev_phase = [None] * E, [None] * E
+
+    return HbmNumbers(
+        table_bytes=t_bytes, slot_bytes=s_bytes, table_waste=t_waste, slot_waste=s_waste,
+        table_padded_vocab=t_pv, table_width=t_w, table_itemsize=t_e, table_slot_itemsize=t_se,
+        feature_width=widths, max_ids=M, max_unique=U, limit_source=tuple(sources),
+        sample_count=sample_count, fwd_stack_sc=fwd_sc, bwd_stack_sc=bwd_sc, fwd_stack=fwd, bwd_stack=bwd,
+        fwd_waste=fwd_w, bwd_waste=bwd_w, staged_gather=staged, activations=acts, activation_waste=act_waste,
+        csr_bytes=csr, csr_waste=csr_w, fwd_traffic=fwd_traffic, bwd_traffic=bwd_traffic,
+        chain=chain, num_slots=F, prefetch_per_step=per_step, prefetch_computed=computed,
+        iv_name=names, iv_category=cat_a, iv_bytes=byte_a, iv_waste=np.asarray(wastes), iv_start=start_a,
+        iv_end=end_a, iv_stack=stacks_of, iv_table=tables_of, ev_name=ev_names, ev_phase=ev_phase,
+        ev_start_s=ev_start, ev_end_s=ev_end, usage=by_cat.sum(axis=1), usage_by_category=by_cat,
+        capacity=knobs.hbm_bytes, usable=knobs.usable_hbm_bytes,
+    )

@@ -1,0 +1,284 @@
+"""Batching across shards: the dataset is cut into chunks of whole steps (a step may span shards), each chunk a picklable task that runs ``collect_stats`` on its rows.
+
+The tasks are module-level functions of plain data so that dask.distributed workers can run them.
+"""
+
+from __future__ import annotations
+
+import bisect
+import inspect
+import numbers
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from scwork.errors import ConfigError, InputError, OutOfVocabularyError, ShardError
+from scwork.sharding.dataset_result import _CONFIGURED_VARS, _SUMMARY_VARS
+from scwork.sharding.shards import _read_rows
+
+__all__ = []
+
+
+# ======================================================================================
+# chunk tasks (module-level and picklable: they run on dask.distributed workers)
+# ======================================================================================
+class _Job:
+    """What every task shares: features, topology, plan, config, columns, the pieces."""
+
+    __slots__ = ("features", "topology", "plan", "config", "colmap", "on_oov", "batch_size", "per_step",
+                 "pieces", "offsets", "num_steps", "used")
+
+    def __init__(self, **kw):
+        for k, v in kw.items():
+            setattr(self, k, v)
+
+    def step_rows(self, step: int) -> tuple[int, int]:
+        """Samples ``[start, stop)`` of ``step`` (the last one may be short)."""
+        return step * self.batch_size, min((step + 1) * self.batch_size, self.used)
+
+
+class _Chunk:
+    """Samples ``[sample_start, sample_stop)``: the steps inside, and fragments of the steps across its ends."""
+
+    __slots__ = ("index", "sample_start", "sample_stop", "segments", "step_start", "step_stop", "fragments")
+
+    def __init__(self, index, sample_start, sample_stop, segments, step_start, step_stop, fragments):
+        self.index = index
+        self.sample_start = sample_start
+        self.sample_stop = sample_stop
+        self.segments = segments      # [(piece index, local start, local stop)]
+        self.step_start = step_start  # steps [step_start, step_stop) lie wholly inside
+        self.step_stop = step_stop
+        self.fragments = fragments    # steps that only partly lie inside (at most two)
+
+
+def _collect_kwargs() -> dict:
+    from scwork.sharding.limits import collect_stats
+
+    return {"progress": False} if "progress" in inspect.signature(collect_stats).parameters else {}
+
+
+def _concat_rows(parts: list[dict], features: list[str]) -> dict:
+    if len(parts) == 1:
+        return parts[0]
+    out = {}
+    for f in features:
+        ids = np.concatenate([p[f][0] for p in parts])
+        splits = [np.zeros(1, np.int64)]
+        base = 0
+        for p in parts:
+            rs = p[f][1]
+            splits.append(rs[1:] + base)
+            base += int(rs[-1])
+        out[f] = (ids, np.concatenate(splits))
+    return out
+
+
+def _slice_rows(rows: dict, lo: int, hi: int, copy: bool = False) -> dict:
+    out = {}
+    for f, (ids, rs) in rows.items():
+        split = rs[lo:hi + 1]
+        part = ids[split[0]:split[-1]]
+        out[f] = (part.copy() if copy else part, split - split[0])
+    return out
+
+
+def _where(job: _Job, sample: int) -> str:
+    k = min(bisect.bisect_right(job.offsets, sample) - 1, len(job.pieces) - 1)
+    return f"{job.pieces[k].path} row {sample - job.offsets[k]}"
+
+
+def _collect(job: _Job, steps: range, batch_of) -> Any:
+    """collect_stats over ``steps`` (``batch_of(step)`` gives each batch), errors located in the dataset."""
+    from scwork.sharding.limits import collect_stats
+
+    current = [steps.start]
+
+    def batches():
+        for step in steps:
+            current[0] = step
+            yield batch_of(step)
+
+    B = job.batch_size
+    try:
+        return collect_stats(batches(), job.features, job.topology, stacking=job.plan, config=job.config,
+                             on_out_of_vocabulary=job.on_oov, **_collect_kwargs())
+    except OutOfVocabularyError as err:
+        step = current[0]
+        sample = None if err.sample is None else step * B + int(err.sample)
+        where = "" if sample is None else f", dataset sample {sample} = {_where(job, sample)}"
+        raise OutOfVocabularyError(f"step {step}{where}: {err}", feature=err.feature, sample=sample,
+                                   id=err.id, vocab_size=err.vocab_size, count=err.count) from None
+    except InputError as err:
+        step = current[0]
+        first = _where(job, step * B)
+        raise ShardError(f"step {step} (from {first}): {err}", path=first.rsplit(" row ", 1)[0]) from None
+
+
+def _finish(job: _Job, parts: list) -> tuple:
+    """One Dataset from collect_stats results of consecutive steps, with its mergeable summary."""
+    if len(parts) == 1:
+        ds = parts[0]
+    else:
+        import xarray as xr
+
+        configured = parts[0][list(_CONFIGURED_VARS)]
+        ds = xr.concat([o.drop_vars(list(_CONFIGURED_VARS)) for o in parts], dim="step", data_vars="all",
+                       coords="minimal", compat="override", join="exact")
+        ds = ds.merge(configured)
+        ds.attrs = dict(parts[0].attrs)
+    summary = _summarize(ds)
+    if job.per_step == "summary":    # keep the coordinates: the merge needs them
+        ds = ds.drop_vars([v for v in ds.data_vars if v not in _SUMMARY_VARS + _CONFIGURED_VARS])
+    return ds, summary
+
+
+def _run_chunk(job: _Job, chunk: _Chunk, *partitions):
+    """Read a chunk's rows; return ((per-step Dataset, summary) of its inner steps or None, fragments).
+
+    ``fragments`` maps each step crossing the chunk's ends to the chunk's rows of that
+    step (copied: fewer than ``batch_size`` samples), for :func:`_run_boundary`.
+    """
+    names = [f.name for f in job.features]
+    data = {j: partitions[i] for i, j in enumerate(sorted({s[0] for s in chunk.segments
+                                                           if job.pieces[s[0]].kind in ("frame", "bag")}))}
+    parts = [_read_rows(job.pieces[k], data.get(k), start, stop, job.colmap) for k, start, stop in chunk.segments]
+    rows = _concat_rows(parts, names)
+    del parts, data
+    a, b = chunk.sample_start, chunk.sample_stop
+    fragments = {}
+    for step in chunk.fragments:
+        lo, hi = job.step_rows(step)
+        fragments[step] = _slice_rows(rows, max(lo, a) - a, min(hi, b) - a, copy=True)
+    if chunk.step_stop == chunk.step_start:
+        return None, fragments
+
+    def batch_of(step):
+        lo, hi = job.step_rows(step)
+        return _slice_rows(rows, lo - a, hi - a)
+
+    short_last = chunk.step_stop == job.num_steps and job.used < job.num_steps * job.batch_size
+    full_stop = chunk.step_stop - 1 if short_last else chunk.step_stop
+    out = []
+    for steps in (range(chunk.step_start, full_stop), range(full_stop, chunk.step_stop)):
+        if len(steps):          # collect_stats needs one batch size: the kept short batch goes alone
+            out.append(_collect(job, steps, batch_of))
+    return _finish(job, out), fragments
+
+
+def _run_boundary(job: _Job, step: int, *fragment_maps):
+    """(per-step Dataset, summary) of one step assembled from the fragments of consecutive chunks."""
+    names = [f.name for f in job.features]
+    rows = _concat_rows([m[step] for m in fragment_maps], names)
+    return _finish(job, [_collect(job, range(step, step + 1), lambda s: rows)])
+
+
+def _summarize(ds) -> dict[str, np.ndarray]:
+    """Small, exactly mergeable view of a block: per-step summaries, maxima and sums over its steps."""
+    out = {name: ds[name].transpose("step", "stack").values for name in _SUMMARY_VARS}
+    for name in ("max_ids_per_partition", "max_unique_ids_per_partition", "required_buffer_size_per_sc"):
+        out["max:" + name] = ds[name].values.max(axis=0)
+    for name in ("ids", "unique_ids", "input_ids", "naive_ids_per_partition", "out_of_vocabulary_ids"):
+        out["sum:" + name] = ds[name].values.sum(axis=0)
+    return out
+
+
+def _take(pair, index):
+    return pair[index]
+
+
+def _empty_like(pair):
+    ds = pair[0]
+    return ds.isel(step=slice(0, 0))
+
+
+def _var_values(pair, name):
+    return pair[0][name].values
+
+
+def _partition_length(part) -> int:
+    return len(part)
+
+
+# ======================================================================================
+# planning
+# ======================================================================================
+def _check_int(value, name, minimum=1):
+    if isinstance(value, bool) or not isinstance(value, (numbers.Integral, np.integer)) or value < minimum:
+        raise ConfigError(f"{name} must be an int >= {minimum}, got {value!r}")
+    return int(value)
+
+
+def _column_map(features, columns) -> dict[str, str]:
+    names = [f.name for f in features]
+    if columns is None:
+        return {n: n for n in names}
+    if isinstance(columns, Mapping):
+        unknown = sorted(set(columns) - set(names))
+        if unknown:
+            raise ConfigError(f"columns names unknown features {unknown}; features are {names}")
+        out = {n: columns.get(n, n) for n in names}
+    elif isinstance(columns, Sequence) and not isinstance(columns, str):
+        if len(columns) != len(names):
+            raise ConfigError(f"columns must give one column per feature ({len(names)}: {names}), got "
+                              f"{len(columns)}")
+        out = dict(zip(names, columns))
+    else:
+        raise ConfigError(f"columns must be a mapping feature -> column or a list (one per feature), got "
+                          f"{type(columns).__name__}")
+    for n, c in out.items():
+        if not isinstance(c, str) or not c:
+            raise ConfigError(f"columns[{n!r}] must be a non-empty string, got {c!r}")
+    return out
+
+
+def _dask_kind(source) -> str | None:
+    module = type(source).__module__ or ""
+    if not module.startswith("dask"):
+        return None
+    if hasattr(source, "to_delayed") and hasattr(source, "columns") and hasattr(source, "npartitions"):
+        return "frame"
+    if hasattr(source, "to_delayed") and hasattr(source, "npartitions") and hasattr(source, "map_partitions"):
+        return "bag"
+    return None
+
+
+def _chunk_ends(pieces, offsets, used: int, target: int) -> list[int]:
+    """Where chunks end: every ``target`` samples for NPZ (any row is reachable), else at the first
+    row-group (Parquet) or partition (dask) boundary at least ``target`` samples after the chunk start,
+    so that each row group or partition is read by exactly one chunk."""
+    if all(p.kind == "npz" for p in pieces):
+        return list(range(target, used, target)) + [used]
+    units = set()
+    for p, off in zip(pieces, offsets):
+        starts = p.info if p.kind == "parquet" else (0, p.num_rows)
+        units.update(off + s for s in starts)
+    ends, start = [], 0
+    for u in sorted(x for x in units if 0 < x < used):
+        if u - start >= target:
+            ends.append(u)
+            start = u
+    return ends + [used]
+
+
+def _plan_chunks(job: _Job, target: int) -> list[_Chunk]:
+    B, T, used, pieces, offsets = job.batch_size, job.num_steps, job.used, job.pieces, job.offsets
+    chunks, a = [], 0
+    for b in _chunk_ends(pieces, offsets, used, target):
+        segments = []
+        k = max(0, bisect.bisect_right(offsets, a) - 1)
+        while k < len(pieces) and offsets[k] < b:
+            lo, hi = max(a, offsets[k]), min(b, offsets[k] + pieces[k].num_rows)
+            if hi > lo:
+                segments.append((k, lo - offsets[k], hi - offsets[k]))
+            k += 1
+        inner_start = -(-a // B)
+        inner_stop = T if b >= used else b // B
+        inner_stop = max(inner_stop, inner_start)
+        overlap = range(a // B, min(T, -(-b // B)))
+        fragments = tuple(s for s in sorted({overlap[0], overlap[-1]}) if not inner_start <= s < inner_stop) \
+            if len(overlap) else ()
+        chunks.append(_Chunk(len(chunks), a, b, segments, inner_start, inner_stop, fragments))
+        a = b
+    return chunks

@@ -1,0 +1,172 @@
+"""Scratch and CSR memory of the sharding engine: a pool of recycled buffers, carving, and the scratch budget.
+
+Faulting in fresh pages costs about as much as the kernels, so finished calls give their
+buffers back to a pool (up to 512 MiB, :func:`release_buffers` drops it). The scratch
+budget (``SCWORK_MAX_SCRATCH_BYTES``) bounds what one call may allocate, checked before
+anything is allocated.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import threading
+import weakref
+from typing import Any
+
+import numpy as np
+
+from scwork.errors import ConfigError
+
+__all__ = ["release_buffers", "SCRATCH_LIMIT_ENV", "scratch_limit_bytes"]
+
+
+# Naive view: a bitmap over the ``P << qbits`` keys ``u`` of a group (one row per
+# worker thread) when it costs at most this many bytes per id of the group (or
+# _BITMAP_MIN_BYTES), else the sorted lists of each slice's distinct ids (memory
+# linear in the ids, never in the vocabulary).
+_BITMAP_BYTES_PER_ID = 8
+_BITMAP_MIN_BYTES = 1 << 16
+# Large buffers come from _POOL (see _BufferPool), aligned to a huge page.
+_HUGE_PAGE = 1 << 21
+_POOL_MAX_BYTES = 1 << 29
+_POOL_MAX_BUFFERS = 6
+
+
+class _BufferPool:
+    """Large buffers of finished calls, handed to the next calls instead of fresh memory.
+
+    Why: fresh memory is faulted in and zeroed by the kernel on first touch; for the
+    ~12 bytes per id of CSR buffers a call returns that costs about as much as the
+    kernels that fill them (and with several threads, unmapping freed buffers takes
+    TLB shootdowns). So buffers are recycled: internal scratch at the end of each
+    call, CSR buffers once no array views them any more (a finalizer on the array
+    that owns the views; numpy collapses view chains onto it because its own base is
+    not an array). Every slot of a CSR buffer is rewritten by each call, so reuse
+    never shows old data. At most ``_POOL_MAX_BUFFERS`` buffers and
+    ``_POOL_MAX_BYTES`` are kept (the oldest go first); :meth:`clear` drops them.
+
+    Fresh allocations are aligned to 2 MiB so that Linux backs them with
+    transparent huge pages (numpy asks for them on allocations of 4 MiB or more):
+    one fault per 2 MiB instead of per 4 KiB.
+    """
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._free: list[np.ndarray] = []
+        # Returned buffers land here first: deque.append is atomic and takes no lock,
+        # so a finalizer run by the garbage collector inside a locked section (any
+        # allocation can trigger one) cannot deadlock.
+        self._returned: collections.deque = collections.deque()
+
+    def _drain(self) -> None:
+        """Move returned buffers to the free list, within the limits (call with the lock)."""
+        while self._returned:
+            self._free.append(self._returned.popleft())
+        while len(self._free) > _POOL_MAX_BUFFERS or sum(b.size for b in self._free) > _POOL_MAX_BYTES:
+            self._free.pop(0)
+
+    def take(self, nbytes: int, zero: bool = False) -> np.ndarray:
+        """A uint8 buffer of at least ``nbytes`` (zeroed if ``zero``), recycled if one fits."""
+        nbytes = max(64, int(nbytes))
+        with self._lock:
+            self._drain()
+            fits = [i for i, buf in enumerate(self._free) if nbytes <= buf.size <= max(2 * nbytes, nbytes + _HUGE_PAGE)]
+            buf = self._free.pop(min(fits, key=lambda i: self._free[i].size)) if fits else None
+        if buf is not None:
+            if zero:
+                buf[:nbytes] = 0
+            return buf
+        align = _HUGE_PAGE if nbytes >= _HUGE_PAGE else 64
+        # 4-byte words: the views are 4 or 8 bytes wide (and np.empty's tests fill them)
+        raw = (np.zeros if zero else np.empty)((nbytes + align) // 4 + 1, np.float32).view(np.uint8)
+        start = -raw.ctypes.data % align
+        return raw[start:start + nbytes]
+
+    def give(self, buf: np.ndarray) -> None:
+        """Return ``buf`` (from :meth:`take`) for reuse; safe from a finalizer."""
+        if buf.size >= _HUGE_PAGE:                  # small ones: malloc recycles them well enough
+            self._returned.append(buf)
+
+    @property
+    def free(self) -> list[np.ndarray]:
+        """The buffers ready for reuse (returned ones included)."""
+        with self._lock:
+            self._drain()
+            return list(self._free)
+
+    def clear(self) -> None:
+        """Drop every cached buffer (their memory goes back to the system)."""
+        with self._lock:
+            self._returned.clear()
+            self._free.clear()
+
+
+_POOL = _BufferPool()
+
+
+def release_buffers() -> None:
+    """Drop the buffers the engine keeps for reuse; their memory goes back to the system.
+
+    :func:`preprocess` and :func:`compute_stats` recycle the large buffers of
+    finished calls (up to 512 MiB; CSR buffers once no array uses them) because
+    fresh memory is slow to fault in. Call this to shrink the process after a burst
+    of calls.
+    """
+    _POOL.clear()
+
+
+def _layout(specs: list[tuple[int, Any]]) -> tuple[list[int], int]:
+    """Byte offsets (64-byte aligned: no false sharing between threads) and total size."""
+    offsets = []
+    total = 0
+    for length, dtype in specs:
+        total = (total + 63) // 64 * 64
+        offsets.append(total)
+        total += max(1, int(length)) * np.dtype(dtype).itemsize
+    return offsets, total
+
+
+def _views(buf: np.ndarray, specs: list[tuple[int, Any]], offsets: list[int]) -> list[np.ndarray]:
+    return [buf[o:o + max(1, int(n)) * np.dtype(dt).itemsize].view(dt) for (n, dt), o in zip(specs, offsets)]
+
+
+def _carve(specs: list[tuple[int, Any]], zero: bool = False) -> tuple[list[np.ndarray], np.ndarray]:
+    """1-D arrays ``(length, dtype)``, views of one pooled buffer; give the buffer back after use."""
+    offsets, total = _layout(specs)
+    buf = _POOL.take(total, zero)
+    return _views(buf, specs, offsets), buf
+
+
+def _carve_owned(specs: list[tuple[int, Any]]) -> list[np.ndarray]:
+    """As :func:`_carve`, for arrays handed to the caller: the buffer returns to the pool
+    when the last of them (and of their views) is gone."""
+    offsets, total = _layout(specs)
+    buf = _POOL.take(total)
+    owner = np.frombuffer(memoryview(buf), np.uint8)      # its base is a memoryview: views stop here
+    weakref.finalize(owner, _POOL.give, buf).atexit = False
+    return _views(owner, specs, offsets)
+
+
+# Memory the engine may allocate for one call (bytes), unless SCWORK_MAX_SCRATCH_BYTES
+# says otherwise; the default is the machine's physical memory. A topology such as
+# Topology(10**6, 4) needs G * S * P per-partition counters per stack (128 TB): the
+# estimate refuses it before numpy tries.
+SCRATCH_LIMIT_ENV = "SCWORK_MAX_SCRATCH_BYTES"
+
+
+def scratch_limit_bytes() -> int:
+    """The scratch budget of one :func:`compute_stats` / :func:`preprocess` call, in bytes.
+
+    ``SCWORK_MAX_SCRATCH_BYTES`` (an integer number of bytes) if set, else the
+    machine's physical memory.
+    """
+    text = os.environ.get(SCRATCH_LIMIT_ENV)
+    if text is not None:
+        if not text.strip().isascii() or not text.strip().isdigit() or len(text.strip()) > 30:
+            raise ConfigError(f"{SCRATCH_LIMIT_ENV}={text[:40]!r} must be a number of bytes (ASCII digits)")
+        return int(text.strip())
+    try:
+        return int(os.sysconf("SC_PHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
+    except (ValueError, OSError, AttributeError):          # no sysconf: assume 64 GiB
+        return 64 << 30

@@ -1,0 +1,81 @@
+"""How the sharding engine spreads independent slices over worker threads (the numba kernels release the GIL).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+
+from scwork.errors import ConfigError
+
+__all__ = ["available_cores", "resolve_num_threads"]
+
+
+# With several threads a stack is cut into slice ranges of about
+# total ids / (threads * _TASKS_PER_THREAD) ids, so that the threads finish together.
+_TASKS_PER_THREAD = 4
+
+
+def _run_tasks(fn, items, sizes, num_threads: int) -> list:
+    """``[fn(item, worker) for item in items]``, on ``num_threads`` threads.
+
+    The calling thread is worker 0 and ``num_threads - 1`` threads are started for
+    the call; each worker takes the next item (largest first, by ``sizes``, so that
+    the workers end together) until none is left. ``worker`` (``< num_threads``)
+    names the thread running the call, for per-thread scratch. Results come back
+    in item order; the first exception (in item order) is raised once every call
+    has finished. No executor: one ``submit`` per task, each waking a thread that
+    then waits for the GIL, costs more than a small task.
+    """
+    if num_threads == 1 or len(items) <= 1:
+        return [fn(item, 0) for item in items]
+    order = iter(sorted(range(len(items)), key=lambda i: -sizes[i]))
+    results: list = [None] * len(items)
+    errors: dict[int, Exception] = {}
+    stop = threading.Event()
+
+    def work(worker: int) -> None:
+        for i in order:                    # next() of a shared iterator is atomic under the GIL
+            if stop.is_set():
+                return
+            try:
+                results[i] = fn(items[i], worker)
+            except Exception as err:  # noqa: BLE001 - re-raised below, the first in item order
+                errors[i] = err
+
+    threads = [threading.Thread(target=work, args=(w,), name=f"scwork-sharding-{w}", daemon=True)
+               for w in range(1, min(num_threads, len(items)))]
+    for t in threads:
+        t.start()
+    try:
+        work(0)
+    except BaseException:                  # e.g. KeyboardInterrupt: stop the others, then raise
+        stop.set()
+        raise
+    finally:                               # no thread outlives the call (it uses pooled buffers)
+        for t in threads:
+            t.join()
+    if errors:
+        raise errors[min(errors)]
+    return results
+
+
+def available_cores() -> int:
+    """CPU cores this process may run on (its affinity mask where the OS has one)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def resolve_num_threads(num_threads: int | None) -> int:
+    """``num_threads`` as a count: None means every available core (:func:`available_cores`).
+
+    jax-tpu-embedding's host preprocessing runs on a thread pool over all cores; the
+    engine does the same by default so that both are compared at their defaults.
+    """
+    if num_threads is None:
+        return available_cores()
+    if isinstance(num_threads, bool) or not isinstance(num_threads, int) or num_threads < 1:
+        raise ConfigError(f"num_threads must be None (every core) or a positive int, got {num_threads!r}")
+    return num_threads

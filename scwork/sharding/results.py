@@ -1,0 +1,175 @@
+"""What :func:`~scwork.sharding.preprocess` returns: the CSR buffers of every stack and the statistics beside them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from scwork.sharding.specs import round_up
+from scwork.sharding.stacking import StackingPlan
+
+__all__ = ["CsrBuffers", "PreprocessResult"]
+
+
+_ALIGN = 8  # TPU_VECTOR_REGISTER_ALIGMENT_SIZE
+
+
+# --------------------------------------------------------------------------------------
+# results
+# --------------------------------------------------------------------------------------
+@dataclass
+class CsrBuffers:
+    """The CSR input of one stacked table, for every device (jax-tpu-embedding's preprocess_sparse_dense_matmul_input).
+
+    Arrays are laid out exactly as jax-tpu-embedding's per-device buffers: one row per
+    device, SparseCore ``s`` of that device owning entries ``[s * R, (s + 1) * R)`` of
+    ``row_pointers`` (``R = max(P, 8)``) and ``[s * C, (s + 1) * C)`` of the other
+    three (``C = buffer_size_per_sc``). ``embedding_ids``, ``sample_ids`` and
+    ``gains`` of all stacks of one call are views of one buffer, which the engine
+    reuses once none of them (nor a view of them) is alive any more.
+    """
+
+    stack: str
+    """Stack name."""
+    row_pointers: np.ndarray
+    """int32 ``(G, S * R)``: end offset of each partition inside its SC's region."""
+    embedding_ids: np.ndarray
+    """int32 ``(G, S * C)``: local row ``id // P + row_offset_in_shard``; padding ``2**31 - 1``."""
+    sample_ids: np.ndarray
+    """int32 ``(G, S * C)``: local row of the sample in the SC's stacked input; padding ``2**31 - 1``."""
+    gains: np.ndarray
+    """float32 ``(G, S * C)``: combiner gains (duplicates added); padding NaN."""
+    num_partitions: int
+    """``P``."""
+    sparsecores_per_device: int
+    """``S``."""
+    buffer_size_per_sc: int
+    """``C``: entries per SparseCore (``round_up(max_ids, 8) * P`` when the stack has a
+    configured ``max_ids_per_partition``, else the largest required size)."""
+
+    @property
+    def row_pointers_per_sc(self) -> int:
+        """``R = max(P, 8)``."""
+        return max(self.num_partitions, _ALIGN)
+
+    @property
+    def num_devices(self) -> int:
+        return self.row_pointers.shape[0]
+
+    def for_sc(self, device: int, sc: int) -> dict[str, np.ndarray]:
+        """Views of the four buffers of source SparseCore ``sc`` of ``device``."""
+        R, C = self.row_pointers_per_sc, self.buffer_size_per_sc
+        return {
+            "row_pointers": self.row_pointers[device, sc * R:(sc + 1) * R],
+            "embedding_ids": self.embedding_ids[device, sc * C:(sc + 1) * C],
+            "sample_ids": self.sample_ids[device, sc * C:(sc + 1) * C],
+            "gains": self.gains[device, sc * C:(sc + 1) * C],
+        }
+
+    def partition(self, device: int, sc: int, partition: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(embedding_ids, sample_ids, gains)`` that ``(device, sc)`` sends to ``partition``."""
+        buf = self.for_sc(device, sc)
+        rp = buf["row_pointers"]
+        end = int(rp[partition])
+        start = 0 if partition == 0 else round_up(int(rp[partition - 1]), _ALIGN)
+        return buf["embedding_ids"][start:end], buf["sample_ids"][start:end], buf["gains"][start:end]
+
+    def __repr__(self) -> str:
+        G, S = self.num_devices, self.sparsecores_per_device
+        return (f"CsrBuffers({self.stack!r}: {G} devices x {S} SCs, P={self.num_partitions}, "
+                f"{self.buffer_size_per_sc} entries and {self.row_pointers_per_sc} row pointers per SC)")
+
+
+@dataclass
+class PreprocessResult:
+    """What :func:`preprocess` returns: statistics, CSR buffers, dropped ids."""
+
+    stats: Any
+    """:class:`xarray.Dataset` of per-partition statistics (see :func:`compute_stats`)."""
+    csr: dict[str, CsrBuffers]
+    """Per stack name, the CSR buffers of every device."""
+    plan: StackingPlan
+    """The stacking plan used."""
+    _drops: dict[str, tuple] = field(default_factory=dict, repr=False)
+
+    def _repr_html_(self) -> str:
+        from scwork._html import html_table
+
+        rows = []
+        for name, buffers in self.csr.items():
+            stack_stats = self.stats.sel(stack=name)
+            rows.append((name, int(stack_stats["max_ids_per_partition"].max()),
+                         int(stack_stats["max_unique_ids_per_partition"].max()),
+                         int(stack_stats["dropped_ids"]), buffers.buffer_size_per_sc))
+        caption = (f"PreprocessResult on {self.plan.topology}: {len(self.csr)} stack(s), "
+                   f"{int(self.stats['dropped_ids'].sum())} ids dropped")
+        return html_table(rows, header=("stack", "max ids / partition", "max unique ids / partition",
+                                        "dropped ids", "CSR entries per SC"), caption=caption)
+
+    @property
+    def dropped(self):
+        """Dropped (sample, id) pairs as a :class:`pandas.DataFrame`.
+
+        Columns ``stack, table, feature, device, sc, partition, sample, id, count``:
+        ``sample`` is the sample's index in the batch, ``id`` the feature's raw id,
+        ``count`` the raw ids of that pair (duplicates included). Empty without
+        dropping.
+
+        Examples
+        --------
+        >>> import scwork
+        >>> from scwork.sharding import FeatureBatch, FeatureSpec, SparsecoreConfig, TableSpec, preprocess
+        >>> batch = FeatureBatch.from_ragged({"f": ([0, 1, 1, 0, 2, 2, 2], [0, 3, 5, 7])})
+        >>> table = TableSpec("t", 4, 8, max_ids_per_partition=3, max_unique_ids_per_partition=2)
+        >>> res = preprocess(batch, [FeatureSpec("f", table)], scwork.Topology(1, 1),
+        ...                  config=SparsecoreConfig(allow_id_dropping=True))
+        >>> res.dropped[["device", "sc", "partition", "sample", "id", "count"]].values.tolist()
+        [[0, 0, 0, 1, 2, 1], [0, 0, 0, 2, 2, 2]]
+        >>> int(res.stats["dropped_ids"].sum())
+        3
+        """
+        import pandas as pd
+
+        cols = {c: [] for c in ("stack", "table", "feature", "device", "sc", "partition", "sample", "id",
+                                "count")}
+        frames = []
+        for name, parts in self._drops.items():
+            for table, feature_names, S, n, qbits, lbits, col_shift, P, recs in parts:
+                if recs.shape[0] == 0:
+                    continue
+                R, u, p, cnt = recs[:, 0], recs[:, 1], recs[:, 2], recs[:, 3]
+                sl = R >> lbits
+                local = R & ((1 << lbits) - 1)
+                k = local // n
+                i = local - k * n
+                x = (u & ((1 << qbits) - 1)) * P + (p - col_shift) % P
+                frames.append(pd.DataFrame({
+                    "stack": name,
+                    "table": table,
+                    "feature": np.asarray(feature_names, dtype=object)[k],
+                    "device": sl // S,
+                    "sc": sl % S,
+                    "partition": p,
+                    "sample": sl * n + i,
+                    "id": x,
+                    "count": cnt,
+                }))
+        if not frames:
+            return pd.DataFrame({c: pd.Series(dtype=object if c in ("stack", "table", "feature") else np.int64)
+                                 for c in cols})
+        out = pd.concat(frames, ignore_index=True)
+        return out.sort_values(["stack", "device", "sc", "partition", "sample", "id"], kind="stable",
+                               ignore_index=True)
+
+    def __repr__(self) -> str:
+        lines = [f"PreprocessResult({len(self.csr)} stacks, dropped ids: "
+                 f"{int(self.stats['dropped_ids'].sum())})"]
+        for name, buf in self.csr.items():
+            mx = int(self.stats["max_ids_per_partition"].sel(stack=name).max())
+            mu = int(self.stats["max_unique_ids_per_partition"].sel(stack=name).max())
+            lines.append(f"  {name}: max_ids_per_partition {mx}, max_unique_ids_per_partition {mu}, "
+                         f"buffer {buf.buffer_size_per_sc} per SC")
+        return "\n".join(lines)

@@ -1,0 +1,344 @@
+"""What the all-reduce stepper draws, prepared from the collectives engine's results: node positions for rings, meshes and tori (3-D tori as a grid of planes), and per step the arrows, buffer states and link loads of the executed schedule.
+
+No model logic: schedules, frames and costs come from :mod:`scwork.collectives`; this module
+only turns them into drawing coordinates and labels.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from scwork import collectives
+from scwork.collectives import Network, build
+from scwork.widgets import _bokeh
+
+__all__ = ["ALGORITHM_CHOICES", "TOPOLOGY_KINDS", "schedule_for"]
+
+
+#: Algorithms offered in the dropdowns: name -> label. Names are keys of the engine's
+#: :data:`~scwork.collectives.ALGORITHMS` or public builders of :mod:`scwork.collectives`
+#: (called with their defaults). Any other ``ALGORITHMS`` key is accepted as a trait value.
+ALGORITHM_CHOICES: dict[str, str] = {
+    "single_path": "single path (chain there and back)",
+    "pincer": "pincer (two chains, whole vector)",
+    "rotated_pincer": "rotated pincer (one pincer per pair)",
+    "improved_rotated_pincer": "improved rotated pincer (even N)",
+    "ring": "ring all-reduce, one way",
+    "ring_all_reduce": "ring all-reduce, two rings",
+    "multi_dim_all_reduce": "dimension by dimension (1 color)",
+    "multi_color_all_reduce": "multi-color (1 color per dim)",
+    "mesh_loop_all_reduce": "mesh loops (2 cores per chip)",
+    "reduce_scatter": "reduce-scatter only",
+    "all_gather": "all-gather only",
+}
+
+# Builders called by name from scwork.collectives (not keys of ALGORITHMS).
+_PUBLIC_BUILDERS = ("ring_all_reduce", "multi_dim_all_reduce", "multi_color_all_reduce",
+                    "mesh_loop_all_reduce", "ring_reduce_scatter", "ring_all_gather")
+
+#: Topology kinds: value -> label. The kind follows from the number of dimensions and
+#: which of them wrap; choosing a kind sets the wraparound flags (and a default shape
+#: when the number of dimensions changes).
+TOPOLOGY_KINDS: dict[str, str] = {
+    "ring": "ring", "line": "line",
+    "2d_torus": "2-D torus", "2d_mesh": "2-D mesh", "2d_grid": "2-D, some dims wrap",
+    "3d_torus": "3-D torus", "3d_mesh": "3-D mesh", "3d_grid": "3-D, some dims wrap",
+}
+_KIND_NDIM = {"ring": 1, "line": 1, "2d_torus": 2, "2d_mesh": 2, "2d_grid": 2,
+              "3d_torus": 3, "3d_mesh": 3, "3d_grid": 3}
+# Buffer states of frames.status, drawn left to right in each node's bar.
+_STATES = ((3, "complete", "#238b45"), (2, "partial", "#fd8d3c"),
+           (1, "own data", "#9ecae1"), (0, "empty", "#ffffff"))
+# Per color: (reduce-scatter, all-gather) arrow colors.
+_COLOR_PAIRS = (("#1f5fa0", "#6baed6"), ("#c0282d", "#fc9272"), ("#238b45", "#74c476"),
+                ("#6a3d9a", "#b294c7"), ("#8c564b", "#c49c94"), ("#d6379a", "#f7b6d2"))
+_PHASE_DASH = {"reduce_scatter": "solid", "all_gather": "dashed", "all_to_all": "dotted"}
+_PHASE_BAR_COLORS = {"reduce_scatter": "#4c78a8", "all_gather": "#f58518", "mixed": "#9467bd"}
+_DIM_COLORS = ("#4c78a8", "#54a24b", "#b279a2")
+_ON_CHIP_COLOR = "#9d755d"
+
+
+def _kind_of(shape: tuple, wraparound: tuple) -> str:
+    """Topology kind named by the number of dimensions and which of them wrap."""
+    if len(shape) == 1:
+        return "ring" if wraparound[0] else "line"
+    prefix = f"{len(shape)}d_"
+    if all(wraparound):
+        return prefix + "torus"
+    return prefix + ("mesh" if not any(wraparound) else "grid")
+
+
+def _kind_wraparound(kind: str) -> tuple[bool, ...]:
+    ndim = _KIND_NDIM[kind]
+    if kind in ("ring",) or kind.endswith("torus"):
+        return (True,) * ndim
+    if kind == "line" or kind.endswith("mesh"):
+        return (False,) * ndim
+    return (True,) * (ndim - 1) + (False,)  # "some dims wrap": all but the last
+
+
+def schedule_for(name: str, network: Network, nbytes: int):
+    """The engine's schedule of algorithm ``name`` on ``network`` for ``nbytes`` per node.
+
+    ``name`` is a key of :data:`~scwork.collectives.ALGORITHMS` or one of the public
+    builders (``ring_all_reduce``, ``multi_color_all_reduce``...).
+
+    Raises
+    ------
+    ScworkError
+        The engine's TopologyError / ConfigError (algorithm not valid on this network,
+        unknown name, bad size).
+    """
+    if name in _PUBLIC_BUILDERS:
+        return getattr(collectives, name)(network, nbytes=nbytes)
+    return build(name, network, nbytes=nbytes)
+
+
+@dataclass
+class _EngineRun:
+    """What the engine computed for one (network, algorithm, size)."""
+
+    schedule: Any
+    frames: Any
+    cost: Any
+    messages: dict
+    conflicts: int
+
+
+@dataclass
+class _Geometry:
+    """Where everything of one network is drawn (data units; chip spacing ~1)."""
+
+    node_x: np.ndarray
+    node_y: np.ndarray
+    radius: float
+    link_stub: np.ndarray  # drawn as stubs leaving/entering (wraparound, 3-D slices)
+    link_dir: np.ndarray  # (L, 2) unit drawing direction of each ICI link
+    stub_length: float
+    base_links: dict
+    groups: dict | None
+    notes: dict | None
+    labels: list
+    show_labels: bool
+
+
+def _geometry(network: Network, view3d: str) -> _Geometry:
+    """Drawing positions: engine layout for chips, cores spread out inside their chip."""
+    lay = network.layout()
+    k = network.cores_per_chip
+    xyz = np.stack([lay.x.values, lay.y.values, lay.z.values], axis=1)
+    chip_xyz = np.zeros((network.num_chips, 3))
+    np.add.at(chip_xyz, network.node_chip, xyz)
+    chip_xyz /= k
+    ndim = network.ndim
+    axis = np.array([[1.0, 0.0], [0.0, 1.0], [0.55, 0.4]])
+    notes = None
+    stub_dims: tuple[int, ...] = ()
+    if ndim == 3 and view3d == "slices":
+        # z-slices in a block grid, read left to right then top to bottom; z links
+        # are stubs pointing up-right (+z) or down-left (-z), like the projection.
+        sx, sy, sz = network.shape
+        cols = int(np.ceil(np.sqrt(sz)))
+        gap = 1.6
+        z = chip_xyz[:, 2].astype(int)
+        ox, oy = (z % cols) * (sx - 1 + gap), -(z // cols) * (sy - 1 + gap)
+        chip_xy = np.stack([chip_xyz[:, 0] + ox, chip_xyz[:, 1] + oy], axis=1)
+        stub_dims = (2,)
+        zs = np.arange(sz)
+        notes = {"x": (zs % cols) * (sx - 1 + gap) - 0.5,
+                 "y": -(zs // cols) * (sy - 1 + gap) + sy - 1 + 0.5,
+                 "text": [f"z = {i}" for i in zs]}
+    elif ndim == 3:
+        # Pseudo-3-D (oblique) projection: the chips of one (x, y) column along z form a
+        # short diagonal; x and y are spread so that the diagonals never touch.
+        spread = (network.shape[2] - 1) * axis[2, 0] + 1.0
+        chip_xy = np.stack([chip_xyz[:, 0] * spread + chip_xyz[:, 2] * axis[2, 0],
+                            chip_xyz[:, 1] * spread + chip_xyz[:, 2] * axis[2, 1]], axis=1)
+    else:
+        chip_xy = chip_xyz[:, :2].copy()
+    # Cores side by side inside the chip box, wider apart than the engine's layout so
+    # on-chip arrows stay visible; chips move apart to make room for the wider boxes.
+    core_spacing = min(0.4, 0.6 / max(k - 1, 1))
+    if k > 1:
+        chip_xy = chip_xy * (1 + (k - 1) * core_spacing)
+    radius = 0.2 if k == 1 else min(0.2, 0.28 * core_spacing)
+    core_dx = (network.node_core - (k - 1) / 2) * core_spacing if k > 1 else np.zeros(network.num_nodes)
+    node_x = chip_xy[network.node_chip, 0] + core_dx
+    node_y = chip_xy[network.node_chip, 1]
+
+    ici = network.link_kind == "ici"
+    dims = np.where(ici, network.link_dim, 0)
+    link_dir = axis[dims] * np.where(ici, network.link_sign, 0)[:, None]
+    link_dir /= np.maximum(np.hypot(link_dir[:, 0], link_dir[:, 1]), 1e-12)[:, None]
+    # On a ring drawn as a circle the wraparound link joins neighbours: no stub.
+    circle = ndim == 1 and network.wraparound[0] and network.num_chips >= 3
+    link_stub = ici & ((network.link_wrap & (not circle)) | np.isin(network.link_dim, stub_dims))
+    stub_length = 0.5
+
+    sc, dc = network.link_src_chip, network.link_dst_chip
+    src_node = sc * k + np.maximum(network.link_src_core, 0)
+    dst_node = dc * k + np.maximum(network.link_dst_core, 0)
+    p0 = np.where(ici[:, None], chip_xy[sc], np.stack([node_x[src_node], node_y[src_node]], 1))
+    p1 = np.where(ici[:, None], chip_xy[dc], np.stack([node_x[dst_node], node_y[dst_node]], 1))
+    direct = ~link_stub
+    # Wraparound stubs are drawn as dashed base links; the z links of the slices view
+    # are not (one stub per node and direction would bury the slices).
+    stub = link_stub & ~np.isin(network.link_dim, stub_dims)
+    out_end = p0 + link_dir * stub_length
+    in_start = p1 - link_dir * stub_length
+    base = {
+        "x0": np.concatenate([p0[direct, 0], p0[stub, 0], in_start[stub, 0]]),
+        "y0": np.concatenate([p0[direct, 1], p0[stub, 1], in_start[stub, 1]]),
+        "x1": np.concatenate([p1[direct, 0], out_end[stub, 0], p1[stub, 0]]),
+        "y1": np.concatenate([p1[direct, 1], out_end[stub, 1], p1[stub, 1]]),
+    }
+    n_stub = int(stub.sum())
+    base["dash"] = ["solid"] * int(direct.sum()) + ["dashed"] * (2 * n_stub)
+    groups = None
+    if k > 1:
+        groups = {"x": chip_xy[:, 0], "y": chip_xy[:, 1],
+                  "width": np.full(network.num_chips, (k - 1) * core_spacing + 2 * radius + 0.12),
+                  "height": np.full(network.num_chips, 2 * radius + 0.34)}
+    labels = network.labels
+    show = network.num_nodes <= 64 and max(len(s) for s in labels) <= 3
+    return _Geometry(node_x, node_y, radius, link_stub, link_dir, stub_length, base, groups,
+                     notes, labels, show)
+
+
+@dataclass
+class _StepData:
+    """One algorithm's drawing data for every step, precomputed (stepping only slices)."""
+
+    num_steps: int
+    node_fill: np.ndarray  # (frames, nodes) colors
+    fractions: np.ndarray  # (frames, nodes, 4) complete, partial, own, empty
+    bar_x: np.ndarray  # (frames, nodes * 4)
+    bar_width: np.ndarray  # (frames, nodes * 4)
+    bar_static: dict
+    arrows: dict  # columns over all steps, sorted by step
+    arrow_offsets: np.ndarray  # (steps + 1,)
+    utilisation: np.ndarray  # (steps, links)
+    link_bytes: np.ndarray  # (steps, links)
+    step_time: np.ndarray
+    cumulative: np.ndarray
+    step_phase: list
+    status_lines: list  # (steps + 1) HTML lines
+    utilisation_titles: list  # (steps + 1)
+
+
+def _step_data(run: _EngineRun, network: Network, geom: _Geometry, side_label: str) -> _StepData:
+    """Arrange the engine's frames into per-step columns for the drawings."""
+    fr, sched = run.frames, run.schedule
+    S, N = sched.num_steps, network.num_nodes
+    status = fr.status.values  # (frames, nodes, shards)
+    fractions = np.stack([(status == code).mean(axis=2) for code, _, _ in _STATES], axis=2)
+    node_fill = _bokeh.ramp_colors(fractions[:, :, 0])
+    # A stacked bar under every node: complete | partial | own data | empty.
+    total_w = 2.3 * geom.radius
+    widths = fractions * total_w  # (F, N, 4)
+    lefts = geom.node_x[None, :, None] - total_w / 2 + np.cumsum(widths, axis=2) - widths
+    bar_static = {
+        "y": np.repeat(geom.node_y - geom.radius - 0.1, 4),
+        "height": np.full(4 * N, 0.11),
+        "color": np.tile([c for _, _, c in _STATES], N).astype(object),
+    }
+
+    # One arrow per message (transfers of one step between the same two nodes).
+    msg = run.messages
+    n_msg = len(msg["step"])
+    first = np.full(n_msg, np.iinfo(np.int64).max, dtype=np.int64)
+    np.minimum.at(first, msg["index"], np.arange(len(msg["index"])))
+    chunks = np.bincount(msg["index"], weights=fr.shard_stop.values - fr.shard_start.values,
+                         minlength=n_msg)
+    color = fr.color.values[first].astype(np.int64) if n_msg else np.zeros(0, np.int64)
+    phase = fr.phase.values[first] if n_msg else np.zeros(0, dtype=str)
+    op = fr.op.values[first] if n_msg else np.zeros(0, dtype=str)
+    src, dst, link = msg["source"], msg["destination"], msg["link"]
+    stub = geom.link_stub[link]
+    on_chip = network.link_kind[link] == "on_chip"
+    offset = np.where(on_chip, 0.035, 0.07)
+    trim = geom.radius + 0.03
+    sx, sy, dx, dy = geom.node_x[src], geom.node_y[src], geom.node_x[dst], geom.node_y[dst]
+    d = geom.link_dir[link] * geom.stub_length
+    # Direct arrows node to node; wraparound (and 3-D slice) links as two stubs: one
+    # leaving the source outwards, one entering the destination from outside.
+    pieces = [
+        (np.flatnonzero(~stub), sx, sy, dx, dy, trim, trim),
+        (np.flatnonzero(stub), sx, sy, sx + d[:, 0], sy + d[:, 1], trim, 0.0),
+        (np.flatnonzero(stub), dx - d[:, 0], dy - d[:, 1], dx, dy, 0.0, trim),
+    ]
+    cols: dict[str, list] = {k: [] for k in ("x0", "y0", "x1", "y1", "m")}
+    for idx, ax, ay, bx, by, t0, t1 in pieces:
+        x0, y0, x1, y1 = _bokeh.arrow_segments(ax[idx], ay[idx], bx[idx], by[idx], offset=offset[idx],
+                                               trim_start=t0, trim_end=t1)
+        for name, values in zip(("x0", "y0", "x1", "y1", "m"), (x0, y0, x1, y1, idx)):
+            cols[name].append(values)
+    m = np.concatenate(cols["m"]).astype(np.int64)
+    order = np.argsort(msg["step"][m], kind="stable")
+    m = m[order]
+    labels = np.asarray(geom.labels, dtype=object)
+    pair = np.array([_COLOR_PAIRS[c % len(_COLOR_PAIRS)] for c in range(int(color.max()) + 1)]
+                    if n_msg else np.zeros((0, 2)), dtype=object)
+    is_gather = np.asarray(phase) != "reduce_scatter"
+    max_bytes = float(msg["bytes"].max()) if n_msg and msg["bytes"].max() > 0 else 1.0
+    arrows = {
+        "x0": np.concatenate(cols["x0"])[order], "y0": np.concatenate(cols["y0"])[order],
+        "x1": np.concatenate(cols["x1"])[order], "y1": np.concatenate(cols["y1"])[order],
+        "color": pair[color[m], is_gather[m].astype(int)] if n_msg else np.zeros(0, dtype=object),
+        "dash": np.array([_PHASE_DASH.get(p, "solid") for p in phase], dtype=object)[m],
+        "width": 1.6 + 2.4 * msg["bytes"][m] / max_bytes,
+        "source": src[m], "destination": dst[m], "step": msg["step"][m] + 1,
+        "transfer": labels[src[m]] + " -> " + labels[dst[m]],
+        "bytes": msg["bytes"][m], "chunks": chunks[m].astype(np.int64),
+        "color_index": color[m],
+        "phase": np.char.add(np.char.add(np.asarray(phase, dtype=str)[m], " / "),
+                             np.asarray(op, dtype=str)[m]).astype(object),
+    }
+    offsets = np.searchsorted(arrows["step"], np.arange(1, S + 2))
+
+    step_time = fr.step_time.values
+    cumulative = fr.cumulative_time.values
+    # Messages come sorted by step: one slice per step.
+    msg_offsets = np.searchsorted(msg["step"], np.arange(S + 1))
+    phase = np.asarray(phase, dtype=str)
+    step_phase = []
+    for s in range(S):
+        phases = np.unique(phase[msg_offsets[s]:msg_offsets[s + 1]])
+        step_phase.append(str(phases[0]) if len(phases) == 1 else "mixed")
+    util = fr.utilisation.values
+    link_bytes = fr.link_bytes.values
+    unit, scale = _time_unit(float(cumulative[-1]) if S else 0.0)
+    status_lines = [f"<b>{side_label}</b> start: every node holds its own vector"]
+    util_titles = ["link utilisation: before step 1 (no transfers yet)"]
+    for s in range(S):
+        busy = util[s] > 0
+        n_arrows = int(msg_offsets[s + 1] - msg_offsets[s])
+        status_lines.append(
+            f"<b>{side_label}</b> step {s + 1} of {S}: {n_arrows} messages ({step_phase[s].replace('_', '-')}), "
+            f"busiest link {link_bytes[s].max():,.0f} B, step time {step_time[s] * scale:.3g} {unit}, "
+            f"cumulative {cumulative[s] * scale:.4g} {unit}")
+        util_titles.append(
+            f"link utilisation in step {s + 1}: {int(busy.sum())} of {len(busy)} links busy"
+            + (f", {100 * util[s][busy].mean():.0f}% of the step on average" if busy.any() else ""))
+    return _StepData(S, node_fill, fractions, (lefts + widths / 2).reshape(S + 1, -1),
+                     widths.reshape(S + 1, -1), bar_static, arrows, offsets, util, link_bytes,
+                     step_time, cumulative, step_phase, status_lines, util_titles)
+
+
+def _time_unit(seconds: float) -> tuple[str, float]:
+    """A readable unit for a time span: (name, factor from seconds)."""
+    if seconds < 1e-3:
+        return "µs", 1e6
+    if seconds < 1.0:
+        return "ms", 1e3
+    return "s", 1.0
+
+
+def _format_bytes(n: int) -> str:
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= size and n % size == 0:
+            return f"{n // size} {unit}"
+    return f"{n:,} B"
