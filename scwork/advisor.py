@@ -23,8 +23,13 @@ id                                      fires when                              
 ``host_preprocessing_slow``             more host threads would shorten the step     step model
 ``pipelining_off``                      the step model runs sequentially and         step model
                                         pipelining would gain
-``limits_too_low``                      more than one mini-batch, or dropped ids     stats / mini-batch plan /
-                                                                                     step model
+``limits_too_low``                      dropped ids, or more than one mini-batch     stats / mini-batch plan /
+                                        with a configured limit below the observed   step model
+                                        maximum
+``minibatching_overhead``               more than one mini-batch that no configured  mini-batch plan or step
+                                        limit below the observed maximum explains    model
+                                        (e.g. ``num_minibatches`` set by hand) and
+                                        one mini-batch would gain
 ``limits_too_high``                     configured limits > ``limits_high_ratio`` x  stats (+ plan or memory)
                                         observed
 ``partition_skew``                      slowest SparseCore > ``skew_ratio`` x the    step model (or stats)
@@ -91,6 +96,7 @@ CHECKS: tuple[str, ...] = (
     "host_preprocessing_slow",
     "pipelining_off",
     "limits_too_low",
+    "minibatching_overhead",
     "limits_too_high",
     "partition_skew",
     "too_few_stacked_tables",
@@ -215,7 +221,7 @@ def _fmt_s(s: float) -> str:
         return f"{s:.3g} s"
     if a >= 1e-3:
         return f"{s * 1e3:.3g} ms"
-    return f"{s * 1e6:.3g} us"
+    return f"{s * 1e6:.3g} \u00b5s"
 
 
 def _fmt_bytes(b: float) -> str:
@@ -397,6 +403,10 @@ class _Ctx:
 
     def add(self, **kw):
         kw.setdefault("step_time_s", self.step)
+        # A what-if that does not shorten the step is no gain: never offer a loss as one.
+        for name in ("gain_s", "gain_bytes"):
+            if kw.get(name) is not None and not kw[name] > 0:
+                kw[name] = None
         kw["evidence"] = dict(kw.get("evidence", {}))
         kw["flags"] = tuple(kw.get("flags", ()))
         self.findings.append(Finding(**kw))
@@ -462,11 +472,35 @@ def _check_pipelining(c: _Ctx):
           gain_basis="step model: sequential minus pipelined steady-state step time")
 
 
+def _limits_below_observed(conf, obs) -> list[str]:
+    """Names of the configured limits below the observed maximum (none when either is unknown)."""
+    if obs is None:
+        return []
+    names = ("max_ids_per_partition", "max_unique_ids_per_partition")
+    return [name for name, cfg, seen in zip(names, conf, obs) if cfg is not None and seen > cfg]
+
+
+def _one_minibatch_gain(m, stack: str) -> float:
+    """Seconds per step saved by running ``stack`` in one mini-batch (limits at the observed maximum)."""
+    cur = dict(zip(m.stacks, (int(x) for x in m.detail["num_minibatches"])))
+    base_stats = m._inputs["stats"]
+    if hasattr(base_stats, "num_minibatches") or "minibatch" in getattr(base_stats, "dims", {}):
+        raw = base_stats.stats if hasattr(base_stats, "num_minibatches") else base_stats
+        cur.pop(stack)
+        what = m.replace(stats=_collapse(raw, limits=False), num_minibatches={**cur, stack: 1},
+                         plan=m._inputs.get("plan") or getattr(base_stats, "plan", None), topology=m.topology)
+    else:
+        cur[stack] = 1
+        what = m.replace(num_minibatches=cur)
+    return m.step_time - what.step_time
+
+
 def _check_limits_low(c: _Ctx):
     stats = c.stats
     if stats is None and c.minibatch is not None:
         stats = c.minibatch.stats
     if stats is None and c.model is None:
+        c.skip("minibatching_overhead", "needs a mini-batch plan or a step model")
         return c.skip("limits_too_low", "needs stats, a mini-batch plan or a step model")
     m = c.model
     nmb: dict[str, int] = {}
@@ -475,6 +509,8 @@ def _check_limits_low(c: _Ctx):
                                               c.minibatch.num_minibatches.values)}
     elif m is not None:
         nmb = {s: int(n) for s, n in zip(m.stacks, m.detail["num_minibatches"])}
+    else:
+        c.skip("minibatching_overhead", "needs a mini-batch plan or a step model")
     observed = _observed_limits(stats) if stats is not None else {}
     configured = _configured_limits(stats, c.plan, c.config)
     dropped = {}
@@ -485,27 +521,33 @@ def _check_limits_low(c: _Ctx):
     for stack in sorted(set(multi) | set(dropped)):
         obs = observed.get(stack)
         conf = configured.get(stack, (None, None))
+        below = _limits_below_observed(conf, obs)
         gain, basis = None, "no step model: time not estimated"
         if stack in multi and m is not None:
-            cur = dict(zip(m.stacks, (int(x) for x in m.detail["num_minibatches"])))
-            base_stats = m._inputs["stats"]
-            if hasattr(base_stats, "num_minibatches") or "minibatch" in getattr(base_stats, "dims", {}):
-                raw = base_stats.stats if hasattr(base_stats, "num_minibatches") else base_stats
-                cur.pop(stack)
-                what = m.replace(stats=_collapse(raw, limits=False), num_minibatches={**cur, stack: 1},
-                                 plan=m._inputs.get("plan") or getattr(base_stats, "plan", None),
-                                 topology=m.topology)
-            else:
-                cur[stack] = 1
-                what = m.replace(num_minibatches=cur)
-            gain = m.step_time - what.step_time
+            gain = _one_minibatch_gain(m, stack)
             basis = f"step model re-run with stack {stack!r} in one mini-batch (limits at the observed maximum)"
-        suggest = (None if obs is None else (_round8(obs[0]), _round8(obs[1])))
         evidence = {"num_minibatches": nmb.get(stack, 1), "dropped_ids": dropped.get(stack, 0),
                     "configured_max_ids_per_partition": conf[0], "configured_max_unique_ids_per_partition": conf[1]}
         if obs is not None:
             evidence.update({"observed_max_ids_per_partition": obs[0],
                              "observed_max_unique_ids_per_partition": obs[1]})
+        if stack not in dropped and not below:
+            # Mini-batches no configured limit explains (set by hand, e.g. num_minibatches=4): they
+            # cost SparseCore op overheads, but say nothing about the limits.
+            if gain is not None and not c.worth(gain):
+                continue
+            why = ("no limits are configured for it" if conf == (None, None) else
+                   f"its configured limits ({conf[0]}, {conf[1]}) are not below the observed maximum"
+                   + (f" ({obs[0]}, {obs[1]})" if obs is not None else ""))
+            c.add(id="minibatching_overhead",
+                  title=f"Stack {stack!r} runs in {nmb[stack]} mini-batches that its limits do not require",
+                  severity="info", evidence=evidence, stack=stack, flags=("num_minibatches",), gain_s=gain,
+                  fix=(f"run stack {stack!r} in one mini-batch (num_minibatches=1): {why}; every extra "
+                       "mini-batch adds a SparseCore op (sc_op_overhead_s) per direction"),
+                  gain_basis=basis)
+            continue
+        evidence["limits_below_observed"] = below
+        suggest = (None if obs is None else (_round8(obs[0]), _round8(obs[1])))
         if stack in dropped and stats is not None and "input_ids" in stats:
             total = int(_collapse(stats)["input_ids"].sel(stack=stack).sum())
             evidence["dropped_share"] = dropped[stack] / total if total else 0.0
@@ -696,6 +738,10 @@ def _check_precision(c: _Ctx):
         gain = m.step_time - what.step_time
         basis.append("step model re-run with bf16 tables (rows of 16 elements per 32-byte granule, 16-lane SIMD "
                      "where the chip has it)")
+        if not gain > 0:
+            # bf16 does not shorten this step (another resource bounds it): no time gain to offer.
+            basis[-1] += f": no time gain (step time {_fmt_s(m.step_time)} -> {_fmt_s(what.step_time)})"
+            gain = None
     saved_bf16 = saved_s8 = None
     if plan is not None:
         from scwork.quant import hbm_savings
@@ -717,7 +763,7 @@ def _check_precision(c: _Ctx):
                "quantization_config_low/high from scwork.quant.calibrate); check the error with "
                "scwork.quant.sweep / pooled_error_stats first"),
           flags=("dtype", "quantization_config_num_buckets", "quantization_config_low", "quantization_config_high"),
-          gain_s=gain if gain is not None and gain > 0 else None, gain_bytes=saved_bf16,
+          gain_s=gain, gain_bytes=saved_bf16,
           gain_basis="; ".join(basis))
 
 

@@ -133,7 +133,7 @@ _SPARSECORE_KEYS = ("disable_table_stacking", "max_ids_per_chip_per_sample", "ma
                     "max_unique_ids_per_table", "allow_id_dropping", "initialize_tables_on_host",
                     "enable_fast_table_initialization")
 _TABLE_KEYS = ("name", "vocab_size", "embedding_dim", "combiner", "optimizer", "max_ids_per_partition",
-               "max_unique_ids_per_partition")
+               "max_unique_ids_per_partition", "suggested_coo_buffer_size_per_device")
 _FEATURE_KEYS = ("table", "column", "ids_per_sample")
 _SIZE_KNOBS = ("dense_weights_bytes", "constants_bytes", "tensorcore_activation_bytes", "prefetch_bytes_per_step",
                "hbm_bytes", "tile_spmem_bytes")
@@ -724,6 +724,11 @@ class _Reader:
                     kwargs[limit] = self.integer(entry[limit], f"{key}.{limit}", minimum=1,
                                                  fix=f"give a positive limit in ids, e.g. {limit} = 256, "
                                                      "or leave it out (no configured limit)")
+            if "suggested_coo_buffer_size_per_device" in entry:
+                kwargs["suggested_coo_buffer_size_per_device"] = self.integer(
+                    entry["suggested_coo_buffer_size_per_device"], f"{key}.suggested_coo_buffer_size_per_device",
+                    minimum=1, fix="give the static CSR buffer of one device in entries, e.g. "
+                                   "suggested_coo_buffer_size_per_device = 4096, or leave it out (sized from the limits)")
             try:
                 out.append(TableSpec(**kwargs))
             except ScworkError as err:  # checked above already; kept so nothing escapes unnamed

@@ -30,6 +30,8 @@ __all__ = [
     "MemoryFitError",
     "TraceError",
     "ShardError",
+    "ScworkWarning",
+    "StaticBufferWarning",
 ]
 
 
@@ -237,3 +239,13 @@ class ShardError(InputError):
         self.path = path
         self.column = column
         super().__init__(message)
+
+
+class ScworkWarning(UserWarning):
+    """Base class of every warning scwork emits on purpose."""
+
+
+class StaticBufferWarning(ScworkWarning):
+    """Ids did not fit a static CSR buffer (``suggested_coo_buffer_size_per_device``) and
+    were dropped, as jax-tpu-embedding drops them; ``dropped_ids`` and
+    ``static_buffer_dropped_ids`` of the statistics count them."""

@@ -102,6 +102,112 @@ def test_limits_that_fit_are_not_too_low():
     assert not advise(stats=stats).get("limits_too_low")
 
 
+_LIMIT_NAMES = ("max_ids_per_partition", "max_unique_ids_per_partition")
+
+
+def finding_problems(f: Finding, thresholds: AdvisorThresholds | None = None) -> list[str]:
+    """Where a finding's message does not follow from its evidence ([] when it does)."""
+    thresholds = thresholds or AdvisorThresholds()
+    ev, problems = f.evidence, []
+    if f.gain_s is not None and not f.gain_s > 0:
+        problems.append(f"gain_s {f.gain_s} offered as a gain")
+    if f.gain_bytes is not None and not f.gain_bytes > 0:
+        problems.append(f"gain_bytes {f.gain_bytes} offered as a gain")
+    for key, value in ev.items():
+        if "gain" in key and value is not None and not value > 0:
+            problems.append(f"evidence {key} = {value} is no gain")
+    below = [n for n in _LIMIT_NAMES if ev.get(f"configured_{n}") is not None
+             and ev.get(f"observed_{n}") is not None and ev[f"observed_{n}"] > ev[f"configured_{n}"]]
+    if "too low" in f.title and f.id != "limits_too_low":
+        problems.append("'too low' said by another check")
+    if f.id == "limits_too_low":
+        if not (ev["dropped_ids"] > 0 or below):
+            problems.append("limits called too low without dropped ids or a configured limit below the observed")
+        if sorted(ev.get("limits_below_observed", [])) != sorted(below):
+            problems.append(f"limits_below_observed {ev.get('limits_below_observed')} != {below}")
+        said = "(ids dropped)" if ev["dropped_ids"] > 0 else f"({ev['num_minibatches']} mini-batches)"
+        if said not in f.title:
+            problems.append(f"title {f.title!r} does not say {said!r}")
+    if f.id == "minibatching_overhead":
+        if below or ev["dropped_ids"]:
+            problems.append("mini-batches that the limits explain reported as overhead")
+        if ev["num_minibatches"] <= 1 or f"{ev['num_minibatches']} mini-batches" not in f.title:
+            problems.append(f"title {f.title!r} vs num_minibatches {ev['num_minibatches']}")
+        if ev["configured_max_ids_per_partition"] is None and ev["configured_max_unique_ids_per_partition"] is None \
+                and "no limits are configured" not in f.fix:
+            problems.append("fix does not say that no limits are configured")
+    if f.id == "limits_too_high" and not any(
+            ev[f"configured_{n}"] is not None and ev[f"configured_{n}"] > thresholds.limits_high_ratio
+            * max(ev[f"observed_{n}"], 1) for n in _LIMIT_NAMES):
+        problems.append("limits called too high without a configured limit above the threshold")
+    if f.id == "pipelining_off" and not ev["sequential_step_s"] > ev["pipelined_step_s"]:
+        problems.append("pipelining offered without a faster pipelined step")
+    if f.id == "host_preprocessing_slow" and not ev["host_time_s"] > ev["busiest_device_resource_s"]:
+        problems.append("host called slow but not slower than the device")
+    return problems
+
+
+def forced_minibatches(limit=None, **kw):
+    """A sequential step model with 4 mini-batches per stack set by hand (as PipelineTimeline's control does)."""
+    topo = V5P1
+    stats = expected_stats({"t": 20.0}, topo, batch_size=16384)
+    if limit is None:
+        return step_model(stats, widths={"t": 64}, topology=topo, params=FAST_HOST, num_minibatches=4,
+                          pipelining=False, **kw)
+    table = TableSpec("t", 100_000, 64, max_ids_per_partition=limit, max_unique_ids_per_partition=limit)
+    plan = plan_stacking([FeatureSpec("f", table)], topo, stacking=None)
+    return step_model(stats, plan, params=FAST_HOST, num_minibatches=4, pipelining=False, **kw)
+
+
+def test_minibatches_set_by_hand_are_not_low_limits():
+    m = forced_minibatches()
+    advice = advise(model=m)
+    assert not advice.get("limits_too_low")
+    assert not any("too low" in f.title for f in advice)
+    f = advice.get("minibatching_overhead")[0]
+    assert f.evidence["configured_max_ids_per_partition"] is None
+    assert f.evidence["num_minibatches"] == 4 and "4 mini-batches" in f.title
+    assert "num_minibatches=1" in f.fix and f.flags == ("num_minibatches",)
+    assert f.gain_s == pytest.approx(m.step_time - m.replace(num_minibatches=1).step_time)
+    assert f.gain_s > 0
+    for finding in advice:
+        assert finding_problems(finding) == [], finding
+    # Configured limits that hold the batch: still not a limits finding; the fix says why.
+    roomy = advise(model=forced_minibatches(limit=100_000))
+    assert not roomy.get("limits_too_low")
+    assert "not below the observed maximum" in roomy.get("minibatching_overhead")[0].fix
+    # Configured limits below the observed maximum are evidence: then the limits are too low.
+    tight = advise(model=forced_minibatches(limit=64))
+    low = tight.get("limits_too_low")[0]
+    assert low.evidence["configured_max_ids_per_partition"] == 64
+    assert low.evidence["observed_max_ids_per_partition"] > 64
+    assert low.evidence["limits_below_observed"] == list(_LIMIT_NAMES)
+    assert not tight.get("minibatching_overhead")
+    for finding in (*roomy, *tight):
+        assert finding_problems(finding) == [], finding
+
+
+def test_every_finding_follows_from_its_evidence():
+    from scwork.sharding.minibatch import minibatch
+
+    table = TableSpec("t", 256, 128, max_ids_per_partition=24, max_unique_ids_per_partition=24)
+    plan = minibatch(ragged_batch(), [FeatureSpec("f", table)], V5P1, stacking=None, backend="numpy")
+    dropping = compute_stats(ragged_batch(), [FeatureSpec("f", TableSpec("t", 256, 16, max_ids_per_partition=8,
+                                                                          max_unique_ids_per_partition=8))],
+                             V5P1, stacking=None, backend="numpy", config=SparsecoreConfig(allow_id_dropping=True))
+    cases = [advise(model=step_model(plan, params=FAST_HOST.replace(sc_op_overhead_s=2e-5)), minibatch=plan),
+             advise(stats=dropping), advise(model=model(params=StepModelParams(), tc_forward_s=1e-4)),
+             advise(model=balanced_model(pipelining=False)), advise(model=model(hot=0.6, tc_forward_s=1e-5)),
+             advise(model=forced_minibatches()), advise(model=forced_minibatches(limit=64))]
+    seen = set()
+    for advice in cases:
+        for f in advice:
+            assert finding_problems(f) == [], f
+            seen.add(f.id)
+    assert {"limits_too_low", "minibatching_overhead", "host_preprocessing_slow", "pipelining_off",
+            "partition_skew"} <= seen
+
+
 def test_limits_too_high_with_bytes_from_the_memory_model():
     table = TableSpec("t", 4096, 64, max_ids_per_partition=2048, max_unique_ids_per_partition=2048)
     feats = [FeatureSpec("f", table)]
@@ -195,6 +301,33 @@ def test_fp32_tables_that_would_gain_from_bf16():
     assert f.gain_bytes == 25024 * 128
     assert f.gain_s is None or f.gain_s > 0
     assert "quantization_config_num_buckets" in f.flags
+
+
+def test_a_bf16_what_if_that_does_not_shorten_the_step_is_no_gain():
+    plan = plan_stacking([FeatureSpec("f", TableSpec("t", 100_000, 64))], V5P4, stacking=None)
+    stats = expected_stats({"t": 20.0}, V5P4, batch_size=16384)
+    # TensorCore-bound: bf16 tables leave the step as it is; the HBM saving still stands.
+    m = step_model(stats, plan, params=FAST_HOST, tc_forward_s=1e-3)
+    assert m.step_time - m.replace(dtype="bf16").step_time <= 0
+    f = advise(model=m).get("fp32_where_lower_precision_would_do")[0]
+    assert f.evidence["step_gain_bf16_s"] is None and f.gain_s is None
+    assert "no time gain" in f.gain_basis and "per step" not in f.expected_gain
+    assert f.gain_bytes > 0 and finding_problems(f) == []
+    # A what-if that is slower (a loss) is not offered as a gain either.
+    slower = m.replace(tc_forward_s=2e-3)
+    object.__setattr__(m, "replace", lambda **changes: slower)
+    f = advise(model=m).get("fp32_where_lower_precision_would_do")[0]
+    assert f.evidence["step_gain_bf16_s"] is None and f.gain_s is None
+    assert finding_problems(f) == []
+
+
+def test_gains_that_are_losses_are_dropped():
+    from scwork.advisor import _Ctx
+
+    ctx = _Ctx(None, None, None, None, None, None, AdvisorThresholds(), None, None)
+    ctx.add(id="partition_skew", title="t", severity="info", fix="f", gain_s=-1e-6, gain_bytes=0)
+    assert ctx.findings[0].gain_s is None and ctx.findings[0].gain_bytes is None
+    assert ctx.findings[0].expected_gain == "not estimated"
 
 
 def test_bf16_or_narrow_tables_are_not_flagged():

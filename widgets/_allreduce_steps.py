@@ -197,6 +197,9 @@ def _geometry(network: Network, view3d: str) -> _Geometry:
     }
     n_stub = int(stub.sum())
     base["dash"] = ["solid"] * int(direct.sum()) + ["dashed"] * (2 * n_stub)
+    # Dimension of every drawn link (-1 = on chip): the "show" filter hides the others.
+    drawn_dim = np.where(ici, network.link_dim, -1).astype(np.int64)
+    base["dim"] = np.concatenate([drawn_dim[direct], drawn_dim[stub], drawn_dim[stub]])
     groups = None
     if k > 1:
         groups = {"x": chip_xy[:, 0], "y": chip_xy[:, 1],
@@ -227,6 +230,7 @@ class _StepData:
     step_phase: list
     status_lines: list  # (steps + 1) HTML lines
     utilisation_titles: list  # (steps + 1)
+    color_phases: dict  # color index -> phases of its transfers (what the legend lists)
 
 
 def _step_data(run: _EngineRun, network: Network, geom: _Geometry, side_label: str) -> _StepData:
@@ -294,6 +298,8 @@ def _step_data(run: _EngineRun, network: Network, geom: _Geometry, side_label: s
         "transfer": labels[src[m]] + " -> " + labels[dst[m]],
         "bytes": msg["bytes"][m], "chunks": chunks[m].astype(np.int64),
         "color_index": color[m],
+        # Dimension of the link carried on (-1 = on chip), for the "show" filter.
+        "dim": np.where(on_chip, -1, network.link_dim[link]).astype(np.int64)[m],
         "phase": np.char.add(np.char.add(np.asarray(phase, dtype=str)[m], " / "),
                              np.asarray(op, dtype=str)[m]).astype(object),
     }
@@ -312,20 +318,121 @@ def _step_data(run: _EngineRun, network: Network, geom: _Geometry, side_label: s
     link_bytes = fr.link_bytes.values
     unit, scale = _time_unit(float(cumulative[-1]) if S else 0.0)
     status_lines = [f"<b>{side_label}</b> start: every node holds its own vector"]
-    util_titles = ["link utilisation: before step 1 (no transfers yet)"]
+    util_titles = ["before step 1: no transfers yet"]
     for s in range(S):
-        busy = util[s] > 0
         n_arrows = int(msg_offsets[s + 1] - msg_offsets[s])
         status_lines.append(
             f"<b>{side_label}</b> step {s + 1} of {S}: {n_arrows} messages ({step_phase[s].replace('_', '-')}), "
             f"busiest link {link_bytes[s].max():,.0f} B, step time {step_time[s] * scale:.3g} {unit}, "
             f"cumulative {cumulative[s] * scale:.4g} {unit}")
-        util_titles.append(
-            f"link utilisation in step {s + 1}: {int(busy.sum())} of {len(busy)} links busy"
-            + (f", {100 * util[s][busy].mean():.0f}% of the step on average" if busy.any() else ""))
+        util_titles.append(_utilisation_title(s + 1, util[s]))
+    color_phases = {int(c): sorted(set(phase[color == c].tolist()), key=_phase_order)
+                    for c in np.unique(color)}
     return _StepData(S, node_fill, fractions, (lefts + widths / 2).reshape(S + 1, -1),
                      widths.reshape(S + 1, -1), bar_static, arrows, offsets, util, link_bytes,
-                     step_time, cumulative, step_phase, status_lines, util_titles)
+                     step_time, cumulative, step_phase, status_lines, util_titles, color_phases)
+
+
+def _percent(fraction: float) -> str:
+    """``0.125`` -> ``"12.5%"``: three significant digits, so small shares do not read as 0%."""
+    return f"{100 * fraction:.3g}%"
+
+
+def _utilisation_title(step: int, utilisation: np.ndarray) -> str:
+    """Title of the utilisation chart of 1-based ``step``: two measures, each named.
+
+    The share of directed links that carry data in the step, and the mean busy time of
+    those links as a share of the step time (the engine's utilisation: busy time /
+    step time). The two differ: in a pincer step 2 of 16 links are busy (12.5%), each
+    for the whole step (100%).
+    """
+    busy = utilisation > 0
+    n_busy, n_links = int(busy.sum()), len(utilisation)
+    title = (f"step {step}: {n_busy} of {n_links} directed links busy "
+             f"({_percent(n_busy / n_links if n_links else 0.0)} of links)")
+    if n_busy:
+        title += f"; their mean busy time: {_percent(float(utilisation[busy].mean()))} of the step"
+    return title
+
+
+def _phase_order(phase: str) -> int:
+    order = tuple(_PHASE_DASH)
+    return order.index(phase) if phase in order else len(order)
+
+
+def _swatch(color: str, text: str, *, border: str = "#888", dash: str | None = None,
+            title: str = "") -> str:
+    """A small colored square (or a line sample, for a dash style) followed by ``text``.
+
+    ``title`` becomes the sample's tooltip.
+    """
+    tip = f" title='{title}'" if title else ""
+    if dash is None:
+        sample = (f"<span{tip} style='display:inline-block;width:12px;height:12px;background:{color};"
+                  f"border:1px solid {border};margin:0 4px 0 12px;vertical-align:middle'></span>")
+    else:
+        sample = (f"<span{tip} style='display:inline-block;width:22px;height:0;border-top:3px {dash} {color};"
+                  f"margin:0 2px 0 8px;vertical-align:middle'></span>")
+    return sample + text
+
+
+def _color_legend_html(color_phases: dict, label: str = "") -> str:
+    """One legend entry per color of a schedule, with the shade of each of its phases.
+
+    Colors are independent sub-collectives (e.g. one per dimension order); arrows of
+    color ``i`` use ``_COLOR_PAIRS[i]``: dark for reduce-scatter, light for the other
+    phases. Every entry is a ``<span class='scwork-arrow-color'>`` (tests count them).
+
+    Parameters
+    ----------
+    color_phases : dict of int to list of str
+        Per color index of the schedule, the phases its transfers belong to.
+    label : str
+        HTML put before the legend (e.g. which panel it belongs to).
+    """
+    entries = []
+    for c, phases in sorted(color_phases.items()):
+        rs, ag = _COLOR_PAIRS[c % len(_COLOR_PAIRS)]
+        # A line sample per phase, drawn like the arrows (shade and dash); the key follows.
+        shades = "".join(_swatch(rs if p == "reduce_scatter" else ag, "", dash=_PHASE_DASH.get(p, "solid"),
+                                 title=p.replace("_", "-")) for p in phases)
+        entries.append(f"<span class='scwork-arrow-color' style='white-space:nowrap;margin-right:12px'>"
+                       f"<b>color {c}</b>{shades}</span>")
+    drawn = sorted({p for phases in color_phases.values() for p in phases}, key=_phase_order)
+    key = "; ".join(f"{'dark' if p == 'reduce_scatter' else 'light'} {_PHASE_DASH.get(p, 'solid')} = "
+                    f"{p.replace('_', '-')}" for p in drawn)
+    n = len(color_phases)
+    repeat = (f" (only {len(_COLOR_PAIRS)} hues: color i and i + {len(_COLOR_PAIRS)} look alike)"
+              if n > len(_COLOR_PAIRS) else "")
+    # Two lines at least, so that both panels' drawings start at the same height.
+    return (f"<div style='font-size:12px;line-height:1.8;max-width:640px;min-height:44px'>{label}"
+            f"{n} arrow color{'s' if n != 1 else ''}{repeat}: " + " ".join(entries)
+            + (f" ({key})" if key else "") + "</div>")
+
+
+def _dimension_name(dim: int) -> str:
+    return f"dim {dim} ({'xyz'[dim]})" if 0 <= dim < 3 else "on chip"
+
+
+def _legend_html(network: Network | None) -> str:
+    """The shared legend: buffers, arrows, links and link utilisation, timeline."""
+    states = "".join(_swatch(c, name) for _, name, c in _STATES)
+    phases = "".join(_swatch(c, name.replace("_", "-")) for name, c in _PHASE_BAR_COLORS.items())
+    ndim = network.ndim if network is not None else 3
+    dims = "".join(_swatch(_DIM_COLORS[d], _dimension_name(d)) for d in range(min(ndim, 3)))
+    if network is not None and network.cores_per_chip > 1:
+        dims += _swatch(_ON_CHIP_COLOR, "on chip")
+    return (
+        "<div style='font-size:12px;line-height:1.8'><b>Buffers</b> (bar under each node, "
+        f"fill = fraction complete):{states}<br><b>Arrows</b>: one per message of the step; "
+        "hue = color (independent sub-collective, listed above each drawing), dark solid = "
+        "reduce-scatter (combine), light dashed = all-gather (copy); arrow width = bytes "
+        "(widest = the step's largest message); 3-D slices: short diagonal arrows are z links "
+        "(up-right = +z)<br><b>Links</b>: gray lines = links, dashed gray stubs = wraparound "
+        "links. <b>Link utilisation</b> (bar chart under each drawing): one bar per directed link; "
+        "bar height = busy fraction = time the link carries data / step time (1 = busy the whole "
+        f"step: the busiest link sets the step time); bar color = dimension:{dims}"
+        f"<br><b>Timeline</b>:{phases}</div>")
 
 
 def _time_unit(seconds: float) -> tuple[str, float]:

@@ -35,7 +35,7 @@ from scwork.widgets._colors import (
 )
 from scwork.widgets._html import _format_value
 
-__all__ = ["BarChart", "Heatmap"]
+__all__ = ["BarChart", "DistributionBarChart", "Heatmap"]
 
 
 class BarChart:
@@ -365,3 +365,103 @@ class Heatmap:
         fig.y_range.start, fig.y_range.end = -max(n_rows, 1), 0
         if title is not None:
             fig.title.text = title
+
+
+class DistributionBarChart(BarChart):
+    """A :class:`BarChart` that can also draw, per category, a distribution over many groups.
+
+    When there are too many groups for side-by-side bars (the bars would be a pixel
+    wide or less), :meth:`update_distribution` draws one bar per category for the
+    largest value over the groups, a thin whisker from the smallest to the largest,
+    and short dashes at the median and at the minimum, with legend items saying so.
+    :meth:`update` draws ordinary split or stacked bars and hides these glyphs.
+
+    Parameters
+    ----------
+    bar_color, median_color, low_color : str
+        Colors of the distribution bars (light, so that the dashes on them show) and
+        of the median and minimum dashes.
+    **kwargs
+        Passed to :class:`BarChart`.
+
+    Attributes
+    ----------
+    spread : ColumnDataSource
+        One row per category in distribution mode (empty otherwise): ``x, x0, x1,
+        low, median, high, category``.
+    median_legend_item, low_legend_item : bokeh LegendItem
+    """
+
+    def __init__(self, *, bar_color: str = "#aec7e8", median_color: str = "#1f77b4", low_color: str = "#ff7f0e",
+                 **kwargs: Any):
+        super().__init__(**kwargs)
+        self.bar_color = bar_color
+        self.spread = ColumnDataSource({name: [] for name in _SPREAD_COLUMNS})
+        fig = self.figure
+        self.whisker_renderer = fig.segment(x0="x", x1="x", y0="low", y1="high", source=self.spread,
+                                            line_color="#505050", line_width=1)
+        self.median_renderer = fig.segment(x0="x0", x1="x1", y0="median", y1="median", source=self.spread,
+                                           line_color=median_color, line_width=3)
+        self.low_renderer = fig.segment(x0="x0", x1="x1", y0="low", y1="low", source=self.spread,
+                                        line_color=low_color, line_width=3)
+        fig.add_tools(HoverTool(renderers=[self.whisker_renderer, self.median_renderer, self.low_renderer],
+                                tooltips=[("", "@category"), ("max", "@high{0,0}"),
+                                          ("median", "@median{0,0.[0]}"), ("min", "@low{0,0}")]))
+        self.median_legend_item = _LegendItem(label=_value("median"), renderers=[self.median_renderer])
+        self.low_legend_item = _LegendItem(label=_value("min"), renderers=[self.low_renderer])
+        self.legend.items.extend([self.median_legend_item, self.low_legend_item])
+        self._show_distribution(False)
+
+    @property
+    def distribution_mode(self) -> bool:
+        """True when the last drawing was :meth:`update_distribution`."""
+        return bool(self.median_renderer.visible)
+
+    def _show_distribution(self, shown: bool) -> None:
+        for item in (self.whisker_renderer, self.median_renderer, self.low_renderer,
+                     self.median_legend_item, self.low_legend_item):
+            item.visible = shown
+
+    def update(self, values: np.ndarray, **kwargs: Any) -> None:
+        """Draw split or stacked bars (see :meth:`BarChart.update`); no distribution glyphs."""
+        super().update(values, **kwargs)
+        self.spread.data = {name: [] for name in _SPREAD_COLUMNS}
+        self._show_distribution(False)
+
+    def update_distribution(self, high: np.ndarray, median: np.ndarray, low: np.ndarray, *,
+                            bar_label: str, median_label: str, low_label: str, **kwargs: Any) -> None:
+        """Draw, per category, a bar up to ``high`` and dashes at ``median`` and ``low``.
+
+        Parameters
+        ----------
+        high, median, low : 1-D arrays, one value per category
+            Largest, median and smallest value over the groups (``low <= median <= high``).
+        bar_label, median_label, low_label : str
+            Legend labels of the bars and of the two dashes (they say over what the
+            statistics are taken).
+        **kwargs
+            ``marks``, ``lines``, ``categories``, ``title``, ``mark_label`` as in
+            :meth:`BarChart.update`.
+        """
+        high, median, low = (np.asarray(a) for a in (high, median, low))
+        if not (high.ndim == 1 and high.shape == median.shape == low.shape):
+            raise ValueError(f"high, median and low must be 1-D of one length, got shapes "
+                             f"{high.shape}, {median.shape}, {low.shape}")
+        BarChart.update(self, high[np.newaxis, :], groups=[bar_label], mode="split", **kwargs)
+        n = high.size
+        self.bars.data["color"] = np.full(n, self.bar_color, dtype=object)
+        centre = np.arange(n, dtype=np.float64)
+        half = 0.84 / 4       # dashes half as wide as the bar (the bar's slot is 0.84)
+        categories = kwargs.get("categories")
+        categories = np.arange(n) if categories is None else np.asarray(categories)
+        self.spread.data = {"x": centre, "x0": centre - half, "x1": centre + half,
+                            "low": _as_column(low), "median": _as_column(median.astype(np.float64)),
+                            "high": _as_column(high), "category": categories}
+        self.median_legend_item.label = _value(median_label)
+        self.low_legend_item.label = _value(low_label)
+        # The bars are wide here: their white outline helps, and one group is always listed.
+        self.group_legend_item.visible = True
+        self._show_distribution(True)
+
+
+_SPREAD_COLUMNS = ("x", "x0", "x1", "low", "median", "high", "category")

@@ -259,6 +259,15 @@ class NodeLinkGraph:
                                          {"color": "#333333", "dash": "solid", "width": 2.0},
                                          "arrow")
 
+    def set_links(self, data: Mapping[str, Any]) -> None:
+        """Replace the links (``x0, y0, x1, y1``; ``color``, ``dash`` optional), keeping the view.
+
+        Unlike :meth:`set_graph`, the ranges stay: e.g. a filter that hides some links
+        must not move the nodes on screen.
+        """
+        self.links.data = self._columns(data, ("x0", "y0", "x1", "y1"),
+                                        {"color": "#9a9a9a", "dash": "solid"}, "link")
+
     def set_bars(self, data: Mapping[str, Any]) -> None:
         """Replace the small rectangles (``x, y, width, height, color``)."""
         self.bars.data = self._columns(data, ("x", "y", "width", "height", "color"), {}, "bar")

@@ -9,7 +9,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["summary_table_html", "message_html", "columns_table_html", "format_bytes"]
+__all__ = ["summary_table_html", "message_html", "columns_table_html", "format_bytes", "SECONDS_SCALE",
+           "seconds_unit", "format_seconds"]
 
 
 def _format_value(value: Any) -> str:
@@ -104,3 +105,60 @@ def format_bytes(n: float) -> str:
     if unit == 0:
         return f"{sign}{round(magnitude)} B"
     return f"{sign}{magnitude:.2f} {_BYTE_UNITS[unit]}"
+
+
+# ======================================================================================
+# Durations in one unit (appended for the pipeline timeline): the unit a reader sees on an
+# axis is the unit of every tooltip, summary and advisor number next to it.
+# ======================================================================================
+
+
+#: Time units drawn by the explorers and the factor from seconds to each (micro is the sign "\u00b5").
+SECONDS_SCALE: Mapping[str, float] = {"s": 1.0, "ms": 1e3, "\u00b5s": 1e6}
+
+
+def seconds_unit(seconds: float) -> str:
+    """The unit a duration reads best in: ``s`` from 1 s, ``ms`` from 1 ms, else ``\u00b5s``.
+
+    Examples
+    --------
+    >>> seconds_unit(2.5e-4), seconds_unit(3e-3), seconds_unit(0.0)
+    ('\u00b5s', 'ms', '\u00b5s')
+    """
+    magnitude = abs(float(seconds))
+    return "s" if magnitude >= 1 else "ms" if magnitude >= 1e-3 else "\u00b5s"
+
+
+def format_seconds(value: float, unit: str | None = None, *, digits: int = 4) -> str:
+    """A duration in seconds as text in ``unit`` (default: :func:`seconds_unit` of the value).
+
+    Pass one ``unit`` for every number of a view so that they compare at a glance; the
+    number has ``digits`` significant digits and never an exponent.
+
+    Parameters
+    ----------
+    value : float
+        Seconds.
+    unit : {"s", "ms", "\u00b5s"}, optional
+    digits : int
+        Significant digits.
+
+    Raises
+    ------
+    scwork.errors.ConfigError
+        An unknown unit.
+
+    Examples
+    --------
+    >>> format_seconds(2.5e-4), format_seconds(2.5e-4, "ms"), format_seconds(0.0123)
+    ('250 \u00b5s', '0.25 ms', '12.3 ms')
+    """
+    if unit is None:
+        unit = seconds_unit(value)
+    if unit not in SECONDS_SCALE:
+        from scwork.errors import ConfigError
+
+        raise ConfigError(f"format_seconds: unit must be one of {list(SECONDS_SCALE)}, got {unit!r}")
+    number = np.format_float_positional(float(value) * SECONDS_SCALE[unit], precision=digits, unique=False,
+                                        fractional=False, trim="-")
+    return f"{number} {unit}"

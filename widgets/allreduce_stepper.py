@@ -12,6 +12,8 @@ two algorithms and a message size. For each algorithm the stepper shows, side by
 - every node's buffer state: circle fill = fraction of shards fully reduced, the bar
   under it = complete / partial sum / own data only / empty;
 - the link utilisation of the current step (busy time / step time per directed link);
+- a filter to show the arrows and links of one dimension and/or one color only
+  (``show_dim``, ``show_color``): big 3-D tori are readable one dimension at a time;
 - a shared cost timeline: every step as an interval of its alpha-beta time, the
   current step outlined and a red tick at the time reached so far;
 - steps, total time, algbw and busbw (nccl-tests definitions).
@@ -43,23 +45,24 @@ from bokeh.models import ColumnDataSource, Div, HoverTool, Range1d
 from bokeh.plotting import figure
 
 from scwork.collectives import Network, cost, frames
-from scwork.errors import ScworkError
+from scwork.errors import ConfigError, ScworkError
 from scwork.widgets import _bokeh
 from scwork.widgets._allreduce_steps import (
-    _COLOR_PAIRS,
     _DIM_COLORS,
     _KIND_NDIM,
     _ON_CHIP_COLOR,
     _PHASE_BAR_COLORS,
-    _STATES,
     ALGORITHM_CHOICES,
     TOPOLOGY_KINDS,
+    _color_legend_html,
+    _dimension_name,
     _EngineRun,
     _format_bytes,
     _Geometry,
     _geometry,
     _kind_of,
     _kind_wraparound,
+    _legend_html,
     _step_data,
     _StepData,
     _time_unit,
@@ -95,10 +98,12 @@ class _Panel:
             value_formats={"complete": "{0%}", "partial": "{0%}", "own data": "{0%}",
                            "bytes": "{0,0}"})
         self.utilisation_figure = figure(
-            title="link utilisation", frame_width=600, frame_height=110, y_range=Range1d(0, 1.05),
+            title="", frame_width=600, frame_height=110, y_range=Range1d(0, 1.05),
             x_range=Range1d(-0.5, 0.5), tools="xpan,xwheel_zoom,reset,save",
             toolbar_location="right", x_axis_label="directed link (grouped by dimension, direction)",
-            y_axis_label="busy")
+            y_axis_label="link busy / step time")
+        # The title counts the busy links of the step (long: a smaller font keeps it whole).
+        self.utilisation_figure.title.text_font_size = "11px"
         self.utilisation = ColumnDataSource({k: [] for k in ("link", "utilisation", "color", "name",
                                                              "bytes")})
         self.utilisation_figure.vbar(x="link", top="utilisation", width=0.85, source=self.utilisation,
@@ -107,9 +112,12 @@ class _Panel:
             ("link", "@name"), ("busy", "@utilisation{0%}"), ("bytes", "@bytes{0,0}")]))
         self.utilisation_figure.xgrid.visible = False
         self.caption = Div(text="", width=640)
+        # The arrow colors of this panel's schedule (as many entries as it has colors).
+        self.colors = Div(text="", width=640)
         self.status = Div(text="", width=640)
         # Own rows: a bokeh column would align the frames of the two figures (axes differ).
-        self.layout = column(self.caption, row(self.graph.figure), self.status, row(self.utilisation_figure))
+        self.layout = column(self.caption, self.colors, row(self.graph.figure), self.status,
+                             row(self.utilisation_figure))
 
 
 class AllReduceStepper(_bokeh.SyncedDisplay, ipywidgets.VBox):
@@ -147,6 +155,13 @@ class AllReduceStepper(_bokeh.SyncedDisplay, ipywidgets.VBox):
     cores_per_chip : int
     view3d : {"slices", "isometric"}
         3-D drawing: z-slices in a grid, or a pseudo-3-D (oblique) projection.
+    show_dim : "all", int or "on_chip"
+        Draw only the arrows and links of this dimension (0 = x, 1 = y, 2 = z) or only
+        the on-chip ones; ``"all"`` draws everything. A filter of the drawing: the
+        engine is not called again. Reset to ``"all"`` when the topology loses it.
+    show_color : "all" or int
+        Draw only the arrows of this color (sub-collective) of the schedules. Reset to
+        ``"all"`` when neither schedule has that color.
     algorithm_left, algorithm_right : str
     vector_bytes : int
     error : str
@@ -182,6 +197,8 @@ class AllReduceStepper(_bokeh.SyncedDisplay, ipywidgets.VBox):
     wraparound = traitlets.Tuple(default_value=(True, True))
     cores_per_chip = traitlets.Int(1)
     view3d = traitlets.Enum(("slices", "isometric"), default_value="slices")
+    show_dim = traitlets.Any("all")
+    show_color = traitlets.Any("all")
     algorithm_left = traitlets.Unicode("ring_all_reduce")
     algorithm_right = traitlets.Unicode("multi_color_all_reduce")
     vector_bytes = traitlets.Int(2**24)
@@ -194,8 +211,8 @@ class AllReduceStepper(_bokeh.SyncedDisplay, ipywidgets.VBox):
                  algorithms: tuple[str, str] = ("ring_all_reduce", "multi_color_all_reduce"),
                  *, vector_bytes: int = 2**24, **kwargs: Any):
         state = {name: kwargs.pop(name) for name in
-                 ("step", "kind", "shape", "wraparound", "cores_per_chip", "view3d")
-                 if name in kwargs}
+                 ("step", "kind", "shape", "wraparound", "cores_per_chip", "view3d", "show_dim",
+                  "show_color") if name in kwargs}
         super().__init__(**kwargs)
         self._given_network = network
         self._link_params = self._link_parameters(network)
@@ -220,6 +237,7 @@ class AllReduceStepper(_bokeh.SyncedDisplay, ipywidgets.VBox):
         self.observe(self._on_engine_trait, names=list(self._ENGINE_TRAITS))
         self.observe(self._on_view3d, names=["view3d"])
         self.observe(self._on_step, names=["step"])
+        self.observe(self._on_filter, names=["show_dim", "show_color"])
         # Observers see the initial values (setting `kind` sets the shape...), but the
         # engine runs once, at the end of the batch.
         with self._batch():
@@ -230,11 +248,13 @@ class AllReduceStepper(_bokeh.SyncedDisplay, ipywidgets.VBox):
             self.algorithm_left, self.algorithm_right = algorithms
             self.vector_bytes = vector_bytes
             for name, value in state.items():
-                if name != "step":
+                if name not in ("step", "show_dim", "show_color"):
                     setattr(self, name, value)
             self._request_refresh()
-        if "step" in state:
-            self.step = state["step"]
+        # The filters are checked against the network and schedules drawn.
+        for name in ("show_dim", "show_color", "step"):
+            if name in state:
+                setattr(self, name, state[name])
 
     # -- construction ---------------------------------------------------------------
 
@@ -259,7 +279,7 @@ class AllReduceStepper(_bokeh.SyncedDisplay, ipywidgets.VBox):
             title="Cost timeline: every step as its alpha-beta time (outlined: current step)",
             value_names=("step", "time", "cumulative", "phase"), width=1180)
         self._header = Div(text="", width=1240)
-        self._legend = Div(text=self._legend_html(), width=1240)
+        self._legend = Div(text=_legend_html(None), width=1240)
         self._bokeh_layout = column(
             self._header, row(self._panels["left"].layout, self._panels["right"].layout),
             self._timeline.figure, self._legend)
@@ -278,21 +298,6 @@ class AllReduceStepper(_bokeh.SyncedDisplay, ipywidgets.VBox):
                              "timeline_highlight": self._timeline.highlight})
         self.figures["timeline"] = self._timeline.figure
 
-    @staticmethod
-    def _legend_html() -> str:
-        def swatch(color, text, border="#888"):
-            return (f"<span style='display:inline-block;width:12px;height:12px;background:{color};"
-                    f"border:1px solid {border};margin:0 4px 0 12px;vertical-align:middle'></span>{text}")
-
-        states = "".join(swatch(c, name) for _, name, c in _STATES)
-        colors = "".join(swatch(rs, f"color {i}: reduce-scatter (solid)") + swatch(ag, "all-gather (dashed)")
-                         for i, (rs, ag) in enumerate(_COLOR_PAIRS[:2]))
-        phases = "".join(swatch(c, name.replace("_", "-")) for name, c in _PHASE_BAR_COLORS.items())
-        return (f"<div style='font-size:12px;line-height:1.8'><b>Buffers</b> (bar under each node, "
-                f"fill = fraction complete):{states}<br><b>Arrows</b>:{colors}; arrow width = bytes; "
-                f"dashed gray stubs = wraparound links; 3-D slices: short diagonal arrows are z links "
-                f"(up-right = +z)<br><b>Timeline</b>:{phases}</div>")
-
     def _build_controls(self) -> None:
         W = ipywidgets.Layout
         short = {"description_width": "initial"}
@@ -307,6 +312,10 @@ class AllReduceStepper(_bokeh.SyncedDisplay, ipywidgets.VBox):
                                                     layout=W(width="130px"), style=short)
         self._view3d_box = ipywidgets.ToggleButtons(options=[("slices", "slices"), ("3-D", "isometric")],
                                                     style={"button_width": "60px"})
+        self._dim_box = ipywidgets.Dropdown(options=[("all", "all")], value="all", description="show",
+                                            layout=W(width="190px"), style=short)
+        self._color_box = ipywidgets.Dropdown(options=[("all", "all")], value="all", description="color",
+                                              layout=W(width="150px"), style=short)
         self._algorithm_boxes = {
             side: ipywidgets.Dropdown(description=side, layout=W(width="360px"), style=short)
             for side in _SIDES}
@@ -319,7 +328,7 @@ class AllReduceStepper(_bokeh.SyncedDisplay, ipywidgets.VBox):
         ipywidgets.link((self, "step"), (self._play, "value"))
         ipywidgets.link((self, "view3d"), (self._view3d_box, "value"))
         for box in (self._kind_box, *self._shape_boxes, *self._wrap_boxes, self._cores_box,
-                    *self._algorithm_boxes.values(), self._size_box):
+                    *self._algorithm_boxes.values(), self._size_box, self._dim_box, self._color_box):
             box.observe(self._on_control, names="value")
         self._error_area = ipywidgets.HTML()
         self._view = _bokeh.wrap(self._bokeh_layout)
@@ -329,12 +338,13 @@ class AllReduceStepper(_bokeh.SyncedDisplay, ipywidgets.VBox):
             "algorithm_left": self._algorithm_boxes["left"],
             "algorithm_right": self._algorithm_boxes["right"],
             "vector_bytes": self._size_box, "step": self._slider, "play": self._play,
+            "show_dim": self._dim_box, "show_color": self._color_box,
         }
         self.children = [
             ipywidgets.HBox([self._kind_box, *self._shape_boxes, *self._wrap_boxes, self._cores_box,
                              self._view3d_box]),
             ipywidgets.HBox([*self._algorithm_boxes.values(), self._size_box]),
-            ipywidgets.HBox([self._play, self._slider]),
+            ipywidgets.HBox([self._play, self._slider, self._dim_box, self._color_box]),
             self._error_area, self._view,
         ]
 
@@ -353,6 +363,44 @@ class AllReduceStepper(_bokeh.SyncedDisplay, ipywidgets.VBox):
     def _valid_wraparound(self, proposal):
         value = proposal["value"]
         return tuple(bool(v) for v in (value if isinstance(value, (list, tuple)) else (value,)))
+
+    @traitlets.validate("show_dim")
+    def _valid_show_dim(self, proposal):
+        value = proposal["value"]
+        if isinstance(value, np.integer):
+            value = int(value)
+        if self.network is None:  # nothing drawn yet: checked when the network is drawn
+            choices = [0, 1, 2, "on_chip"]
+            name = "a network"
+        else:
+            choices, name = self._dims_drawn(), self.network.name
+        if value == "all" or (value in choices and not isinstance(value, bool)):
+            return value
+        raise ConfigError(f"show_dim={value!r}: {name} has the dimensions {choices}; pass one of "
+                          f"them or 'all'")
+
+    @traitlets.validate("show_color")
+    def _valid_show_color(self, proposal):
+        value = proposal["value"]
+        if isinstance(value, np.integer):
+            value = int(value)
+        if value == "all":
+            return value
+        valid_type = isinstance(value, int) and not isinstance(value, bool) and value >= 0
+        # Only the colors of the drawn schedules can be shown (once there are some).
+        if valid_type and (not self._steps or value in self._colors_drawn()):
+            return value
+        colors = self._colors_drawn() if self._steps else "0, 1, ..."
+        raise ConfigError(f"show_color={value!r}: pass a color index of the drawn schedules "
+                          f"({colors}, listed above each drawing) or 'all'")
+
+    def _on_filter(self, change) -> None:
+        # Only the drawing changes: precomputed arrows are masked, the engine is not called.
+        if self._syncing or not self._steps:
+            return
+        self._draw_links()
+        self._draw_step()
+        self._sync_controls()
 
     def _on_topology(self, change) -> None:
         if self._syncing:
@@ -378,6 +426,7 @@ class AllReduceStepper(_bokeh.SyncedDisplay, ipywidgets.VBox):
     def _on_view3d(self, change) -> None:
         if self.network is not None and self.network.ndim == 3:
             self._draw_network()
+            self._draw_links()
             self._draw_step()
 
     def _on_step(self, change) -> None:
@@ -398,6 +447,10 @@ class AllReduceStepper(_bokeh.SyncedDisplay, ipywidgets.VBox):
             self.cores_per_chip = owner.value
         elif owner is self._size_box:
             self.vector_bytes = owner.value
+        elif owner is self._dim_box:
+            self.show_dim = owner.value
+        elif owner is self._color_box:
+            self.show_color = owner.value
         else:
             for side, box in self._algorithm_boxes.items():
                 if owner is box:
@@ -517,12 +570,67 @@ class AllReduceStepper(_bokeh.SyncedDisplay, ipywidgets.VBox):
             self._prepare_steps()
         steps = max(run.schedule.num_steps for run in runs.values())
         self.set_trait("num_steps", steps)
+        self._reset_filters()
+        self._draw_links()
         self._draw_static()
         # Clamp the step before shrinking the slider (which would clamp it on its own).
         self.step = min(self.step, steps)
         self._slider.max = self._play.max = steps
         self._draw_step()
         self._sync_controls()
+
+    def _colors_drawn(self) -> list[int]:
+        """Color indices of either drawn schedule (the color filter's choices)."""
+        return sorted(set().union(*(data.color_phases for data in self._steps.values())))
+
+    def _dims_drawn(self) -> list:
+        """Dimension filter choices of the drawn network."""
+        network = self.network
+        return list(range(network.ndim)) + (["on_chip"] if network.cores_per_chip > 1 else [])
+
+    def _reset_filters(self) -> None:
+        """Show everything again when the new network or schedules lack the filtered dim/color."""
+        with self._quiet():
+            if self.show_dim != "all" and self.show_dim not in self._dims_drawn():
+                self.show_dim = "all"
+            if self.show_color != "all" and self.show_color not in self._colors_drawn():
+                self.show_color = "all"
+
+    def _draw_links(self) -> None:
+        """The network's links, only those of the shown dimension when ``show_dim`` filters."""
+        base = self._geometry.base_links
+        if self.show_dim != "all":
+            keep = base["dim"] == (-1 if self.show_dim == "on_chip" else self.show_dim)
+            base = {name: np.asarray(values)[keep] for name, values in base.items()}
+        for panel in self._panels.values():
+            panel.graph.set_links(base)
+
+    def _filter_text(self, shown: dict | None, step_arrows: dict | None) -> str:
+        """What the filters hide, for the drawing's title (empty when showing everything)."""
+        parts = []
+        if self.show_dim != "all":
+            parts.append(_dimension_name(-1 if self.show_dim == "on_chip" else self.show_dim))
+        if self.show_color != "all":
+            parts.append(f"color {self.show_color}")
+        if not parts:
+            return ""
+        counts = ""
+        if shown is not None:
+            # One message per (source, destination) of a step; a wraparound one is two arrow pieces.
+            def messages(arrows):
+                return len(set(zip(arrows["source"].tolist(), arrows["destination"].tolist())))
+
+            counts = f": {messages(shown)} of {messages(step_arrows)} messages"
+        return f" [showing {', '.join(parts)} only{counts}]"
+
+    def _arrow_filter(self, arrows: dict) -> dict:
+        """The arrows of the shown dimension and color (all of them when not filtering)."""
+        keep = np.ones(len(arrows["x0"]), dtype=bool)
+        if self.show_dim != "all":
+            keep &= arrows["dim"] == (-1 if self.show_dim == "on_chip" else self.show_dim)
+        if self.show_color != "all":
+            keep &= arrows["color_index"] == self.show_color
+        return arrows if keep.all() else {name: values[keep] for name, values in arrows.items()}
 
     def _summary(self, name: str, run: _EngineRun, network: Network) -> dict:
         c = run.cost
@@ -551,6 +659,7 @@ class AllReduceStepper(_bokeh.SyncedDisplay, ipywidgets.VBox):
                                   show_labels=geom.show_labels,
                                   extent=(np.concatenate(extent_x), np.concatenate(extent_y)),
                                   pad=0.45)
+        self._legend.text = _legend_html(network)
         self._prepare_steps()
 
     def _prepare_steps(self) -> None:
@@ -587,6 +696,7 @@ class AllReduceStepper(_bokeh.SyncedDisplay, ipywidgets.VBox):
                                   f"({_escape(label)})</span></div>" + _bokeh.summary_table_html(rows)
                                   + f"<div style='font-size:11px;color:#555;max-width:620px'>"
                                   f"{_escape(description)}</div>")
+            panel.colors.text = _color_legend_html(self._steps[side].color_phases, f"<b>{side}</b>: ")
             panel.utilisation_figure.x_range.start = -0.5
             panel.utilisation_figure.x_range.end = network.num_links - 0.5
         left, right = (self.summary[s] for s in _SIDES)
@@ -640,13 +750,16 @@ class AllReduceStepper(_bokeh.SyncedDisplay, ipywidgets.VBox):
             panel.graph.set_bars({"x": data.bar_x[f], "width": data.bar_width[f], **data.bar_static})
             if 1 <= k <= S:
                 sl = slice(int(data.arrow_offsets[k - 1]), int(data.arrow_offsets[k]))
-                panel.graph.set_arrows({name: values[sl] for name, values in data.arrows.items()})
+                step_arrows = {name: values[sl] for name, values in data.arrows.items()}
+                shown = self._arrow_filter(step_arrows)
+                panel.graph.set_arrows(shown)
                 util, link_bytes = data.utilisation[k - 1], data.link_bytes[k - 1]
                 hl_lanes.append(lane)
                 hl_left.append((data.cumulative[k - 1] - data.step_time[k - 1]) * scale)
                 hl_right.append(data.cumulative[k - 1] * scale)
             else:
                 panel.graph.set_arrows({name: values[:0] for name, values in data.arrows.items()})
+                shown = step_arrows = None
                 util = link_bytes = np.zeros(self.network.num_links)
             panel.utilisation.data = {**self._link_static, "utilisation": util, "bytes": link_bytes}
             marker_x.append(data.cumulative[f - 1] * scale if f >= 1 else 0.0)
@@ -656,10 +769,11 @@ class AllReduceStepper(_bokeh.SyncedDisplay, ipywidgets.VBox):
             else:
                 panel.status.text = data.status_lines[k]
             panel.utilisation_figure.title.text = data.utilisation_titles[min(k, S)] if k <= S else \
-                f"link utilisation: finished after step {S}"
+                f"finished after step {S}: no transfers"
             panel.graph.figure.title.text = (
                 f"{self.summary[side]['algorithm']}: " + ("start" if k == 0 else
-                                                          f"step {min(k, S)} of {S}" + (" (done)" if k >= S else "")))
+                                                          f"step {min(k, S)} of {S}" + (" (done)" if k >= S else ""))
+                + self._filter_text(shown, step_arrows))
         self._timeline.set_marker([0, 1], marker_x, highlight_left=hl_left or None,
                                   highlight_right=hl_right, highlight_lanes=hl_lanes)
 
@@ -679,6 +793,12 @@ class AllReduceStepper(_bokeh.SyncedDisplay, ipywidgets.VBox):
                         wrap.value = bool(self.wraparound[i])
             self._cores_box.value = min(max(int(self.cores_per_chip), 1), self._cores_box.max)
             self._view3d_box.layout.display = None if ndim == 3 else "none"
+            if self.network is not None and self._steps:
+                self._dim_box.options = [("all", "all")] + [
+                    (_dimension_name(-1 if d == "on_chip" else d), d) for d in self._dims_drawn()]
+                self._dim_box.value = self.show_dim
+                self._color_box.options = [("all", "all")] + [(f"color {c}", c) for c in self._colors_drawn()]
+                self._color_box.value = self.show_color
             for side, box in self._algorithm_boxes.items():
                 current = getattr(self, f"algorithm_{side}")
                 options = [(ALGORITHM_CHOICES[name], name) for name in self.valid_algorithms]

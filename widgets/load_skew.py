@@ -7,12 +7,16 @@ and whether ids may be dropped, and see (jax-tpu-embedding's table stacking; jax
 - per-partition bars of ids and of distinct ids for the selected stack, either split
   by *source* SparseCore (every (device, SC) slice of the batch is processed on its
   own; each bar is one stream the limits apply to) or, for the worst stream of every
-  partition, stacked by table (which table of the stack brings the load); the black
-  dash is the partition's observed maximum, the dashed red line the configured limit;
+  partition, stacked by table (which table of the stack brings the load); a legend
+  says what the colors are. With more sources than :data:`MAX_SPLIT_SOURCES` the
+  bars would be a pixel wide, so each partition shows the distribution over its
+  sources instead (bar: maximum, dashes: median and minimum). The black dash is the
+  partition's observed maximum, the dashed red line the configured limit;
 - a device x partition heatmap of ``max_ids_per_partition`` (or of the distinct-id
   maximum), cells over the limit outlined in red;
-- a stats panel: imbalance (hottest stream / mean stream, per stack), dropped ids,
-  mini-batches needed, CSR buffer sizes, and the naive whole-batch view;
+- a stats panel: imbalance (hottest stream / mean stream, per stack), the ids dropped
+  with id dropping on, or else the mini-batches needed to stay within the limits, CSR
+  buffer sizes, and the naive whole-batch view;
 - a step slider when several steps are given.
 
 All numbers come from the engine's :class:`scwork.sharding.Scenario` of the current
@@ -52,6 +56,7 @@ from scwork.hardware import Topology
 from scwork.sharding import FeatureBatch, FeatureSpec, Scenario, SparsecoreConfig, TableSpec
 from scwork.sharding.stacking import StackingPlan
 from scwork.widgets import _bokeh
+from scwork.widgets._charts import DistributionBarChart
 
 __all__ = ["LoadSkewExplorer", "HEATMAP_STATS", "SPLIT_MODES", "MAX_SPLIT_SOURCES"]
 
@@ -60,8 +65,10 @@ HEATMAP_STATS: tuple[str, ...] = ("max_ids_per_partition", "max_unique_ids_per_p
 #: How the per-partition bars are split: by source SparseCore, or stacked by table.
 SPLIT_MODES: tuple[str, ...] = ("sc", "table")
 #: Up to this many source SparseCores (devices x SCs) the bars show one bar per
-#: source; above it one bar per device (its SCs' maximum), else the bars are too thin.
-MAX_SPLIT_SOURCES = 32
+#: source. There are as many partitions as sources, so 16 sources already draw 256
+#: bars (about 2 pixels each); above it every partition shows the maximum, median and
+#: minimum over its sources instead.
+MAX_SPLIT_SOURCES = 16
 
 _CHIP_COUNTS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 _CHART_WIDTH = 560   # frame width of the bar charts and the heatmap, in pixels
@@ -188,7 +195,8 @@ class LoadSkewExplorer(_bokeh.SyncedDisplay, ipywidgets.VBox):
     allow_id_dropping : bool
         Drop the ids over a limit (counted) instead of raising.
     split_by : {"sc", "table"}
-        Bars split by source SparseCore, or the worst stream stacked by table.
+        Bars split by source SparseCore (or, above :data:`MAX_SPLIT_SOURCES` sources,
+        their distribution per partition), or the worst stream stacked by table.
     heatmap_stat : {"max_ids_per_partition", "max_unique_ids_per_partition"}
     step : int
         Index of the step shown.
@@ -206,7 +214,9 @@ class LoadSkewExplorer(_bokeh.SyncedDisplay, ipywidgets.VBox):
         Numbers of the stats panel (see :meth:`_summary`).
     sources : dict of str to ColumnDataSource
         ``ids_bars``, ``ids_max``, ``ids_limit``, ``unique_bars``, ``unique_max``,
-        ``unique_limit`` (see :class:`scwork.widgets._bokeh.BarChart`),
+        ``unique_limit`` (see :class:`scwork.widgets._bokeh.BarChart`), ``ids_spread``
+        and ``unique_spread`` (median and minimum over the sources per partition when
+        the bars show the distribution; see :class:`scwork.widgets._charts.DistributionBarChart`),
         ``heatmap``, ``heatmap_image`` and ``heatmap_over_limit`` (the cells over the
         limit; see :class:`scwork.widgets._bokeh.Heatmap`).
     figures : dict of str to bokeh figure
@@ -264,6 +274,9 @@ class LoadSkewExplorer(_bokeh.SyncedDisplay, ipywidgets.VBox):
         self._cache_size = max(0, int(cache_size))
         self._table_cache: collections.OrderedDict = collections.OrderedDict()
         self._syncing = False
+        # The stack the user last chose: shown again whenever the plan has it (after
+        # stacking is toggled off and on, say), even if another one was shown meanwhile.
+        self._chosen_stack: str | None = state.get("stack") or None
         self._result: _Result | None = None
         self.stats = None
         self.table_stats = None
@@ -319,14 +332,21 @@ class LoadSkewExplorer(_bokeh.SyncedDisplay, ipywidgets.VBox):
     # -- construction --------------------------------------------------------------
 
     def _build_views(self) -> None:
-        self._ids_chart = _bokeh.BarChart(
+        self._ids_chart = DistributionBarChart(
             title="ids per partition", x_axis_label="destination partition (global SparseCore)",
-            y_axis_label="ids", category_name="partition", group_name="source", value_name="ids",
-            mark_label="partition max", width=_CHART_WIDTH)
-        self._unique_chart = _bokeh.BarChart(
+            y_axis_label="ids", category_name="partition", group_name="bar", value_name="ids",
+            mark_label="partition max", width=_CHART_WIDTH, max_legend_groups=MAX_SPLIT_SOURCES)
+        self._unique_chart = DistributionBarChart(
             title="distinct ids per partition", x_axis_label="destination partition (global SparseCore)",
-            y_axis_label="distinct ids", category_name="partition", group_name="source",
-            value_name="distinct ids", mark_label="partition max", width=_CHART_WIDTH)
+            y_axis_label="distinct ids", category_name="partition", group_name="bar",
+            value_name="distinct ids", mark_label="partition max", width=_CHART_WIDTH,
+            max_legend_groups=MAX_SPLIT_SOURCES)
+        for chart in (self._ids_chart, self._unique_chart):
+            # Rows as high as their 10px text: with two columns over 8 colors (see
+            # _draw_bars), MAX_SPLIT_SOURCES sources plus marks and limit fit the chart.
+            chart.legend.label_height = 12
+            chart.legend.title_text_font_size = "10px"
+            chart.legend.title_text_font_style = "bold"
         self._heatmap = _bokeh.Heatmap(
             x_axis_label="partition", y_axis_label="device",
             value_name="ids", max_width=_CHART_WIDTH, max_height=240)
@@ -343,6 +363,7 @@ class LoadSkewExplorer(_bokeh.SyncedDisplay, ipywidgets.VBox):
             "ids_limit": self._ids_chart.lines,
             "unique_bars": self._unique_chart.bars, "unique_max": self._unique_chart.marks,
             "unique_limit": self._unique_chart.lines,
+            "ids_spread": self._ids_chart.spread, "unique_spread": self._unique_chart.spread,
             "heatmap": self._heatmap.cells, "heatmap_image": self._heatmap.image,
             "heatmap_over_limit": self._heatmap.highlights,
         }
@@ -429,6 +450,7 @@ class LoadSkewExplorer(_bokeh.SyncedDisplay, ipywidgets.VBox):
         if self._syncing:
             return
         if change["name"] == "stack":
+            self._chosen_stack = self.stack
             # The limit boxes show the newly selected stack's limits.
             self._sync_limit_traits()
         self._refresh(recompute=False)
@@ -533,7 +555,9 @@ class LoadSkewExplorer(_bokeh.SyncedDisplay, ipywidgets.VBox):
         result = self._result
         names = [str(n) for n in result.stats["stack"].values]
         with self._quiet():
-            if self.stack not in names:
+            if self._chosen_stack in names:
+                self.stack = self._chosen_stack
+            elif self.stack not in names:
                 self.stack = names[0]
             self._sync_limit_traits()
         self.table_stats = None
@@ -575,13 +599,10 @@ class LoadSkewExplorer(_bokeh.SyncedDisplay, ipywidgets.VBox):
         for chart, variable, peak, limit in (
                 (self._ids_chart, "ids", "max_ids_per_partition", max_ids),
                 (self._unique_chart, "unique_ids", "max_unique_ids_per_partition", max_unique)):
-            values, groups, mode, how = self._bars(sel, variable, peak, name)
-            chart.update(values, groups=groups, mode=mode,
-                         marks=sel[peak].max("device").values,
-                         lines=[(f"limit {limit:,}", limit)] if limit else [],
-                         categories=[f"partition {p}" for p in range(P)],
-                         title=f"{'ids' if variable == 'ids' else 'distinct ids'} per partition, "
-                               f"stack {name} ({how})")
+            self._draw_bars(chart, sel, variable, name,
+                            marks=sel[peak].max("device").values,
+                            lines=[(f"limit {limit:,}", limit)] if limit else [],
+                            categories=[f"partition {p}" for p in range(P)])
         self._bars_caption.text = self._bars_caption_html(name, G, S, P)
 
         stat = self.heatmap_stat
@@ -595,34 +616,54 @@ class LoadSkewExplorer(_bokeh.SyncedDisplay, ipywidgets.VBox):
         self.summary = self._summary(result, name)
         self._panel.text = self._panel_html(result, name)
 
-    def _bars(self, sel, variable: str, peak: str, name: str):
-        """Bar heights ``(groups, partitions)``, group names, mode and a caption word."""
+    def _draw_bars(self, chart: DistributionBarChart, sel, variable: str, name: str, **common) -> None:
+        """Draw the bars of ``variable`` of stack ``name`` and say in the legend what they are.
+
+        By table: for every partition the stream (device, source SC) with the most
+        ids, broken down by the table its ids come from. By source: one bar per
+        source SparseCore, or above :data:`MAX_SPLIT_SOURCES` sources the maximum,
+        median and minimum over the sources (one bar per partition).
+        """
         G, S, P = sel[variable].shape
+        streams = sel[variable].values.reshape(G * S, P)
+        # Over 8 colors the one-column legend is taller than the chart and the last
+        # items (partition max, limit) are cut off: two columns then.
+        groups = len(self._result.plan.stack(name).table_names) if self.split_by == "table" else G * S
+        chart.legend.ncols = 2 if 8 < groups <= MAX_SPLIT_SOURCES else "auto"
+        noun = "ids" if variable == "ids" else "distinct ids"
         if self.split_by == "table" and self.table_stats is not None:
-            # For every partition, the stream (device, source SC) with the most ids,
-            # broken down by the table the ids come from.
-            streams = sel[variable].values.reshape(G * S, P)
             worst = streams.argmax(axis=0)
             tables = list(self._result.plan.stack(name).table_names)
             layers = np.stack([self.table_stats[variable].sel(stack=t).values.reshape(G * S, P)[worst, np.arange(P)]
                                for t in tables])
-            return layers, tables, "stack", "worst stream, stacked by table"
-        if G * S <= MAX_SPLIT_SOURCES:
-            return (sel[variable].values.reshape(G * S, P),
-                    [f"device {d} SC {s}" for d in range(G) for s in range(S)], "split",
-                    "one bar per source SparseCore")
-        return (sel[peak].values, [f"device {d}" for d in range(G)], "split",
-                f"one bar per device, max over its {S} SparseCores")
+            chart.update(layers, groups=tables, mode="stack",
+                         title=f"{noun} per partition, stack {name} (worst stream, stacked by table)", **common)
+            chart.legend.title = ("bar color = table" if len(tables) <= MAX_SPLIT_SOURCES
+                                  else f"{len(tables)} tables (hover a bar)")
+        elif G * S <= MAX_SPLIT_SOURCES:
+            chart.update(streams, groups=[f"device {d} SC {s}" for d in range(G) for s in range(S)],
+                         mode="split", title=f"{noun} per partition, stack {name} (one bar per source SparseCore)",
+                         **common)
+            chart.legend.title = "bar color = source SC"
+        else:
+            chart.update_distribution(
+                streams.max(axis=0), np.median(streams, axis=0), streams.min(axis=0),
+                bar_label="max (bar)", median_label="median (dash)", low_label="min (dash)",
+                title=f"{noun} per partition, stack {name} (max / median / min over its {G * S} source SCs)",
+                **common)
+            chart.legend.title = f"over {G * S} source SCs"
 
     def _bars_caption_html(self, name: str, G: int, S: int, P: int) -> str:
         if self.split_by == "table":
             how = ("each bar is the partition's busiest stream (one source SparseCore), "
                    "colored by the table its ids come from")
         elif G * S <= MAX_SPLIT_SOURCES:
-            how = (f"one bar per source SparseCore ({G} devices x {S} SCs): each (device, SC) slice "
-                   "of the batch sends its ids to every partition on its own")
+            how = (f"one bar per source SparseCore ({G} devices x {S} SCs), colored by source: each "
+                   "(device, SC) slice of the batch sends its ids to every partition on its own")
         else:
-            how = f"one bar per device (the maximum over its {S} source SparseCores)"
+            how = (f"{G * S} source SparseCores ({G} devices x {S} SCs) are too many for a bar each: "
+                   "per partition the light bar is the maximum over the sources, the blue dash their "
+                   "median, the orange dash their minimum (gray whisker: minimum to maximum)")
         return (f"<b>{html.escape(str(self.topology))}</b>, step {self.step}: {how}. "
                 "Black dash: the partition's maximum (what a limit must cover); "
                 "dashed red: the configured limit.")
@@ -659,6 +700,7 @@ class LoadSkewExplorer(_bokeh.SyncedDisplay, ipywidgets.VBox):
             "configured_max_unique_ids_per_partition": max_unique,
             "imbalance": per_stack[name],
             "imbalance_per_stack": per_stack,
+            "allow_id_dropping": bool(self.allow_id_dropping),
             "dropped_ids": int(sel["dropped_ids"]),
             "dropped_ids_per_stack": {str(n): int(v) for n, v in
                                       zip(stats["stack"].values, stats["dropped_ids"].values)},
@@ -685,6 +727,15 @@ class LoadSkewExplorer(_bokeh.SyncedDisplay, ipywidgets.VBox):
             return "n/a" if np.isnan(value) else f"{value:.2f}x"
 
         minibatches = ("n/a" if s["num_minibatches"] is None else s["num_minibatches"])
+        # The two numbers answer different settings: the ids lost with id dropping on,
+        # and the mini-batches that would keep every id (dropping off). Side by side
+        # without that, "dropped ids 14" and "mini-batches 2" read as a contradiction.
+        if s["allow_id_dropping"]:
+            dropped_row = ("dropped ids (with id dropping on, at these limits)", s["dropped_ids"])
+            minibatch_row = ("mini-batches needed instead (no dropping)", minibatches)
+        else:
+            dropped_row = ("dropped ids", "0 (id dropping is off)")
+            minibatch_row = ("mini-batches needed to fit the limits (no dropping)", minibatches)
         rows = [
             ("step", f"{s['step']} (of 0..{s['num_steps'] - 1})"),
             ("tables in stack", ", ".join(s["tables"])),
@@ -694,8 +745,8 @@ class LoadSkewExplorer(_bokeh.SyncedDisplay, ipywidgets.VBox):
             ("  configured", limit_text(s["configured_max_unique_ids_per_partition"])),
             ("mean ids per stream", s["mean_ids_per_stream"]),
             ("imbalance (max / mean stream)", imbalance_text(s["imbalance"])),
-            ("dropped ids", s["dropped_ids"]),
-            ("mini-batches (vocabulary)", minibatches),
+            dropped_row,
+            minibatch_row,
             ("required buffer / SC (max)", s["max_required_buffer_size_per_sc"]),
             ("COO buffer / device (entries)", s["coo_buffer_entries_per_device"]),
             ("COO buffer / device (bytes)*", s["coo_buffer_bytes_per_device"]),
@@ -704,7 +755,8 @@ class LoadSkewExplorer(_bokeh.SyncedDisplay, ipywidgets.VBox):
         sizing = ("round_up(max_ids, 8) x S x P entries" if s["configured_max_ids_per_partition"] is not None
                   else "no max_ids limit: sized by the largest required buffer")
         out += (f"<div style='font-size:11px;color:#666'>* CSR buffers preprocess allocates on one device "
-                f"({sizing}; 12 bytes per entry plus row pointers)</div>")
+                f"({sizing}; 12 bytes per entry plus row pointers). Mini-batches: the batch split "
+                f"by vocabulary range until every part is within the limits (1: it already is).</div>")
         if name in result.minibatch_notes:
             out += _bokeh.message_html(result.minibatch_notes[name], "warning")
         naive = np.asarray(s["naive_ids_per_partition"])
@@ -722,9 +774,12 @@ class LoadSkewExplorer(_bokeh.SyncedDisplay, ipywidgets.VBox):
         out += "<br>" + _bokeh.summary_table_html(
             naive_rows, title="naive whole-batch view (no device/SC split; what a GPU all-to-all sees)")
         counts = s["num_minibatches_per_stack"]
+        dropping = s["allow_id_dropping"]
         out += "<br>" + _bokeh.columns_table_html(
-            ("stack", "imbalance", "dropped ids", "mini-batches"),
-            [(n, imbalance_text(s["imbalance_per_stack"][n]), s["dropped_ids_per_stack"][n],
+            ("stack", "imbalance", "dropped ids (dropping on)" if dropping else "dropped ids",
+             "mini-batches instead (no dropping)" if dropping else "mini-batches (no dropping)"),
+            [(n, imbalance_text(s["imbalance_per_stack"][n]),
+              s["dropped_ids_per_stack"][n] if dropping else "0 (dropping off)",
               "n/a" if counts is None or counts.get(n) is None else counts[n]) for n in s["stacks"]],
             title="all stacks")
         if result.error:

@@ -5,8 +5,11 @@ One explorer over :func:`scwork.pipeline.step_model` and :func:`scwork.advisor.a
 - **Two Gantt charts sharing their time axis**: the sequential schedule
   (``tf_xla_disable_full_embedding_pipelining = true``) above the pipelined one,
   each with a lane per host, SparseCore, chip ICI and chip TensorCore, over a few
-  steps. Bars are colored by phase and numbered by step; the stripe at the bottom of
-  every SparseCore bar splits it into the stacked tables (and mini-batches) it runs.
+  steps (lanes stay at least :data:`MIN_LANE_PX` tall: with many chips, each chip gets
+  one SparseCore lane showing its slowest SparseCore, as the y axis says). Bars are
+  colored by phase and numbered by step; the stripe in the lower half of every
+  SparseCore bar splits it into the stacked tables (and mini-batches) it runs, one
+  color of :data:`STACK_COLORS` per stack.
   Gray bands mark the pipelined schedule's pre-loop (fill) and post-loop (drain)
   stages, dashed lines the completion of every step. Hovering a bar names its
   phase, step, stage, lane, start, end and duration; hovering a stripe names its
@@ -15,6 +18,10 @@ One explorer over :func:`scwork.pipeline.step_model` and :func:`scwork.advisor.a
   SparseCore's tables under pipelining, bottleneck, phase times.
 - **Advisor**: the findings of :func:`scwork.advisor.advise` for the current
   state (title, evidence, fix, expected gain), most impactful first.
+
+Every duration (axis, tooltips, titles, summary, advisor evidence and gains) is in
+one unit, chosen by the magnitude of the step time (µs or ms, see
+:func:`scwork.widgets._html.format_seconds`).
 
 Controls toggle pipelining, set the mini-batches per stack, the serialized tables
 (``xla_sc_num_serialized_tables_to_optimize_hbm``), the host's preprocessing
@@ -46,11 +53,12 @@ import traitlets
 from bokeh.layouts import column, row
 from bokeh.models import ColumnDataSource, Div, HoverTool
 from scwork.widgets import _bokeh
+from scwork.widgets._html import SECONDS_SCALE, format_seconds, seconds_unit
 
 from scwork.errors import ScworkError
 from scwork.pipeline import PHASES, StepModel, step_model, write_chrome_trace
 
-__all__ = ["APPLICABLE_FINDINGS", "PHASE_COLORS", "SCHEDULES", "PipelineTimeline"]
+__all__ = ["APPLICABLE_FINDINGS", "MIN_LANE_PX", "PHASE_COLORS", "SCHEDULES", "STACK_COLORS", "PipelineTimeline"]
 
 #: The two schedules drawn, top to bottom.
 SCHEDULES: tuple[str, ...] = ("sequential", "pipelined")
@@ -62,10 +70,11 @@ PHASE_COLORS: Mapping[str, str] = {
 }
 #: Advisor findings :meth:`PipelineTimeline.apply_fix` can apply with this explorer's controls.
 APPLICABLE_FINDINGS: tuple[str, ...] = ("pipelining_off", "host_preprocessing_slow", "limits_too_low",
-                                        "hbm_stack_overflow")
-
-# Stack stripes avoid the phase colors, so a stripe never reads as a phase.
-_STACK_PALETTE = tuple(c for c in _bokeh.CATEGORY_PALETTE if c not in PHASE_COLORS.values())
+                                        "minibatching_overhead", "hbm_stack_overflow")
+#: Colors of the stack stripes in SparseCore bars: saturated, far from every phase color and from
+#: each other, so that neighbouring stacks stay apart even a few pixels wide.
+STACK_COLORS: tuple[str, ...] = ("#d62728", "#17becf", "#e6ab02", "#5a3d2b", "#e377c2", "#111111", "#bcbd22",
+                                 "#7b4173")
 _PHASE_LABELS = {"host": "host preprocessing", "sc_forward": "SparseCore forward", "ici_forward": "ICI forward",
                  "tc_forward": "TensorCore forward", "tc_backward": "TensorCore backward",
                  "ici_backward": "ICI backward", "sc_backward": "SparseCore backward"}
@@ -73,36 +82,106 @@ _PHASE_LABELS = {"host": "host preprocessing", "sc_forward": "SparseCore forward
 _ENGINE_TRAITS = ("pipelining", "num_minibatches", "num_serialized_tables", "host_threads", "tc_forward_s",
                   "tc_backward_s")
 _GANTT_WIDTH = 640
-_LANE_PX = 20
+# Pixels per lane preferred; lanes beyond _MAX_FRAME_PX at MIN_LANE_PX are aggregated (_lanes).
+_LANE_PX = 22
+#: Least pixels per lane: a SparseCore bar and its stack stripe (half the bar) stay readable.
+MIN_LANE_PX = 14
+_MAX_FRAME_PX = 640
 _SIDE_WIDTH = 450
 _STAGE_BAND = "#e8e8e8"
 _STEP_LINE = "#555555"
-# Parts stripe: the bottom of a SparseCore bar (lane i spans y in [-i - 0.38, -i + 0.38]).
-_STRIPE_TOP, _STRIPE_BOTTOM = -0.08, -0.38
+# Parts stripe: the bottom half of a SparseCore bar (lane i spans y in [-i - 0.38, -i + 0.38]).
+_STRIPE_TOP, _STRIPE_BOTTOM = 0.0, -0.38
 # Step numbers are written inside bars at least this many pixels wide.
 _MIN_LABEL_PX = 13
 
 
-def _time_unit(seconds: float) -> tuple[float, str]:
-    """Seconds -> drawn unit: ms for runs of a millisecond or more, else microseconds."""
-    return (1e3, "ms") if seconds >= 1e-3 else (1e6, "\u00b5s")
+def _time_unit(model: StepModel) -> tuple[float, str]:
+    """The one time unit of every number drawn for ``model``, by the magnitude of its step time.
+
+    Returns
+    -------
+    scale : float
+        Seconds -> that unit.
+    unit : str
+        ``"\u00b5s"`` or ``"ms"`` (``"s"`` for steps of a second or more).
+    """
+    unit = seconds_unit(max(model.sequential_step_time, model.pipelined_step_time))
+    return SECONDS_SCALE[unit], unit
 
 
-def _format_time(seconds: float) -> str:
-    scale, unit = _time_unit(abs(seconds))
-    return f"{seconds * scale:.4g} {unit}"
-
-
-def _format_evidence(value: Any) -> str:
-    if isinstance(value, bool) or value is None:
+def _format_evidence(value: Any, unit: str, *, seconds: bool = False) -> str:
+    """Evidence as read in the advisor panel; ``seconds``: a duration, shown in ``unit``."""
+    if value is None:
+        return "none"
+    if isinstance(value, bool):
         return str(value)
+    if seconds and isinstance(value, (int, float, np.integer, np.floating)):
+        return format_seconds(value, unit)
     if isinstance(value, float):
         return f"{value:.4g}"
     if isinstance(value, Mapping):
-        return "{" + ", ".join(f"{k}: {_format_evidence(v)}" for k, v in value.items()) + "}"
+        return "{" + ", ".join(f"{k}: {_format_evidence(v, unit)}" for k, v in value.items()) + "}"
     if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(_format_evidence(v) for v in value) + "]"
+        return "[" + ", ".join(_format_evidence(v, unit) for v in value) + "]"
     return str(value)
+
+
+def _is_duration(name: str) -> bool:
+    """Whether an evidence name holds seconds (``*_s``; ``*_per_s`` is a rate)."""
+    return name.endswith("_s") and not name.endswith("_per_s")
+
+
+def _lanes(timeline, chips: list[int]) -> tuple[list[str], list[str], str]:
+    """The lanes drawn for ``chips``: every resource, or fewer when they would not fit at MIN_LANE_PX.
+
+    Too many lanes for :data:`_MAX_FRAME_PX` at :data:`MIN_LANE_PX` are aggregated in two
+    steps: first one SparseCore lane per chip (its slowest SparseCore), then also one lane
+    for the hosts, the ICI and the TensorCores (the slowest of each). An aggregated lane
+    draws the slowest resource's own intervals (the one that sets the step).
+
+    Returns
+    -------
+    resources : list of str
+        The resource drawn on each lane, top to bottom.
+    labels : list of str
+        The lane names on the y axis.
+    note : str
+        What was aggregated ("" when every resource has its lane): the y axis label.
+    """
+    units = timeline.units
+    busy = timeline.busy()
+    hosts = sorted({int(units.host_of_chip[c]) for c in chips})
+    host_names = [units.resource_name("host", h) for h in hosts]
+    per_chip = {c: [name for name in timeline.resources() if name.startswith(f"chip{c}/")] for c in chips}
+
+    def slowest(names):
+        return max(names, key=lambda name: busy.get(name, 0.0))
+
+    def sc_lane(c):
+        names = [n for n in per_chip[c] if n.startswith(f"chip{c}/sc")]
+        return [(slowest(names), f"chip{c}/sc (slowest of {len(names)})")] if len(names) > 1 else \
+            [(n, n) for n in names]
+
+    full = [(n, n) for n in host_names] + [(n, n) for c in chips for n in per_chip[c]]
+    per_chip_sc = [(n, n) for n in host_names] + [
+        lane for c in chips for lane in (*sc_lane(c), *((n, n) for n in per_chip[c] if "/sc" not in n))]
+    kinds = [[n for c in chips for n in per_chip[c] if n.endswith(f"/{kind}")] for kind in ("ici", "tc")]
+    slowest_of = [(slowest(names), f"{kind} (slowest of {len(names)}: {slowest(names).split('/')[0]})")
+                  if len(names) > 1 else (names[0], names[0]) for kind, names in zip(("hosts", "ici", "tc"),
+                                                                                     (host_names, *kinds)) if names]
+    per_kind = slowest_of[:1] + [lane for c in chips for lane in sc_lane(c)] + slowest_of[1:]
+    levels = [(full, ""), (per_chip_sc, "one SparseCore lane per chip: its slowest SparseCore"),
+              (per_kind, "one SparseCore lane per chip (its slowest); hosts, ICI, TensorCores: the slowest")]
+    for lanes, note in levels:
+        if len(lanes) * MIN_LANE_PX <= _MAX_FRAME_PX:
+            break
+    return [r for r, _ in lanes], [label for _, label in lanes], note
+
+
+def _lane_px(num_lanes: int) -> int:
+    """Pixels per lane: the preferred height, down to MIN_LANE_PX when many lanes would make a tall chart."""
+    return int(min(_LANE_PX, max(MIN_LANE_PX, _MAX_FRAME_PX // max(num_lanes, 1))))
 
 
 def _has_minibatch_dim(stats: Any) -> bool:
@@ -138,8 +217,9 @@ class _ScheduleView:
         self.parts = ColumnDataSource({k: [] for k in ("left", "right", "top", "bottom", "color", "stack", "phase",
                                                        "step", "resource", "start_text", "end_text",
                                                        "duration_text")})
+        # No outline: a white line would wash out stripes a pixel or two wide.
         parts_renderer = fig.quad(left="left", right="right", top="top", bottom="bottom", source=self.parts,
-                                  fill_color="color", line_color="#ffffff", line_width=0.6)
+                                  fill_color="color", line_color=None)
         self.step_text = ColumnDataSource({k: [] for k in ("x", "y", "text")})
         fig.text(x="x", y="y", text="text", source=self.step_text, text_align="center", text_baseline="middle",
                  text_font_size="9px", text_color="#ffffff", text_font_style="bold")
@@ -150,16 +230,13 @@ class _ScheduleView:
         fig.add_tools(HoverTool(renderers=[parts_renderer], tooltips=[
             ("stack", "@stack"), ("phase", "@phase"), ("step", "@step"), ("lane", "@resource"),
             ("start", "@start_text"), ("end", "@end_text"), ("duration", "@duration_text")]))
+        self.lane_note = ""
 
     def draw(self, model: StepModel, chips: list[int], *, x_end: float, scale: float, unit: str,
              in_use: bool) -> None:
-        """Draw ``model``'s timeline of this schedule on the lanes of ``chips`` (and their hosts)."""
+        """Draw ``model``'s timeline of this schedule on the lanes of ``chips`` (and their hosts), times in ``unit``."""
         timeline = getattr(model, self.schedule)
-        units = timeline.units
-        hosts = sorted({int(units.host_of_chip[c]) for c in chips})
-        lanes = [name for name in timeline.resources()
-                 if name in {units.resource_name("host", h) for h in hosts}
-                 or any(name.startswith(f"chip{c}/") for c in chips)]
+        lanes, labels, self.lane_note = _lanes(timeline, chips)
         lane_of = {name: i for i, name in enumerate(lanes)}
         columns = timeline.columns()
         keep = [i for i, name in enumerate(columns["resource"]) if name in lane_of]
@@ -171,8 +248,8 @@ class _ScheduleView:
             "lane": lane, "left": start * scale, "right": end * scale,
             "color": [PHASE_COLORS[p] for p in data["phase"]],
             "phase_label": [_PHASE_LABELS[p] for p in data["phase"]],
-            "start_text": [_format_time(s) for s in start], "end_text": [_format_time(e) for e in end],
-            "duration_text": [_format_time(d) for d in data["duration"]],
+            "start_text": [format_seconds(s, unit) for s in start], "end_text": [format_seconds(e, unit) for e in end],
+            "duration_text": [format_seconds(d, unit) for d in data["duration"]],
         })
         self.gantt.set_bars(data)
         span = x_end * scale
@@ -182,11 +259,12 @@ class _ScheduleView:
         # On SparseCore bars the number sits above the stacks stripe.
         self.step_text.data = {
             "x": [(lo + hi) / 2 for lo, hi, w in zip(data["left"], data["right"], wide) if w],
-            "y": [-float(n) + (0.15 if kind == "sc" else 0.0) for n, kind, w in zip(lane, data["kind"], wide) if w],
+            "y": [-float(n) + (0.19 if kind == "sc" else 0.0) for n, kind, w in zip(lane, data["kind"], wide) if w],
             "text": [str(s) for s, w in zip(data["step"], wide) if w],
         }
-        self._draw_parts(timeline, data, lane, scale, model)
-        self.gantt.set_lanes(lanes, x_end=x_end * scale, label_room=0.09)
+        self._draw_parts(timeline, data, lane, scale, unit, model)
+        self.gantt.lane_height = _lane_px(len(lanes))
+        self.gantt.set_lanes(labels, x_end=x_end * scale, label_room=0.09)
         busy = timeline.busy()
         makespan = timeline.makespan
         self.gantt.set_lane_labels(np.arange(len(lanes)), [x_end * scale] * len(lanes),
@@ -196,6 +274,7 @@ class _ScheduleView:
         fig = self.gantt.figure
         fig.y_range.end = 1.35
         fig.frame_height = self.gantt.lane_height * (len(lanes) + 1)
+        fig.yaxis.axis_label = self.lane_note or None
         bottom = -(len(lanes) - 1) - 0.6
         completion = timeline.step_completion()
         self.step_lines.data = {"x": completion * scale, "y0": [bottom] * len(completion),
@@ -219,12 +298,12 @@ class _ScheduleView:
         title = ("Pipelined" if timeline.pipelined else "Sequential (tf_xla_disable_full_embedding_pipelining)")
         extra = (f", {model.speedup:.2f}x faster; SparseCore tables {model.staleness_steps} step(s) stale"
                  if timeline.pipelined else "")
-        fig.title.text = (f"{title}: {_format_time(step)} per step{extra}"
+        fig.title.text = (f"{title}: {format_seconds(step, unit)} per step{extra}"
                           + ("   [in use]" if in_use else ""))
         fig.title.text_color = "#111111" if in_use else "#777777"
         fig.xaxis.axis_label = f"time ({unit}); lane labels: busy share of the run"
 
-    def _draw_parts(self, timeline, data, lane, scale, model) -> None:
+    def _draw_parts(self, timeline, data, lane, scale, unit, model) -> None:
         """The stacked tables (and mini-batches) inside each SparseCore bar, laid out as the trace export does."""
         units = timeline.units
         # Part labels are "<stack>" or "<stack> (mini-batch b/m)" (the engine's display breakdown).
@@ -253,13 +332,13 @@ class _ScheduleView:
                 rows["phase"].append(_PHASE_LABELS[phase])
                 rows["step"].append(data["step"][i])
                 rows["resource"].append(data["resource"][i])
-                rows["start_text"].append(_format_time(t0))
-                rows["end_text"].append(_format_time(t1))
-                rows["duration_text"].append(_format_time(t1 - t0))
+                rows["start_text"].append(format_seconds(t0, unit))
+                rows["end_text"].append(format_seconds(t1, unit))
+                rows["duration_text"].append(format_seconds(t1 - t0, unit))
                 rows["index"].append(stack_of_label[label])
                 t0 = t1
         index = np.asarray(rows.pop("index"), dtype=np.int64)
-        rows["color"] = list(_bokeh.category_colors(index, palette=_STACK_PALETTE)) if len(index) else []
+        rows["color"] = list(_bokeh.category_colors(index, palette=STACK_COLORS)) if len(index) else []
         self.parts.data = rows
 
 
@@ -415,8 +494,8 @@ class PipelineTimeline(_bokeh.SyncedDisplay, ipywidgets.VBox):
         Six features look up five Adagrad tables (users, items, query tokens,
         categories and a width-1 flag; the item table also serves a 20-id history
         feature), stacked automatically; statistics of one batch come from
-        :func:`scwork.sharding.compute_stats`. The TensorCore takes 100 us forward
-        and 200 us backward, the host preprocesses with 32 threads: the pipelined
+        :func:`scwork.sharding.compute_stats`. The TensorCore takes 100 \u00b5s forward
+        and 200 \u00b5s backward, the host preprocesses with 32 threads: the pipelined
         step is TensorCore-bound and about 1.7x faster than the sequential one.
 
         Parameters
@@ -491,8 +570,8 @@ class PipelineTimeline(_bokeh.SyncedDisplay, ipywidgets.VBox):
         """Set the control an advisor finding names to the value its evidence gives.
 
         ``pipelining_off`` turns pipelining on; ``host_preprocessing_slow`` sets the
-        threads the advisor found necessary; ``limits_too_low`` (mini-batching) puts
-        every stack in one mini-batch; ``hbm_stack_overflow`` serializes the number of
+        threads the advisor found necessary; ``minibatching_overhead`` and
+        ``limits_too_low`` (mini-batching) put every stack in one mini-batch; ``hbm_stack_overflow`` serializes the number of
         tables the memory model found.
 
         Parameters
@@ -511,7 +590,7 @@ class PipelineTimeline(_bokeh.SyncedDisplay, ipywidgets.VBox):
             self.pipelining = True
         elif finding.id == "host_preprocessing_slow" and evidence.get("threads_needed"):
             self.host_threads = int(evidence["threads_needed"])
-        elif (finding.id == "limits_too_low" and not evidence.get("dropped_ids")
+        elif (finding.id in ("limits_too_low", "minibatching_overhead") and not evidence.get("dropped_ids")
               and not self._minibatches_fixed and evidence.get("num_minibatches", 1) > 1):
             self.num_minibatches = 1
         elif finding.id == "hbm_stack_overflow" and evidence.get("num_serialized_tables"):
@@ -527,8 +606,8 @@ class PipelineTimeline(_bokeh.SyncedDisplay, ipywidgets.VBox):
             ev = finding.evidence
             if (finding.id == "pipelining_off"
                     or (finding.id == "host_preprocessing_slow" and ev.get("threads_needed"))
-                    or (finding.id == "limits_too_low" and not ev.get("dropped_ids") and not self._minibatches_fixed
-                        and ev.get("num_minibatches", 1) > 1)
+                    or (finding.id in ("limits_too_low", "minibatching_overhead") and not ev.get("dropped_ids")
+                        and not self._minibatches_fixed and ev.get("num_minibatches", 1) > 1)
                     or (finding.id == "hbm_stack_overflow" and ev.get("num_serialized_tables"))):
                 out.append(finding)
         return out
@@ -602,7 +681,7 @@ class PipelineTimeline(_bokeh.SyncedDisplay, ipywidgets.VBox):
         ]
 
     def _tc_slider_max(self) -> float:
-        """Slider range (us): room for 4x the device's work, at least 100 us."""
+        """Slider range (\u00b5s): room for 4x the device's work, at least 100 \u00b5s."""
         device = max(self.model.phase_time[p] for p in PHASES if p != "host")
         return float(max(4 * device * 1e6, 100.0))
 
@@ -687,14 +766,14 @@ class PipelineTimeline(_bokeh.SyncedDisplay, ipywidgets.VBox):
     def _draw(self) -> None:
         model = self.model
         x_end = max(model.sequential.makespan, model.pipelined.makespan)
-        scale, unit = _time_unit(x_end)
+        scale, unit = _time_unit(model)
         chips = self._shown_chips()
         for name, view in self._views.items():
             view.draw(model, chips, x_end=x_end, scale=scale, unit=unit,
                       in_use=(name == "pipelined") == model.pipelining)
         self._legend.text = self._legend_html()
-        self._summary_div.text = self._summary_html()
-        self.advice_rows = self._advice_rows()
+        self._summary_div.text = self._summary_html(unit)
+        self.advice_rows = self._advice_rows(unit)
         self._advice_div.text = self._advice_html()
         self._sync_controls()
 
@@ -705,39 +784,55 @@ class PipelineTimeline(_bokeh.SyncedDisplay, ipywidgets.VBox):
 
         phases = "".join(swatch(PHASE_COLORS[p], _PHASE_LABELS[p].replace("forward", "fwd").replace("backward", "bwd")
                                 .replace(" preprocessing", "")) for p in PHASES)
-        colors = _bokeh.category_colors(np.arange(len(self.model.stacks), dtype=np.int64), palette=_STACK_PALETTE)
+        colors = _bokeh.category_colors(np.arange(len(self.model.stacks), dtype=np.int64), palette=STACK_COLORS)
         stacks = "".join(swatch(c, name) for c, name in zip(colors, self.model.stacks))
         chips = "every chip" if self.shown_chip < 0 else f"chip {self.shown_chip} and its host"
+        note = self._views["pipelined"].lane_note
         return (f"<div style='font-size:12px;line-height:1.7'><b>Phases</b>:{phases}<br>"
-                f"<b>Stacks</b> (stripe in SparseCore bars):{stacks}<br>"
+                f"<b>Stacks</b> (lower half of SparseCore bars; zoom in to read narrow bars):{stacks}<br>"
                 f"Numbers in bars = step; dashed lines = a step completes; gray bands = pre-loop (fill) and "
-                f"post-loop (drain) of the pipelined loop. Lanes of {chips}.</div>")
+                f"post-loop (drain) of the pipelined loop. Lanes of {chips}"
+                + (f" ({html.escape(note)})" if note else "") + ".</div>")
 
-    def _summary_html(self) -> str:
+    def _summary_html(self, unit: str) -> str:
         m, s = self.model, self.summary
         in_use = "pipelined" if m.pipelining else "sequential"
         busy = m.busy_per_step()
         mb = dict(zip(m.stacks, (int(n) for n in m.detail["num_minibatches"])))
         rows = [
-            ("schedule in use", f"{in_use} ({_format_time(s['step_time_s'])} per step)"),
-            ("sequential step", _format_time(s["sequential_step_time_s"])),
-            ("pipelined step", _format_time(s["pipelined_step_time_s"])),
+            ("schedule in use", f"{in_use} ({format_seconds(s['step_time_s'], unit)} per step)"),
+            ("sequential step", format_seconds(s["sequential_step_time_s"], unit)),
+            ("pipelined step", format_seconds(s["pipelined_step_time_s"], unit)),
             ("speed-up of pipelining", f"{s['speedup']:.3f}x (at most 2x)"),
             ("staleness if pipelined", (f"{s['staleness_steps']} step(s): updates of step i visible to the "
                                         f"SparseCore at step i+{s['update_offset']}")),
-            ("bottleneck", f"{s['bottleneck']} ({_format_time(busy[s['bottleneck']])} busy per step)"),
+            ("bottleneck", f"{s['bottleneck']} ({format_seconds(busy[s['bottleneck']], unit)} busy per step)"),
             ("mini-batches", ", ".join(f"{k}: {v}" for k, v in mb.items() if v > 1) or "1 per stack"),
             ("serialized stacks", ", ".join(m.detail["serialized"]) or "none"),
         ]
         phases = _bokeh.columns_table_html(
             ["phase", "time per step (slowest unit)", "resource"],
-            [(_PHASE_LABELS[p], _format_time(s[f"{p}_s"]), p.split("_")[0]) for p in PHASES])
+            [(_PHASE_LABELS[p], format_seconds(s[f"{p}_s"], unit), p.split("_")[0]) for p in PHASES])
         return _bokeh.summary_table_html(rows, title="Step model") + phases
 
-    def _advice_rows(self) -> list[dict[str, Any]]:
+    @staticmethod
+    def _expected_gain(finding, unit: str) -> str:
+        """:attr:`Finding.expected_gain` with its seconds in the explorer's ``unit``."""
+        parts = []
+        if finding.gain_s is not None:
+            text = f"{format_seconds(finding.gain_s, unit)} per step"
+            if finding.gain_fraction is not None:
+                text += f" ({finding.gain_fraction:.0%} of the step)"
+            parts.append(text)
+        if finding.gain_bytes is not None:
+            parts.append(_bokeh.format_bytes(finding.gain_bytes))
+        return "; ".join(parts) if parts else "not estimated"
+
+    def _advice_rows(self, unit: str) -> list[dict[str, Any]]:
         return [{"rank": rank, "severity": f.severity, "id": f.id, "title": f.title,
-                 "evidence": ", ".join(f"{k} = {_format_evidence(v)}" for k, v in f.evidence.items()),
-                 "fix": f.fix, "flags": ", ".join(f.flags), "expected_gain": f.expected_gain}
+                 "evidence": ", ".join(f"{k} = {_format_evidence(v, unit, seconds=_is_duration(k))}"
+                                       for k, v in f.evidence.items()),
+                 "fix": f.fix, "flags": ", ".join(f.flags), "expected_gain": self._expected_gain(f, unit)}
                 for rank, f in enumerate(self.advice, 1)]
 
     def _advice_html(self) -> str:
@@ -790,9 +885,10 @@ class PipelineTimeline(_bokeh.SyncedDisplay, ipywidgets.VBox):
             The file written (BokehJS inlined: no CDN needed). Hovers and zoom work
             in the file; the controls do not.
         """
-        s = self.summary
+        s, (_, unit) = self.summary, _time_unit(self.model)
         default = (f"scwork step model on {self.model.topology}: sequential "
-                   f"{_format_time(s['sequential_step_time_s'])}, pipelined {_format_time(s['pipelined_step_time_s'])}")
+                   f"{format_seconds(s['sequential_step_time_s'], unit)}, pipelined "
+                   f"{format_seconds(s['pipelined_step_time_s'], unit)}")
         return _bokeh.export_html(self._bokeh_layout, path, title or default)
 
     def to_chrome_trace(self, path, **kwargs: Any):

@@ -196,9 +196,14 @@ def hbm_numbers(model: Model, knobs: Knobs, *, with_names: bool = True) -> HbmNu
     staged = acts.copy() if knobs.stage_gather_operands_in_hbm else np.zeros(T, np.int64)
     staged_w = act_waste if knobs.stage_gather_operands_in_hbm else np.zeros(T, np.int64)
     Mr = -(-M // CSR_ALIGNMENT) * CSR_ALIGNMENT
-    csr_sc = max(P, CSR_ALIGNMENT) * INDEX_BYTES + Mr * P * (2 * INDEX_BYTES + GAIN_BYTES)
+    # CSR entries of one SparseCore: round_up(max_ids, 8) per partition, or the static
+    # size a stack was given (suggested_coo_buffer_size_per_device, as jax-tpu-embedding).
+    entries_sc = np.array([Mr[i] * P if st.static_entries_per_sc is None else st.static_entries_per_sc
+                           for i, st in enumerate(model.stacks)], np.int64)
+    csr_sc = max(P, CSR_ALIGNMENT) * INDEX_BYTES + entries_sc * (2 * INDEX_BYTES + GAIN_BYTES)
     csr = S * csr_sc
-    csr_w = S * ((Mr - M) * P * (2 * INDEX_BYTES + GAIN_BYTES) + (max(P, CSR_ALIGNMENT) - P) * INDEX_BYTES)
+    csr_w = S * (np.maximum(entries_sc - M * P, 0) * (2 * INDEX_BYTES + GAIN_BYTES)
+                 + (max(P, CSR_ALIGNMENT) - P) * INDEX_BYTES)
     gathered = S * U * lrc * widths * itemsizes
     fwd_traffic = gathered + acts + csr
     bwd_traffic = acts + 2 * gathered * (1 + slots_of_stack) + csr

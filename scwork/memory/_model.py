@@ -262,6 +262,9 @@ class StackInfo:
     """Ids per sample summed over the stack's features (for the jax-tpu-embedding's preprocess_sparse_dense_matmul_input estimate)."""
     feature_dims: tuple[int, ...] = ()
     """Raw dim of the table each feature looks up (same order as ``features``)."""
+    static_entries_per_sc: int | None = None
+    """CSR entries of one SparseCore's buffer when the stack has a static size
+    (``suggested_coo_buffer_size_per_device``), else None: sized from the limits."""
 
     @property
     def num_features(self) -> int:

@@ -283,6 +283,7 @@ def resolve(model: Any, topology: Any, **kwargs) -> tuple[Model, Knobs]:
             configured_max_ids=s.max_ids_per_partition, configured_max_unique=s.max_unique_ids_per_partition,
             stats_max_ids=stats_ids, stats_max_unique=stats_uniq, ids_per_sample=ips,
             feature_dims=tuple(dims_by_table[f.table.name] for f in s.features),
+            static_entries_per_sc=s.static_buffer_size_per_sc(topology.sparsecores_per_device),
         ))
 
     lrc = check_int("logical_replica_count", kw.get("logical_replica_count"), minimum=1, allow_none=True,

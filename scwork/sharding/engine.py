@@ -82,13 +82,21 @@ from __future__ import annotations
 
 import itertools
 import threading
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from scwork.errors import ConfigError, InputError, LimitExceededError, OutOfVocabularyError, TopologyError
+from scwork.errors import (
+    ConfigError,
+    InputError,
+    LimitExceededError,
+    OutOfVocabularyError,
+    StaticBufferWarning,
+    TopologyError,
+)
 from scwork.hardware.topology import Topology
 from scwork.sharding._scratch import (
     _BITMAP_BYTES_PER_ID,
@@ -102,7 +110,14 @@ from scwork.sharding._scratch import (
 )
 from scwork.sharding._threads import _TASKS_PER_THREAD, _run_tasks, resolve_num_threads
 from scwork.sharding.batch import FeatureBatch, _check_gains
-from scwork.sharding.results import _ALIGN, CsrBuffers, PreprocessResult
+from scwork.sharding.results import (
+    _ALIGN,
+    CsrBuffers,
+    PreprocessResult,
+    _stats_dataset,
+    _written_within,
+    round_up_array,
+)
 from scwork.sharding.specs import SparsecoreConfig, round_up
 from scwork.sharding.stacking import (
     DEFAULT_ACTIVATION_MEM_BYTES_LIMIT,
@@ -264,17 +279,6 @@ def _iter_sorted_group_keys(stack: Stack, batch: FeatureBatch, G: int, S: int, b
         if oov >= 0:
             raise _Oov(int(oov))
         yield g, keys, int(m), lbits
-
-
-def stats_coords(names, G: int, S: int, P: int) -> dict[str, tuple]:
-    """Coordinates of every per-partition statistics Dataset (stack, device, sc, partition)."""
-    return {
-        "stack": ("stack", np.array(list(names), dtype=object), {"long_name": "stacked table"}),
-        "device": ("device", np.arange(G), {"long_name": "device (JAX device) index"}),
-        "sc": ("sc", np.arange(S), {"long_name": "source SparseCore within the device"}),
-        "partition": ("partition", np.arange(P),
-                      {"long_name": "destination partition (global SparseCore id)"}),
-    }
 
 
 class _StackJob:
@@ -469,9 +473,16 @@ class _StackJob:
 
     def result(self) -> dict:
         out = {"pairs": self.pairs, "distinct": self.distinct, "naive": self.naive_counts, "kept": self.kept,
-               "dropped": int(self.dropped.sum())}
+               "dropped": int(self.dropped.sum()), "static_dropped": 0}
+        capacity = self.stack.static_buffer_size_per_sc(self.S)
+        if capacity is not None:
+            kept = self.kept.reshape(self.nsl, self.P)
+            out["static_dropped"] = int(kept.sum() - _written_within(kept, capacity).sum())
+            out["dropped"] += out["static_dropped"]
         if not self.want_csr:
             return out
+        if capacity is not None and capacity != self.C:
+            self._resize_csr(capacity)
         G, S, P, C, R = self.G, self.S, self.P, self.C, self.R
         out["csr"] = CsrBuffers(self.stack.name, self.row_pointers.reshape(G, S * R), self.emb.reshape(G, S * C),
                                 self.smp.reshape(G, S * C), self.gout.reshape(G, S * C), P, S, C)
@@ -487,6 +498,29 @@ class _StackJob:
                     parts.append((g.table, feature_names, S, self.n, g.qbits, self.lbits, g.col_shift, P, mine))
         out["drops"] = parts
         return out
+
+
+    def _resize_csr(self, capacity: int) -> None:
+        """Give every SparseCore's CSR buffer ``capacity`` entries (a static size).
+
+        As jax-tpu-embedding's ``FillBufferSegment`` fills a static buffer: partitions in
+        order, each starting at a multiple of 8; the first entry that does not fit ends
+        the SparseCore's buffer (it and every later id of the slice are dropped) and the
+        row pointers of the partitions not reached point at the end. That is the prefix
+        of the unbounded layout: its first ``capacity`` entries, row pointers capped.
+        """
+        nsl, C = self.nsl, self.C
+        keep = min(C, capacity)
+        pad = np.iinfo(np.int32).max
+        arrays = []
+        for old, fill, dtype in ((self.emb, pad, np.int32), (self.smp, pad, np.int32),
+                                 (self.gout, np.nan, np.float32)):
+            new = np.full((nsl, capacity), fill, dtype)
+            new[:, :keep] = old[:nsl * C].reshape(nsl, C)[:, :keep]
+            arrays.append(new.ravel())
+        self.emb, self.smp, self.gout = arrays
+        np.minimum(self.row_pointers, capacity, out=self.row_pointers)
+        self.C = capacity
 
 
 def _csr_views(specs_of: list[int]) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
@@ -507,10 +541,6 @@ def _row_gains(stack: Stack, batch: FeatureBatch, nsl: int, n: int, lbits: int) 
         with np.errstate(divide="ignore"):
             out[:, k * n:(k + 1) * n] = np.float32(1.0) / div
     return out.ravel()
-
-
-def round_up_array(a: np.ndarray, multiple: int = _ALIGN) -> np.ndarray:
-    return -(-a // multiple) * multiple
 
 
 # --------------------------------------------------------------------------------------
@@ -764,89 +794,17 @@ def _run(batch, features, topology, stacking, config, on_out_of_vocabulary, stac
         # float32 gains of a rejected sample are never returned)
         _check_gain_inputs(batch_used, plan)
     stats = _stats_dataset(plan, topology, batch_used, results, oov_counts)
+    for st, res in zip(plan.stacks, results):
+        if res["static_dropped"]:
+            # The library drops these with a log line whatever allow_id_dropping says;
+            # scwork does the same, counts them, and says so.
+            warnings.warn(StaticBufferWarning(
+                f"stack {st.name!r}: {res['static_dropped']} ids did not fit the static CSR buffer of "
+                f"{st.suggested_coo_buffer_size_per_device} entries per device "
+                f"(suggested_coo_buffer_size_per_device) and were dropped; the batch needs "
+                f"{int(stats['required_buffer_size_per_device'].sel(stack=st.name).max())} entries on its "
+                f"fullest device: raise the suggestion or leave it unset"), stacklevel=3)
     return plan, stats, results
-
-
-def _stats_dataset(plan: StackingPlan, topology: Topology, batch: FeatureBatch, results, oov_counts):
-    import xarray as xr
-
-    G, S, P = topology.num_devices, topology.sparsecores_per_device, topology.num_partitions
-    nsl = G * S
-    B = batch.batch_size
-    n = B // nsl
-    names = [st.name for st in plan.stacks]
-    ns = len(names)
-    ids = np.stack([r["pairs"].reshape(G, S, P) for r in results])
-    uniq = np.stack([r["distinct"].reshape(G, S, P) for r in results])
-    kept = np.stack([np.asarray(r["kept"]).reshape(G, S, P) for r in results])
-    raw = np.zeros((ns, G, S), np.int64)
-    for a, st in enumerate(plan.stacks):
-        for f in st.features:
-            rs = batch._splits[batch._feature_index(f.name)]
-            raw[a] += (rs[n::n] - rs[:-1:n]).reshape(G, S)
-    naive_unique = np.stack([r["naive"] for r in results])
-    required = round_up_array(ids).sum(axis=3)
-    required_kept = round_up_array(kept).sum(axis=3)
-    samples_per_device = np.array([len(st.features) * B // G for st in plan.stacks], np.int64)
-
-    def var(dims, values, long_name, units, **extra):
-        attrs = {"long_name": long_name, "units": units}
-        attrs.update(extra)
-        return (dims, values, attrs)
-
-    limit_ids = np.array([-1 if st.max_ids_per_partition is None else st.max_ids_per_partition
-                          for st in plan.stacks], np.int64)
-    limit_uniq = np.array([-1 if st.max_unique_ids_per_partition is None else st.max_unique_ids_per_partition
-                           for st in plan.stacks], np.int64)
-    SDSP = ("stack", "device", "sc", "partition")
-    ds = xr.Dataset(
-        {
-            "ids": var(SDSP, ids, "ids source SparseCore (device, sc) sends to partition, after per-sample "
-                       "dedup", "ids"),
-            "unique_ids": var(SDSP, uniq, "distinct ids source SparseCore (device, sc) sends to partition",
-                              "ids"),
-            "max_ids_per_partition": var(("stack", "device", "partition"), ids.max(axis=2),
-                                         "max over source SparseCores of ids", "ids"),
-            "max_unique_ids_per_partition": var(("stack", "device", "partition"), uniq.max(axis=2),
-                                                "max over source SparseCores of distinct ids", "ids"),
-            "required_buffer_size_per_sc": var(("stack", "device", "sc"), required,
-                                               "sum over partitions of round_up(ids, 8)", "CSR entries"),
-            "input_ids": var(("stack", "device", "sc"), raw, "raw ids of the slice before dedup", "ids"),
-            "kept_ids": var(SDSP, kept, "ids kept after the limits' prefix cut (= ids without dropping)",
-                            "ids"),
-            "required_buffer_size_per_device": var(
-                ("stack", "device"), required_kept.sum(axis=2),
-                "CSR entries one device fills after dropping (sum over its SCs of round_up(kept_ids, 8))",
-                "CSR entries"),
-            "samples_per_device": var("stack", samples_per_device,
-                                      "samples of the stacked input per device (features x B / G)", "samples"),
-            "dropped_ids": var("stack", np.array([r["dropped"] for r in results], np.int64),
-                               "raw ids dropped by the limits (duplicates included)", "ids"),
-            "out_of_vocabulary_ids": var("stack", np.array([oov_counts[nm] for nm in names], np.int64),
-                                         "ids >= vocab_size dropped (on_out_of_vocabulary='drop')", "ids"),
-            "configured_max_ids_per_partition": var("stack", limit_ids,
-                                                    "configured max ids per partition (-1: none)", "ids"),
-            "configured_max_unique_ids_per_partition": var(
-                "stack", limit_uniq, "configured max unique ids per partition (-1: none)", "ids"),
-            "naive_ids_per_partition": var(("stack", "partition"), ids.sum(axis=(1, 2)),
-                                           "whole-batch view (no device/SC split): ids per destination "
-                                           "partition after per-sample dedup", "ids"),
-            "naive_unique_ids_per_partition": var(("stack", "partition"), naive_unique,
-                                                  "whole-batch view: distinct ids per destination partition",
-                                                  "ids"),
-        },
-        coords=stats_coords(names, G, S, P),
-        attrs={
-            "topology": str(topology),
-            "num_devices": G,
-            "sparsecores_per_device": S,
-            "num_partitions": P,
-            "batch_size": B,
-            "samples_per_sc": n,
-            "source": "jax-tpu-embedding's preprocess_sparse_dense_matmul_input; jax-tpu-embedding SortAndGroupCooTensorsPerLocalDevice",
-        },
-    )
-    return ds
 
 
 def compute_stats(batch: FeatureBatch, features: Any, topology: Topology, stacking: Any = "auto",

@@ -79,6 +79,7 @@ from scwork.hardware.topology import Topology
 from scwork.sharding import engine as _engine
 from scwork.sharding._threads import resolve_num_threads
 from scwork.sharding.batch import FeatureBatch
+from scwork.sharding.results import stats_coords
 from scwork.sharding.specs import SparsecoreConfig
 from scwork.sharding.stacking import (
     DEFAULT_ACTIVATION_MEM_BYTES_LIMIT,
@@ -768,7 +769,7 @@ def _stats_dataset(plan, topology, batch, per_stack, oov_counts):
         },
         coords={
             "minibatch": ("minibatch", np.arange(M), {"long_name": "mini-batch index"}),
-            **_engine.stats_coords(names, G, S, P),
+            **stats_coords(names, G, S, P),
         },
         attrs={
             "topology": str(topology),

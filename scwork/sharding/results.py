@@ -8,6 +8,8 @@ from typing import Any
 
 import numpy as np
 
+from scwork.hardware.topology import Topology
+from scwork.sharding.batch import FeatureBatch
 from scwork.sharding.specs import round_up
 from scwork.sharding.stacking import StackingPlan
 
@@ -173,3 +175,118 @@ class PreprocessResult:
             lines.append(f"  {name}: max_ids_per_partition {mx}, max_unique_ids_per_partition {mu}, "
                          f"buffer {buf.buffer_size_per_sc} per SC")
         return "\n".join(lines)
+
+
+def _written_within(kept: np.ndarray, capacity: int) -> np.ndarray:
+    """Entries of each slice (row of ``kept``: ids per partition) a CSR buffer of
+    ``capacity`` entries holds: partitions in order, each starting at a multiple of 8,
+    filling stops at the end (jax-tpu-embedding's ``FillBufferSegment``)."""
+    start = np.zeros(kept.shape[0], np.int64)
+    written = np.zeros(kept.shape[0], np.int64)
+    for p in range(kept.shape[1]):
+        fits = np.minimum(kept[:, p], np.maximum(capacity - start, 0))
+        written += fits
+        start = np.minimum(round_up_array(start + fits), capacity)
+    return written
+
+
+def round_up_array(a: np.ndarray, multiple: int = _ALIGN) -> np.ndarray:
+    return -(-a // multiple) * multiple
+
+
+def _stats_dataset(plan: StackingPlan, topology: Topology, batch: FeatureBatch, results, oov_counts):
+    import xarray as xr
+
+    G, S, P = topology.num_devices, topology.sparsecores_per_device, topology.num_partitions
+    nsl = G * S
+    B = batch.batch_size
+    n = B // nsl
+    names = [st.name for st in plan.stacks]
+    ns = len(names)
+    ids = np.stack([r["pairs"].reshape(G, S, P) for r in results])
+    uniq = np.stack([r["distinct"].reshape(G, S, P) for r in results])
+    kept = np.stack([np.asarray(r["kept"]).reshape(G, S, P) for r in results])
+    raw = np.zeros((ns, G, S), np.int64)
+    for a, st in enumerate(plan.stacks):
+        for f in st.features:
+            rs = batch._splits[batch._feature_index(f.name)]
+            raw[a] += (rs[n::n] - rs[:-1:n]).reshape(G, S)
+    naive_unique = np.stack([r["naive"] for r in results])
+    required = round_up_array(ids).sum(axis=3)
+    required_kept = round_up_array(kept).sum(axis=3)
+    samples_per_device = np.array([len(st.features) * B // G for st in plan.stacks], np.int64)
+
+    def var(dims, values, long_name, units, **extra):
+        attrs = {"long_name": long_name, "units": units}
+        attrs.update(extra)
+        return (dims, values, attrs)
+
+    limit_ids = np.array([-1 if st.max_ids_per_partition is None else st.max_ids_per_partition
+                          for st in plan.stacks], np.int64)
+    limit_uniq = np.array([-1 if st.max_unique_ids_per_partition is None else st.max_unique_ids_per_partition
+                           for st in plan.stacks], np.int64)
+    SDSP = ("stack", "device", "sc", "partition")
+    ds = xr.Dataset(
+        {
+            "ids": var(SDSP, ids, "ids source SparseCore (device, sc) sends to partition, after per-sample "
+                       "dedup", "ids"),
+            "unique_ids": var(SDSP, uniq, "distinct ids source SparseCore (device, sc) sends to partition",
+                              "ids"),
+            "max_ids_per_partition": var(("stack", "device", "partition"), ids.max(axis=2),
+                                         "max over source SparseCores of ids", "ids"),
+            "max_unique_ids_per_partition": var(("stack", "device", "partition"), uniq.max(axis=2),
+                                                "max over source SparseCores of distinct ids", "ids"),
+            "required_buffer_size_per_sc": var(("stack", "device", "sc"), required,
+                                               "sum over partitions of round_up(ids, 8)", "CSR entries"),
+            "input_ids": var(("stack", "device", "sc"), raw, "raw ids of the slice before dedup", "ids"),
+            "kept_ids": var(SDSP, kept, "ids kept after the limits' prefix cut (= ids without dropping)",
+                            "ids"),
+            "required_buffer_size_per_device": var(
+                ("stack", "device"), required_kept.sum(axis=2),
+                "CSR entries one device fills after dropping (sum over its SCs of round_up(kept_ids, 8))",
+                "CSR entries"),
+            "samples_per_device": var("stack", samples_per_device,
+                                      "samples of the stacked input per device (features x B / G)", "samples"),
+            "dropped_ids": var("stack", np.array([r["dropped"] for r in results], np.int64),
+                               "raw ids dropped by the limits (duplicates included), plus the ids past a "
+                               "static CSR buffer", "ids"),
+            "static_buffer_dropped_ids": var(
+                "stack", np.array([r["static_dropped"] for r in results], np.int64),
+                "ids past the static CSR buffer (suggested_coo_buffer_size_per_device), dropped whatever "
+                "allow_id_dropping says (included in dropped_ids)", "ids"),
+            "out_of_vocabulary_ids": var("stack", np.array([oov_counts[nm] for nm in names], np.int64),
+                                         "ids >= vocab_size dropped (on_out_of_vocabulary='drop')", "ids"),
+            "configured_max_ids_per_partition": var("stack", limit_ids,
+                                                    "configured max ids per partition (-1: none)", "ids"),
+            "configured_max_unique_ids_per_partition": var(
+                "stack", limit_uniq, "configured max unique ids per partition (-1: none)", "ids"),
+            "naive_ids_per_partition": var(("stack", "partition"), ids.sum(axis=(1, 2)),
+                                           "whole-batch view (no device/SC split): ids per destination "
+                                           "partition after per-sample dedup", "ids"),
+            "naive_unique_ids_per_partition": var(("stack", "partition"), naive_unique,
+                                                  "whole-batch view: distinct ids per destination partition",
+                                                  "ids"),
+        },
+        coords=stats_coords(names, G, S, P),
+        attrs={
+            "topology": str(topology),
+            "num_devices": G,
+            "sparsecores_per_device": S,
+            "num_partitions": P,
+            "batch_size": B,
+            "samples_per_sc": n,
+            "source": "jax-tpu-embedding's preprocess_sparse_dense_matmul_input; jax-tpu-embedding SortAndGroupCooTensorsPerLocalDevice",
+        },
+    )
+    return ds
+
+
+def stats_coords(names, G: int, S: int, P: int) -> dict[str, tuple]:
+    """Coordinates of every per-partition statistics Dataset (stack, device, sc, partition)."""
+    return {
+        "stack": ("stack", np.array(list(names), dtype=object), {"long_name": "stacked table"}),
+        "device": ("device", np.arange(G), {"long_name": "device (JAX device) index"}),
+        "sc": ("sc", np.arange(S), {"long_name": "source SparseCore within the device"}),
+        "partition": ("partition", np.arange(P),
+                      {"long_name": "destination partition (global SparseCore id)"}),
+    }

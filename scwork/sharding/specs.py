@@ -141,6 +141,15 @@ class TableSpec:
     :class:`scwork.quant.QuantizationConfig`); tables stack only with the same
     setting. Default None: no quantization."""
 
+    suggested_coo_buffer_size_per_device: int | None = None
+    """Static size of this table's CSR buffer on one device, >= 1 (jax-tpu-embedding's
+    ``TableSpec.suggested_coo_buffer_size_per_device``). Used only when the table is
+    not stacked with others (the library's stacking drops it); rounded up to a
+    multiple of ``8 * S`` and split evenly over the device's SparseCores. Ids that do
+    not fit are dropped and counted whatever ``allow_id_dropping`` says, as the
+    library does. Unit: CSR entries. Default None: sized from
+    ``max_ids_per_partition`` (``round_up(max_ids, 8) * S * P``)."""
+
     def __post_init__(self) -> None:
         _check_name("TableSpec", self.name)
         if self.quantization is not None and not isinstance(self.quantization, QuantizationConfig):
@@ -152,7 +161,8 @@ class TableSpec:
         _check_int("TableSpec", "embedding_dim", self.embedding_dim, minimum=1, maximum=INT32_MAX)
         _check_choice("TableSpec", "combiner", self.combiner, COMBINERS)
         _check_choice("TableSpec", "optimizer", self.optimizer, OPTIMIZERS)
-        for limit in ("max_ids_per_partition", "max_unique_ids_per_partition"):
+        for limit in ("max_ids_per_partition", "max_unique_ids_per_partition",
+                      "suggested_coo_buffer_size_per_device"):
             _check_int("TableSpec", limit, getattr(self, limit), minimum=1, allow_none=True,
                        maximum=INT32_MAX)
 

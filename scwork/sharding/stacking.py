@@ -62,7 +62,7 @@ from typing import Any, Union
 
 from scwork.errors import ConfigError
 from scwork.hardware.topology import Topology
-from scwork.sharding.specs import INT32_MAX, FeatureSpec, SparsecoreConfig, TableSpec
+from scwork.sharding.specs import INT32_MAX, FeatureSpec, SparsecoreConfig, TableSpec, round_up
 
 __all__ = [
     "TableInStack",
@@ -146,6 +146,23 @@ class Stack:
     """Configured limit on ids per (source SC, partition); None: not configured."""
     max_unique_ids_per_partition: int | None
     """Configured limit on distinct ids per (source SC, partition); None: not configured."""
+    suggested_coo_buffer_size_per_device: int | None = None
+    """Static CSR buffer size of one device (jax-tpu-embedding's
+    ``StackedTableSpec.suggested_coo_buffer_size_per_device``): the table's own value for
+    a table left unstacked, None for stacks built by stacking (the library drops it
+    there), or ``stack_limits[name]["suggested_coo_buffer_size_per_device"]``. Unit:
+    CSR entries. None: sized from ``max_ids_per_partition``."""
+
+    def static_buffer_size_per_sc(self, sparsecores_per_device: int) -> int | None:
+        """CSR entries one SparseCore's buffer holds when the size is static, else None.
+
+        ``round_up(suggested, 8 * S) / S`` (jax-tpu-embedding's ``MayBeUpdateBufferSize``:
+        every SparseCore's share stays aligned to 8 entries).
+        """
+        if self.suggested_coo_buffer_size_per_device is None:
+            return None
+        S = sparsecores_per_device
+        return round_up(self.suggested_coo_buffer_size_per_device, 8 * S) // S
 
     @property
     def vocab_size(self) -> int:
@@ -426,6 +443,32 @@ def _stack_limits(stack: str, tables: Sequence[TableSpec], P: int, config: Spars
     return (max(ids) if ids else None, max(uniq) if uniq else None)
 
 
+def _stack_buffer(stack: str, default: int | None, overrides: Mapping[str, Any] | None, max_ids: int | None,
+                  topology: Topology) -> int | None:
+    """The stack's static CSR buffer per device (checked against its theoretical maximum)."""
+    value = default
+    if overrides and stack in overrides and isinstance(overrides[stack], Mapping) \
+            and "suggested_coo_buffer_size_per_device" in overrides[stack]:
+        value = overrides[stack]["suggested_coo_buffer_size_per_device"]
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not
+                                  1 <= value <= INT32_MAX):
+            raise ConfigError(f"stack_limits[{stack!r}]: suggested_coo_buffer_size_per_device must be a positive "
+                              f"int (CSR entries per device) or None, got {value!r}")
+    if value is None or max_ids is None:
+        return value
+    S, P = topology.sparsecores_per_device, topology.num_partitions
+    rounded = round_up(value, 8 * S)
+    theoretical = round_up(max_ids, 8) * S * P
+    if rounded > theoretical:
+        # The library aborts here (a CHECK failure in MayBeUpdateBufferSize).
+        raise ConfigError(
+            f"stack {stack!r}: suggested_coo_buffer_size_per_device {value} (rounded up to {rounded}, a multiple "
+            f"of 8 x {S} SparseCores) exceeds the largest buffer its limits can fill, round_up(max_ids_per_partition"
+            f"={max_ids}, 8) x {S} x {P} = {theoretical} entries per device; lower the suggestion or raise "
+            f"max_ids_per_partition")
+    return value
+
+
 def plan_stacking(features: Any, topology: Topology, stacking: StackingArg = "auto", *,
                   batch_size: int | None = None, rotation: int | None = None,
                   activation_mem_bytes_limit: int = DEFAULT_ACTIVATION_MEM_BYTES_LIMIT,
@@ -519,14 +562,16 @@ def plan_stacking(features: Any, topology: Topology, stacking: StackingArg = "au
             return stacking
         # Explicit limits override the plan's own; never ignore them silently.
         _check_stack_names(stack_limits, [st.name for st in stacking.stacks])
-        stacks = [
-            dataclasses.replace(st, **dict(zip(
-                ("max_ids_per_partition", "max_unique_ids_per_partition"),
-                _stack_limits(st.name, [t.table for t in st.tables], P, config, stack_limits,
-                              stack_limit_rule),
-            ))) if st.name in stack_limits else st
-            for st in stacking.stacks
-        ]
+        stacks = []
+        for st in stacking.stacks:
+            if st.name in stack_limits:
+                max_ids, max_uniq = _stack_limits(st.name, [t.table for t in st.tables], P, config, stack_limits,
+                                                  stack_limit_rule)
+                st = dataclasses.replace(
+                    st, max_ids_per_partition=max_ids, max_unique_ids_per_partition=max_uniq,
+                    suggested_coo_buffer_size_per_device=_stack_buffer(
+                        st.name, st.suggested_coo_buffer_size_per_device, stack_limits, max_ids, topology))
+            stacks.append(st)
         return StackingPlan(stacks, stacking.topology, stacking.rotation, stacking.batch_size)
     # Groups the library stacks itself (stack_tables, auto_stack_tables) keep the
     # flattened feature order; tables left unstacked get a stack of their own from
@@ -582,8 +627,12 @@ def plan_stacking(features: Any, topology: Topology, stacking: StackingArg = "au
         if len(group) == 1 and group[0] in unstacked:
             feats = tuple(sorted(feats, key=lambda f: f.name))
         max_ids, max_uniq = _stack_limits(name, specs, P, config, stack_limits, stack_limit_rule)
+        # Only a table the library leaves unstacked keeps its static buffer size
+        # (prepare_feature_specs_for_training); its stacking functions drop it.
+        own_buffer = specs[0].suggested_coo_buffer_size_per_device if group[0] in unstacked else None
+        buffer = _stack_buffer(name, own_buffer, stack_limits, max_ids, topology)
         stacks.append(Stack(name, tuple(in_stack), feats, max(t.padded_embedding_dim() for t in specs),
-                            specs[0].optimizer, specs[0].combiner, P, max_ids, max_uniq))
+                            specs[0].optimizer, specs[0].combiner, P, max_ids, max_uniq, buffer))
     names = [s.name for s in stacks]
     if len(set(names)) != len(names):
         raise ConfigError(f"stack names collide: {names}")

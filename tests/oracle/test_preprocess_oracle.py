@@ -35,6 +35,13 @@ Differences this suite found, and how they were resolved:
    squared weights with a fused multiply-add (one rounding per term). scwork's kernel
    and references now do the same (the product in float64, exact, then one rounding
    to float32); gains are compared bit for bit.
+6. scwork had no static CSR buffer. The library sizes a stack's buffer from
+   ``suggested_coo_buffer_size_per_device`` when given (rounded up to ``8 * S``, kept
+   only by tables it leaves unstacked), fills partitions in order and drops every id
+   of a SparseCore from the first one that does not fit, whatever
+   ``allow_id_dropping`` says, counting them in ``id_drop_counters``. scwork now does
+   the same (``TableSpec.suggested_coo_buffer_size_per_device``; the ids dropped are in
+   ``dropped_ids`` and ``static_buffer_dropped_ids``, with a ``StaticBufferWarning``).
 
 Where scwork deliberately differs (checked here or in tests/sharding):
 
@@ -44,7 +51,9 @@ Where scwork deliberately differs (checked here or in tests/sharding):
 - scwork tables may leave limits unset (no limit; the library's ``TableSpec`` defaults to
   256); this suite always sets them, so both sides agree;
 - scwork accepts any number of partitions, not only powers of two, and checks ids
-  against the vocabulary (the library does not).
+  against the vocabulary (the library does not);
+- a static buffer larger than its limits allow (``round_up(max_ids, 8) * S * P``)
+  aborts the library (a CHECK failure); scwork raises a ConfigError when planning.
 """
 
 from __future__ import annotations
@@ -83,13 +92,22 @@ def oracle_cases(draw):
     combiner = draw(st.sampled_from(["sum", "mean", "sqrtn"]))
     tables = []
     for name in names:
+        max_ids = draw(st.sampled_from([1, 2, 4, 64, 4096]))
+        # A static CSR buffer: often too small for the batch (ids past it are dropped),
+        # sometimes any size up to the largest the limits allow (larger aborts the
+        # library: scwork raises a ConfigError, tested in tests/sharding).
+        theoretical = -(-max_ids // 8) * 8 * S * P
+        buffer = draw(st.sampled_from([None, None, "small", "any"]))
+        suggested = (None if buffer is None else
+                     draw(st.integers(1, min(64, theoretical) if buffer == "small" else theoretical)))
         tables.append(dict(
             name=name, vocab=draw(st.integers(1, 3000)), dim=draw(st.sampled_from([4, 8, 12, 16, 32])),
             optimizer=draw(st.sampled_from(["sgd", "sgd", "adagrad"])),
             # tables of a stack must share a combiner in scwork; mixed combiners go alone
             combiner=combiner if draw(st.booleans()) else draw(st.sampled_from(["sum", "mean", "sqrtn"])),
-            max_ids=draw(st.sampled_from([1, 2, 4, 64, 4096])),
+            max_ids=max_ids,
             max_unique=draw(st.sampled_from([1, 2, 4, 64, 4096])),
+            suggested=suggested,
         ))
     n_features = draw(st.integers(1, 5))
     features = [(f"f{draw(st.sampled_from(string.ascii_lowercase))}{i}", draw(st.integers(0, n_tables - 1)))
@@ -120,7 +138,8 @@ def _inputs(case):
 
 def _scwork_features(case):
     tables = [TableSpec(t["name"], t["vocab"], t["dim"], combiner=t["combiner"], optimizer=t["optimizer"],
-                        max_ids_per_partition=t["max_ids"], max_unique_ids_per_partition=t["max_unique"])
+                        max_ids_per_partition=t["max_ids"], max_unique_ids_per_partition=t["max_unique"],
+                        suggested_coo_buffer_size_per_device=t["suggested"])
               for t in case["tables"]]
     return [FeatureSpec(name, tables[index]) for name, index in case["features"]]
 
@@ -150,7 +169,8 @@ def _jte_features(case, features):
                 name=t.name, vocabulary_size=t.vocab_size, embedding_dim=t.embedding_dim,
                 initializer=lambda *a, **k: None, optimizer=OPTIMIZERS[t.optimizer], combiner=t.combiner,
                 max_ids_per_partition=t.max_ids_per_partition,
-                max_unique_ids_per_partition=t.max_unique_ids_per_partition)
+                max_unique_ids_per_partition=t.max_unique_ids_per_partition,
+                suggested_coo_buffer_size_per_device=t.suggested_coo_buffer_size_per_device)
     return [es.FeatureSpec(name=f.name, table_spec=tables[f.table.name], input_shape=[case["batch"], 1],
                            output_shape=[case["batch"], f.table.embedding_dim]) for f in features]
 
@@ -201,6 +221,7 @@ def _segments(row_pointers, ids, samples, gains, G, S, P):
     return out
 
 
+@pytest.mark.filterwarnings("ignore::scwork.errors.StaticBufferWarning")  # static buffers: counted, compared
 @settings(max_examples=oracle_examples(300), deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(oracle_cases())
@@ -251,6 +272,7 @@ def test_stacking_statistics_and_csr_equal_the_library(case):
         assert (stack.max_ids_per_partition, stack.max_unique_ids_per_partition) == (
             spec.max_ids_per_partition, spec.max_unique_ids_per_partition), stack.name
         assert stack.embedding_dim == spec.stack_embedding_dim and stack.vocab_size == spec.stack_vocab_size
+        assert stack.suggested_coo_buffer_size_per_device == spec.suggested_coo_buffer_size_per_device, stack.name
 
     # -- statistics and CSR ---------------------------------------------------------
     batch = _batch(case, [ids_by_name[n] for n in order], [weights_by_name[n] for n in order], order)
@@ -264,6 +286,7 @@ def test_stacking_statistics_and_csr_equal_the_library(case):
             compute_stats(batch, given_features, topology, plan, config=config)
         return
     stats = compute_stats(batch, given_features, topology, plan, config=config)
+    # (ids past a static buffer raise StaticBufferWarning: expected here, counted below)
     jte_out, jte_stats = jte_embedding.preprocess_sparse_dense_matmul_input(
         [ids_by_name[n] for n in order], [weights_by_name[n] for n in order], jte_feats,
         case["D"], case["D"], num_sc_per_device=case["S"], allow_id_dropping=case["dropping"])
@@ -283,6 +306,7 @@ def test_stacking_statistics_and_csr_equal_the_library(case):
                 got["required_buffer_size_per_sc"].values.ravel(),
                 np.asarray(jte_stats.required_buffer_size_per_sc[name]),
                 err_msg=f"{ours_ds} required buffer per SC, stack {name}")
+            # the library's counter includes the ids past a static buffer
             assert int(got["dropped_ids"]) == int(jte_stats.id_drop_counters[name]), f"{ours_ds} dropped, {name}"
         csr = result.csr[name]
         assert np.asarray(jte_out.lhs_row_pointers[name]).size == csr.row_pointers.size, f"row pointers of {name}"
@@ -291,6 +315,10 @@ def test_stacking_statistics_and_csr_equal_the_library(case):
         theirs = _segments(jte_out.lhs_row_pointers[name], jte_out.lhs_embedding_ids[name],
                            jte_out.lhs_sample_ids[name], jte_out.lhs_gains[name], D, S, P)
         assert ours_segments == theirs, f"CSR of stack {name}"
+        # every row pointer, the ones past the P partitions (when P < 8) included
+        np.testing.assert_array_equal(np.asarray(csr.row_pointers).ravel(),
+                                      np.asarray(jte_out.lhs_row_pointers[name]).ravel(),
+                                      err_msg=f"row pointers of {name}")
 
 
 @settings(max_examples=oracle_examples(100), deadline=None)

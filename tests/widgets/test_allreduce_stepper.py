@@ -16,6 +16,7 @@ from scwork.widgets import _allreduce_steps as steps_module
 from scwork.widgets import allreduce_stepper as module
 
 from scwork.collectives import Network, cost
+from scwork.errors import ConfigError
 
 pytestmark = pytest.mark.requires_widgets
 
@@ -488,3 +489,196 @@ def test_gantt_lanes_and_marker():
     assert len(gantt.highlight.data["left"]) == 1
     with pytest.raises(ValueError, match="lack"):
         gantt.set_bars({"lane": [0]})
+
+
+# -- legends, utilisation title, dimension and color filters (issue 13) ------------------------------
+
+@pytest.fixture(scope="module")
+def torus3d_stepper():
+    return AllReduceStepper(Network.torus((4, 4, 4)), ("multi_dim_all_reduce", "multi_color_all_reduce"))
+
+
+def test_color_legend_lists_every_color_of_the_schedule(torus3d_stepper):
+    s = torus3d_stepper
+    assert s.error == ""
+    for side in ("left", "right"):
+        schedule = s.schedules[side]
+        used = np.unique(s.frames[side].color.values)
+        assert len(used) == schedule.num_colors
+        text = s._panels[side].colors.text
+        assert text.count("class='scwork-arrow-color'") == schedule.num_colors
+        assert f"{schedule.num_colors} arrow color" in text
+        for c in used:
+            assert f"<b>color {c}</b>" in text
+    # multi-color on a 3-D torus: three colors, each with its reduce-scatter and all-gather shade.
+    right = s._panels["right"].colors.text
+    assert s.schedules["right"].num_colors == 3
+    for rs, ag in steps_module._COLOR_PAIRS[:3]:
+        assert rs in right and ag in right
+
+
+def test_color_legend_marks_repeated_hues():
+    phases = {c: ["reduce_scatter", "all_gather"] for c in range(8)}
+    text = steps_module._color_legend_html(phases)
+    assert text.count("class='scwork-arrow-color'") == 8
+    assert "color i and i + 6 look alike" in text
+
+
+def test_utilisation_legend_is_in_the_rendered_page(torus3d_stepper, tmp_path):
+    html = torus3d_stepper.to_html(tmp_path / "legend.html").read_text(encoding="utf-8")
+    for text in ("Link utilisation", "bar height = busy fraction", "time the link carries data / step time",
+                 "bar color = dimension", "dim 0 (x)", "dim 1 (y)", "dim 2 (z)"):
+        assert text in html, text
+    for color in steps_module._DIM_COLORS:
+        assert color in torus3d_stepper._legend.text
+    # The legend names only the dimensions of the network drawn.
+    ring = AllReduceStepper(Network.ring(8), ("single_path", "pincer"))
+    assert "dim 0 (x)" in ring._legend.text and "dim 1 (y)" not in ring._legend.text
+
+
+def test_utilisation_title_counts_links_and_names_the_time_share(pincer_stepper):
+    s = pincer_stepper
+    s.step = 1
+    # Pincer on an 8 ring, step 1: A -> H and B -> C, 2 of the 16 directed links, each
+    # busy for the whole step.
+    assert s.network.num_links == 16
+    title = s.figures["utilisation_right"].title.text
+    assert "2 of 16 directed links busy (12.5% of links)" in title
+    assert "their mean busy time: 100% of the step" in title
+    # Single path: 1 of 16 links.
+    assert "1 of 16 directed links busy (6.25% of links)" in s.figures["utilisation_left"].title.text
+    s.step = 0
+
+
+def test_utilisation_title_numbers_agree_with_the_engine(torus3d_stepper):
+    s = torus3d_stepper
+    for step in (1, 4):
+        s.step = step
+        util = s.frames["left"].utilisation.values[step - 1]
+        busy = util > 0
+        title = s.figures["utilisation_left"].title.text
+        n_busy, n_links, share = re.search(r"(\d+) of (\d+) directed links busy \(([\d.]+)% of links\)",
+                                           title).groups()
+        assert (int(n_busy), int(n_links)) == (busy.sum(), len(util))
+        assert float(share) == pytest.approx(100 * busy.mean(), rel=1e-2)
+        mean = float(re.search(r"their mean busy time: ([\d.]+)% of the step", title).group(1))
+        assert mean == pytest.approx(100 * util[busy].mean(), rel=1e-2)
+    s.step = 0
+
+
+def _drawn_link_dims(s, side):
+    """Dimension of the network link behind every drawn arrow."""
+    data = s.sources[f"arrows_{side}"].data
+    links = s.network.link_ids(np.asarray(data["source"]), np.asarray(data["destination"]))
+    return s.network.link_dim[links]
+
+
+@pytest.mark.parametrize("dim", [0, 1, 2])
+def test_dimension_filter_draws_only_that_dimension(dim, monkeypatch):
+    s = AllReduceStepper(Network.torus((8, 4, 4)), ("multi_dim_all_reduce", "multi_color_all_reduce"))
+    assert s.error == ""
+
+    def forbidden(*args, **kwargs):
+        raise AssertionError("the filters must not call the engine")
+
+    for name in ("schedule_for", "frames", "cost"):
+        monkeypatch.setattr(module, name, forbidden)
+    monkeypatch.setattr(steps_module, "build", forbidden)
+    s.controls["show_dim"].value = dim
+    assert s.show_dim == dim
+    seen = 0
+    for step in range(1, s.num_steps + 1):
+        s.step = step
+        for side in ("left", "right"):
+            data = s.sources[f"arrows_{side}"].data
+            assert set(_drawn_link_dims(s, side)) <= {dim}
+            # What a person sees: x arrows are horizontal, y arrows vertical, z arrows
+            # (3-D slices) diagonal up-right or down-left.
+            dx = np.asarray(data["x1"]) - np.asarray(data["x0"])
+            dy = np.asarray(data["y1"]) - np.asarray(data["y0"])
+            if dim == 0:
+                assert np.allclose(dy, 0, atol=1e-9)
+            elif dim == 1:
+                assert np.allclose(dx, 0, atol=1e-9)
+            else:
+                assert np.all(np.abs(dx) > 1e-6) and np.all(dx * dy > 0)
+            # The same arrows as without the filter, minus the other dimensions.
+            frames = s.frames[side]
+            if step <= s.summary[side]["steps"]:
+                sel = frames.transfer_step.values == step - 1
+                link_dim = s.network.link_dim[frames.transfer_link.values[sel]]
+                expected = set(zip(frames.source.values[sel][link_dim == dim].tolist(),
+                                   frames.destination.values[sel][link_dim == dim].tolist()))
+                assert pairs(s.sources[f"arrows_{side}"]) == expected
+                seen += len(expected)
+    assert seen > 0
+    # The links drawn are that dimension's only.
+    link_dims = np.asarray(s.sources["links_left"].data["dim"])
+    assert set(link_dims.tolist()) <= {dim}
+    assert f"dim {dim}" in s.figures["topology_left"].title.text
+    s.show_dim = "all"
+    assert len(s.sources["links_left"].data["x0"]) == len(s._geometry.base_links["x0"])
+
+
+def test_color_filter_and_both_filters_together(torus3d_stepper, monkeypatch):
+    s = torus3d_stepper
+    monkeypatch.setattr(module, "frames", lambda *a, **k: pytest.fail("engine called"))
+    assert [v for _, v in s.controls["show_color"].options] == ["all", 0, 1, 2]
+    s.step = 2
+    everything = pairs(s.sources["arrows_right"])
+    s.controls["show_color"].value = 1
+    assert s.show_color == 1
+    assert set(s.sources["arrows_right"].data["color_index"]) == {1}
+    frames = s.frames["right"]
+    sel = (frames.transfer_step.values == 1) & (frames.color.values == 1)
+    assert pairs(s.sources["arrows_right"]) == set(zip(frames.source.values[sel].tolist(),
+                                                       frames.destination.values[sel].tolist()))
+    # Single-color schedule on the left: color 1 hides all of its arrows.
+    assert len(s.sources["arrows_left"].data["x0"]) == 0
+    s.show_dim = 0
+    assert set(_drawn_link_dims(s, "right")) <= {0}
+    assert set(s.sources["arrows_right"].data["color_index"]) <= {1}
+    shown = pairs(s.sources["arrows_right"])
+    assert (f"dim 0 (x), color 1 only: {len(shown)} of {len(everything)} messages"
+            in s.figures["topology_right"].title.text)
+    s.show_dim = s.show_color = "all"
+    assert pairs(s.sources["arrows_right"]) == everything
+    s.step = 0
+
+
+def test_bad_filters_raise_and_stale_ones_reset():
+    s = AllReduceStepper(Network.torus((4, 4)), ("multi_dim_all_reduce", "multi_color_all_reduce"),
+                         show_dim=1, show_color=1)
+    assert (s.show_dim, s.show_color) == (1, 1)
+    with pytest.raises(ConfigError, match=r"4x4 torus has the dimensions \[0, 1\]"):
+        s.show_dim = 2
+    with pytest.raises(ConfigError, match="dimensions"):
+        s.show_dim = "on_chip"  # one core per chip: no on-chip links
+    for bad in (-1, "blue", True, 2):  # the schedules have colors 0 and 1 only
+        with pytest.raises(ConfigError, match=r"color index of the drawn schedules \(\[0, 1\]"):
+            s.show_color = bad
+    assert (s.show_dim, s.show_color) == (1, 1)
+    # A ring has no dimension 1 and its ring schedule no color 1... the filters reset.
+    s.kind = "ring"
+    s.algorithm_right = "pincer"
+    assert s.error == ""
+    assert (s.show_dim, s.show_color) == ("all", "all")
+    assert s.controls["show_dim"].value == "all"
+    assert [v for _, v in s.controls["show_dim"].options] == ["all", 0]
+
+
+def test_on_chip_filter_shows_only_core_to_core_arrows():
+    s = AllReduceStepper(Network.mesh((3, 3), cores_per_chip=2),
+                         ("mesh_loop_all_reduce", "multi_dim_all_reduce"))
+    assert [v for _, v in s.controls["show_dim"].options] == ["all", 0, 1, "on_chip"]
+    s.controls["show_dim"].value = "on_chip"
+    assert s.show_dim == "on_chip"
+    on_chip = 0
+    for step in range(1, s.num_steps + 1):
+        s.step = step
+        drawn = pairs(s.sources["arrows_left"])
+        assert all(a // 2 == b // 2 for a, b in drawn)  # both cores of one chip
+        on_chip += len(drawn)
+    assert on_chip > 0
+    assert set(np.asarray(s.sources["links_left"].data["dim"]).tolist()) == {-1}
+    assert "on chip only" in s.figures["topology_left"].title.text

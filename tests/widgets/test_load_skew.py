@@ -176,6 +176,33 @@ def test_spec5_dropping_counts_the_dropped_ids(spec_example):
     assert ex.error and ex.summary["dropped_ids"] == 0
 
 
+def panel_rows(text):
+    """``{row name: value}`` of the stats panel's name/value tables."""
+    import html
+    import re
+
+    return {html.unescape(name): html.unescape(value)
+            for name, value in re.findall(r"<th[^>]*>(.*?)</th><td[^>]*>(.*?)</td>", text)}
+
+
+def test_panel_says_which_setting_dropped_ids_and_minibatches_refer_to(spec_example):
+    ex = spec_example
+    ex.max_ids_per_partition = 2
+    ex.allow_id_dropping = True
+    rows = panel_rows(ex._panel.text)
+    assert rows["dropped ids (with id dropping on, at these limits)"] == "1"
+    assert rows["mini-batches needed instead (no dropping)"] == str(ex.summary["num_minibatches"])
+    assert ex.summary["num_minibatches"] >= 2
+    assert "dropped ids (dropping on)" in ex._panel.text and "mini-batches instead (no dropping)" in ex._panel.text
+    assert "dropped ids" not in rows                     # no bare, ambiguous row
+    ex.allow_id_dropping = False
+    rows = panel_rows(ex._panel.text)
+    assert rows["dropped ids"] == "0 (id dropping is off)"
+    assert rows["mini-batches needed to fit the limits (no dropping)"] == str(ex.summary["num_minibatches"])
+    assert not any(name.startswith("dropped ids (with") for name in rows)
+    assert "0 (dropping off)" in ex._panel.text          # the all-stacks table too
+
+
 # -- controls ---------------------------------------------------------------------------
 
 def test_chip_count_change_updates_sources_and_summary(explorer, steps):
@@ -309,12 +336,87 @@ def test_split_by_table_stacks_the_worst_stream(explorer, steps):
     assert_views_match(explorer, stats)
 
 
-def test_many_sources_fall_back_to_one_bar_per_device(steps):
+def legend_labels(chart):
+    """The legend entries a person sees: visible items, a field item expanded to its groups."""
+    labels = []
+    for item in chart.legend.items:
+        if not item.visible:
+            continue
+        if hasattr(item.label, "field"):       # one entry per distinct group, as BokehJS draws it
+            labels += list(dict.fromkeys(chart.bars.data[item.label.field]))
+        else:
+            labels.append(item.label.value)
+    return labels
+
+
+@pytest.mark.parametrize("num_chips", [1, 8])
+def test_legend_names_what_the_bar_colors_are(steps, num_chips):
+    ex = LoadSkewExplorer(steps, _features(), chip="v5p", num_chips=num_chips)
+    assert ex.error == ""
+    sel = ex.stats.sel(stack=ex.stack)
+    G, S, P = sel["ids"].shape
+    assert (G * S, P) == (4 * num_chips, 4 * num_chips)
+    for chart, variable in ((ex._ids_chart, "ids"), (ex._unique_chart, "unique_ids")):
+        streams = sel[variable].values.reshape(G * S, P)
+        labels = legend_labels(chart)
+        if num_chips == 1:            # 4 sources: one bar (color) per source SparseCore
+            assert chart.legend.title == "bar color = source SC"
+            assert labels[:4] == [f"device 0 SC {s}" for s in range(4)]
+            assert "partition max" in labels
+            assert not chart.distribution_mode
+            assert len(chart.spread.data["x"]) == 0
+        else:                         # 32 sources: the distribution over them, per partition
+            assert chart.legend.title == "over 32 source SCs"
+            assert labels == ["max (bar)", "partition max", "median (dash)", "min (dash)"]
+            assert chart.distribution_mode
+            # One glyph row per partition, not partitions x sources.
+            assert len(chart.bars.data["x"]) == P == len(chart.spread.data["x"]) == 32
+            np.testing.assert_array_equal(chart.bars.data["value"], streams.max(axis=0))
+            np.testing.assert_array_equal(chart.spread.data["median"], np.median(streams, axis=0))
+            np.testing.assert_array_equal(chart.spread.data["low"], streams.min(axis=0))
+            assert np.all(np.asarray(chart.spread.data["low"]) <= chart.spread.data["median"])
+    if num_chips == 8:
+        assert "median" in ex._bars_caption.text and "minimum" in ex._bars_caption.text
+        assert ex.sources["ids_spread"] is ex._ids_chart.spread
+    # By table, the colors are the stack's tables.
+    ex.split_by = "table"
+    assert ex._ids_chart.legend.title == "bar color = table"
+    assert legend_labels(ex._ids_chart)[:2] == ["t0", "t1"]
+    assert not ex._ids_chart.distribution_mode
+    assert len(ex._ids_chart.bars.data["x"]) == 2 * ex.summary["num_partitions"]
+
+
+def test_many_sources_show_the_distribution_per_partition(steps):
     ex = LoadSkewExplorer(steps, _features(), num_chips=16)      # 16 x 4 = 64 sources
     P = 64
-    bars = bars_matrix(ex.sources["ids_bars"], P)
-    np.testing.assert_array_equal(bars, ex.stats["max_ids_per_partition"].sel(stack=ex.stack).values)
-    assert ex.sources["ids_bars"].data["group"][0] == "device 0"
+    assert len(ex.sources["ids_bars"].data["value"]) == P
+    np.testing.assert_array_equal(ex.sources["ids_bars"].data["value"],
+                                  ex.stats["max_ids_per_partition"].sel(stack=ex.stack).max("device").values)
+    assert ex._ids_chart.legend.title == "over 64 source SCs"
+    # Back to few sources: bars per source again, the distribution glyphs gone.
+    ex.num_chips = 2
+    assert len(ex.sources["ids_bars"].data["value"]) == 8 * 8
+    assert len(ex.sources["ids_spread"].data["x"]) == 0
+    assert not ex._ids_chart.median_renderer.visible and not ex._ids_chart.median_legend_item.visible
+
+
+def test_stack_selection_survives_toggling_stacking(explorer):
+    explorer.controls["stack"].value = "t2_t3"          # the user picks the second stack
+    assert explorer.stack == "t2_t3"
+    explorer.controls["stacking"].value = "none"
+    assert explorer.stacking == "none"
+    assert explorer.stack == "t0"                        # t2_t3 is gone: the first stack
+    explorer.controls["stacking"].value = "auto"
+    assert explorer.stack == "t2_t3"                     # and back to the user's choice
+    assert explorer.controls["stack"].value == "t2_t3"
+    assert explorer.summary["stack"] == "t2_t3" and explorer.summary["tables"] == ["t2", "t3"]
+    # A choice made while stacking is off is the one remembered.
+    explorer.stacking = "none"
+    explorer.stack = "t3"
+    explorer.stacking = "auto"
+    assert explorer.stack == "t0_t1"
+    explorer.stacking = "none"
+    assert explorer.stack == "t3"
 
 
 def test_invalid_setting_keeps_last_drawing(explorer):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 
 import numpy as np
 import pytest
@@ -14,6 +15,7 @@ pytest.importorskip("jupyter_bokeh")
 
 from scwork.widgets import PipelineTimeline
 from scwork.widgets import pipeline_timeline as module
+from scwork.widgets._html import SECONDS_SCALE, format_seconds
 
 import scwork
 from scwork.advisor import advise
@@ -124,7 +126,7 @@ def test_gantt_sources_are_the_engine_timelines(small, schedule):
     data = small.sources[schedule].data
     for key, values in columns.items():
         assert list(data[key]) == values, key
-    scale, _ = module._time_unit(max(small.model.sequential.makespan, small.model.pipelined.makespan))
+    scale, _ = module._time_unit(small.model)
     np.testing.assert_allclose(data["left"], np.asarray(columns["start"]) * scale)
     np.testing.assert_allclose(data["right"], np.asarray(columns["end"]) * scale)
     lanes = timeline.resources()
@@ -151,7 +153,7 @@ def test_stages_are_the_engines(small):
     timeline = small.model.pipelined
     ivs = timeline.intervals
     assert {iv.stage for iv in ivs} == {"pre-loop", "main", "post-loop"}
-    scale, _ = module._time_unit(max(small.model.sequential.makespan, timeline.makespan))
+    scale, _ = module._time_unit(small.model)
     bands = small.sources["pipelined_stages"].data
     pre_end = max(iv.end for iv in ivs if iv.stage == "pre-loop")
     post_start = min(iv.start for iv in ivs if iv.stage == "post-loop")
@@ -265,15 +267,22 @@ def test_statistics_with_their_own_minibatches_disable_the_slider():
 
 def expected_rows(model):
     advice = advise(model=model)
-    return [(f.id, f.title, f.fix, f.expected_gain) for f in advice]
+    return [(f.id, f.title, f.fix) for f in advice]
 
 
 def test_advisor_table_is_the_advisers(small):
     for change in ({}, {"pipelining": False}, {"num_minibatches": 4}, {"host_threads": 1}):
         for name, value in change.items():
             setattr(small, name, value)
-        rows = [(r["id"], r["title"], r["fix"], r["expected_gain"]) for r in small.advice_rows]
+        rows = [(r["id"], r["title"], r["fix"]) for r in small.advice_rows]
         assert rows == expected_rows(small.model)
+        # The expected gain is the advisor's, in the explorer's one time unit.
+        _, unit = module._time_unit(small.model)
+        for r, f in zip(small.advice_rows, small.advice):
+            if f.gain_s is not None:
+                assert r["expected_gain"].startswith(f"{format_seconds(f.gain_s, unit)} per step")
+            else:
+                assert "per step" not in r["expected_gain"]
         assert [r["rank"] for r in small.advice_rows] == list(range(1, len(rows) + 1))
         for r in small.advice_rows:
             assert r["title"].replace("'", "&#x27;") in small._advice_div.text
@@ -304,7 +313,8 @@ def test_findings_without_a_control_are_refused(small):
     # TensorCore hides them and the advisor stays quiet).
     small.pipelining = False
     small.num_minibatches = 8
-    finding = small.advice.get("limits_too_low")[0]
+    finding = small.advice.get("minibatching_overhead")[0]      # set by hand: not a limits finding
+    assert not small.advice.get("limits_too_low")
     small.apply_fix(finding)
     assert small.num_minibatches == 1
     precision = small.advice.get("fp32_where_lower_precision_would_do")
@@ -341,7 +351,7 @@ def test_summary_is_the_engines(small):
         assert small.summary == model.summary()
         text = small._summary_div.text
         for seconds in (model.sequential_step_time, model.pipelined_step_time):
-            assert module._format_time(seconds) in text
+            assert format_seconds(seconds, module._time_unit(model)[1]) in text
         assert f"{model.speedup:.3f}x" in text and model.bottleneck in text
         assert f"step i+{model.update_offset}" in text
 
@@ -364,3 +374,154 @@ def test_to_chrome_trace_delegates_to_the_engine(small, tmp_path):
     ds = compare(small.model, read_trace(path))
     np.testing.assert_allclose(ds["ratio"].sel(phase=[p for p in PHASES if small.model.phase_time[p] > 0]), 1.0,
                                rtol=1e-6)
+
+
+# -- findings follow from their evidence (issue: "limits too low" without limits) --------------
+
+LIMITS = ("max_ids_per_partition", "max_unique_ids_per_partition")
+
+
+def assert_findings_follow_their_evidence(explorer):
+    """Every finding shown says only what its evidence fields show."""
+    assert len(explorer.advice_rows) == len(explorer.advice)
+    for f, row in zip(explorer.advice, explorer.advice_rows):
+        ev = f.evidence
+        below = [n for n in LIMITS if ev.get(f"configured_{n}") is not None
+                 and ev.get(f"observed_{n}") is not None and ev[f"observed_{n}"] > ev[f"configured_{n}"]]
+        if "too low" in f.title:
+            assert f.id == "limits_too_low" and (ev["dropped_ids"] > 0 or below), row
+        if f.id == "minibatching_overhead":
+            assert not below and not ev["dropped_ids"], row
+            assert f"{ev['num_minibatches']} mini-batches" in f.title
+        assert f.gain_s is None or f.gain_s > 0, row
+        for key, value in ev.items():
+            assert f"{key} = " in row["evidence"]
+            if "gain" in key:
+                assert value is None or value > 0, row
+        assert not re.search(r"-\d", row["expected_gain"]), row
+
+
+def test_minibatches_set_by_hand_are_not_called_low_limits(small):
+    small.pipelining = False                                      # sequential: the op overheads show
+    small.controls["num_minibatches"].value = 4                   # as a user would
+    assert small.engine_changes()["num_minibatches"] == 4
+    same_model(small.model, small._base.replace(**small.engine_changes()))
+    assert small.model.detail["num_minibatches"].tolist() == [4, 4]
+    assert all(small.model._inputs["stats"].get(f"configured_{n}") is None for n in LIMITS)
+    assert not small.advice.get("limits_too_low")
+    assert not any("too low" in r["title"] for r in small.advice_rows)
+    assert "too low" not in small._advice_div.text
+    overhead = small.advice.get("minibatching_overhead")
+    assert {f.stack for f in overhead} == {"user", "item"}
+    for f in overhead:
+        assert f.evidence["configured_max_ids_per_partition"] is None and "no limits are configured" in f.fix
+    assert_findings_follow_their_evidence(small)
+    # The button puts the stacks back in one mini-batch.
+    assert small.applicable_findings()[0].id in ("pipelining_off", "minibatching_overhead")
+    small.apply_fix(overhead[0])
+    assert small.num_minibatches == 1 and not small.advice.get("minibatching_overhead")
+
+
+def test_no_loss_is_offered_as_a_gain(demo):
+    try:
+        demo.host_threads = 1                                     # host-bound: bf16 tables do not help
+        model = demo.model
+        bf16 = model.replace(dtype={s: "bf16" for s in model.stacks})
+        assert model.step_time - bf16.step_time < 0               # the what-if is a (tiny) loss
+        f = demo.advice.get("fp32_where_lower_precision_would_do")[0]
+        assert f.evidence["step_gain_bf16_s"] is None and f.gain_s is None
+        row = next(r for r in demo.advice_rows if r["id"] == f.id)
+        assert "step_gain_bf16_s = none" in row["evidence"] and "per step" not in row["expected_gain"]
+        assert_findings_follow_their_evidence(demo)
+    finally:
+        demo.host_threads = 32
+
+
+# -- SparseCore lanes and stack stripes are readable --------------------------------------------
+
+def lane_px(figure):
+    return figure.frame_height / len(figure.yaxis.ticker.ticks)
+
+
+def test_lanes_are_tall_enough_in_the_demo(demo):
+    for chip in (-1, 0):
+        demo.shown_chip = chip
+        for figure in demo.figures.values():
+            assert lane_px(figure) >= module.MIN_LANE_PX
+            assert not figure.yaxis.axis_label                    # two chips: every SparseCore its lane
+    demo.shown_chip = -1
+    # Stack stripes: half a bar tall, a distinct color per stack, none a phase color, in the legend.
+    parts = demo.sources["pipelined_parts"].data
+    px = lane_px(demo.figures["pipelined"])
+    assert min(np.asarray(parts["top"]) - np.asarray(parts["bottom"])) * px >= 0.35 * module.MIN_LANE_PX
+    color_of = dict(zip(parts["stack"], parts["color"]))
+    assert set(color_of) == set(demo.model.stacks)
+    assert len(set(color_of.values())) == len(color_of)
+    assert not set(color_of.values()) & set(module.PHASE_COLORS.values())
+    for stack, color in color_of.items():
+        assert f"background:{color};border:1px solid #888;margin:0 3px 0 10px;vertical-align:middle'></span>" \
+               f"{stack}" in demo._legend.text
+    stripes = next(r for r in demo.figures["pipelined"].renderers
+                   if getattr(r, "data_source", None) is demo.sources["pipelined_parts"])
+    assert stripes.glyph.line_color is None                        # no outline washing out thin stripes
+
+
+def test_many_chips_aggregate_sparsecore_lanes():
+    topo = scwork.Topology.for_chip("v5p", num_chips=64)
+    stats = expected_stats({"t": 16.0, "u": 4.0}, topo, batch_size=65536, hot_fraction=0.3, hot_partition=37)
+    explorer = PipelineTimeline(stats, topology=topo, widths={"t": 32, "u": 64}, tc_forward_s=1e-4,
+                                shown_chip=-1)
+    timeline = explorer.model.pipelined
+    busy = timeline.busy()
+    for name, figure in explorer.figures.items():
+        assert lane_px(figure) >= module.MIN_LANE_PX, name
+        assert "slowest" in figure.yaxis.axis_label                 # the aggregation is stated
+        labels = list(figure.yaxis.major_label_overrides.values())
+        assert len(labels) == 64 + 3                               # a SparseCore lane per chip + host, ICI, TC
+        assert "chip9/sc (slowest of 4)" in labels
+    # Each chip's SparseCore lane draws its slowest SparseCore.
+    data = explorer.sources["pipelined"].data
+    drawn = {r for r, kind in zip(data["resource"], data["kind"]) if kind == "sc"}
+    assert len(drawn) == 64
+    for chip in range(64):
+        mine = [f"chip{chip}/sc{u}" for u in range(4)]
+        assert max(mine, key=lambda n: busy.get(n, 0.0)) in drawn
+    assert "slowest" in explorer._legend.text
+    # One chip: its four SparseCores each get a lane again.
+    explorer.shown_chip = 9
+    for figure in explorer.figures.values():
+        assert lane_px(figure) >= module.MIN_LANE_PX and not figure.yaxis.axis_label
+    assert len(explorer.figures["pipelined"].yaxis.ticker.ticks) == 1 + 4 + 2
+
+
+# -- one time unit, with the micro sign --------------------------------------------------------
+
+def shown_texts(explorer):
+    texts = [explorer._summary_div.text, explorer._advice_div.text, explorer._legend.text]
+    for name, figure in explorer.figures.items():
+        texts += [figure.title.text, figure.xaxis.axis_label or "", figure.yaxis.axis_label or ""]
+        for column in ("start_text", "end_text", "duration_text"):
+            texts += list(explorer.sources[name].data[column])
+            texts += list(explorer.sources[f"{name}_parts"].data[column])
+    return texts
+
+
+@pytest.mark.parametrize("tc_forward_s, unit", [(1e-4, "\u00b5s"), (2e-3, "ms")])
+def test_one_time_unit_everywhere(tc_forward_s, unit):
+    explorer = PipelineTimeline(STATS, **{**KWARGS, "tc_forward_s": tc_forward_s, "pipelining": False})
+    assert module._time_unit(explorer.model)[1] == unit
+    assert explorer.advice.get("pipelining_off")                  # advisor text with seconds is shown
+    texts = shown_texts(explorer)
+    joined = "\n".join(texts)
+    assert not re.search(r"\bus\b", joined)
+    units = set(re.findall(r"\d (ms|\u00b5s|ns|s)(?![A-Za-z(])", joined))
+    assert units == {unit}, units
+    assert "sequential_step_s = " + format_seconds(explorer.model.sequential_step_time, unit) in joined
+    # The axis says the unit its ticks are in.
+    for name, figure in explorer.figures.items():
+        assert figure.xaxis.axis_label.startswith(f"time ({unit})")
+        timeline = getattr(explorer.model, name)
+        scale = SECONDS_SCALE[unit]
+        np.testing.assert_allclose(explorer.sources[name].data["left"], np.asarray(timeline.columns()["start"]) * scale)
+        x_end = max(explorer.model.sequential.makespan, explorer.model.pipelined.makespan)
+        assert figure.x_range.end == pytest.approx(x_end * scale * 1.09)
