@@ -8,7 +8,9 @@ output):
     sample, one column per feature) or a directory / glob of shards. Prints the
     observed max ids, max unique ids per partition and required buffer size over
     the steps, and the tuned limits; ``--out limits.json|.csv`` writes them,
-    ``--fdo-dir DIR`` writes jax-tpu-embedding FDO stats.
+    ``--fdo-dir DIR`` writes jax-tpu-embedding FDO stats. Rows after the last full
+    batch are not used (a note on stderr says how many) unless ``--keep-remainder``.
+    Try ``scwork stats examples/ids.csv.gz --config examples/model.toml``.
 ``scwork memory --config model.toml``
     Does the model fit in SPMEM and HBM? Exit status 0 when it fits, 1 when it
     does not, 2 on bad input.
@@ -113,6 +115,20 @@ def _print_table(rows: list[dict[str, Any]], columns: Sequence[str], headers: Se
     print(line(["-" * w for w in widths]))
     for r in cells:
         print(line(r))
+
+
+def _count(n: int, noun: str, plural: str | None = None) -> str:
+    """``n`` with ``noun`` in the right number: ``_count(1, "device")`` is ``"1 device"``, 2 gives ``"2 devices"``."""
+    return f"{n:,} {noun if n == 1 else plural or noun + 's'}"
+
+
+def _topology_text(topology) -> str:
+    """``"4 v5p chips (4 devices x 4 SparseCores = 16 partitions)"``, in words with the right plurals."""
+    chip = f"{topology.chip} chip" if topology.chip else "chip"
+    grid = f" ({'x'.join(map(str, topology.shape))})" if len(topology.shape) > 1 else ""
+    return (f"{_count(topology.num_chips, chip)}{grid} ({_count(topology.num_devices, 'device')} x "
+            f"{_count(topology.sparsecores_per_device, 'SparseCore')} = "
+            f"{_count(topology.num_partitions, 'partition')})")
 
 
 def _fmt_bytes(n: float) -> str:
@@ -269,14 +285,25 @@ def _cmd_hardware(args: argparse.Namespace) -> int:
             for row in rows:
                 print(f"{row['name']:>8}  {row['kind']}  {row['marketing_name']}")
         return EXIT_OK
-    table = hardware.describe(args.chip)
+    from scwork.hardware.catalog import field_records
+
+    records = field_records(args.chip)
     if args.json:
-        print(json.dumps({f: str(v) for f, v in zip(table["field"].values, table["value"].values)}))
+        # Typed values (4, not "4"; null when unpublished) with their unit, meaning and source.
+        print(json.dumps(records))
         return EXIT_OK
-    for field, value, unit, source in zip(
-        table["field"].values, table["value"].values, table["unit"].values, table["source"].values
-    ):
-        print(f"{field:>30}: {value} {unit}".rstrip() + (f"   [{source}]" if source else ""))
+    for field, record in records.items():
+        value, unit, source = record["value"], record["unit"] or "", record["source"]
+        if value is None:
+            text = "not published"
+        else:
+            text = f"{value} {unit}".rstrip()
+            # The exact number first, a readable size next to it.
+            if unit == "bytes" and value >= 2**10:
+                text += f" ({_fmt_bytes(value)})"
+            elif unit == "bytes/s" and value >= 1e9:
+                text += f" ({value / 1e9:g} GB/s)"
+        print(f"{field:>30}: {text}" + (f"   [{source}]" if source else ""))
     return EXIT_OK
 
 
@@ -326,26 +353,118 @@ def _stats_rows(step_stats, tuned) -> list[dict[str, Any]]:
     return rows
 
 
-def _file_batches(cfg, path: str, batch_size: int):
-    """Batches of one CSV/TSV/Parquet file, keyed by feature (a column may feed several features)."""
+class _FileBatches:
+    """Batches ``indices`` of a loaded table keyed by feature (a column may feed several features).
+
+    Sized, so the progress bar knows the number of steps.
+    """
+
+    def __init__(self, cfg, table, indices: range):
+        self._cfg, self._table, self._indices = cfg, table, indices
+
+    def __len__(self) -> int:
+        return len(self._indices)
+
+    def __iter__(self):
+        for index in self._indices:
+            batch = self._table.batch(index)
+            yield {f.name: batch[self._cfg.columns[f.name]] for f in self._cfg.features}
+
+
+def _file_batches(cfg, path: str, batch_size: int, keep_remainder: bool = False):
+    """``(full batches, last partial batch or None, table)`` of one CSV/TSV/Parquet file.
+
+    The partial batch is None unless ``keep_remainder`` and the file's rows are not a
+    multiple of ``batch_size``.
+    """
     from scwork.datasets import load_table
 
     columns = list(dict.fromkeys(cfg.columns[f.name] for f in cfg.features))
-    table = load_table(path, columns=columns, batch_size=batch_size, drop_remainder=True)
-    if len(table) == 0:
-        raise _UsageError(f"{path} has {table.num_samples} samples, fewer than one batch of {batch_size}; "
-                          "use a smaller --batch-size or more data")
+    table = load_table(path, columns=columns, batch_size=batch_size, drop_remainder=not keep_remainder)
+    full, remainder = divmod(table.num_samples, batch_size)
+    if full == 0 and not (keep_remainder and remainder):
+        slices = cfg.topology.num_devices * cfg.topology.sparsecores_per_device
+        keep = " or --keep-remainder (one smaller step)" if remainder and remainder % slices == 0 else ""
+        raise _UsageError(f"{path} has {_count(table.num_samples, 'sample')}, fewer than one batch of {batch_size}; "
+                          f"use a smaller --batch-size{keep}, or more data")
+    short = _FileBatches(cfg, table, range(full, full + 1)) if keep_remainder and remainder else None
+    return _FileBatches(cfg, table, range(full)), short, table
 
-    class _Batches:
-        # A sized iterable, so the progress bar knows the number of steps.
-        def __len__(self):
-            return len(table)
 
-        def __iter__(self):
-            for batch in table.batches():
-                yield {f.name: batch[cfg.columns[f.name]] for f in cfg.features}
+def _check_remainder(rows: int, batch_size: int, topology) -> None:
+    """Usage error when the last partial batch kept by --keep-remainder does not divide over the slices."""
+    remainder = rows % batch_size
+    G, S = topology.num_devices, topology.sparsecores_per_device
+    slices = G * S
+    if remainder % slices == 0:
+        return
+    lower = remainder - remainder % slices
+    sizes = [s for s in (lower, lower + slices) if s > 0]
+    raise _UsageError(
+        f"--keep-remainder: the last partial batch would hold {_count(remainder, 'sample')} ({rows:,} rows, "
+        f"batch size {batch_size:,}), but every batch must divide over {_count(G, 'device')} x "
+        f"{_count(S, 'SparseCore')} = {slices} slices; the nearest sizes that do are "
+        f"{' and '.join(f'{s:,}' for s in sizes)} (data of {' or '.join(f'{rows - remainder + s:,}' for s in sizes)} "
+        f"rows). Every valid --batch-size is a multiple of {slices} and leaves the same "
+        f"{_count(rows % slices, 'row')} over, so trim or extend the data, or leave out --keep-remainder "
+        f"(its {_count(remainder, 'row')} are then not used)")
 
-    return _Batches(), table
+
+def _concat_steps(parts):
+    """One collect_stats Dataset from consecutive ones (e.g. the full batches, then the short last one)."""
+    import numpy as np
+    import xarray as xr
+
+    if len(parts) == 1:
+        return parts[0]
+    per_stack = [name for name in parts[0].data_vars if "step" not in parts[0][name].dims]
+    out = xr.concat([p.drop_vars(per_stack) for p in parts], dim="step", data_vars="all", coords="minimal",
+                    compat="override", join="exact")
+    out = out.merge(parts[0][per_stack]).assign_coords(step=np.arange(sum(p.sizes["step"] for p in parts)))
+    out["step"].attrs = dict(parts[0]["step"].attrs)
+    out.attrs = {**parts[0].attrs, "num_steps": out.sizes["step"]}
+    return out
+
+
+#: What ``scwork stats`` says before the first engine call when the kernels need compiling.
+COMPILE_HINT = "compiling numba kernels on first use (about 20 s; `scwork warmup` does it ahead)"
+
+
+def _kernels_compiled() -> bool:
+    """Whether the engine's statistics kernel is ready: compiled in this process or in numba's cache.
+
+    Checks ``stack_slices``, the kernel every statistics step enters (it takes most of
+    the first-use compile time; the kernels it calls compile with it). Cheap: imports
+    the kernel module (the engine imports it anyway) and reads the kernel's small
+    cache index; compiles nothing. True when it cannot tell, so that a change of
+    numba's internals never makes the command print a wrong hint or fail.
+    """
+    try:
+        import numba
+
+        from scwork.sharding import _kernels
+    except ImportError:
+        return True
+    if numba.config.DISABLE_JIT:     # plain Python functions: nothing to compile
+        return True
+    kernel = _kernels.stack_slices
+    try:
+        return bool(kernel.signatures) or bool(kernel._cache._cache_file._load_index())  # numba's private cache API
+    except Exception:  # noqa: BLE001 - a hint is not worth failing the command
+        return True
+
+
+def _hint_compiling(args: argparse.Namespace, progress: bool | None) -> None:
+    """Say on stderr that the first engine call compiles the kernels (text mode, in a terminal or with progress on)."""
+    from scwork._progress import progress_enabled
+
+    if args.json or args.scheduler is not None:   # JSON runs stay quiet; a cluster compiles on its workers
+        return
+    shown = progress_enabled(progress)
+    if shown is False or (shown is None and not sys.stderr.isatty()):
+        return
+    if not _kernels_compiled():
+        print(f"scwork {args.command}: {COMPILE_HINT}", file=sys.stderr, flush=True)
 
 
 def _cmd_stats(args: argparse.Namespace) -> int:
@@ -371,31 +490,62 @@ def _cmd_stats(args: argparse.Namespace) -> int:
     if _is_dataset(args.ids):
         if not (os.path.isdir(args.ids) or glob.glob(args.ids)):
             raise _UsageError(f"{args.ids}: no file matches this pattern")
+        import re
+
+        from scwork.errors import InputError
         from scwork.sharding import stats_over_dataset
 
-        with stats_over_dataset(
-                args.ids, cfg.features, cfg.topology, batch_size=batch_size, drop_remainder=True,
-                stacking=cfg.stacking, config=cfg.sparsecore_config, stack_limits=cfg.stack_limits,
-                columns=dict(cfg.columns), scheduler=args.scheduler, progress=progress, tune=method,
-                percentile=percentile, on_out_of_vocabulary=args.on_out_of_vocabulary) as result:
-            # Fetch per-step arrays a distributed run left on the workers before the client closes.
-            step_stats = result.step_stats.compute() if result.dask_backed else result.step_stats
-            tuned = result.tuned
+        _hint_compiling(args, progress)
+        try:
+            with stats_over_dataset(
+                    args.ids, cfg.features, cfg.topology, batch_size=batch_size,
+                    drop_remainder=not args.keep_remainder, stacking=cfg.stacking, config=cfg.sparsecore_config,
+                    stack_limits=cfg.stack_limits, columns=dict(cfg.columns), scheduler=args.scheduler,
+                    progress=progress, tune=method, percentile=percentile,
+                    on_out_of_vocabulary=args.on_out_of_vocabulary) as result:
+                # Fetch per-step arrays a distributed run left on the workers before the client closes.
+                step_stats = result.step_stats.compute() if result.dask_backed else result.step_stats
+                tuned = result.tuned
+                num_rows, last_batch = result.num_samples + result.dropped_samples, result.last_batch_size
+        except InputError as err:
+            # The engine counts the rows while it scans the shards; its message names its own
+            # drop_remainder argument, so say it again in terms of the command's options.
+            found = re.search(r"final batch would hold \d+ samples \((\d+) samples", str(err))
+            if args.keep_remainder and found:
+                _check_remainder(int(found[1]), batch_size, cfg.topology)
+            raise
         if args.steps is not None and args.steps < step_stats.sizes["step"]:
             from scwork.sharding import tune_limits
 
             step_stats = step_stats.isel(step=slice(0, args.steps))
             tuned = tune_limits(step_stats, method=method, percentile=percentile)
+            last_batch = batch_size
     else:
         if args.scheduler is not None:
             raise _UsageError("--scheduler distributes a directory or glob of shards; IDS is a single file")
         from scwork.sharding import collect_stats, tune_limits
 
-        batches, _ = _file_batches(cfg, args.ids, batch_size)
-        step_stats = collect_stats(batches, cfg.features, cfg.topology, stacking=cfg.stacking,
-                                   config=cfg.sparsecore_config, stack_limits=cfg.stack_limits,
-                                   on_out_of_vocabulary=args.on_out_of_vocabulary, max_steps=args.steps,
-                                   progress=progress)
+        full, short, table = _file_batches(cfg, args.ids, batch_size, args.keep_remainder)
+        num_rows = table.num_samples
+        if short is not None and args.steps is not None and args.steps <= len(full):
+            short = None            # --steps stops before the partial batch
+        if short is not None:
+            _check_remainder(num_rows, batch_size, cfg.topology)
+        _hint_compiling(args, progress)
+        if short is None:
+            step_stats = collect_stats(full, cfg.features, cfg.topology, stacking=cfg.stacking,
+                                       config=cfg.sparsecore_config, stack_limits=cfg.stack_limits,
+                                       on_out_of_vocabulary=args.on_out_of_vocabulary, max_steps=args.steps,
+                                       progress=progress)
+            last_batch = batch_size
+        else:
+            # collect_stats takes one batch size: the short batch runs on its own, with the plan of the full ones.
+            plan = cfg.stacking_plan(batch_size)
+            step_stats = _concat_steps([
+                collect_stats(batches, cfg.features, cfg.topology, stacking=plan, config=cfg.sparsecore_config,
+                              on_out_of_vocabulary=args.on_out_of_vocabulary, progress=progress)
+                for batches in (full, short) if len(batches)])
+            last_batch = num_rows % batch_size
         tuned = tune_limits(step_stats, method=method, percentile=percentile)
 
     rows = _stats_rows(step_stats, tuned)
@@ -405,21 +555,38 @@ def _cmd_stats(args: argparse.Namespace) -> int:
 
         limits = tuned.to_limits()
         limits.metadata.update({"ids": os.fspath(args.ids), "config": os.fspath(args.config),
-                                "batch_size": batch_size, "topology": str(cfg.topology)})
+                                "batch_size": batch_size, "topology": _topology_text(cfg.topology)})
         written = str(write_limits(limits, args.out))
     if args.fdo_dir is not None:
         from scwork.sharding import write_fdo_stats
 
         fdo_file = str(write_fdo_stats(step_stats, args.fdo_dir))
     num_steps = int(step_stats.sizes["step"])
+    unused_rows = num_rows - ((num_steps - 1) * batch_size + last_batch)
+    # The partial batch left out (not rows that --steps chose to skip).
+    dropped = num_rows % batch_size if num_steps == num_rows // batch_size and last_batch == batch_size else 0
     if args.json:
         _print_json({"ids": args.ids, "config": args.config, "batch_size": batch_size, "steps": num_steps,
-                     "topology": str(cfg.topology), "method": method,
-                     "percentile": percentile if method == "percentile" else None,
+                     "rows": num_rows, "unused_rows": unused_rows, "last_batch_size": last_batch,
+                     "keep_remainder": args.keep_remainder, "topology": _topology_text(cfg.topology),
+                     "method": method, "percentile": percentile if method == "percentile" else None,
                      "stacks": rows, "out": written, "fdo_file": fdo_file})
         return EXIT_OK
+    if dropped:
+        slices = cfg.topology.num_devices * cfg.topology.sparsecores_per_device
+        how = ("--keep-remainder runs them as a last, smaller step" if dropped % slices == 0 else
+               f"--keep-remainder could run them as a smaller step only if they were a multiple of {slices} "
+               "(the slices every batch is split over)")
+        print(f"scwork stats: note: the last {_count(dropped, 'row')} of {num_rows:,} (a partial batch, fewer than "
+              f"{batch_size:,}) were not used; {how}", file=sys.stderr)
     how = "max over steps" if method == "max" else f"{percentile:g}th percentile of the steps"
-    print(f"{num_steps} steps of {batch_size} samples from {args.ids} on {cfg.topology}")
+    if last_batch == batch_size:
+        steps = f"{_count(num_steps, 'step')} of {_count(batch_size, 'sample')}"
+    elif num_steps == 1:
+        steps = f"1 step of {_count(last_batch, 'sample')} (a partial batch: --batch-size is {batch_size:,})"
+    else:
+        steps = f"{num_steps:,} steps of {_count(batch_size, 'sample')} (the last one of {last_batch:,})"
+    print(f"{steps} from {args.ids} on {_topology_text(cfg.topology)}")
     print(f"limits per (source SparseCore, partition): observed, and tuned ({how}, rounded up to 8)")
     print()
     _print_table(rows, ["stack", "steps", "observed_max_ids", "observed_max_unique_ids", "observed_buffer",
@@ -584,6 +751,18 @@ def parse_network_spec(text: str) -> tuple[tuple[int, ...], tuple[bool, ...]]:
     return shape, (wrap,) * len(shape)
 
 
+def _network_text(shape: tuple[int, ...], wrap: tuple[bool, ...], cores_per_chip: int) -> str:
+    """``"a ring of 8 chips"``, ``"a 4x4 torus of 16 chips, 2 cores per chip"``: a parsed spec in words."""
+    chips = _count(math.prod(shape), "chip")
+    if len(shape) == 1:
+        text = f"a {'ring' if wrap[0] else 'line'} of {chips}"
+    else:
+        kind = ("torus" if all(wrap) else "mesh" if not any(wrap) else
+                f"grid (wrap={','.join('T' if w else 'F' for w in wrap)})")
+        text = f"a {'x'.join(map(str, shape))} {kind} of {chips}"
+    return text + (f", {_count(cores_per_chip, 'core')} per chip" if cores_per_chip != 1 else "")
+
+
 def _cmd_allreduce(args: argparse.Namespace) -> int:
     from scwork import collectives
     from scwork.errors import ConfigError
@@ -597,6 +776,7 @@ def _cmd_allreduce(args: argparse.Namespace) -> int:
         raise _UsageError("--bytes must be at least 1 byte")
     net = collectives.Network.grid(shape, wrap, cores_per_chip=args.cores_per_chip, chip=args.chip)
     names = args.algorithm or list(ALL_REDUCE_ALGORITHMS)
+    where = _network_text(shape, wrap, args.cores_per_chip)
     explicit = bool(args.algorithm)
     rows, skipped = [], []
     for name in names:
@@ -604,14 +784,15 @@ def _cmd_allreduce(args: argparse.Namespace) -> int:
             schedule = collectives.build(name, net)
         except ScworkError as err:
             if explicit:
-                raise ConfigError(f"algorithm {name!r} does not run on {net.name}: {str(err).splitlines()[0]}") \
+                raise ConfigError(f"algorithm {name!r} does not run on {where}: {str(err).splitlines()[0]}") \
                     from None
             skipped.append({"algorithm": name, "reason": str(err).splitlines()[0]})
             continue
         c = collectives.cost(schedule, nbytes=args.bytes, pipeline_chunks=args.pipeline_chunks)
         total = float(c["total_time"])
         rows.append({
-            "algorithm": name,
+            "algorithm": name,            # what was asked for
+            "schedule": schedule.name,    # what the engine built for it (e.g. a ring for multi_color on a ring)
             "collective": schedule.collective,
             "steps": schedule.num_steps,
             "transfers": schedule.num_transfers,
@@ -622,18 +803,22 @@ def _cmd_allreduce(args: argparse.Namespace) -> int:
             "conflicts": len(schedule.conflicts()),
         })
     if args.json:
-        _print_json({"network": net.name, "nodes": net.num_nodes, "chip": args.chip or collectives.DEFAULT_CHIP,
+        _print_json({"network": net.name, "network_description": where, "nodes": net.num_nodes,
+                     "chip": args.chip or collectives.DEFAULT_CHIP,
                      "bytes": args.bytes, "pipeline_chunks": args.pipeline_chunks,
                      "link_bandwidth_Bps": float(net.link_classes["ici"].bandwidth),
                      "link_latency_s": float(net.link_classes["ici"].latency),
                      "algorithms": rows, "skipped": skipped})
         return EXIT_OK
     ici = net.link_classes["ici"]
-    print(f"all-reduce of {_fmt_bytes(args.bytes)} per node on {net.name} ({net.num_nodes} nodes); "
+    print(f"all-reduce of {_fmt_bytes(args.bytes)} per node on {where} ({_count(net.num_nodes, 'node')}); "
           f"ICI {ici.bandwidth / 1e9:g} GB/s per link and direction, {ici.latency * 1e6:g} us per hop")
     print("alpha-beta model (scwork.collectives.cost); busbw = algbw * 2(n-1)/n (nccl-tests)")
     print()
     if rows:
+        # The name asked for first; the engine's schedule when it differs (ring -> bidirectional_ring).
+        rows = [{**row, "algorithm": row["algorithm"] if row["schedule"] == row["algorithm"] else
+                 f"{row['algorithm']} ({row['schedule'].replace('_', ' ')} schedule)"} for row in rows]
         _print_table(rows, ["algorithm", "steps", "transfers", "time_us", "algbw_GBps", "busbw_GBps", "conflicts"],
                      ["algorithm", "steps", "transfers", "time (us)", "algbw (GB/s)", "busbw (GB/s)", "conflicts"])
     for s in skipped:
@@ -686,6 +871,10 @@ def build_parser() -> argparse.ArgumentParser:
     st.add_argument("--out", default=None, help="write the tuned limits here (.json or .csv)")
     st.add_argument("--fdo-dir", default=None, help="also write jax-tpu-embedding FDO stats (.npz) here")
     st.add_argument("--steps", type=int, default=None, help="use at most this many batches")
+    st.add_argument("--keep-remainder", action="store_true",
+                    help="run the last partial batch (rows left after the full batches) as a last, smaller step; "
+                         "it must divide over devices x SparseCores (default: those rows are not used, and a "
+                         "note says how many)")
     st.add_argument("--method", choices=("max", "percentile"), default=None,
                     help="limit = max over steps (default), or a percentile of the steps")
     st.add_argument("--percentile", type=float, default=None,

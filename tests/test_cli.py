@@ -102,9 +102,34 @@ def test_hardware_lists_and_describes():
     names = [row["name"] for row in json.loads(run("hardware", "--json").stdout)]
     assert {"v4", "v5e", "v5p", "v6e", "tpu7x"} <= set(names)
     v5p = json.loads(run("hardware", "v5p", "--json").stdout)
-    assert v5p["sparsecores_per_chip"] == "4"
+    assert v5p["sparsecores_per_chip"]["value"] == 4
     bad = run("hardware", "v9", check=False)
     assert bad.returncode == 2 and "Unknown chip" in bad.stderr
+
+
+def test_hardware_json_has_typed_values_units_docs_and_sources():
+    """`scwork hardware v5p --json` printed every value as a string ("4", "None"), without units or sources."""
+    import dataclasses
+
+    chip = scwork.hardware.get("v5p")
+    data = json.loads(run("hardware", "v5p", "--json").stdout)
+    fields = {f.name: f for f in dataclasses.fields(chip) if f.name != "sources"}
+    assert list(data) == list(fields)
+    cores = data["sparsecores_per_chip"]
+    assert type(cores["value"]) is int and cores["value"] == 4 and cores["unit"] == "count"
+    hbm = data["hbm_bytes"]
+    assert hbm["value"] == chip.hbm_bytes and hbm["unit"] == fields["hbm_bytes"].metadata["unit"] == "bytes"
+    assert isinstance(hbm["source"], str) and hbm["source"] == chip.sources["hbm_bytes"]
+    assert hbm["doc"] == fields["hbm_bytes"].metadata["doc"]
+    assert data["shared_spmem_bytes"]["value"] is None            # unpublished: null, not "None"
+    assert type(data["ici_link_bytes_per_s"]["value"]) is float
+    assert data["ici_topology"]["value"] == "3D torus" and data["name"]["unit"] is None
+    npu = json.loads(run("hardware", "bm1684x", "--json").stdout)
+    assert npu["byte_strides"]["value"] is False
+    text = run("hardware", "v5p").stdout
+    assert f"hbm_bytes: {chip.hbm_bytes} bytes (95.00 GiB)   [{chip.sources['hbm_bytes']}]" in text
+    assert "shared_spmem_bytes: not published   [" in text and "None" not in text
+    assert "sparsecores_per_chip: 4 count   [" in text
 
 
 def test_warmup_shows_progress_and_lists_kernel_modules():
@@ -156,11 +181,41 @@ def test_allreduce_all_skips_algorithms_that_do_not_run_on_the_network():
 
 def test_allreduce_text_table_and_grid_spec():
     out = run("allreduce", "--topology", "grid:16x4:wrap=10", "--algorithm", "dimension_by_dimension").stdout
-    assert "16x4 grid(wrap=T,F)" in out
+    assert "on a 16x4 grid (wrap=T,F) of 64 chips (64 nodes)" in out
     header = next(line for line in out.splitlines() if line.startswith("algorithm"))
     for column in ("steps", "transfers", "time (us)", "algbw (GB/s)", "busbw (GB/s)", "conflicts"):
         assert column in header
     assert any(line.startswith("dimension_by_dimension") for line in out.splitlines())
+
+
+def test_allreduce_prints_the_algorithm_asked_for_and_the_schedule_built(monkeypatch, capsys):
+    """--algorithm ring printed the engine's schedule name (bidirectional_ring) instead of the name asked for."""
+    from scwork import cli, collectives
+
+    # An engine whose "ring" builds the bidirectional ring schedule.
+    monkeypatch.setitem(collectives.ALGORITHMS, "ring",
+                        lambda net, **kw: collectives.ring_all_reduce(net, bidirectional=True, **kw))
+    assert cli.main(["allreduce", "--topology", "ring:8", "--algorithm", "ring"]) == 0
+    out = capsys.readouterr().out
+    assert "on a ring of 8 chips (8 nodes)" in out
+    assert any(line.startswith("ring (bidirectional ring schedule)  ") for line in out.splitlines()), out
+    assert cli.main(["allreduce", "--topology", "ring:8", "--algorithm", "ring", "--json"]) == 0
+    row = json.loads(capsys.readouterr().out)["algorithms"][0]
+    assert (row["algorithm"], row["schedule"]) == ("ring", "bidirectional_ring")
+
+
+def test_allreduce_schedule_column_with_the_real_engine():
+    data = json.loads(run("allreduce", "--topology", "ring:8", "--algorithm", "single_path", "multi_color",
+                          "--json").stdout)
+    assert [(r["algorithm"], r["schedule"]) for r in data["algorithms"]] == [("single_path", "single_path"),
+                                                                          ("multi_color", "ring")]
+    assert data["network"] == "8 ring" and data["network_description"] == "a ring of 8 chips"
+    out = run("allreduce", "--topology", "ring:8", "--cores-per-chip", "2", "--algorithm", "single_path",
+              "multi_color").stdout
+    lines = out.splitlines()
+    assert "on a ring of 8 chips, 2 cores per chip (16 nodes)" in lines[0]
+    assert any(line.startswith("multi_color (ring schedule)") for line in lines)
+    assert any(line.startswith("single_path ") for line in lines)
 
 
 @pytest.mark.parametrize("args, fragment", [
@@ -168,7 +223,7 @@ def test_allreduce_text_table_and_grid_spec():
     (("--topology", "torus:4xfour"), "dimensions must be integers"),
     (("--topology", "grid:16x4:wrap=1"), "one 1/0 per dimension"),
     (("--topology", "ring:1"), "a ring needs at least 2 chips"),
-    (("--topology", "ring:8", "--algorithm", "mesh_loops"), "does not run on 8 ring"),
+    (("--topology", "ring:8", "--algorithm", "mesh_loops"), "does not run on a ring of 8 chips"),
     (("--topology", "ring:8", "--algorithm", "warp_drive"), "unknown algorithm 'warp_drive'"),
     (("--topology", "ring:8", "--bytes", "lots"), "size such as"),
     (("--topology", "ring:8", "--all", "--algorithm", "ring"), "not both"),
@@ -370,6 +425,159 @@ def test_stats_out_of_vocabulary_ids(tmp_path):
     assert_bad_input(run(*base, check=False), "category")
     dropped = json.loads(run(*base, "--on-out-of-vocabulary", "drop", "--json").stdout)
     assert dropped["steps"] == 2
+
+
+def test_stats_says_how_many_rows_the_partial_batch_leaves_unused(ids_csv):
+    """300 rows in batches of 64 used 256 of them and said nothing about the other 44."""
+    base = ("stats", str(ids_csv), "--config", str(EXAMPLE), "--batch-size", "64")
+    data = json.loads(run(*base, "--json").stdout)
+    assert (data["rows"], data["steps"], data["unused_rows"], data["last_batch_size"]) == (300, 4, 44, 64)
+    text = run(*base, env={"SCWORK_PROGRESS": "0"})
+    note = [line for line in text.stderr.splitlines() if "not used" in line]
+    assert len(note) == 1 and "the last 44 rows of 300 (a partial batch, fewer than 64) were not used" in note[0]
+    assert "multiple of 16" in note[0]      # 44 rows cannot be kept: they do not divide over 16 slices
+    assert "not used" not in text.stdout
+    assert json.loads(run(*base, "--steps", "2", "--json").stdout)["unused_rows"] == 300 - 128
+    quiet = run(*base, "--steps", "2", env={"SCWORK_PROGRESS": "0"})
+    assert quiet.stderr == ""               # --steps chose to skip the rest: no note
+
+
+def test_stats_keep_remainder_runs_the_partial_batch_as_a_last_step(ids_csv, tmp_path):
+    from scwork.sharding import collect_stats
+
+    path = tmp_path / "272.csv"                      # 4 batches of 64 and 16 rows over: one per slice
+    path.write_text("".join(ids_csv.read_text().splitlines(keepends=True)[:273]))
+    base = ("stats", str(path), "--config", str(EXAMPLE), "--batch-size", "64")
+    dropped = run(*base, env={"SCWORK_PROGRESS": "0"})
+    assert "the last 16 rows of 272" in dropped.stderr and "--keep-remainder runs them" in dropped.stderr
+    data = json.loads(run(*base, "--keep-remainder", "--json").stdout)
+    assert (data["steps"], data["unused_rows"], data["last_batch_size"]) == (5, 0, 16)
+    kept = run(*base, "--keep-remainder", env={"SCWORK_PROGRESS": "0"})
+    assert kept.stderr == "" and "5 steps of 64 samples (the last one of 16)" in kept.stdout
+    alone = run("stats", str(path), "--config", str(EXAMPLE), "--keep-remainder", env={"SCWORK_PROGRESS": "0"})
+    assert "1 step of 272 samples (a partial batch: --batch-size is 4,096)" in alone.stdout
+    assert_bad_input(run("stats", str(path), "--config", str(EXAMPLE), check=False),
+                     "272 samples, fewer than one batch of 4096; use a smaller --batch-size or --keep-remainder")
+    # The same numbers from the library: the full batches, then the short one with the same stacking plan.
+    cfg = scwork.config.load_config(EXAMPLE)
+    table = scwork.datasets.load_table(path, batch_size=64)
+    batches = [{f.name: b[cfg.columns[f.name]] for f in cfg.features} for b in table.batches()]
+    plan = cfg.stacking_plan(64)
+    parts = [collect_stats(group, cfg.features, cfg.topology, stacking=plan, config=cfg.sparsecore_config,
+                           progress=False) for group in (batches[:4], batches[4:])]
+    for row in data["stacks"]:
+        assert row["observed_max_ids"] == max(int(p["observed_max_ids"].sel(stack=row["stack"]).max())
+                                              for p in parts)
+        assert row["observed_buffer"] == max(int(p["observed_required_buffer_size"].sel(stack=row["stack"]).max())
+                                             for p in parts)
+    assert int(parts[1]["observed_max_ids"].max()) > 0
+    # --steps stopping before the partial batch leaves it out, whatever its size.
+    assert json.loads(run(*base, "--keep-remainder", "--steps", "3", "--json").stdout)["steps"] == 3
+
+
+def test_stats_keep_remainder_that_does_not_divide_is_a_usage_error(ids_csv, tmp_path):
+    assert_bad_input(run("stats", str(ids_csv), "--config", str(EXAMPLE), "--batch-size", "64", "--keep-remainder",
+                         check=False),
+                     "--keep-remainder: the last partial batch would hold 44 samples (300 rows, batch size 64)",
+                     "divide over 4 devices x 4 SparseCores = 16 slices", "nearest sizes that do are 32 and 48",
+                     "288 or 304 rows", "leaves the same 12 rows over")
+    folder = tmp_path / "shards"                     # the same rule for a directory of shards
+    scwork.datasets.write_synthetic_parquet(folder, 3, rows_per_shard=100,
+                                            features=["user_id", "clicked", "viewed", "category"],
+                                            vocab_size=1000, seed=1)
+    assert_bad_input(run("stats", str(folder), "--config", str(EXAMPLE), "--batch-size", "64", "--keep-remainder",
+                         "--scheduler", "sync", check=False),
+                     "would hold 44 samples (300 rows", "nearest sizes that do are 32 and 48")
+
+
+def test_stats_keep_remainder_on_a_directory_of_shards(tmp_path):
+    folder = tmp_path / "shards"
+    scwork.datasets.write_synthetic_parquet(folder, 3, rows_per_shard=96,
+                                            features=["user_id", "clicked", "viewed", "category"],
+                                            vocab_size=1000, seed=1)
+    base = ("stats", str(folder), "--config", str(EXAMPLE), "--batch-size", "64", "--scheduler", "sync", "--json")
+    dropped = json.loads(run(*base).stdout)
+    assert (dropped["rows"], dropped["steps"], dropped["unused_rows"]) == (288, 4, 32)
+    kept = json.loads(run(*base, "--keep-remainder").stdout)
+    assert (kept["steps"], kept["unused_rows"], kept["last_batch_size"]) == (5, 0, 32)
+
+
+def test_stats_announces_the_first_use_compilation_on_stderr_only(ids_csv, monkeypatch, capsys):
+    """The first run spent ~20 s compiling numba kernels without a word."""
+    from scwork import cli
+
+    args = ["stats", str(ids_csv), "--config", str(EXAMPLE), "--batch-size", "64"]
+    monkeypatch.setattr(cli, "_kernels_compiled", lambda: False)
+    monkeypatch.setenv("SCWORK_PROGRESS", "1")            # progress on (as in a terminal)
+    assert cli.main(args) == 0
+    out, err = capsys.readouterr()
+    assert err.count(cli.COMPILE_HINT) == 1 and "scwork warmup" in err and cli.COMPILE_HINT not in out
+    assert cli.main([*args, "--json"]) == 0             # JSON runs stay quiet
+    out, err = capsys.readouterr()
+    assert cli.COMPILE_HINT not in out + err and json.loads(out)["steps"] == 4
+    assert cli.main([*args, "--no-progress"]) == 0
+    assert cli.COMPILE_HINT not in capsys.readouterr().err
+    monkeypatch.delenv("SCWORK_PROGRESS")                 # automatic: only when stderr is a terminal
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: False)
+    assert cli.main(args) == 0
+    assert cli.COMPILE_HINT not in capsys.readouterr().err
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    assert cli.main(args) == 0
+    assert cli.COMPILE_HINT in capsys.readouterr().err
+    monkeypatch.undo()
+    assert cli._kernels_compiled()                        # this process has run the engine: nothing to compile
+
+
+def test_counts_have_the_right_plural():
+    """The command printed "1 v5p (1 devices", "1 steps", "on 8 ring"."""
+    from scwork import cli
+
+    assert (cli._count(1, "device"), cli._count(2, "device"), cli._count(0, "row")) == ("1 device", "2 devices",
+                                                                                       "0 rows")
+    assert cli._count(3616, "row") == "3,616 rows"
+    one = scwork.Topology.for_chip("v5p", num_chips=1)
+    assert cli._topology_text(one) == "1 v5p chip (1 device x 4 SparseCores = 4 partitions)"
+    assert cli._topology_text(scwork.Topology(2, 1)) == "2 chips (2 devices x 1 SparseCore = 2 partitions)"
+    assert cli._network_text((8,), (True,), 1) == "a ring of 8 chips"
+    assert cli._network_text((4, 4), (False, False), 2) == "a 4x4 mesh of 16 chips, 2 cores per chip"
+
+
+# --------------------------------------------------------------------------------------
+# the example files
+# --------------------------------------------------------------------------------------
+EXAMPLE_IDS = EXAMPLE.parent / "ids.csv.gz"
+
+
+def test_the_example_ids_file_works_with_the_example_config_at_once():
+    command = ("stats", "examples/ids.csv.gz", "--config", "examples/model.toml")
+    assert "scwork " + " ".join(command) in scwork_readme_command_line_section()
+    result = subprocess.run([*SCWORK, *command], capture_output=True, text=True, cwd=EXAMPLE.parent.parent,
+                            env={**os.environ, "SCWORK_PROGRESS": "0"})
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ""              # one full batch: no unused rows, no note
+    assert result.stdout.startswith("1 step of 4,096 samples from examples/ids.csv.gz on 4 v5p chips "
+                                    "(4 devices x 4 SparseCores = 16 partitions)")
+    stacks = [line.split()[0] for line in result.stdout.splitlines()[5:]]
+    assert stacks == ["user", "item", "category"]
+
+
+def test_the_example_ids_file_is_small_and_made_by_its_script(tmp_path):
+    import importlib.util
+
+    assert EXAMPLE_IDS.stat().st_size < 200_000
+    spec = importlib.util.spec_from_file_location("make_ids", EXAMPLE.parent / "make_ids.py")
+    make_ids = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(make_ids)
+    assert make_ids.write(tmp_path / "ids.csv.gz").read_bytes() == EXAMPLE_IDS.read_bytes()
+    table = scwork.datasets.load_table(EXAMPLE_IDS)
+    cfg = scwork.config.load_config(EXAMPLE)
+    assert table.num_samples == cfg.batch_size == 4096
+    assert sorted(table.features) == sorted(set(cfg.columns.values()))
+
+
+def scwork_readme_command_line_section() -> str:
+    readme = (EXAMPLE.parent.parent / "README.md").read_text()
+    return readme.split("## Command line", 1)[1].split("\n## ", 1)[0]
 
 
 # --------------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ from scwork.hardware._sophgo_catalog import NPU_CHIPS
 from scwork.hardware._tpu_catalog import TPU_CHIPS
 from scwork.hardware.chips import NpuChip, TpuChip
 
-__all__ = ["get", "chips", "names", "describe", "source", "override"]
+__all__ = ["get", "chips", "names", "describe", "source", "override", "field_records"]
 
 _CATALOG: dict[str, TpuChip | NpuChip] = {c.name: c for c in (*TPU_CHIPS, *NPU_CHIPS)}
 _ALIASES = {
@@ -124,3 +124,32 @@ def describe(chip: str | TpuChip | NpuChip):
         coords={"field": [f.name for f in rows]},
         attrs={"chip": chip.name, "long_name": f"{chip.marketing_name} catalog entry"},
     )
+
+
+def field_records(chip: str | TpuChip | NpuChip) -> dict[str, dict[str, Any]]:
+    """Every field of ``chip`` as ``{field: {"value", "unit", "doc", "source"}}``, values in their own types.
+
+    The typed counterpart of :func:`describe` (whose values are text): an ``int``
+    stays an ``int``, ``None`` (not published) stays ``None``, so the result can go
+    to JSON as it is. ``unit`` and ``source`` are None when the field has none
+    (e.g. ``name``).
+
+    Examples
+    --------
+    >>> records = field_records("v5p")
+    >>> records["sparsecores_per_chip"]["value"], records["hbm_bytes"]["unit"]
+    (4, 'bytes')
+    >>> records["shared_spmem_bytes"]["value"] is None
+    True
+    """
+    chip = get(chip)
+    records = {}
+    for f in dataclasses.fields(chip):
+        if f.name == "sources":
+            continue
+        value = getattr(chip, f.name)
+        if value is not None and not isinstance(value, (bool, int, float, str)):
+            value = str(value)  # no such field today; keeps the result JSON-ready if one comes
+        records[f.name] = {"value": value, "unit": f.metadata.get("unit") or None,
+                           "doc": f.metadata.get("doc", ""), "source": chip.sources.get(f.name) or None}
+    return records

@@ -187,7 +187,11 @@ class Topology:
     def __str__(self) -> str:
         grid = "x".join(str(s) for s in self.shape)
         name = self.chip or "chip"
+
+        def count(n: int, noun: str) -> str:
+            return f"{n} {noun}" + ("" if n == 1 else "s")
+
         return (
-            f"{grid} {name} ({self.num_devices} devices x {self.sparsecores_per_device} SparseCores "
-            f"= {self.num_partitions} partitions)"
+            f"{grid} {name} ({count(self.num_devices, 'device')} x "
+            f"{count(self.sparsecores_per_device, 'SparseCore')} = {count(self.num_partitions, 'partition')})"
         )
