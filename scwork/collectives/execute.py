@@ -724,15 +724,20 @@ def frames(schedule: Schedule, data=None, *, max_cells: int = 20_000_000):
         np.add.at(diff, s.stop[sel], -1)
         shard_color[np.cumsum(diff)[:C] > 0] = int(c)
     nb = s.element_bounds() * s.itemsize
-    ds["shard_color"] = ("shard", shard_color, {"long_name": "color whose data the shard is (-1: never moved)",
-                                                "units": ""})
-    ds["shard_bytes"] = ("shard", np.diff(nb), {"units": "B", "long_name": f"shard size for nbytes={s.nbytes}"})
+    # Added in one assign (one alignment): one ds[name] = ... per variable cost a
+    # merge each, most of the time of a frames() call on an 8x8 torus.
+    extra = {
+        "shard_color": ("shard", shard_color, {"long_name": "color whose data the shard is (-1: never moved)",
+                                               "units": ""}),
+        "shard_bytes": ("shard", np.diff(nb), {"units": "B", "long_name": f"shard size for nbytes={s.nbytes}"}),
+    }
     for name in ("step", "source", "destination", "link", "shard_start", "shard_stop", "bytes",
                  "op", "color", "phase"):
-        ds[f"transfer_{name}" if name in ("step", "link") else name] = tds[name].rename(
-            f"transfer_{name}" if name in ("step", "link") else name)
+        key = f"transfer_{name}" if name in ("step", "link") else name
+        extra[key] = tds[name].rename(key)
     lay = s.network.layout().drop_vars(["node", "link"])
     for name in lay.data_vars:
-        ds[f"layout_{name}" if name in ds else name] = lay[name]
+        extra[f"layout_{name}" if name in ds or name in extra else name] = lay[name]
+    ds = ds.assign(extra)
     ds["cumulative_time"].attrs["units"] = "s"
     return ds
