@@ -119,3 +119,36 @@ class Gantt:
         """Text at time ``x`` on each lane (e.g. the lane's total)."""
         self.lane_labels.data = {"x": np.asarray(x, dtype=float), "y": -np.asarray(lanes, dtype=float),
                                  "text": list(text)}
+
+
+# ======================================================================================
+# One x axis for a chart and the Gantt under it (appended for the memory timeline): the
+# same x is the same pixel column and carries the same tick label in both.
+# ======================================================================================
+
+
+def align_x_axis(figure, reference, *, min_border_left: int) -> None:
+    """Draw ``figure``'s x axis exactly as ``reference``'s, one above the other.
+
+    Both figures get the same left border (so that their frames start at the same
+    pixel when they are stacked in one column), ``figure`` shares ``reference``'s x
+    range (panning or zooming one moves the other) and takes its ticker, tick labels
+    (``major_label_overrides``, e.g. event names), label orientation and axis label.
+    Call it again after every change of ``reference``'s axis; give both figures the
+    same ``frame_width``.
+
+    Parameters
+    ----------
+    figure, reference : bokeh.plotting.figure
+    min_border_left : int
+        Pixels left of both frames: at least the wider of the two y axes (tick labels
+        and axis label), else the frames start at different pixels.
+    """
+    figure.min_border_left = reference.min_border_left = int(min_border_left)
+    if figure.x_range is not reference.x_range:
+        figure.x_range = reference.x_range
+    axis, ref_axis = figure.xaxis[0], reference.xaxis[0]
+    axis.ticker = ref_axis.ticker
+    axis.major_label_overrides = dict(ref_axis.major_label_overrides)
+    axis.major_label_orientation = ref_axis.major_label_orientation
+    axis.axis_label = ref_axis.axis_label

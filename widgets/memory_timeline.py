@@ -9,12 +9,16 @@ One explorer over :func:`scwork.memory.plan`:
   a band names the buffer, its size and its lifetime.
 - **What is live at the peak**: the largest buffers of the peak event, sorted by
   size or by padding waste, as a table and as a Gantt chart of their lifetimes.
-  Selecting a row (or clicking a Gantt bar) highlights that buffer in the HBM chart.
+  The Gantt chart sits under the HBM chart on the same axis (event names, or
+  modelled time; same range and pixels). Selecting a row (or clicking a Gantt bar)
+  highlights that buffer in the HBM chart.
 - **SPMEM of one tile**: the statically sized buffers of every stacked table's
   SparseCore op, stacked per stack against TileSpmem; the chosen stack is outlined
   and detailed.
 - **Verdict**: fits or not, the engine's diagnoses (modelled on the compiler's
-  messages) and the single changes that make the whole model fit.
+  messages) and the single changes that make the whole model fit; the "engine's
+  fix" menu offers each of them, in the same order (those no control can set say
+  how to apply them instead).
 
 Sliders change the batch, the number of serialized tables
 (``xla_sc_num_serialized_tables_to_optimize_hbm``), the prefetch depth
@@ -51,6 +55,7 @@ from bokeh.models import (
     TapTool,
 )
 from scwork.widgets import _bokeh
+from scwork.widgets._gantt import align_x_axis
 
 from scwork import memory
 from scwork.errors import ScworkError
@@ -81,6 +86,15 @@ _CHART_WIDTH = 700
 _TABLE_WIDTH = 520
 _SIDE_WIDTH = 430
 _LANE_PX = 18
+# Pixels left of the HBM chart and of the Gantt chart under it: the wider y axis (the
+# Gantt's lane names, cut to _LANE_NAME_CHARS) fits, so both frames start at one pixel.
+_PLOT_LEFT_PX = 160
+_LANE_NAME_CHARS = 18
+# The verdict beside the HBM chart scrolls instead of growing: a setting with many
+# findings must not push the rest of the explorer down the page.
+_VERDICT_HEIGHT_PX = 470
+# Every control shows its whole description (ipywidgets' default width cuts long ones).
+_LABEL_STYLE = {"description_width": "initial"}
 
 
 def _short(name: str, limit: int = 26) -> str:
@@ -118,14 +132,18 @@ class MemoryTimeline(_bokeh.SyncedDisplay, ipywidgets.VBox):
         Prefetch depth: steps of input kept in the HBM heap.
     max_ids_per_partition, max_unique_ids_per_partition : int
         Limits of every stack (``limits=`` of :func:`~scwork.memory.plan`); 0 keeps
-        each stack's own (configured on its tables, observed or estimated).
+        each stack's own (configured on its tables, observed or estimated). Unique
+        ids cannot outnumber ids: where a slider's limit and a stack's own one would
+        give a unique limit above the max ids, that stack gets ``(max_ids, max_ids)``
+        (through ``stack_limits``, the engine's fix; the user's ``stack_limits`` stay).
     stage_gather_operands_in_hbm : bool
     x_axis : {"program_order", "time"}
         Horizontal axis of the HBM chart and of the Gantt chart.
     stack : str
         The stack detailed in the SPMEM view; default the one using most SPMEM.
     sort_by : {"bytes", "waste_bytes"}
-        Order of the live-at-peak table (largest first).
+        Order of the live-at-peak table (largest first); the table's headers do not
+        sort it (the browser would keep that sort over this one).
     error : str
         Why the last setting could not be planned (read-only; the engine's
         message); empty when it could. The views keep the last valid plan meanwhile.
@@ -249,11 +267,34 @@ class MemoryTimeline(_bokeh.SyncedDisplay, ipywidgets.VBox):
         return (ids or None, unique or None)
 
     def _plan(self):
-        return memory.plan(
-            self._model, self._topology, **self._plan_kwargs,
-            batch_size=self.batch_size, num_serialized_tables=self.num_serialized_tables,
-            maximum_parallel_iterations=self.maximum_parallel_iterations,
-            stage_gather_operands_in_hbm=self.stage_gather_operands_in_hbm, limits=self._limits())
+        kwargs = dict(self._plan_kwargs, batch_size=self.batch_size,
+                      num_serialized_tables=self.num_serialized_tables,
+                      maximum_parallel_iterations=self.maximum_parallel_iterations,
+                      stage_gather_operands_in_hbm=self.stage_gather_operands_in_hbm, limits=self._limits())
+        report = memory.plan(self._model, self._topology, **kwargs)
+        capped = self._unique_limits_capped(report)
+        if capped:
+            report = memory.plan(self._model, self._topology, **{**kwargs, "stack_limits": capped})
+        return report
+
+    def _unique_limits_capped(self, report) -> dict[str, tuple[int, int]]:
+        """``stack_limits`` with every stack's unique limit at most its max ids, when a slider broke that.
+
+        A limit slider sets one limit of every stack while the other stays the stack's
+        own: e.g. max ids 8 against a configured max unique of 768. Unique ids cannot
+        outnumber ids, so such a pair only oversizes the unique-id buffers, and the
+        engine flags it on every stack (``unique_exceeds_ids``: one warning per stack
+        on one slider move). The slider means "at most this many ids", so those stacks
+        get ``(max_ids, max_ids)``, the engine's own fix of that finding. Empty when no
+        slider is set or no pair is broken; the user's ``stack_limits`` are kept as given.
+        """
+        if self._limits() is None:
+            return {}
+        user = {name: tuple(pair) for name, pair in (self._plan_kwargs.get("stack_limits") or {}).items()}
+        spm = report.spmem
+        capped = {name: (int(ids), int(ids)) for name, ids, unique in zip(spm.stacks, spm.max_ids, spm.max_unique)
+                  if unique > ids and name not in user}
+        return {**capped, **user} if capped else {}
 
     def apply_fix(self, fix: memory.Fix) -> None:
         """Set the control a fix of the engine names to its value (e.g. ``num_serialized_tables=3``).
@@ -269,10 +310,36 @@ class MemoryTimeline(_bokeh.SyncedDisplay, ipywidgets.VBox):
             The fix changes something this explorer has no control for (limits of
             single stacks, dtype, chips, headroom): build a new explorer with it.
         """
-        if fix.parameter not in _FIX_TRAITS or fix.value is None:
+        if not self.fix_has_control(fix):
             raise ValueError(f"{fix.parameter} is not a control of this explorer; pass "
                              f"{fix.parameter}={fix.value!r} to MemoryTimeline(...) instead")
         setattr(self, fix.parameter, fix.value)
+
+    @staticmethod
+    def fix_has_control(fix: memory.Fix) -> bool:
+        """Whether :meth:`apply_fix` (the "apply" button) can set this fix: a control for its parameter and a value."""
+        return fix.parameter in _FIX_TRAITS and fix.value is not None
+
+    @classmethod
+    def fix_label(cls, fix: memory.Fix) -> str:
+        """The fix as the verdict lists it, plus how to apply it when no control can.
+
+        Parameters
+        ----------
+        fix : scwork.memory.Fix
+
+        Returns
+        -------
+        str
+            ``str(fix)``; for a fix without a control (dtype, chips, headroom, the limits
+            of single stacks) or without a computed value, followed by why the
+            "apply" button cannot set it and what to do instead.
+        """
+        if cls.fix_has_control(fix):
+            return str(fix)
+        if fix.value is None:
+            return f"{fix} [no computed value: cannot be applied]"
+        return f"{fix} [no control here: pass {fix.parameter}={fix.value!r} to MemoryTimeline(...)]"
 
     # -- construction -----------------------------------------------------------------
 
@@ -283,11 +350,17 @@ class MemoryTimeline(_bokeh.SyncedDisplay, ipywidgets.VBox):
             group_name="category", width=_CHART_WIDTH, height=320)
         self._gantt = _bokeh.Gantt(
             title="Lifetimes of the buffers live at the peak", x_axis_label="event (program order)",
-            value_names=("buffer", "category", "size", "padding", "lifetime"), width=420, lane_height=_LANE_PX)
+            value_names=("buffer", "category", "size", "padding", "lifetime"), width=_CHART_WIDTH,
+            lane_height=_LANE_PX)
         self._gantt.figure.add_tools(TapTool())
+        # Under the HBM chart, on its x axis: event i is the same pixel column in both.
+        align_x_axis(self._gantt.figure, self._hbm.figure, min_border_left=_PLOT_LEFT_PX)
+        # Not sortable: a click on a header would sort the rows in the browser, and BokehJS
+        # re-applies that sort to every new data, so "by padding waste" would still show
+        # the rows by size. The order is the sort_by control's (the engine's order).
         self._live_table = DataTable(
             source=self._gantt.bars, width=_TABLE_WIDTH, height=_LANE_PX * 14, index_position=None,
-            row_height=_LANE_PX + 2, header_row=True,
+            row_height=_LANE_PX + 2, header_row=True, sortable=False, reorderable=False,
             columns=[
                 TableColumn(field="rank", title="#", width=28),
                 TableColumn(field="buffer", title="buffer", width=212),
@@ -314,12 +387,12 @@ class MemoryTimeline(_bokeh.SyncedDisplay, ipywidgets.VBox):
         self._hbm_caption = Div(width=_CHART_WIDTH + 150)
         self._live_caption = Div(width=_CHART_WIDTH + 300)
         self._spmem_caption = Div(width=_CHART_WIDTH)
-        self._verdict = Div(width=_SIDE_WIDTH)
+        self._verdict = Div(width=_SIDE_WIDTH, height=_VERDICT_HEIGHT_PX, styles={"overflow-y": "auto"})
         self._spmem_detail = Div(width=_SIDE_WIDTH + 150)
         self._bokeh_layout = column(
             row(column(self._hbm_caption, self._hbm.figure), self._verdict),
             self._live_caption,
-            row(self._live_table, self._gantt.figure),
+            row(self._gantt.figure, self._live_table),
             row(column(self._spmem_caption, self._spmem.figure), self._spmem_detail),
         )
         self.sources = {
@@ -333,7 +406,7 @@ class MemoryTimeline(_bokeh.SyncedDisplay, ipywidgets.VBox):
 
     def _build_controls(self) -> None:
         W = ipywidgets.Layout
-        wide = {"description_width": "150px"}
+        wide = _LABEL_STYLE
         knobs = self.report.knobs
         partitions = knobs.num_partitions
         # Ranges from the first plan; the sync grows them if a trait is set beyond.
@@ -356,21 +429,25 @@ class MemoryTimeline(_bokeh.SyncedDisplay, ipywidgets.VBox):
             min=0, max=-(-limit_max // 8) * 8, step=8, description="max unique ids / partition", style=wide,
             layout=W(width="560px"), continuous_update=False)
         self._stage = ipywidgets.Checkbox(description="stage gather operands in HBM", indent=False,
-                                          layout=W(width="260px"))
+                                          style=_LABEL_STYLE, layout=W(width="auto"))
         self._x_axis = ipywidgets.ToggleButtons(options=[("program order", "program_order"),
                                                          ("modelled time", "time")],
-                                                style={"button_width": "auto"})
+                                                description="x axis", style={**_LABEL_STYLE, "button_width": "auto"})
         self._stack = ipywidgets.Dropdown(options=list(self.report.stacks), description="SPMEM of stack",
-                                          style={"description_width": "initial"}, layout=W(width="430px"))
+                                          style=_LABEL_STYLE, layout=W(width="430px"))
         self._sort = ipywidgets.ToggleButtons(options=[("by size", "bytes"), ("by padding waste", "waste_bytes")],
-                                              style={"button_width": "auto"})
-        self._fix = ipywidgets.Dropdown(options=[], description="engine's fix",
-                                        style={"description_width": "initial"}, layout=W(width="560px"))
+                                              description="live at the peak",
+                                              style={**_LABEL_STYLE, "button_width": "auto"})
+        # As wide as its longest fix (up to the page): the fixes are read, not guessed.
+        self._fix = ipywidgets.Dropdown(options=[], description="engine's fix", style=_LABEL_STYLE,
+                                        layout=W(width="auto", max_width="1100px"))
         self._apply = ipywidgets.Button(description="apply", layout=W(width="80px"),
                                         tooltip="set the control this fix names")
         self._apply.on_click(self._on_apply)
+        self._fix.observe(self._on_fix_choice, names="value")
         self._limits_hint = ipywidgets.HTML(
-            "<span style='color:#666;font-size:12px'>limits of every stack; 0 = each stack's own</span>")
+            "<span style='color:#666;font-size:12px'>limits of every stack; 0 = each stack's own; "
+            "a unique limit above a stack's max ids is cut to it</span>")
         self._error_area = ipywidgets.HTML()
         self._trait_of_control = {
             self._batch: "batch_size", self._serialized: "num_serialized_tables",
@@ -430,8 +507,13 @@ class MemoryTimeline(_bokeh.SyncedDisplay, ipywidgets.VBox):
         setattr(self, self._trait_of_control[change["owner"]], change["new"])
 
     def _on_apply(self, _button) -> None:
-        if self._fix.value is not None:
+        if self._fix.value is not None and self.fix_has_control(self._fix.value):
             self.apply_fix(self._fix.value)
+
+    def _on_fix_choice(self, change) -> None:
+        # A fix without a control stays in the menu (with how to apply it), unappliable.
+        fix = change["new"]
+        self._apply.disabled = fix is None or not self.fix_has_control(fix)
 
     def _sync_controls(self) -> None:
         """Show the traits in the controls (growing slider ranges to hold them)."""
@@ -445,10 +527,12 @@ class MemoryTimeline(_bokeh.SyncedDisplay, ipywidgets.VBox):
                     control.options = list(self.report.stacks)
                 control.value = value
             self._serialized.max = max(len(self.report.stacks), self.num_serialized_tables, 1)
-            fixes = [fix for fix in self.report.fixes if fix.parameter in _FIX_TRAITS and fix.value is not None]
-            self._fix.options = [(f"{fix.parameter} = {fix.value!r}: {fix.description}", fix) for fix in fixes]
-            self._fix.value = fixes[0] if fixes else None
-            self._fix.disabled = self._apply.disabled = not fixes
+            # Every fix the verdict lists, in its order; the first one a control can set is chosen.
+            fixes = list(self.report.fixes)
+            self._fix.options = [(self.fix_label(fix), fix) for fix in fixes]
+            self._fix.value = next((fix for fix in fixes if self.fix_has_control(fix)), fixes[0] if fixes else None)
+            self._fix.disabled = not fixes
+            self._apply.disabled = self._fix.value is None or not self.fix_has_control(self._fix.value)
 
     # -- drawing ----------------------------------------------------------------------
 
@@ -541,15 +625,14 @@ class MemoryTimeline(_bokeh.SyncedDisplay, ipywidgets.VBox):
         index_of = {id(iv): j for j, iv in enumerate(timeline.intervals)}
         events = timeline.events
         program = self.x_axis == "program_order"
-        scale, unit = self._x_scale(timeline)
+        scale, _ = self._x_scale(timeline)
         if program:
             left = [float(iv.start) for iv in shown]
             right = [float(iv.end) for iv in shown]
-            x_end = float(len(events))
         else:
             left = [iv.start_s * scale for iv in shown]
             right = [iv.end_s * scale for iv in shown]
-            x_end = timeline.duration_s * scale
+        x_end = float(self._hbm.figure.x_range.end)  # the HBM chart's, drawn just before
         lanes = np.arange(len(shown))
         self._gantt.bars.selected.indices = []
         self._gantt.set_bars({
@@ -571,17 +654,18 @@ class MemoryTimeline(_bokeh.SyncedDisplay, ipywidgets.VBox):
             "start_event": [events[iv.start].name for iv in shown],
             "end_event": [events[iv.end - 1].name for iv in shown],
         })
-        self._gantt.set_lanes([f"{i + 1}. {_short(iv.name)}" for i, iv in enumerate(shown)], x_end=x_end,
-                              label_room=0.3)
+        # The x range is the HBM chart's (shared): no room to the right for labels.
+        self._gantt.set_lanes([f"{i + 1}. {_short(iv.name, _LANE_NAME_CHARS)}" for i, iv in enumerate(shown)],
+                              x_end=x_end, label_room=0.0)
         peak = timeline.peak_event
         peak_x = (peak.index + 0.5) if program else (peak.start_s + peak.end_s) / 2 * scale
         self._gantt.set_marker(lanes, [peak_x] * len(shown))
-        self._gantt.set_lane_labels(lanes, right, [_bokeh.format_bytes(iv.bytes) for iv in shown])
-        fig = self._gantt.figure
-        fig.x_range.start = 0.0
+        # Sizes at the start of each bar, inside the frame (bars may end at the right edge).
+        self._gantt.set_lane_labels(lanes, left, [_bokeh.format_bytes(iv.bytes) for iv in shown])
+        # Same event-name ticks (or time ticks) as the HBM chart above, and the same pixels.
+        align_x_axis(self._gantt.figure, self._hbm.figure, min_border_left=_PLOT_LEFT_PX)
         # Table rows next to the Gantt lanes: same height, so the two read together.
         self._live_table.height = (_LANE_PX + 2) * (len(shown) + 1) + 8
-        fig.xaxis.axis_label = "event (program order)" if program else f"modelled time ({unit})"
         order = "size" if self.sort_by == "bytes" else "padding waste"
         more = (f"the first {len(shown)} of {len(live)}" if len(live) > len(shown) else f"all {len(live)}")
         self._live_caption.text = (

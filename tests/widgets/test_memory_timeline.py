@@ -349,3 +349,169 @@ def test_format_bytes():
     assert _bokeh.format_bytes(1536) == "1.50 KiB"
     assert _bokeh.format_bytes(95 * 2**30) == "95.00 GiB"
     assert _bokeh.format_bytes(-2048) == "-2.00 KiB"
+
+
+# -- what a user hit in JupyterLab ------------------------------------------------------------
+
+def test_live_at_peak_rows_keep_the_controls_order(demo):
+    """A header click must not sort the rows in the browser: BokehJS re-applies such a sort to
+    every new data, so "by padding waste" kept showing the rows by size."""
+    table = demo._live_table
+    assert table.sortable is False and table.reorderable is False
+    assert table.source is demo.sources["live_at_peak"]
+    demo.controls["sort_by"].value = "waste_bytes"
+    try:
+        waste = [iv.name for iv in demo.report.timeline.live_at_peak(sort_by="waste_bytes")]
+        assert list(demo.sources["live_at_peak"].data["buffer"]) == waste[:module.MAX_LISTED_BUFFERS]
+        assert list(demo.sources["live_at_peak"].data["rank"]) == list(range(1, len(waste[:25]) + 1))
+    finally:
+        demo.controls["sort_by"].value = "bytes"
+
+
+def _event_ticks(fig):
+    axis = fig.xaxis[0]
+    return list(axis.ticker.ticks), {float(k): v for k, v in axis.major_label_overrides.items()}
+
+
+@pytest.mark.parametrize("serialized", [1, 3])
+def test_gantt_and_hbm_chart_share_the_event_axis(demo, serialized):
+    demo.controls["num_serialized_tables"].value = serialized
+    try:
+        events = [e.name for e in demo.report.timeline.events]
+        assert len(events) == 2 * max(serialized, 1) + 2
+        hbm, gantt = demo.figures["hbm"], demo.figures["lifetimes"]
+        for fig in (hbm, gantt):
+            ticks, labels = _event_ticks(fig)
+            # one tick per event, at its centre, labelled with its name (no numbers 0-10)
+            assert ticks == [i + 0.5 for i in range(len(events))]
+            assert [labels[t] for t in ticks] == events
+            assert fig.xaxis[0].axis_label == "event (program order)"
+        # aligned: one range, same frame width and left border, so event i is one pixel column
+        assert gantt.x_range is hbm.x_range
+        assert (hbm.x_range.start, hbm.x_range.end) == (0, len(events))
+        assert gantt.frame_width == hbm.frame_width
+        assert gantt.min_border_left == hbm.min_border_left
+        assert gantt.xaxis[0].major_label_orientation == hbm.xaxis[0].major_label_orientation
+        # bars still span the buffers' lifetimes on that axis
+        rows = demo.sources["live_at_peak"].data
+        assert max(rows["right"]) <= len(events)
+    finally:
+        demo.controls["num_serialized_tables"].value = 1
+
+
+def test_gantt_follows_the_time_axis_too(demo):
+    demo.controls["x_axis"].value = "time"
+    try:
+        hbm, gantt = demo.figures["hbm"], demo.figures["lifetimes"]
+        assert gantt.xaxis[0].ticker is hbm.xaxis[0].ticker
+        assert dict(gantt.xaxis[0].major_label_overrides) == dict(hbm.xaxis[0].major_label_overrides) == {}
+        assert gantt.xaxis[0].axis_label == hbm.xaxis[0].axis_label
+        assert gantt.x_range is hbm.x_range
+    finally:
+        demo.controls["x_axis"].value = "program_order"
+
+
+def test_fix_menu_offers_every_fix_the_panel_lists(demo):
+    report = demo.report
+    menu = demo.controls["fix"]
+    assert len(report.fixes) >= 3  # the demo: serialize, bf16, headroom
+    assert [fix for _, fix in menu.options] == list(report.fixes)
+    # same order as the verdict lists them
+    text = demo._verdict.text
+    positions = [text.index(html.escape(str(fix))) for fix in report.fixes]
+    assert positions == sorted(positions)
+    for label, fix in menu.options:
+        assert label.startswith(str(fix))
+        if fix.parameter in ("batch_size", "num_serialized_tables", "maximum_parallel_iterations",
+                             "stage_gather_operands_in_hbm"):
+            assert MemoryTimeline.fix_has_control(fix) and label == str(fix)
+        else:
+            assert not MemoryTimeline.fix_has_control(fix)
+            assert f"no control here: pass {fix.parameter}={fix.value!r}" in label
+    # a fix without a control can be chosen, not applied
+    before = (demo.num_serialized_tables, demo.report)
+    dtype_fix = next(fix for fix in report.fixes if fix.parameter == "dtype")
+    menu.value = dtype_fix
+    assert demo.controls["apply_fix"].disabled
+    demo.controls["apply_fix"].click()
+    assert (demo.num_serialized_tables, demo.report) == before
+    serialize = next(fix for fix in report.fixes if fix.parameter == "num_serialized_tables")
+    menu.value = serialize
+    assert not demo.controls["apply_fix"].disabled
+
+
+def test_fix_labels_of_fixes_without_value_or_control():
+    assert MemoryTimeline.fix_label(memory.Fix("stack_limits", None, "lower the limits")).endswith(
+        "[no computed value: cannot be applied]")
+    assert "pass num_chips=128 to MemoryTimeline" in MemoryTimeline.fix_label(
+        memory.Fix("num_chips", 128, "128 chips"))
+    assert MemoryTimeline.fix_label(memory.Fix("batch_size", 1024, "smaller")) == "batch_size=1024: smaller"
+
+
+def _explorer_state(explorer):
+    return [type(child).__name__ for child in explorer.children], explorer._verdict.height
+
+
+def test_a_slider_move_emits_no_warning(recwarn, caplog, capsys):
+    """The user's move: "max ids / partition" one step up from 0 (each stack's own) printed one
+    unique_exceeds_ids warning per stack (max ids 8 < the stacks' own unique limits)."""
+    import logging
+
+    explorer = MemoryTimeline.demo()
+    before = _explorer_state(explorer)
+    caplog.set_level(logging.DEBUG)
+    slider = explorer.controls["max_ids_per_partition"]
+    slider.value = slider.min + slider.step
+    report = explorer.report
+    assert explorer.error == "" and report.inputs["limits"] == (8, None)
+    assert [f.code for f in report.diagnoses if f.severity == "warning"] == []
+    assert "[warning]" not in explorer._verdict.text
+    # the slider's meaning is kept: every stack at most 8 ids, unique ids cut to them
+    assert set(report.spmem.max_ids) == {8} and set(report.spmem.max_unique) == {8}
+    # the other limit slider alone, up to its maximum: unique cut to each stack's own max ids
+    slider.value = 0
+    unique = explorer.controls["max_unique_ids_per_partition"]
+    unique.value = unique.max
+    assert all(u <= i for u, i in zip(explorer.report.spmem.max_unique, explorer.report.spmem.max_ids))
+    assert "unique_exceeds_ids" not in {f.code for f in explorer.report.diagnoses}
+    unique.value = 0
+    # every other control, one step each
+    for name in ("batch_size", "num_serialized_tables", "maximum_parallel_iterations"):
+        control = explorer.controls[name]
+        control.value = control.value + control.step
+    explorer.controls["stage_gather_operands_in_hbm"].value = True
+    explorer.controls["x_axis"].value = "time"
+    explorer.controls["sort_by"].value = "waste_bytes"
+    explorer.controls["stack"].value = explorer.report.stacks[0]
+    explorer.controls["apply_fix"].click()
+    assert explorer.error == ""
+    assert not [f.code for f in explorer.report.diagnoses if f.severity == "warning"]
+    assert not recwarn.list, [str(w.message) for w in recwarn.list]
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert capsys.readouterr() == ("", "")
+    # nothing appended per change, and the verdict scrolls instead of growing
+    assert _explorer_state(explorer) == before
+    assert explorer._verdict.styles.get("overflow-y") == "auto"
+
+
+def test_user_stack_limits_beat_the_sliders_and_are_not_cut():
+    explorer = MemoryTimeline(small_tables(), scwork.Topology.for_chip("v5p", num_chips=2), batch_size=4096,
+                              stacking=None, stack_limits={"flag": (64, 128)})
+    explorer.max_ids_per_partition = 32
+    spm = explorer.report.spmem
+    limits = {s: (i, u) for s, i, u in zip(spm.stacks, spm.max_ids, spm.max_unique)}
+    assert limits["flag"] == (64, 128)  # the user's, kept (the engine warns about it: their input)
+    assert limits["user"] == limits["item"] == (32, 32)  # own unique 128 cut to the slider's 32
+    assert explorer.report.inputs["stack_limits"] == {"user": (32, 32), "item": (32, 32), "flag": (64, 128)}
+
+
+def test_every_control_label_is_shown_whole(demo):
+    import ipywidgets
+
+    described = [c for c in demo.controls.values()
+                 if getattr(c, "description", "") and not isinstance(c, ipywidgets.Button)]
+    assert {c.description for c in described} >= {"max unique ids / partition", "max ids / partition",
+                                                   "serialized tables", "engine's fix"}
+    for control in described:
+        assert control.style.description_width == "initial", control.description
+    assert demo.controls["stage_gather_operands_in_hbm"].layout.width == "auto"
