@@ -249,3 +249,31 @@ class StaticBufferWarning(ScworkWarning):
     """Ids did not fit a static CSR buffer (``suggested_coo_buffer_size_per_device``) and
     were dropped, as jax-tpu-embedding drops them; ``dropped_ids`` and
     ``static_buffer_dropped_ids`` of the statistics count them."""
+
+
+class XlaDumpError(InputError):
+    """An XLA dump file (``--xla_dump_to``) or a TPU out-of-memory message that cannot be read.
+
+    Attributes
+    ----------
+    path : str or None
+        The file (``"<text>"`` for text passed directly).
+    line : int or None
+        1-based line of the problem in ``path``.
+    reason : str
+        The problem itself, without location information.
+    hint : str or None
+        How to fix it.
+    """
+
+    def __init__(self, reason: str, *, path: str | None = None, line: int | None = None,
+                 hint: str | None = None):
+        self.reason = reason
+        self.path = path
+        self.line = line
+        self.hint = hint
+        where = f"{path}:{line}: " if path is not None and line is not None else (f"{path}: " if path else "")
+        super().__init__(where + reason + (f"\nHow to fix: {hint}" if hint else ""))
+
+
+__all__.append("XlaDumpError")
