@@ -32,6 +32,7 @@ __all__ = [
     "ShardError",
     "ScworkWarning",
     "StaticBufferWarning",
+    "XlaDumpError",
 ]
 
 
@@ -275,5 +276,3 @@ class XlaDumpError(InputError):
         where = f"{path}:{line}: " if path is not None and line is not None else (f"{path}: " if path else "")
         super().__init__(where + reason + (f"\nHow to fix: {hint}" if hint else ""))
 
-
-__all__.append("XlaDumpError")
