@@ -8,7 +8,8 @@ output):
     sample, one column per feature) or a directory / glob of shards. Prints the
     observed max ids, max unique ids per partition and required buffer size over
     the steps, and the tuned limits; ``--out limits.json|.csv`` writes them,
-    ``--fdo-dir DIR`` writes jax-tpu-embedding FDO stats. Rows after the last full
+    ``--fdo-dir DIR`` writes jax-tpu-embedding FDO stats (``--fdo-format csv`` for
+    the CSV client's files). Rows after the last full
     batch are not used (a note on stderr says how many) unless ``--keep-remainder``.
     Try ``scwork stats examples/ids.csv.gz --config examples/model.toml``.
 ``scwork memory --config model.toml``
@@ -560,7 +561,7 @@ def _cmd_stats(args: argparse.Namespace) -> int:
     if args.fdo_dir is not None:
         from scwork.sharding import write_fdo_stats
 
-        fdo_file = str(write_fdo_stats(step_stats, args.fdo_dir))
+        fdo_file = str(write_fdo_stats(step_stats, args.fdo_dir, format=args.fdo_format))
     num_steps = int(step_stats.sizes["step"])
     unused_rows = num_rows - ((num_steps - 1) * batch_size + last_batch)
     # The partial batch left out (not rows that --steps chose to skip).
@@ -870,6 +871,8 @@ def build_parser() -> argparse.ArgumentParser:
     st.add_argument("--batch-size", type=int, default=None, help="global batch (default: the config's)")
     st.add_argument("--out", default=None, help="write the tuned limits here (.json or .csv)")
     st.add_argument("--fdo-dir", default=None, help="also write jax-tpu-embedding FDO stats (.npz) here")
+    st.add_argument("--fdo-format", choices=("npz", "csv"), default="npz",
+                    help="file format of --fdo-dir: 'npz' (NPZFileFDOClient, default) or 'csv' (CSVFileFDOClient)")
     st.add_argument("--steps", type=int, default=None, help="use at most this many batches")
     st.add_argument("--keep-remainder", action="store_true",
                     help="run the last partial batch (rows left after the full batches) as a last, smaller step; "

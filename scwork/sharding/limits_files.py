@@ -95,6 +95,8 @@ __all__ = [
     "read_fdo_stats",
     "apply_limits",
     "with_table_limits",
+    "FDO_FORMATS",
+    "read_fdo_stats_csv",
 ]
 
 #: ``format`` value of scwork JSON limits files.
@@ -631,8 +633,11 @@ class FdoStats:
 def write_fdo_stats(stats: Any, directory: str | os.PathLike, *, process_index: int = 0,
                     timestamp_ns: int | None = None,
                     fields: Iterable[str] = ("max_ids_per_partition", "max_unique_ids_per_partition",
-                                             "required_buffer_size_per_sc")) -> Path:
+                                             "required_buffer_size_per_sc"),
+                    format: str = "npz") -> Path:
     """Write ``fdo_stats_<process_index>_<timestamp_ns>.npz`` as ``NPZFileFDOClient.publish`` does.
+
+    ``format="csv"`` writes ``.csv`` as ``CSVFileFDOClient.publish`` does instead.
 
     Parameters
     ----------
@@ -683,19 +688,27 @@ def write_fdo_stats(stats: Any, directory: str | os.PathLike, *, process_index: 
                 arrays[key] = _check_fdo_array("(to write)", key, value)
             except InputError as err:
                 raise ConfigError(str(err)) from None
-    path = directory / f"{_FDO_FILE_NAME}_{int(process_index)}_{ts}.{_FDO_EXTENSION}"
+    if format not in FDO_FORMATS:
+        raise ConfigError(f"format must be 'npz' or 'csv' (the FDO client that reads the files), got {format!r}")
+    path = directory / f"{_FDO_FILE_NAME}_{int(process_index)}_{ts}.{format}"
     try:
         directory.mkdir(parents=True, exist_ok=True)
     except OSError as err:
         raise ConfigError(f"cannot create the FDO directory {str(directory)!r} ({err})") from None
-    _write_atomically(path, lambda fh: np.savez(fh, **arrays))
+    if format == "csv":
+        from scwork.sharding._fdo_csv import format_fdo_csv
+
+        text = format_fdo_csv(arrays)
+        _write_atomically(path, lambda fh: fh.write(text.encode("utf-8")))
+    else:
+        _write_atomically(path, lambda fh: np.savez(fh, **arrays))
     return path
 
 
-def _latest_files_by_process(files: list[str]) -> list[str]:
-    """``NPZFileFDOClient._get_latest_files_by_process``, reproduced exactly.
+def _latest_files_by_process(files: list[str], extension: str = _FDO_EXTENSION) -> list[str]:
+    """``NPZFileFDOClient._get_latest_files_by_process`` (and the CSV client's), reproduced exactly.
 
-    Groups ``fdo_stats_<process>_<timestamp>.npz`` names by the process string and
+    Groups ``fdo_stats_<process>_<timestamp>.<extension>`` names by the process string and
     keeps the one with the largest (integer) timestamp of each group, in descending
     order of process string.
     """
@@ -703,7 +716,7 @@ def _latest_files_by_process(files: list[str]) -> list[str]:
         return []
     dir_path = os.path.split(files[0])[0]
     dir_prefix = len(dir_path) + 1
-    pattern = rf"{_FDO_FILE_NAME}_(\d+)_(\d+)\.{_FDO_EXTENSION}"
+    pattern = rf"{_FDO_FILE_NAME}_(\d+)_(\d+)\.{extension}"
     groups = []
     for file in files:
         match = re.search(pattern, file[dir_prefix:])
@@ -715,12 +728,14 @@ def _latest_files_by_process(files: list[str]) -> list[str]:
     return [next(g)[2] for _, g in itertools.groupby(groups, key=lambda x: x[0])]
 
 
-def read_fdo_stats(directory: str | os.PathLike) -> FdoStats:
-    """Read FDO stats files as ``NPZFileFDOClient.load`` does, validating them.
+def read_fdo_stats(directory: str | os.PathLike, *, format: str | None = None) -> FdoStats:
+    """Read FDO stats files as ``NPZFileFDOClient.load`` (or ``CSVFileFDOClient.load``) does, validating them.
 
-    Reads the latest ``fdo_stats_<process>_<time_ns>.npz`` of every process in
-    ``directory`` and merges equal keys with ``np.max(np.vstack((a, b)), axis=0)``
-    (a single file's arrays are kept as they are, steps included).
+    Reads the latest ``fdo_stats_<process>_<time_ns>.npz`` (``.csv`` with
+    ``format="csv"``) of every process in ``directory`` and merges equal keys with
+    ``np.max(np.vstack((a, b)), axis=0)`` (a single file's arrays are kept as they
+    are, steps included). ``format=None`` (default) reads whichever of the two
+    formats the folder holds (:func:`read_fdo_stats_csv` for the CSV layout).
 
     Raises
     ------
@@ -746,17 +761,19 @@ def read_fdo_stats(directory: str | os.PathLike) -> FdoStats:
     StackLimits(max_ids_per_partition=40, max_unique_ids_per_partition=4, required_buffer_size=128)
     """
     directory = Path(directory)
-    pattern = os.path.join(str(directory), f"{_FDO_FILE_NAME}*.{_FDO_EXTENSION}")
-    files = _latest_files_by_process(glob.glob(pattern))
+    extension = _fdo_format(directory, format)
+    pattern = os.path.join(str(directory), f"{_FDO_FILE_NAME}*.{extension}")
+    files = _latest_files_by_process(glob.glob(pattern), extension)
     if not files:
-        raise InputError(f"no FDO stats files ({_FDO_FILE_NAME}_<process>_<time_ns>.{_FDO_EXTENSION}) in "
+        raise InputError(f"no FDO stats files ({_FDO_FILE_NAME}_<process>_<time_ns>.{extension}) in "
                          f"{str(directory)!r}")
     merged: dict[str, np.ndarray] = {}
     origin: dict[str, str] = {}
     for file in files:
         try:
-            with np.load(file, allow_pickle=False) as loaded:
-                arrays = {k: loaded[k] for k in loaded.files}
+            arrays = _load_fdo_file(file, extension)
+        except InputError:
+            raise
         except Exception as err:  # noqa: BLE001 - any unreadable file is an input error
             raise InputError(f"cannot read FDO stats file {file!r}: {err}") from None
         for key, value in arrays.items():
@@ -918,3 +935,54 @@ def with_table_limits(features: Any, limits: Any) -> tuple[FeatureSpec, ...]:
                 f.table, max_ids_per_partition=v.max_ids_per_partition,
                 max_unique_ids_per_partition=v.max_unique_ids_per_partition)
     return tuple(dataclasses.replace(f, table=new_tables.get(f.table.name, f.table)) for f in features)
+
+
+# --------------------------------------------------------------------------------------
+# FDO stats files in CSV (jax-tpu-embedding CSVFileFDOClient)
+# --------------------------------------------------------------------------------------
+#: File formats of jax-tpu-embedding's two file FDO clients (``NPZFileFDOClient``, ``CSVFileFDOClient``).
+FDO_FORMATS = ("npz", "csv")
+
+
+def _fdo_format(directory: Path, format: str | None) -> str:
+    """The format to read: ``format``, else the one the folder holds (an error if it holds both)."""
+    if format is not None:
+        if format not in FDO_FORMATS:
+            raise ConfigError(f"format must be 'npz' or 'csv' (the FDO client that wrote the files), got {format!r}")
+        return format
+    found = [ext for ext in FDO_FORMATS
+             if _latest_files_by_process(glob.glob(os.path.join(str(directory), f"{_FDO_FILE_NAME}*.{ext}")), ext)]
+    if len(found) > 1:
+        raise InputError(f"{str(directory)!r} holds FDO stats files of both formats (.npz and .csv); the library's "
+                         "clients each read one: pass format='npz' or format='csv'")
+    return found[0] if found else _FDO_EXTENSION
+
+
+def _load_fdo_file(file: str, extension: str) -> dict[str, np.ndarray]:
+    if extension == "npz":
+        with np.load(file, allow_pickle=False) as loaded:
+            return {k: loaded[k] for k in loaded.files}
+    from scwork.sharding._fdo_csv import parse_fdo_csv
+
+    with open(file, encoding="utf-8", newline="") as fh:
+        return parse_fdo_csv(file, fh.read())
+
+
+def read_fdo_stats_csv(directory: str | os.PathLike) -> FdoStats:
+    """Read ``fdo_stats_<process>_<time_ns>.csv`` files as ``CSVFileFDOClient.load`` does.
+
+    ``read_fdo_stats(directory, format="csv")``: the latest file of every process; the
+    rows of a key in one file stacked (one per recorded step); processes merged with
+    ``np.max(np.vstack((a, b)), axis=0)``. Errors as :func:`read_fdo_stats`, plus a
+    header other than ``key,values`` or a value that is not an integer.
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> d = tempfile.mkdtemp()
+    >>> _ = open(os.path.join(d, "fdo_stats_0_5.csv"), "w").write("key,values\\nt_max_ids,3 9\\nt_max_ids,4 1\\n"
+    ...                                                          "t_max_unique_ids,2 2\\n")
+    >>> read_fdo_stats_csv(d).to_limits()["t"]
+    StackLimits(max_ids_per_partition=9, max_unique_ids_per_partition=2, required_buffer_size=None)
+    """
+    return read_fdo_stats(directory, format="csv")
