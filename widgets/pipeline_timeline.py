@@ -15,7 +15,9 @@ One explorer over :func:`scwork.pipeline.step_model` and :func:`scwork.advisor.a
   phase, step, stage, lane, start, end and duration; hovering a stripe names its
   stack.
 - **Summary**: step time of both schedules, speed-up, staleness of the
-  SparseCore's tables under pipelining, bottleneck, phase times.
+  SparseCore's tables under pipelining, bottleneck, phase times, and how the ICI
+  all-to-all was modelled (with ``a2a="data"``: the routed all-to-all's hottest link,
+  its bytes and share, also in the ICI bars' hover).
 - **Advisor**: the findings of :func:`scwork.advisor.advise` for the current
   state (title, evidence, fix, expected gain), most impactful first.
 
@@ -53,7 +55,7 @@ import traitlets
 from bokeh.layouts import column, row
 from bokeh.models import ColumnDataSource, Div, HoverTool
 from scwork.widgets import _bokeh
-from scwork.widgets._html import SECONDS_SCALE, format_seconds, seconds_unit
+from scwork.widgets._html import SECONDS_SCALE, format_bytes, format_seconds, seconds_unit
 
 from scwork.errors import ScworkError
 from scwork.pipeline import PHASES, StepModel, step_model, write_chrome_trace
@@ -125,6 +127,20 @@ def _format_evidence(value: Any, unit: str, *, seconds: bool = False) -> str:
     if isinstance(value, (list, tuple)):
         return "[" + ", ".join(_format_evidence(v, unit) for v in value) + "]"
     return str(value)
+
+
+def _ici_text(model: StepModel, phase: str, unit: str) -> str:
+    """How an ICI phase's all-to-all was modelled: the routed one's hottest link (``a2a="data"``) or uniform."""
+    links = model.ici_links
+    if links is None:
+        return "uniform all-to-all (busiest device's volume); step_model(a2a='data') routes the statistics"
+    one = links.sel(direction="forward" if phase == "ici_forward" else "backward")
+    if float(one["total_link_bytes"]) <= 0:
+        return "from the statistics: no bytes cross ICI"
+    return (f"from the statistics, routed x-y-z: hottest link {one['hottest_link_label'].item()} carries "
+            f"{format_bytes(float(one['hottest_link_bytes']))} per step ({float(one['hottest_link_share']):.0%} of "
+            f"all link bytes, {float(one['link_imbalance']):.1f}x the mean link, busy "
+            f"{format_seconds(float(one['link_time'].max()), unit)})")
 
 
 def _is_duration(name: str) -> bool:
@@ -226,7 +242,8 @@ class _ScheduleView:
         bars_renderer = next(r for r in fig.renderers if getattr(r, "data_source", None) is self.gantt.bars)
         fig.add_tools(HoverTool(renderers=[bars_renderer], tooltips=[
             ("phase", "@phase_label"), ("step", "@step"), ("stage", "@stage"), ("lane", "@resource"),
-            ("start", "@start_text"), ("end", "@end_text"), ("duration", "@duration_text")]))
+            ("start", "@start_text"), ("end", "@end_text"), ("duration", "@duration_text"),
+            ("all-to-all", "@ici_note")]))
         fig.add_tools(HoverTool(renderers=[parts_renderer], tooltips=[
             ("stack", "@stack"), ("phase", "@phase"), ("step", "@step"), ("lane", "@resource"),
             ("start", "@start_text"), ("end", "@end_text"), ("duration", "@duration_text")]))
@@ -251,6 +268,8 @@ class _ScheduleView:
             "start_text": [format_seconds(s, unit) for s in start], "end_text": [format_seconds(e, unit) for e in end],
             "duration_text": [format_seconds(d, unit) for d in data["duration"]],
         })
+        notes = {p: _ici_text(model, p, unit) for p in ("ici_forward", "ici_backward")}
+        data["ici_note"] = [notes.get(p, "") for p in data["phase"]]
         self.gantt.set_bars(data)
         span = x_end * scale
         frame_px = self.gantt.figure.frame_width
@@ -442,9 +461,18 @@ class PipelineTimeline(_bokeh.SyncedDisplay, ipywidgets.VBox):
     error = traitlets.Unicode("", read_only=True)
 
     def __init__(self, stats_or_model: Any, plan: Any = None, *, topology: Any = None, shown_chip: int | None = None,
-                 advise_kwargs: Mapping[str, Any] | None = None, **step_model_kwargs: Any):
+                 advise_kwargs: Mapping[str, Any] | None = None, measured: Any = None, **step_model_kwargs: Any):
         super().__init__()
         self._advise_kwargs = dict(advise_kwargs or {})
+        # A measured run (scwork.interop.profile.read_jax_profile / scwork.pipeline.read_trace,
+        # or a profile path): every model the controls make is overlaid on it.
+        if measured is not None:
+            from scwork.interop.profile import read_jax_profile
+            from scwork.pipeline import MeasuredTrace
+
+            measured = measured if isinstance(measured, MeasuredTrace) else read_jax_profile(measured)
+        self._measured = measured
+        self.overlay = None
         if isinstance(stats_or_model, StepModel):
             if plan is not None or topology is not None or step_model_kwargs:
                 raise TypeError("with a StepModel, pass no plan, topology or step_model keywords: "
@@ -772,7 +800,7 @@ class PipelineTimeline(_bokeh.SyncedDisplay, ipywidgets.VBox):
             view.draw(model, chips, x_end=x_end, scale=scale, unit=unit,
                       in_use=(name == "pipelined") == model.pipelining)
         self._legend.text = self._legend_html()
-        self._summary_div.text = self._summary_html(unit)
+        self._summary_div.text = self._summary_html(unit) + self._overlay_html(unit)
         self.advice_rows = self._advice_rows(unit)
         self._advice_div.text = self._advice_html()
         self._sync_controls()
@@ -810,10 +838,31 @@ class PipelineTimeline(_bokeh.SyncedDisplay, ipywidgets.VBox):
             ("mini-batches", ", ".join(f"{k}: {v}" for k, v in mb.items() if v > 1) or "1 per stack"),
             ("serialized stacks", ", ".join(m.detail["serialized"]) or "none"),
         ]
+        if m.ici_links is None:
+            rows.append(("ICI all-to-all", _ici_text(m, "ici_forward", unit)))
+        else:
+            rows += [(f"ICI {d} all-to-all", _ici_text(m, f"ici_{d}", unit)) for d in ("forward", "backward")]
         phases = _bokeh.columns_table_html(
             ["phase", "time per step (slowest unit)", "resource"],
             [(_PHASE_LABELS[p], format_seconds(s[f"{p}_s"], unit), p.split("_")[0]) for p in PHASES])
         return _bokeh.summary_table_html(rows, title="Step model") + phases
+
+    def _overlay_html(self, unit: str) -> str:
+        """Measured against modelled per phase, largest divergence first (empty without a profile)."""
+        if self._measured is None:
+            return ""
+        from scwork.interop.profile import overlay
+
+        self.overlay = ds = overlay(self.model, self._measured)
+        rows = []
+        for i, phase in enumerate(ds["phase"].values.tolist()):
+            observed = bool(ds["observed"].values[i])
+            ratio = float(ds["ratio"].values[i])
+            rows.append((_PHASE_LABELS.get(phase, phase), format_seconds(float(ds["modelled"].values[i]), unit),
+                         format_seconds(float(ds["measured"].values[i]), unit) if observed else "not in the profile",
+                         f"{ratio:.2f}x" if observed and np.isfinite(ratio) else "-"))
+        return _bokeh.columns_table_html(["phase", "modelled", "measured", "measured / modelled"], rows,
+                                         title="Measured vs model (largest divergence first)")
 
     @staticmethod
     def _expected_gain(finding, unit: str) -> str:

@@ -93,3 +93,14 @@ __all__ = [
     "cost", "bus_factor", "bandwidths", "scaling_book_time", "SCALING_BOOK_V5E_EXAMPLE",
     "ScheduleError",
 ]
+
+# The embedding lookup's all-to-all from data (per device pair, routed over the grid).
+from scwork.collectives.embedding_a2a import (
+    MAX_DEVICE_PAIRS,
+    TIE_RULES,
+    device_hops,
+    embedding_all_to_all,
+    route_all_to_all,
+)
+
+__all__ += ["MAX_DEVICE_PAIRS", "TIE_RULES", "device_hops", "embedding_all_to_all", "route_all_to_all"]

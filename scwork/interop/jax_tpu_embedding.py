@@ -154,11 +154,16 @@ class ImportedModel:
     ``suggested_coo_buffer_size_per_device`` of the library's ``StackedTableSpec``."""
 
     def replan(self, **changes: Any) -> StackingPlan:
-        """``plan_stacking`` with this model's arguments, ``changes`` overriding them."""
+        """``plan_stacking`` with this model's arguments, ``changes`` overriding them.
+
+        ``topology=`` gives the same plan on another topology with the same devices
+        and SparseCores (e.g. a catalog chip's, for the memory model).
+        """
+        topology = changes.pop("topology", self.topology)
         kwargs = dict(stacking=self.stacking, batch_size=self.batch_size, rotation=self.rotation,
                       stack_limits=self.stack_limits)
         kwargs.update(changes)
-        return plan_stacking(self.features, self.topology, **kwargs)
+        return plan_stacking(self.features, topology, **kwargs)
 
 
 # --------------------------------------------------------------------------------------

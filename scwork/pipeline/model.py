@@ -70,6 +70,17 @@ Rings longer than ``ici_schedule_max_nodes`` use the scaling-book closed form
 ``V / (4 * 2W)`` plus ``N/2`` hop latencies. Stacking tables pays the per-hop
 latency once for all of them.
 
+With ``a2a="data"`` the all-to-all is the statistics' own instead of a uniform one:
+per stack, direction and mini-batch, device ``g`` receives from device ``h`` the
+rows of the unique ids it requested from ``h``'s partitions (and sends their
+gradients back), routed over the chip grid with dimension-order routing (x, then
+y, then z, the shorter way round a torus; :mod:`scwork.collectives.embedding_a2a`).
+Each all-to-all takes the busiest link's bytes / bandwidth plus the farthest
+route's hops x latency, so skewed ids show up as a hot link; the per-link bytes
+and the hottest link are :attr:`StepModel.ici_links`. The default
+``a2a="uniform"`` keeps the model above (what :func:`expected_stats`, which has no
+real per-pair traffic, describes).
+
 Host and TensorCore
 -------------------
 A host preprocesses the raw ids (before dedup; ``input_ids`` of the statistics) of
@@ -116,7 +127,7 @@ from scwork.errors import ConfigError
 from scwork.pipeline._inputs import DIRECTIONS, MAX_TIMELINE_STEPS, _as_count, _nonneg, _resolve_inputs
 from scwork.pipeline.expected import expected_stats
 from scwork.pipeline.params import DTYPE_SIZES, StepModelParams
-from scwork.pipeline.phase_costs import _ici_model, _sc_model, _sc_parts, _tc_times
+from scwork.pipeline.phase_costs import _ici_model, _ici_routed, _sc_model, _sc_parts, _tc_times
 from scwork.pipeline.timeline import PHASE_RESOURCE, PHASES, RESOURCE_KINDS, Timeline, Units, simulate
 
 __all__ = ["StepModel", "step_model", "expected_stats", "DTYPE_SIZES", "DIRECTIONS"]
@@ -198,6 +209,17 @@ class StepModel:
     @property
     def staleness_steps(self) -> int:
         return self.update_offset - 1
+
+    @property
+    def ici_links(self):
+        """Per-link ICI bytes and the hottest link (``a2a="data"``), else None.
+
+        An :class:`xarray.Dataset` laid out as :func:`scwork.collectives.route_all_to_all`
+        (``link_bytes`` (link, direction) summed over stacks and mini-batches,
+        ``hottest_link_label``, ``hottest_link_bytes``, ``hottest_link_share``,
+        ``link_imbalance`` per direction); its ``time`` is the ICI phase time.
+        """
+        return self.detail.get("ici_links")
 
     def busy_per_step(self) -> dict[str, float]:
         """Busy seconds per step of the busiest unit of each resource kind."""
@@ -296,6 +318,8 @@ class StepModel:
         ``busy_per_step`` (resource_kind); ``utilization`` (schedule, resource_kind).
         Attrs: ``speedup``, ``update_offset``, ``staleness_steps``, ``pipelining``,
         ``bottleneck``, ``chip``, ``topology``, ``assumptions``.
+        With ``a2a="data"`` also ``ici_link_bytes`` (link, direction),
+        ``ici_hottest_link_share`` (direction) and the attr ``ici_hottest_link``.
         """
         import xarray as xr
 
@@ -373,6 +397,17 @@ class StepModel:
             "topology": str(self.topology),
             "assumptions": list(self.assumptions),
         }
+        links = self.ici_links
+        if links is not None:
+            # a2a="data": the routed all-to-all's per-link bytes and its hottest link.
+            data["ici_link_bytes"] = (("link", "direction"), links["link_bytes"].values,
+                                      {"long_name": "bytes crossing each link per step (all stacks)",
+                                       "units": "bytes"})
+            data["ici_hottest_link_share"] = ("direction", links["hottest_link_share"].values,
+                                              {"long_name": "hottest link's bytes / bytes on all links",
+                                               "units": "1"})
+            coords["link"] = ("link", links["link"].values)
+            attrs["ici_hottest_link"] = [str(v) for v in links["hottest_link_label"].values]
         return xr.Dataset(data, coords=coords, attrs=attrs)
 
     def summary(self) -> dict[str, Any]:
@@ -412,7 +447,7 @@ def step_model(stats, plan=None, *, topology=None, chip=None, widths=None, optim
                features_per_stack=None, dtype="f32", num_minibatches=None, num_serialized_tables: int = 1,
                pipelining: bool = True, num_steps: int = 6, tc_forward_s=None, tc_backward_s=None,
                tc_forward_flops=None, tc_backward_flops=None, tc_peak_flops=None, memory=None,
-               params: StepModelParams | None = None) -> StepModel:
+               params: StepModelParams | None = None, a2a: str = "uniform") -> StepModel:
     """Model one training step: phase times, sequential and pipelined schedules.
 
     Parameters
@@ -455,6 +490,13 @@ def step_model(stats, plan=None, *, topology=None, chip=None, widths=None, optim
         :func:`scwork.memory.plan` of the same model, kept for HBM counter tracks.
     params : StepModelParams, optional
         The assumptions (default ``StepModelParams()``).
+    a2a : {"uniform", "data"}, default "uniform"
+        How the ICI all-to-all is modelled: ``"uniform"``, the busiest device's
+        volume in a uniform all-to-all of the collectives engine (the default, and
+        what :func:`expected_stats` stands for); ``"data"``, the statistics' own
+        (device, device) traffic routed over the chip grid, so a hot partition
+        makes a hot link (:attr:`StepModel.ici_links`). Opt-in, so that results
+        computed before stay the same.
 
     Returns
     -------
@@ -500,11 +542,14 @@ def step_model(stats, plan=None, *, topology=None, chip=None, widths=None, optim
         raise ConfigError(f"num_serialized_tables must be an integer >= 0, got {num_serialized_tables!r}")
     if not isinstance(pipelining, bool):
         raise ConfigError(f"pipelining must be True or False, got {pipelining!r}")
+    if a2a not in ("uniform", "data"):
+        raise ConfigError(f"a2a must be 'uniform' (a uniform all-to-all) or 'data' (the statistics' own "
+                          f"traffic, routed), got {a2a!r}")
     inputs = dict(stats=stats, plan=plan, topology=topology, chip=chip, widths=widths, optimizers=optimizers,
                   features_per_stack=features_per_stack, dtype=dtype, num_minibatches=num_minibatches,
                   num_serialized_tables=num_serialized_tables, pipelining=pipelining, num_steps=num_steps,
                   tc_forward_s=tc_forward_s, tc_backward_s=tc_backward_s, tc_forward_flops=tc_forward_flops,
-                  tc_backward_flops=tc_backward_flops, tc_peak_flops=tc_peak_flops, memory=memory)
+                  tc_backward_flops=tc_backward_flops, tc_peak_flops=tc_peak_flops, memory=memory, a2a=a2a)
     _, plan, topology, stacks, ids, uniq, nmb, n, raw_ids, raw_source = _resolve_inputs(
         stats, plan, topology, widths, optimizers, features_per_stack, dtype, num_minibatches)
 
@@ -523,7 +568,12 @@ def step_model(stats, plan=None, *, topology=None, chip=None, widths=None, optim
 
     G, S = topology.num_devices, topology.sparsecores_per_device
     sc = _sc_model(stacks, ids, uniq, nmb, n, chip, topology, params, int(num_serialized_tables))
-    ici_t, ici_bytes, ici_mode = _ici_model(stacks, uniq, topology, chip, params, sc["padded_width"])
+    ici_links = None
+    if a2a == "data":
+        ici_t, ici_bytes, ici_mode, ici_links = _ici_routed(stacks, uniq, topology, chip, params,
+                                                            sc["padded_width"])
+    else:
+        ici_t, ici_bytes, ici_mode = _ici_model(stacks, uniq, topology, chip, params, sc["padded_width"])
     tc_f, tc_b, tc_notes = _tc_times(tc_forward_s, tc_backward_s, tc_forward_flops, tc_backward_flops,
                                      tc_peak_flops, params)
 
@@ -566,6 +616,7 @@ def step_model(stats, plan=None, *, topology=None, chip=None, widths=None, optim
         "num_minibatches": nmb, "padded_width": sc["padded_width"], "row_granules": sc["row_granules"],
         "serialized": sc["serialized"], "samples_per_sc": n, "host_ids": host_ids,
         "tile_bandwidth": sc["tile_bandwidth"],
+        "a2a": a2a, "ici_links": ici_links,
     }
     assumptions = [
         f"host: {raw_source} at {params.host_ids_per_s:.4g} ids/s x {params.host_threads} thread(s) per host "

@@ -272,3 +272,60 @@ def _sc_parts(stacks, nmb, stack_time):
         frac = np.divide(arr, total, out=np.zeros_like(arr), where=total > 0)
         out[phase] = (labels, frac)
     return out
+
+
+def _ici_routed(stacks, uniq, topology, chip, params, widths):
+    """The ICI all-to-alls of the statistics themselves, routed over the chip grid (``a2a="data"``).
+
+    Per stack, direction and mini-batch one all-to-all whose (sender, receiver) bytes
+    are the unique rows every device requests from every other device times the row
+    bytes of :func:`_ici_model` (forward: the padded table row plus
+    ``ici_index_bytes``, owner -> requester; backward: the float32 gradient row plus
+    ``ici_index_bytes``, requester -> owner). Routed with dimension-order routing by
+    :mod:`scwork.collectives.embedding_a2a`; its time is the busiest link's bytes /
+    bandwidth plus the farthest route's hops x latency.
+
+    Returns
+    -------
+    t, volume : ndarray (K, 2)
+        Seconds (summed over mini-batches) and bytes the busiest device sends off-device.
+    mode : str
+    links : xarray.Dataset
+        Per-link bytes summed over stacks and mini-batches, the hottest link per direction
+        and ``time`` = the ICI phase times (:func:`scwork.collectives.route_all_to_all` layout).
+    """
+    from scwork.collectives import ICI_LATENCY_S
+    from scwork.collectives.embedding_a2a import _links_dataset, _requester_owner_rows, _router
+
+    M, K, G, S, P = uniq.shape
+    bw = float(params.ici_link_bytes_per_s or chip.ici_link_bytes_per_s)
+    latency = float(ICI_LATENCY_S if params.ici_latency_s is None else params.ici_latency_s)
+    router = _router(topology, chip=chip, link_bandwidth=bw, link_latency=latency)
+    rows = _requester_owner_rows(uniq.reshape(M * K, G, S, P), S).reshape(M, K, G, G)   # requester, owner
+    off_device = rows * (1 - np.eye(G, dtype=np.int64))
+    t = np.zeros((K, 2))
+    volume = np.zeros((K, 2))
+    loads = np.zeros((router.net.num_links, 2))
+    farthest = np.zeros(2)
+    for k, st in enumerate(stacks):
+        fwd_row = widths[k] * DTYPE_SIZES[st.dtype] + params.ici_index_bytes
+        bwd_row = _round_up(st.dim, max(1, chip.dma_granule_bytes // params.activation_bytes)) \
+            * params.activation_bytes + params.ici_index_bytes
+        for j, row in enumerate((fwd_row, bwd_row)):
+            for m in range(M):
+                sent = off_device[m, k].sum(axis=1)                               # rows requested off-device
+                volume[k, j] += float(sent.max(initial=0)) * row
+                matrix = (rows[m, k].T if j == 0 else rows[m, k]) * float(row)  # sender x receiver
+                link_bytes, lat = router.link_bytes(matrix)
+                t[k, j] += router.time(link_bytes, lat)
+                loads[:, j] += link_bytes
+                if link_bytes.any():
+                    farthest[j] = max(farthest[j], lat)
+    mode = ("routed from the statistics (a2a='data'): dimension-order routing x, y, z on the "
+            f"{router.net.name}, ties split both ways; per all-to-all max over links of bytes / {bw:.4g} B/s "
+            f"+ farthest route x {latency:.3g} s per hop")
+    links = _links_dataset(router, loads, farthest, t.sum(axis=0), ["forward", "backward"],
+                           {"topology": str(topology),
+                            "time_note": "time = the ICI phase (sum over stacks and mini-batches of each "
+                                         "all-to-all's time); link_bytes summed over them"})
+    return t, volume, mode, links

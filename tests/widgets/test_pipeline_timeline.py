@@ -525,3 +525,18 @@ def test_one_time_unit_everywhere(tc_forward_s, unit):
         np.testing.assert_allclose(explorer.sources[name].data["left"], np.asarray(timeline.columns()["start"]) * scale)
         x_end = max(explorer.model.sequential.makespan, explorer.model.pipelined.makespan)
         assert figure.x_range.end == pytest.approx(x_end * scale * 1.09)
+
+
+def test_a_measured_run_is_overlaid_on_every_model_the_controls_make():
+    from scwork.pipeline import read_trace, to_chrome_trace
+
+    base = PipelineTimeline.demo(batch_size=1024)
+    measured = read_trace(to_chrome_trace(base.model, schedule="sequential"))
+    ex = PipelineTimeline(base.model, measured=measured)
+    ratios = dict(zip(ex.overlay["phase"].values.tolist(), ex.overlay["ratio"].values.tolist()))
+    assert ratios["sc_forward"] == pytest.approx(1.0) and ratios["tc_forward"] == pytest.approx(1.0)
+    assert "Measured vs model" in ex._summary_div.text
+    ex.tc_forward_s = 2 * ex.tc_forward_s          # the model changes, the measurement does not
+    ratios = dict(zip(ex.overlay["phase"].values.tolist(), ex.overlay["ratio"].values.tolist()))
+    assert ratios["tc_forward"] == pytest.approx(0.5, rel=1e-3)
+    assert ex.overlay["phase"].values[0] == "tc_forward" or ex.overlay["divergence"].values[0] >= np.log(2) - 1e-6
