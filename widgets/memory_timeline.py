@@ -58,7 +58,7 @@ from scwork.widgets import _bokeh
 from scwork.widgets._gantt import align_x_axis
 
 from scwork import memory
-from scwork.errors import ScworkError
+from scwork.errors import InputError, ScworkError
 from scwork.memory import CATEGORIES, SPMEM_BUFFERS
 
 __all__ = ["MAX_LISTED_BUFFERS", "SORT_KEYS", "X_AXES", "MemoryTimeline"]
@@ -196,8 +196,17 @@ class MemoryTimeline(_bokeh.SyncedDisplay, ipywidgets.VBox):
     error = traitlets.Unicode("", read_only=True)
 
     def __init__(self, model: Any, topology: Any, *, batch_size: int, x_axis: str = "program_order",
-                 stack: str = "", sort_by: str = "bytes", **plan_kwargs: Any):
+                 stack: str = "", sort_by: str = "bytes", measured: Any = None, **plan_kwargs: Any):
         super().__init__()
+        # What XLA measured (scwork.interop.xla_dump: a module's MeasuredTimeline, or the
+        # module itself), drawn under the model's HBM chart.
+        if measured is not None and not hasattr(measured, "usage_bytes"):
+            if not hasattr(measured, "timeline"):
+                raise InputError(f"measured must be an XLA dump module or its timeline "
+                                 f"(scwork.interop.xla_dump.read_xla_dump(...).module(name)), "
+                                 f"got {type(measured).__name__}")
+            measured = measured.timeline()
+        self.measured = measured
         self._model = model
         self._topology = topology
         limits = plan_kwargs.pop("limits", None)
@@ -389,8 +398,17 @@ class MemoryTimeline(_bokeh.SyncedDisplay, ipywidgets.VBox):
         self._spmem_caption = Div(width=_CHART_WIDTH)
         self._verdict = Div(width=_SIDE_WIDTH, height=_VERDICT_HEIGHT_PX, styles={"overflow-y": "auto"})
         self._spmem_detail = Div(width=_SIDE_WIDTH + 150)
+        measured_rows = []
+        if self.measured is not None:
+            self._measured_chart = _bokeh.StackedAreaChart(
+                title="Measured: XLA's buffer assignment", x_axis_label="schedule step (XLA's live ranges)",
+                y_axis_label="bytes", value_names=("buffer", "size", "lifetime", "padding", "event"),
+                group_name="allocation", width=_CHART_WIDTH, height=240)
+            self._measured_caption = Div(width=_CHART_WIDTH + 150)
+            measured_rows = [column(self._measured_caption, self._measured_chart.figure)]
         self._bokeh_layout = column(
             row(column(self._hbm_caption, self._hbm.figure), self._verdict),
+            *measured_rows,
             self._live_caption,
             row(self._gantt.figure, self._live_table),
             row(column(self._spmem_caption, self._spmem.figure), self._spmem_detail),
@@ -403,6 +421,10 @@ class MemoryTimeline(_bokeh.SyncedDisplay, ipywidgets.VBox):
             "spmem_highlight": self._spmem_highlight,
         }
         self.figures = {"hbm": self._hbm.figure, "lifetimes": self._gantt.figure, "spmem": self._spmem.figure}
+        if self.measured is not None:
+            self.sources["measured_segments"] = self._measured_chart.segments
+            self.figures["measured"] = self._measured_chart.figure
+            self._draw_measured()
 
     def _build_controls(self) -> None:
         W = ipywidgets.Layout
@@ -618,6 +640,33 @@ class MemoryTimeline(_bokeh.SyncedDisplay, ipywidgets.VBox):
                if serialized else "No stack serialized: every stack's HBM stack is live through its whole phase.")
             + ("" if program else " Events that move no bytes take no time and do not show here.")
         )
+
+    def _draw_measured(self) -> None:
+        """The measured timeline (it does not change with the controls: drawn once)."""
+        measured = self.measured
+        intervals = list(measured.intervals)
+        n = len(measured.events)
+        step = np.arange(n)[:, None]
+        start = np.array([iv.start for iv in intervals], dtype=np.int64)
+        end = np.array([iv.end for iv in intervals], dtype=np.int64)
+        size = np.array([iv.bytes for iv in intervals], dtype=np.float64)
+        live = (step >= start[None, :]) & (step < end[None, :])
+        index = np.arange(n, dtype=np.float64)
+        peak = measured.peak_event
+        self._measured_chart.update(
+            index, index + 1, live * size[None, :], item_groups=[iv.category for iv in intervals],
+            item_values={"buffer": [iv.name for iv in intervals],
+                         "size": [_bokeh.format_bytes(iv.bytes) for iv in intervals],
+                         "lifetime": [f"steps {iv.start}-{iv.end - 1}" for iv in intervals],
+                         "padding": [_bokeh.format_bytes(iv.waste_bytes) for iv in intervals]},
+            step_values={"event": [f"{e.index}: {e.name}" for e in measured.events]},
+            shaded_steps=[peak.index], shade_label="peak",
+            title=f"Measured (XLA): peak {_bokeh.format_bytes(measured.peak_bytes)} at {peak.name!r}")
+        self._measured_caption.text = (
+            "<b>What XLA measured</b> (its buffer assignment and live ranges, one band per buffer, colored by "
+            f"allocation kind): peak {_bokeh.format_bytes(measured.peak_bytes)}, against the model's "
+            f"{_bokeh.format_bytes(self.report.timeline.peak_bytes)} above. The x axis is XLA's schedule, not the "
+            "model's events.")
 
     def _draw_live_at_peak(self, timeline, item_of_interval: dict[int, int]) -> None:
         live = timeline.live_at_peak(sort_by=self.sort_by)

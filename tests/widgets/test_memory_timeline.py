@@ -14,6 +14,7 @@ pytest.importorskip("bokeh")
 pytest.importorskip("jupyter_bokeh")
 
 import traitlets
+from scwork.errors import InputError
 from scwork.widgets import MemoryTimeline, _bokeh
 from scwork.widgets import memory_timeline as module
 
@@ -515,3 +516,31 @@ def test_every_control_label_is_shown_whole(demo):
     for control in described:
         assert control.style.description_width == "initial", control.description
     assert demo.controls["stage_gather_operands_in_hbm"].layout.width == "auto"
+
+
+def test_an_xla_dump_is_drawn_beside_the_model(tmp_path):
+    """A dump jax writes on this CPU (XLA_FLAGS=--xla_dump_to): its measured timeline under the model."""
+    import importlib.util
+    import os
+    import subprocess
+    import sys
+
+    if importlib.util.find_spec("jax") is None:
+        pytest.skip("jax is not installed (the interop extra, Python >= 3.12)")
+    from scwork.interop.xla_dump import read_xla_dump
+
+    program = ("import jax, jax.numpy as jnp\n"
+               "step = jax.jit(lambda a, b: (jnp.sum(jnp.tanh(a @ b), axis=0), (a @ b).T * 2))\n"
+               "jax.block_until_ready(step(jnp.ones((64, 32)), jnp.ones((32, 16))))\n")
+    subprocess.run([sys.executable, "-c", program], check=True, capture_output=True, timeout=300,
+                   env={**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": f"--xla_dump_to={tmp_path}"})
+    module = read_xla_dump(tmp_path).module("jit__lambda")
+    demo = MemoryTimeline.demo()
+    ex = MemoryTimeline(demo._model, demo._topology, batch_size=demo.batch_size, measured=module,
+                        **demo._plan_kwargs)
+    assert ex.measured.peak_bytes == module.timeline().peak_bytes
+    drawn = ex.sources["measured_segments"].data
+    assert len(drawn["buffer"]) > 0
+    assert "What XLA measured" in ex._measured_caption.text
+    with pytest.raises(InputError, match="XLA dump module"):
+        MemoryTimeline(demo._model, demo._topology, batch_size=demo.batch_size, measured=42, **demo._plan_kwargs)
