@@ -32,6 +32,7 @@ MODEL_PAGES = {
     "collectives.md": "scwork.collectives",
     "pipeline.md": "scwork.pipeline",
     "advisor.md": "scwork.advisor",
+    "interop.md": "scwork.interop.jax_tpu_embedding",
 }
 
 #: Names of the public upstream sources the models follow (one per page at least).
