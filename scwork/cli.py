@@ -775,6 +775,11 @@ def _cmd_allreduce(args: argparse.Namespace) -> int:
         raise _UsageError(f"--pipeline-chunks must be >= 1, got {args.pipeline_chunks}")
     if args.bytes < 1:
         raise _UsageError("--bytes must be at least 1 byte")
+    from scwork.collectives.schedule import MAX_NBYTES
+
+    if args.bytes > MAX_NBYTES:
+        raise _UsageError(f"--bytes {args.bytes:,} is more than the limit of {MAX_NBYTES:,} bytes per node "
+                          "(scwork.collectives.schedule.MAX_NBYTES, 1 PiB)")
     net = collectives.Network.grid(shape, wrap, cores_per_chip=args.cores_per_chip, chip=args.chip)
     names = args.algorithm or list(ALL_REDUCE_ALGORITHMS)
     where = _network_text(shape, wrap, args.cores_per_chip)
@@ -789,19 +794,32 @@ def _cmd_allreduce(args: argparse.Namespace) -> int:
                     from None
             skipped.append({"algorithm": name, "reason": str(err).splitlines()[0]})
             continue
-        c = collectives.cost(schedule, nbytes=args.bytes, pipeline_chunks=args.pipeline_chunks)
+        try:
+            # Streams over the steps (bounded memory); refuses schedules beyond the
+            # engine's limits with a ConfigError that names the size and the limit.
+            c = collectives.cost(schedule, nbytes=args.bytes, pipeline_chunks=args.pipeline_chunks)
+            conflicts = schedule.num_conflicts()
+            transfers = schedule.num_transfers
+        except MemoryError:
+            raise ConfigError(f"algorithm {name!r} on {where} ({net.num_nodes:,} nodes) ran out of memory; "
+                              "use a smaller network or --algorithm multi_color") from None
+        except ScworkError as err:
+            if explicit:
+                raise
+            skipped.append({"algorithm": name, "reason": str(err).splitlines()[0]})
+            continue
         total = float(c["total_time"])
         rows.append({
             "algorithm": name,            # what was asked for
             "schedule": schedule.name,    # what the engine built for it (e.g. a ring for multi_color on a ring)
             "collective": schedule.collective,
             "steps": schedule.num_steps,
-            "transfers": schedule.num_transfers,
+            "transfers": transfers,
             "time_s": total,
             "time_us": total * 1e6,
             "algbw_GBps": float(c["algbw"]) / 1e9 if math.isfinite(float(c["algbw"])) else None,
             "busbw_GBps": float(c["busbw"]) / 1e9 if math.isfinite(float(c["busbw"])) else None,
-            "conflicts": len(schedule.conflicts()),
+            "conflicts": conflicts,
         })
     if args.json:
         _print_json({"network": net.name, "network_description": where, "nodes": net.num_nodes,

@@ -15,7 +15,11 @@ from scwork import collectives
 from scwork.collectives import Network, build
 from scwork.widgets import _bokeh
 
-__all__ = ["ALGORITHM_CHOICES", "TOPOLOGY_KINDS", "schedule_for"]
+__all__ = ["ALGORITHM_CHOICES", "SUMMARY_MAX_RECORDS", "TOPOLOGY_KINDS", "phase_summary_html", "schedule_for"]
+
+#: Most transfer records the stepper summarises per algorithm above its node limit
+#: (a few seconds of streaming); larger schedules get a pointer to the command line.
+SUMMARY_MAX_RECORDS = 2**25
 
 
 #: Algorithms offered in the dropdowns: name -> label. Names are keys of the engine's
@@ -449,3 +453,43 @@ def _format_bytes(n: int) -> str:
         if n >= size and n % size == 0:
             return f"{n // size} {unit}"
     return f"{n:,} B"
+
+
+def phase_summary_html(label: str, name: str, network: Network, nbytes: int) -> str:
+    """Per phase and dimension of algorithm ``name`` on ``network``: steps, bytes, busiest link.
+
+    What the stepper shows instead of a drawing above its node limit (numbers from
+    :func:`scwork.collectives.phase_summary`). A table with class
+    ``scwork-phase-summary``, or one line saying why there is none.
+    """
+    from scwork.errors import ScworkError
+
+    try:
+        schedule = schedule_for(name, network, nbytes)
+        records = schedule.num_transfers if schedule._program is None else int(
+            schedule._program.step_message_records.sum())
+        if records > SUMMARY_MAX_RECORDS:
+            return (f"<p><b>{_escape(label)}</b>: {records:,} transfer records, more than the "
+                    f"{SUMMARY_MAX_RECORDS:,} summarised here; run <code>scwork allreduce --topology ... "
+                    f"--algorithm {_escape(name)}</code></p>")
+        parts = collectives.phase_summary(schedule)
+    except ScworkError as err:
+        return f"<p><b>{_escape(label)}</b>: {_escape(str(err).splitlines()[0])}</p>"
+    rows = "".join(
+        f"<tr><td>{p.replace('_', '-')}</td><td>{_dimension_name(int(d))}</td><td>{int(n)}</td>"
+        f"<td>{int(a) + 1}-{int(z) + 1}</td><td>{_format_bytes(int(b))}</td><td>{int(k):,}</td>"
+        f"<td>{_escape(network.link_label(int(link)))}: {_format_bytes(int(lb))}</td></tr>"
+        for p, d, n, a, z, b, k, link, lb in zip(
+            parts.phase.values, parts.dim.values, parts.steps.values, parts.first_step.values,
+            parts.last_step.values, parts.bytes.values, parts.links.values, parts.busiest_link.values,
+            parts.busiest_link_bytes.values))
+    return (f"<table class='scwork-phase-summary' style='font-size:12px;margin:6px 0'>"
+            f"<caption style='text-align:left'><b>{_escape(label)}</b>: {schedule.num_steps:,} steps on "
+            f"{_escape(network.name)}</caption><tr><th>phase</th><th>links</th><th>steps</th><th>from-to</th>"
+            f"<th>bytes over links</th><th>links used</th><th>busiest link</th></tr>{rows}</table>")
+
+
+def _escape(text: str) -> str:
+    import html
+
+    return html.escape(str(text))

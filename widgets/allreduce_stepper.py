@@ -66,6 +66,7 @@ from scwork.widgets._allreduce_steps import (
     _step_data,
     _StepData,
     _time_unit,
+    phase_summary_html,
     schedule_for,
 )
 
@@ -487,8 +488,11 @@ class AllReduceStepper(_bokeh.SyncedDisplay, ipywidgets.VBox):
         network = Network.grid(tuple(self.shape), tuple(self.wraparound),
                                cores_per_chip=self.cores_per_chip, **self._link_params)
         if network.num_nodes > MAX_NODES:
-            raise _TooLarge(f"{network.name} has {network.num_nodes} nodes; this explorer draws at most "
-                            f"{MAX_NODES} (the engine itself has no such limit: use scwork.collectives)")
+            raise _TooLarge(
+                f"{network.name} has {network.num_nodes:,} nodes; this explorer draws at most MAX_NODES="
+                f"{MAX_NODES} (the engine itself has no such limit: below, its per-phase summary; for more use "
+                "scwork.collectives.cost(schedule, link_summary=True), phase_summary(schedule) or "
+                "`scwork allreduce --topology ...`)", network)
         return network
 
     def _valid_for(self, network: Network, key: tuple) -> list[str]:
@@ -524,7 +528,14 @@ class AllReduceStepper(_bokeh.SyncedDisplay, ipywidgets.VBox):
         """Recompute what changed; on an engine error keep the last views and say why."""
         try:
             network = self._make_network()
-        except (ScworkError, ValueError, _TooLarge) as err:
+        except _TooLarge as err:
+            self._fail(str(err))
+            # Too many links to draw: what each algorithm does per phase and dimension.
+            self._error_area.value += "".join(
+                phase_summary_html(f"{side}: {getattr(self, f'algorithm_{side}')}", getattr(
+                    self, f"algorithm_{side}"), err.network, int(self.vector_bytes)) for side in _SIDES)
+            return
+        except (ScworkError, ValueError) as err:
             self._fail(str(err))
             return
         key = self._network_key()
@@ -834,8 +845,12 @@ class AllReduceStepper(_bokeh.SyncedDisplay, ipywidgets.VBox):
         return _bokeh.export_html(self._bokeh_layout, path, title or default)
 
 
-class _TooLarge(Exception):
-    """The network is larger than this explorer draws (not an engine error)."""
+class _TooLarge(ConfigError):
+    """The network is larger than this explorer draws (the engine still summarises it)."""
+
+    def __init__(self, message: str, network: Network):
+        super().__init__(message)
+        self.network = network
 
 
 def _escape(text: str) -> str:

@@ -6,8 +6,9 @@ Three layers, each usable on its own:
    wrapping in some dimensions only, optionally several cores per chip; directed
    links with bandwidth and latency per link class (ICI defaults from the
    hardware catalog).
-2. **Schedules** (:class:`Schedule`): an algorithm written out as steps of
-   explicit :class:`Transfer` s. The algorithms of the multi-dimensional
+2. **Schedules** (:class:`Schedule`): an algorithm as steps of
+   :class:`Transfer` s, held compactly (a rule per phase that writes out any
+   step on demand) so that whole pods (9,216 chips) are costed in seconds. The algorithms of the multi-dimensional
    all-reduce patent (the multi-dimensional all-reduce patent): single path, pincer, rotated pincer, improved
    rotated pincer, dimension-by-dimension and multi-color all-reduce on tori,
    mesh loops through two cores per chip; and the standard ring baselines,
@@ -16,7 +17,12 @@ Three layers, each usable on its own:
    checks every node's result (naming the step, node and shard when wrong),
    detects link conflicts and reports link utilisation; :func:`cost` gives the
    alpha-beta time per step (optionally pipelined), algbw and busbw
-   (nccl-tests); :func:`frames` records everything a step-by-step drawing needs.
+   (nccl-tests), and with ``link_summary=True`` per-link totals and per-step
+   utilisation; :func:`phase_summary` gives steps, bytes and the busiest link
+   per phase and dimension; :func:`frames` records everything a step-by-step
+   drawing needs. Costs and summaries stream over the steps in bounded memory;
+   execution and drawings need the explicit transfers (up to
+   ``schedule.MAX_EXPLICIT_TRANSFERS``).
 
 Examples
 --------
@@ -60,6 +66,7 @@ from scwork.collectives.cost import (
     bandwidths,
     bus_factor,
     cost,
+    phase_summary,
     scaling_book_time,
 )
 from scwork.collectives.execute import Execution, execute, frames, reference_result
@@ -90,7 +97,7 @@ __all__ = [
     "reduce_scatter", "all_gather", "all_to_all", "ALGORITHMS", "build",
     # execution and cost
     "execute", "Execution", "frames", "reference_result",
-    "cost", "bus_factor", "bandwidths", "scaling_book_time", "SCALING_BOOK_V5E_EXAMPLE",
+    "cost", "phase_summary", "bus_factor", "bandwidths", "scaling_book_time", "SCALING_BOOK_V5E_EXAMPLE",
     "ScheduleError",
 ]
 

@@ -1,7 +1,14 @@
 """All-reduce algorithms of the multi-dimensional all-reduce patent (the multi-dimensional all-reduce patent) and the
-standard ring baselines, each written out as an explicit :class:`Schedule`.
+standard ring baselines, each as a compact :class:`Schedule`.
 
-Every builder returns a schedule of transfers between neighbouring nodes; nothing
+Every builder returns a schedule of transfers between neighbouring nodes as a
+step program (:mod:`scwork.collectives._program`): per phase and loop family one
+block whose rule gives the transfers of any step (a ring's step t is step 0 with
+the pieces rotated by t; a rotated pincer is one pincer shifted to every start
+node), so a 9,216-chip pod's schedule is built in well under a second and costed
+by streaming over its steps; explicit arrays are written out only on demand
+(``tests/collectives/test_compact.py`` holds every builder equal, transfer for
+transfer, to the explicit builders it replaced). Nothing
 here moves data (see :func:`~scwork.collectives.execute`) or estimates time (see
 :func:`~scwork.collectives.cost`). Each docstring says which links the algorithm
 uses and what it promises; ``tests/collectives`` holds every algorithm to its
@@ -54,8 +61,9 @@ from functools import lru_cache
 
 import numpy as np
 
+from scwork.collectives._program import CHUNKS_MOD_C, PIECES_MOD_L, PLAIN, Block, StepProgram
 from scwork.collectives.network import Network
-from scwork.collectives.schedule import Schedule, _Builder
+from scwork.collectives.schedule import MAX_EXPLICIT_TRANSFERS, Schedule
 from scwork.errors import ConfigError, TopologyError
 
 __all__ = [
@@ -81,63 +89,65 @@ COMBINE, COPY = 0, 1  # op codes (OPS)
 
 
 # ---------------------------------------------------------------------------------------
-# 1-D patterns in loop-position space: arrays (src_pos, dst_pos, piece, step).
-# Position i ends owning piece i after a reduce-scatter and starts owning it before
-# an all-gather. A reduce-scatter built as the dual of an all-gather is the same
-# tree run backwards in time with the links reversed and copy -> combine.
+# 1-D patterns in loop-position space, as affine entries (see scwork.collectives._program):
+# at local step t in [ta, tb) entry j sends from position src0 + move*t to the next
+# position in ``direction``, carrying piece p0 + p0move*t. Position i ends owning piece i
+# after a reduce-scatter and starts owning it before an all-gather. A reduce-scatter built
+# as the dual of an all-gather is the same tree run backwards in time with the links
+# reversed and copy -> combine.
 # ---------------------------------------------------------------------------------------
-@lru_cache(maxsize=256)
-def _ring_ag(L: int):
-    t, i = np.meshgrid(np.arange(L - 1), np.arange(L), indexing="ij")
-    return i.ravel(), ((i + 1) % L).ravel(), ((i - t) % L).ravel(), t.ravel(), L - 1
+_ENTRY_FIELDS = ("src0", "move", "direction", "p0", "p0move", "ta", "tb")
 
 
-@lru_cache(maxsize=256)
-def _ring_rs(L: int):
-    t, i = np.meshgrid(np.arange(L - 1), np.arange(L), indexing="ij")
-    return i.ravel(), ((i + 1) % L).ravel(), ((i - t - 1) % L).ravel(), t.ravel(), L - 1
+def _entries(**cols) -> dict:
+    n = max(len(np.atleast_1d(v)) for v in cols.values())
+    return {k: np.broadcast_to(np.asarray(cols.get(k, 0), dtype=np.int64), (n,)).copy() for k in _ENTRY_FIELDS}
 
 
-@lru_cache(maxsize=256)
+def _cat_entries(*parts) -> dict:
+    return {k: np.concatenate([p[k] for p in parts]) for k in _ENTRY_FIELDS}
+
+
+def _ring_entries(L: int, phase: int):
+    """Ring: position i sends to i+1 every step; the piece goes back one per step."""
+    i = np.arange(L)
+    return _entries(src0=i, direction=1, p0=i if phase == AG else i - 1, p0move=-1, ta=0, tb=L - 1), L - 1
+
+
 def _pincer_ag(L: int):
     """Whole shards both ways: piece q goes ceil((L-1)/2) hops forward, floor back."""
-    fwd, back = (L - 1 + 1) // 2, (L - 1) // 2
-    src, dst, piece, step = [], [], [], []
+    fwd, back = L // 2, (L - 1) // 2
     q = np.arange(L)
-    for u in range(fwd):
-        src.append((q + u) % L), dst.append((q + u + 1) % L), piece.append(q), step.append(np.full(L, u))
-    for u in range(back):
-        src.append((q - u) % L), dst.append((q - u - 1) % L), piece.append(q), step.append(np.full(L, u))
-    cat = (lambda a: np.concatenate(a) if a else np.zeros(0, dtype=np.int64))
-    return cat(src), cat(dst), cat(piece), cat(step), fwd
+    return _cat_entries(_entries(src0=q, move=1, direction=1, p0=q, ta=0, tb=fwd),
+                        _entries(src0=q, move=-1, direction=-1, p0=q, ta=0, tb=back)), fwd
 
 
-@lru_cache(maxsize=256)
 def _line_ag(L: int):
     """Line: piece s floods right (i -> i+1 at step i-s) and left (i -> i-1 at step s-i)."""
-    src, dst, piece, step = [], [], [], []
-    for s in range(L):
-        for i in range(s, L - 1):
-            src.append(i), dst.append(i + 1), piece.append(s), step.append(i - s)
-        for i in range(s, 0, -1):
-            src.append(i), dst.append(i - 1), piece.append(s), step.append(s - i)
-    a = lambda x: np.asarray(x, dtype=np.int64)
-    return a(src), a(dst), a(piece), a(step), L - 1
+    s = np.arange(L)
+    return _cat_entries(_entries(src0=s[:-1], move=1, direction=1, p0=s[:-1], ta=0, tb=L - 1 - s[:-1]),
+                        _entries(src0=s[1:], move=-1, direction=-1, p0=s[1:], ta=0, tb=s[1:])), L - 1
 
 
 def _dual(pattern):
-    src, dst, piece, step, T = pattern
-    return dst, src, piece, T - 1 - step, T
+    """Time-reversed pattern: step t -> T-1-t, source and destination swapped."""
+    e, T = pattern
+    return {"src0": e["src0"] + e["direction"] + e["move"] * (T - 1), "move": -e["move"],
+            "direction": -e["direction"], "p0": e["p0"] + e["p0move"] * (T - 1), "p0move": -e["p0move"],
+            "ta": T - e["tb"], "tb": T - e["ta"]}, T
 
 
 @lru_cache(maxsize=256)
 def _pattern(kind: str, phase: int, L: int):
-    ag = {"ring": _ring_ag, "pincer": _pincer_ag, "line": _line_ag}[kind](L)
-    if phase == AG:
-        return ag
+    """(entries, steps) of a reduce-scatter or all-gather of ``kind`` on loops of ``L``."""
     if kind == "ring":
-        return _ring_rs(L)
-    return _dual(ag)
+        return _ring_entries(L, phase)
+    ag = {"pincer": _pincer_ag, "line": _line_ag}[kind](L)
+    return ag if phase == AG else _dual(ag)
+
+
+def _pattern_steps(kind: str, L: int) -> int:
+    return L // 2 if kind == "pincer" else L - 1
 
 
 # ---------------------------------------------------------------------------------------
@@ -145,12 +155,12 @@ def _pattern(kind: str, phase: int, L: int):
 # contiguous chunk range through a sequence of phases; each phase is a list of loop
 # families (kind, loops[num_loops, L]) that run at the same time.
 # ---------------------------------------------------------------------------------------
-def _emit_phase(b: _Builder | None, fams, R0, R1, phase: int, t0: int, color: int, where: str):
+def _emit_phase(blocks: list | None, fams, R0, R1, phase: int, t0: int, color: int, where: str):
     """Emit one reduce-scatter or all-gather phase; return (steps, new R0, new R1).
 
     ``R0``/``R1``: chunk region every node works on before the phase (loop members
     share one region); after a reduce-scatter, loop position ``q`` owns piece ``q``.
-    With ``b=None`` only the regions are computed.
+    With ``blocks=None`` only the regions are computed.
     """
     newR0, newR1 = R0.copy(), R1.copy()
     T = 0
@@ -165,11 +175,11 @@ def _emit_phase(b: _Builder | None, fams, R0, R1, phase: int, t0: int, color: in
         if (width % L).any():
             raise ConfigError(f"internal: region of {where} does not split into {L} pieces")
         w = width // L
-        if b is not None:
-            src, dst, piece, step, steps = _pattern(kind, phase, L)
-            c0 = lr0[:, None] + piece[None, :] * w[:, None]
-            b.add(t0 + step[None, :], loops[:, src], loops[:, dst], c0, c0 + w[:, None],
-                  COMBINE if phase == RS else COPY, color, phase)
+        if blocks is not None:
+            entries, steps = _pattern(kind, phase, L)
+            blocks.append(Block(t0=t0, loops=loops, cyclic=kind != "line", **entries,
+                                op=COMBINE if phase == RS else COPY, phase=phase, color=color,
+                                row_c0=lr0, row_w=w, chunk_mode=PIECES_MOD_L if kind == "ring" else PLAIN))
             T = max(T, steps)
         q = np.arange(L)
         newR0[loops] = lr0[:, None] + q[None, :] * w[:, None]
@@ -177,7 +187,7 @@ def _emit_phase(b: _Builder | None, fams, R0, R1, phase: int, t0: int, color: in
     return T, newR0, newR1
 
 
-def _run_lanes(b: _Builder, lanes, collective: str, num_nodes: int):
+def _run_lanes(blocks: list, lanes, collective: str, num_nodes: int):
     """lanes: list of (color, r0, r1, phases); phases: list of (families, where).
 
     Returns the owner arrays (node, start, stop) of the reduce-scattered data.
@@ -191,7 +201,8 @@ def _run_lanes(b: _Builder, lanes, collective: str, num_nodes: int):
         for fams, where in phases:
             history.append((fams, R0, R1, where))
             # An all-gather on its own only needs the regions the reduce-scatter would leave.
-            T, R0, R1 = _emit_phase(None if collective == "all_gather" else b, fams, R0, R1, RS, t, color, where)
+            T, R0, R1 = _emit_phase(None if collective == "all_gather" else blocks, fams, R0, R1, RS, t,
+                                    color, where)
             t += T
         owners[0].append(np.arange(num_nodes))
         owners[1].append(R0)
@@ -199,10 +210,19 @@ def _run_lanes(b: _Builder, lanes, collective: str, num_nodes: int):
         if collective in ("all_reduce", "all_gather"):
             for fams, P0, P1, where in reversed(history):
                 # The all-gather of a phase gives every loop member the parent region.
-                T, _, _ = _emit_phase(b, fams, P0, P1, AG, t, color, where)
+                T, _, _ = _emit_phase(blocks, fams, P0, P1, AG, t, color, where)
                 t += T
     return tuple(np.concatenate(o) for o in owners)
 
+
+def _compact(net: Network, num_chunks: int, blocks, **kwargs) -> Schedule:
+    """A compact schedule of ``blocks`` (a list of :class:`~scwork.collectives._program.Block`)."""
+    message_blocks = kwargs.pop("message_blocks", None)
+    coalesce = kwargs.pop("coalesce", False)
+    num_transfers = kwargs.pop("num_transfers", None)
+    program = StepProgram(net, num_chunks, blocks, message_blocks=message_blocks, coalesce=coalesce,
+                          num_transfers=num_transfers)
+    return Schedule._from_program(net, program, num_transfers=num_transfers, **kwargs)
 
 # ---------------------------------------------------------------------------------------
 # Loop families per dimension
@@ -330,17 +350,17 @@ def _multi_dim(net: Network, *, collective: str, colors, bidirectional: bool, al
     plans = {}
     for li, (c, order, direction) in enumerate(lanes_spec):
         phases = _lane_phases(net, order, direction, algorithm, core_scheme, c)
-        plans[c] = [(d, max((_pattern(kind, RS, lp.shape[1])[4] for kind, lp in fams if lp.shape[1] > 1),
+        plans[c] = [(d, max((_pattern_steps(kind, lp.shape[1]) for kind, lp in fams if lp.shape[1] > 1),
                             default=0)) for fams, _, d in phases]
         lanes.append((c, li * group, (li + 1) * group, [(fams, where) for fams, where, _ in phases]))
-    b = _Builder(net, C)
-    owners = _run_lanes(b, lanes, collective, net.num_nodes)
+    blocks = []
+    owners = _run_lanes(blocks, lanes, collective, net.num_nodes)
     promise = _multi_dim_promise(net, list(plans.values()), algorithm, bidirectional)
-    return b.build(name=name or ("multi_color" if len(orders) > 1 else
-                                 ("dimension_by_dimension" if len(dims) > 1 else algorithm)),
-                   collective=collective, owners=owners, nbytes=nbytes, itemsize=itemsize,
-                   description=description, promises={"conflict_free": promise},
-                   num_colors=len(orders), group_size=group)
+    return _compact(net, C, blocks, name=name or ("multi_color" if len(orders) > 1 else
+                                                  ("dimension_by_dimension" if len(dims) > 1 else algorithm)),
+                    collective=collective, owners=owners, nbytes=nbytes, itemsize=itemsize,
+                    description=description, promises={"conflict_free": promise},
+                    num_colors=len(orders), group_size=group)
 
 
 def _multi_dim_promise(net: Network, plans, algorithm: str, bidirectional: bool) -> bool:
@@ -552,14 +572,15 @@ def _ring_lanes(net: Network, collective: str, bidirectional: bool, algorithm: s
     for li, direction in enumerate(directions):
         loops = ring[None, :] if direction > 0 else ring[None, ::-1]
         lanes.append((0, li * N, (li + 1) * N, [([(algorithm, loops)], "the ring")]))
-    b = _Builder(net, N * len(directions))
-    owners = _run_lanes(b, lanes, collective, net.num_nodes)
+    blocks = []
+    owners = _run_lanes(blocks, lanes, collective, net.num_nodes)
     on_chip = net.cores_per_chip > 1
     two_way = algorithm == "pincer" or len(directions) > 1
     promise = _loop_two_way_ok(net, ring) if two_way else _loop_one_way_ok(net, ring)
-    return b.build(name=name, collective=collective, owners=owners, nbytes=nbytes, itemsize=itemsize,
-                   description=description + (" Zigzags through the cores of each chip." if on_chip else ""),
-                   promises={"conflict_free": bool(promise)}, num_colors=1)
+    return _compact(net, N * len(directions), blocks, name=name, collective=collective, owners=owners,
+                    nbytes=nbytes, itemsize=itemsize,
+                    description=description + (" Zigzags through the cores of each chip." if on_chip else ""),
+                    promises={"conflict_free": bool(promise)}, num_colors=1)
 
 
 def _loop_one_way_ok(net: Network, ring) -> bool:
@@ -648,47 +669,47 @@ def single_path(net: Network, *, nbytes: int = 2**20, itemsize: int = 4) -> Sche
     _check_size(nbytes, itemsize)
     path = net.path_order()
     N = len(path)
-    b = _Builder(net, 1)
-    t = np.arange(N - 1)
-    b.add(t, path[:-1], path[1:], 0, 1, COMBINE, 0, RS)
+    blocks = [Block(t0=0, loops=path, cyclic=False, src0=[0], move=[1], direction=[1], ta=[0], tb=[N - 1],
+                    op=COMBINE, phase=RS)]
     if N > 1:
         if net.bidirectional:
-            b.add(N - 1 + t, path[::-1][:-1], path[::-1][1:], 0, 1, COPY, 0, AG)
-        else:
-            ring = net.ring_order()
-            b.add(N - 1 + t, ring[(N - 1 + t) % N], ring[(N + t) % N], 0, 1, COPY, 0, AG)
-    return b.build(name="single_path", collective="all_reduce", nbytes=nbytes, itemsize=itemsize,
-                   description=single_path.__doc__.split("\n\n")[0], promises={"conflict_free": True},
-                   num_colors=1)
+            blocks.append(Block(t0=N - 1, loops=path, cyclic=False, src0=[N - 1], move=[-1], direction=[-1],
+                                ta=[0], tb=[N - 1], op=COPY, phase=AG))
+        else:  # on round the one-way ring
+            blocks.append(Block(t0=N - 1, loops=net.ring_order(), cyclic=True, src0=[N - 1], move=[1],
+                                direction=[1], ta=[0], tb=[N - 1], op=COPY, phase=AG))
+    return _compact(net, 1, blocks, name="single_path", collective="all_reduce", nbytes=nbytes,
+                    itemsize=itemsize, description=single_path.__doc__.split("\n\n")[0],
+                    promises={"conflict_free": True}, num_colors=1)
 
 
-def _pincer_instances(b: _Builder, ring, a, shard0, shard1, N):
+def _pincer_instances(ring, a, shard0, shard1, N):
     """Pincer from the pair (a, a+1) on chunks [shard0, shard1) of each instance.
 
     Odd N: chains a+1 -> ... and a -> a-1 -> ... meet at a+(N+1)/2, which
     broadcasts back. Even N: chains of N/2 nodes each end in an exchange F <-> E,
     then both broadcast back.
     """
-    a = np.asarray(a)
+    a = np.atleast_1d(np.asarray(a, dtype=np.int64))
+    rows = dict(row_loop=np.zeros(len(a), dtype=np.int64), row_shift=a,
+                row_c0=np.broadcast_to(np.asarray(shard0, dtype=np.int64), a.shape),
+                row_w=np.broadcast_to(np.asarray(shard1, dtype=np.int64) - shard0, a.shape))
     h = (N - 1) // 2 if N % 2 else N // 2
-    # Right chain a+1 -> a+2 -> ...: hop a+u -> a+u+1 at step u-1; left chain a -> a-1 -> ...:
-    # hop a-u -> a-u-1 at step u. Odd N: both end on a+h+1 = a-h. Even N: the last hops
-    # (step h-1) are the exchange between E = a+h and F = a-h+1.
-    for u in range(1, h + 1):
-        b.add(u - 1, ring[(a + u) % N], ring[(a + u + 1) % N], shard0, shard1, COMBINE, 0, RS)
-    for u in range(h):
-        b.add(u, ring[(a - u) % N], ring[(a - u - 1) % N], shard0, shard1, COMBINE, 0, RS)
+    # Positions relative to a. Right chain a+1 -> a+2 -> ...: hop a+u -> a+u+1 at step
+    # u-1; left chain a -> a-1 -> ...: hop a-u -> a-u-1 at step u. Odd N: both end on
+    # a+h+1 = a-h. Even N: the last hops (step h-1) are the exchange between E = a+h
+    # and F = a-h+1.
+    rs = Block(t0=0, loops=ring, cyclic=True, src0=[1, 0], move=[1, -1], direction=[1, -1], ta=[0, 0],
+               tb=[h, h], op=COMBINE, phase=RS, **rows)
     if N % 2:
-        M = a + h + 1
-        for u in range(h):
-            b.add(h + u, ring[(M - u) % N], ring[(M - u - 1) % N], shard0, shard1, COPY, 0, AG)
-            b.add(h + u, ring[(M + u) % N], ring[(M + u + 1) % N], shard0, shard1, COPY, 0, AG)
-        return h + h
-    E, F = a + h, a - h + 1
-    for u in range(h - 1):
-        b.add(h + u, ring[(E - u) % N], ring[(E - u - 1) % N], shard0, shard1, COPY, 0, AG)
-        b.add(h + u, ring[(F + u) % N], ring[(F + u + 1) % N], shard0, shard1, COPY, 0, AG)
-    return h + h - 1
+        M = h + 1  # hops M-u -> M-u-1 and M+u -> M+u+1 at step h+u
+        ag = Block(t0=0, loops=ring, cyclic=True, src0=[M + h, M - h], move=[-1, 1], direction=[-1, 1],
+                   ta=[h, h], tb=[2 * h, 2 * h], op=COPY, phase=AG, **rows)
+        return [rs, ag], h + h
+    E, F = h, -h + 1  # hops E-u -> E-u-1 and F+u -> F+u+1 at step h+u
+    ag = Block(t0=0, loops=ring, cyclic=True, src0=[E + h, F - h], move=[-1, 1], direction=[-1, 1],
+               ta=[h, h], tb=[2 * h - 1, 2 * h - 1], op=COPY, phase=AG, **rows)
+    return [rs, ag], h + h - 1
 
 
 def _two_way_ring(net: Network, what: str):
@@ -719,11 +740,10 @@ def pincer(net: Network, *, nbytes: int = 2**20, itemsize: int = 4) -> Schedule:
     _check_size(nbytes, itemsize)
     ring = _two_way_ring(net, "the pincer")
     N = len(ring)
-    b = _Builder(net, 1)
-    _pincer_instances(b, ring, 0, 0, 1, N)
-    return b.build(name="pincer", collective="all_reduce", nbytes=nbytes, itemsize=itemsize,
-                   description=pincer.__doc__.split("\n\n")[0],
-                   promises={"conflict_free": _loop_two_way_ok(net, ring)}, num_colors=1)
+    blocks, _ = _pincer_instances(ring, 0, 0, 1, N)
+    return _compact(net, 1, blocks, name="pincer", collective="all_reduce", nbytes=nbytes, itemsize=itemsize,
+                    description=pincer.__doc__.split("\n\n")[0],
+                    promises={"conflict_free": _loop_two_way_ok(net, ring)}, num_colors=1)
 
 
 def rotated_pincer(net: Network, *, nbytes: int = 2**20, itemsize: int = 4) -> Schedule:
@@ -747,12 +767,11 @@ def rotated_pincer(net: Network, *, nbytes: int = 2**20, itemsize: int = 4) -> S
     _check_size(nbytes, itemsize)
     ring = _two_way_ring(net, "the rotated pincer")
     N = len(ring)
-    b = _Builder(net, N)
     j = np.arange(N)
-    _pincer_instances(b, ring, j, j, j + 1, N)
-    return b.build(name="rotated_pincer", collective="all_reduce", nbytes=nbytes, itemsize=itemsize,
-                   description=rotated_pincer.__doc__.split("\n\n")[0],
-                   promises={"conflict_free": _loop_two_way_ok(net, ring)}, num_colors=1)
+    blocks, _ = _pincer_instances(ring, j, j, j + 1, N)
+    return _compact(net, N, blocks, name="rotated_pincer", collective="all_reduce", nbytes=nbytes,
+                    itemsize=itemsize, description=rotated_pincer.__doc__.split("\n\n")[0],
+                    promises={"conflict_free": _loop_two_way_ok(net, ring)}, num_colors=1)
 
 
 def improved_rotated_pincer(net: Network, *, nbytes: int = 2**20, itemsize: int = 4) -> Schedule:
@@ -788,24 +807,27 @@ def improved_rotated_pincer(net: Network, *, nbytes: int = 2**20, itemsize: int 
             "use rotated_pincer for odd counts"
         )
     h = N // 2
-    a = np.arange(N)
-    lo, mid, hi = 2 * a, 2 * a + 1, 2 * a + 2  # half 1 = [lo, mid), half 0 = [mid, hi)
-    b = _Builder(net, 2 * N)
-    for u in range(h):  # left chain of half 0 from A, right chain of half 1 from A
-        b.add(u, ring[(a - u) % N], ring[(a - u - 1) % N], mid, hi, COMBINE, 0, RS)
-        b.add(u, ring[(a + u) % N], ring[(a + u + 1) % N], lo, mid, COMBINE, 0, RS)
-    for u in range(1, h):  # right chain of half 0 from B, left chain of half 1 from H
-        b.add(u - 1, ring[(a + u) % N], ring[(a + u + 1) % N], mid, hi, COMBINE, 0, RS)
-        b.add(u - 1, ring[(a - u) % N], ring[(a - u - 1) % N], lo, mid, COMBINE, 0, RS)
-    E = a + h
-    for u in range(h):
-        last = u == h - 1
-        b.add(h + u, ring[(E - u) % N], ring[(E - u - 1) % N], lo, mid if last else hi, COPY, 0, AG)
-        b.add(h + u, ring[(E + u) % N], ring[(E + u + 1) % N], mid if last else lo, hi, COPY, 0, AG)
-    return b.build(coalesce=True, name="improved_rotated_pincer", collective="all_reduce",
-                   nbytes=nbytes, itemsize=itemsize,
-                   description=improved_rotated_pincer.__doc__.split("\n\n")[0],
-                   promises={"conflict_free": _loop_two_way_ok(net, ring)}, num_colors=1)
+    # Instance a (row a, shifted by a) owns chunks lo=2a, mid=2a+1, hi=2a+2: half 1 =
+    # [lo, mid), half 0 = [mid, hi). Reduce-scatter: the left chain of half 0 from A
+    # (a-u -> a-u-1 at step u) and the left chain of half 1 from H (a-u -> a-u-1 at
+    # step u-1) of the next instance leave the same node at the same step with adjacent
+    # chunks: one transfer [mid, hi + 1) (likewise rightwards, [lo - 1, mid)); in the
+    # last step only A's own chains remain. Chunk ranges wrap modulo 2N (instance N-1
+    # next to instance 0: two transfers). All-gather from E = a+h both ways; in the
+    # last step B and H send A disjoint halves.
+    rows = dict(row_loop=np.zeros(N, dtype=np.int64), row_shift=np.arange(N), row_c0=2 * np.arange(N),
+                chunk_mode=CHUNKS_MOD_C)
+    rs = Block(t0=0, loops=ring, cyclic=True, src0=[0, 0, 0, 0], move=[-1, -1, 1, 1],
+               direction=[-1, -1, 1, 1], p0=[1, 1, -1, 0], p1=[3, 2, 1, 1], ta=[0, h - 1, 0, h - 1],
+               tb=[h - 1, h, h - 1, h], op=COMBINE, phase=RS, **rows)
+    ag = Block(t0=0, loops=ring, cyclic=True, src0=[2 * h, 2 * h, 0, 0], move=[-1, -1, 1, 1],
+               direction=[-1, -1, 1, 1], p0=[0, 0, 0, 1], p1=[2, 1, 2, 2], ta=[h, 2 * h - 1, h, 2 * h - 1],
+               tb=[2 * h - 1, 2 * h, 2 * h - 1, 2 * h], op=COPY, phase=AG, **rows)
+    # On a ring of 2 both directions lead to the same node: those transfers merge too.
+    return _compact(net, 2 * N, [rs, ag], coalesce=N == 2, name="improved_rotated_pincer",
+                    collective="all_reduce", nbytes=nbytes, itemsize=itemsize,
+                    description=improved_rotated_pincer.__doc__.split("\n\n")[0],
+                    promises={"conflict_free": _loop_two_way_ok(net, ring)}, num_colors=1)
 
 
 def all_to_all(net: Network, *, nbytes: int = 2**20, itemsize: int = 4) -> Schedule:
@@ -836,35 +858,16 @@ def all_to_all(net: Network, *, nbytes: int = 2**20, itemsize: int = 4) -> Sched
         ring = net.path_order()
         cyclic = False
     N = len(ring)
-    b = _Builder(net, N)
-    pos = np.arange(N)
     if cyclic and net.bidirectional:
         fwd_max, back_max = N // 2, (N - 1) // 2
     elif cyclic:
         fwd_max, back_max = N - 1, 0
     else:
         fwd_max = back_max = N - 1
-    for delta in range(1, N):
-        if cyclic:
-            if delta <= fwd_max:
-                dist, sign = delta, 1
-            elif N - delta <= back_max:
-                dist, sign = N - delta, -1
-            else:
-                continue
-            origin = pos
-            dest = (pos + sign * dist) % N
-            for u in range(dist):
-                src = (origin + sign * u) % N
-                b.add(u, ring[src], ring[(src + sign) % N], dest, dest + 1,
-                      COPY, 0, A2A, ring[origin])
-        else:
-            for sign in (1, -1):
-                origin = pos[(pos + sign * delta >= 0) & (pos + sign * delta < N)]
-                dest = origin + sign * delta
-                for u in range(delta):
-                    src = origin + sign * u
-                    b.add(u, ring[src], ring[src + sign], dest, dest + 1, COPY, 0, A2A, ring[origin])
+    if cyclic:
+        transfers, messages, count = _a2a_ring(ring, fwd_max, back_max)
+    else:
+        transfers, messages, count = _a2a_path(ring)
     # Chunk j is the block for ring position j; owners: node ring[j] receives chunk j.
     owners = (ring, np.arange(N), np.arange(N) + 1)
     if not cyclic:
@@ -873,9 +876,70 @@ def all_to_all(net: Network, *, nbytes: int = 2**20, itemsize: int = 4) -> Sched
         promise = _loop_two_way_ok(net, ring)
     else:
         promise = _loop_one_way_ok(net, ring)
-    return b.build(name="all_to_all", collective="all_to_all", owners=owners, nbytes=nbytes,
-                   itemsize=itemsize, description=all_to_all.__doc__.split("\n\n")[0],
-                   promises={"conflict_free": bool(promise)}, num_colors=1)
+    return _compact(net, N, transfers, message_blocks=messages, num_transfers=count, name="all_to_all",
+                    collective="all_to_all", owners=owners, nbytes=nbytes, itemsize=itemsize,
+                    description=all_to_all.__doc__.split("\n\n")[0],
+                    promises={"conflict_free": bool(promise)}, num_colors=1)
+
+
+def _a2a_ring(ring, fwd_max: int, back_max: int):
+    """All-to-all blocks on a ring: one row per origin (shifted by it).
+
+    Transfers: block ``delta`` of origin o (chunk o + delta) travels ``dist`` hops
+    the shorter way, one per step. Messages: at step t the blocks leaving node
+    o + sign*t in direction ``sign`` all come from origin o and are bound for the
+    contiguous chunks o + sign*(t+1) .. o + sign*max: one record each.
+    """
+    N = len(ring)
+    delta = np.arange(1, N)
+    sign = np.where(delta <= fwd_max, 1, -1)
+    dist = np.where(sign > 0, delta, N - delta)
+    keep = (sign > 0) | (dist <= back_max)
+    delta, sign, dist = delta[keep], sign[keep], dist[keep]
+    rows = dict(row_loop=np.zeros(N, dtype=np.int64), row_shift=np.arange(N), row_c0=np.arange(N),
+                chunk_mode=CHUNKS_MOD_C)
+    transfers = [Block(t0=0, loops=ring, cyclic=True, src0=np.zeros(len(delta)), move=sign, direction=sign,
+                       p0=delta, ta=np.zeros(len(delta)), tb=dist, origin_pos=np.zeros(len(delta)),
+                       op=COPY, phase=A2A, **rows)]
+    messages = []
+    if fwd_max >= 1:
+        messages.append(Block(t0=0, loops=ring, cyclic=True, src0=[0], move=[1], direction=[1], p0=[1],
+                              p0move=[1], p1=[fwd_max + 1], p1move=[0], ta=[0], tb=[fwd_max], op=COPY,
+                              phase=A2A, **rows))
+    if back_max >= 1:
+        messages.append(Block(t0=0, loops=ring, cyclic=True, src0=[0], move=[-1], direction=[-1],
+                              p0=[-back_max], p0move=[0], p1=[0], p1move=[-1], ta=[0], tb=[back_max],
+                              op=COPY, phase=A2A, **rows))
+    return transfers, messages, int(N * dist.sum())
+
+
+def _a2a_path(path):
+    """All-to-all blocks on a path (no ring): block o -> o + delta travels |delta| hops.
+
+    Transfers (built only when written out: N^2 entries): one entry per (origin,
+    destination). Messages: at step t the blocks leaving node o + t rightwards come
+    from origin o and are bound for chunks o + t + 1 .. N-1 (leftwards: 0 .. o - t - 1).
+    """
+    N = len(path)
+    o = np.arange(N)
+
+    def transfers():
+        if N * N > MAX_EXPLICIT_TRANSFERS:
+            raise ConfigError(f"the all-to-all on a path of {N:,} nodes has {N * N:,} (origin, destination) "
+                              f"pairs to write out, more than MAX_EXPLICIT_TRANSFERS={MAX_EXPLICIT_TRANSFERS:,}; "
+                              "cost() and conflicts() work without them")
+        orig, dest = np.meshgrid(o, o, indexing="ij")
+        orig, dest = orig[orig != dest], dest[orig != dest]
+        sign = np.sign(dest - orig)
+        return [Block(t0=0, loops=path, cyclic=False, src0=orig, move=sign, direction=sign, p0=dest,
+                      ta=np.zeros(len(orig)), tb=np.abs(dest - orig), origin_pos=orig, op=COPY, phase=A2A)]
+
+    messages = [Block(t0=0, loops=path, cyclic=False, src0=o, move=1, direction=1, p0=o + 1, p0move=1,
+                      p1=np.full(N, N), p1move=0, ta=np.zeros(N), tb=N - 1 - o, op=COPY, phase=A2A),
+                Block(t0=0, loops=path, cyclic=False, src0=o, move=-1, direction=-1, p0=np.zeros(N), p0move=0,
+                      p1=o, p1move=-1, ta=np.zeros(N), tb=o, op=COPY, phase=A2A)]
+    d = np.arange(1, N, dtype=object)
+    return transfers, messages, int(2 * (d * (N - d)).sum()) if N > 1 else 0
 
 
 #: Algorithm name -> builder(net, **kwargs), for menus and the step-by-step widget.

@@ -31,10 +31,10 @@ import math
 
 import numpy as np
 
-from scwork.collectives.schedule import Schedule
+from scwork.collectives.schedule import Schedule, _check_matrix
 from scwork.errors import ConfigError
 
-__all__ = ["SCALING_BOOK_V5E_EXAMPLE", "bandwidths", "bus_factor", "cost", "scaling_book_time"]
+__all__ = ["SCALING_BOOK_V5E_EXAMPLE", "bandwidths", "bus_factor", "cost", "phase_summary", "scaling_book_time"]
 
 #: The worked example of "How to Scale Your Model" (jax-ml scaling-book), sharding
 #: chapter, pop quiz 2 "AllGather time": AllGather_Y([E_Y, F]) -> [E, F] on a TPU
@@ -79,21 +79,18 @@ def bandwidths(nbytes: float, time_s: float, collective: str, n: int) -> tuple[f
     return algbw, algbw * bus_factor(collective, n)
 
 
-def _step_link_times(schedule: Schedule, k: int, latency_scale=None):
-    """Per (step, link) busy time for one of ``k`` segments: sum over messages."""
+def _link_params(schedule: Schedule):
+    used = schedule.used_links
     net = schedule.network
-    msg = schedule.messages()
-    L = net.num_links
-    seg = msg["bytes"] / k
-    t = net.link_latency[msg["link"]] + seg / net.link_bandwidth[msg["link"]]
-    key = msg["step"] * L + msg["link"]
-    busy = np.bincount(key, weights=t, minlength=schedule.num_steps * L).reshape(schedule.num_steps, L)
-    return busy, msg
+    return net.link_latency[used], net.link_bandwidth[used]
 
 
 def cost(schedule: Schedule, nbytes: int | None = None, *, pipeline_chunks: int = 1,
-         buffers_per_direction: int = 5, per_link: bool = False):
+         buffers_per_direction: int = 5, per_link: bool = False, link_summary: bool = False):
     """Time of every step and of the whole schedule under the alpha-beta model.
+
+    Streams over the steps (:meth:`Schedule.link_loads`): memory stays bounded
+    however many transfers the schedule has.
 
     Parameters
     ----------
@@ -106,13 +103,28 @@ def cost(schedule: Schedule, nbytes: int | None = None, *, pipeline_chunks: int 
         Shard-sized buffers per color and direction (the multi-dimensional all-reduce patent: about 5). Fewer
         than 2 means no overlap between segments.
     per_link : bool
-        Also return ``link_time`` (step, link) and ``utilisation``.
+        Also return ``link_time``, ``link_bytes`` and ``utilisation`` per (step,
+        link): refused above :data:`~scwork.collectives.schedule.MAX_EXPLICIT_TRANSFERS`
+        cells (use ``link_summary``).
+    link_summary : bool
+        Also return per-step ``busy_links``, ``mean_utilisation``, ``busiest_link``
+        and per-link totals ``link_total_bytes``, ``link_busy_time`` and
+        ``link_utilisation`` (busy time / total time): what ``per_link`` shows,
+        summed, for any size.
 
     Returns
     -------
     xarray.Dataset
         ``step_time``, ``cumulative_time`` (dim ``step``, seconds), ``total_time``,
         ``algbw``, ``busbw`` (B/s); ``step_bytes`` (bytes on the busiest link).
+
+    Raises
+    ------
+    ConfigError
+        Bad ``pipeline_chunks``/``buffers_per_direction``, a size above
+        :data:`~scwork.collectives.schedule.MAX_NBYTES`, a schedule with more than
+        :data:`~scwork.collectives.schedule.MAX_STREAM_RECORDS` records, or a
+        ``per_link`` matrix too large.
 
     Examples
     --------
@@ -132,15 +144,82 @@ def cost(schedule: Schedule, nbytes: int | None = None, *, pipeline_chunks: int 
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < lo:
             raise ConfigError(f"{name} must be an integer >= {lo}, got {v!r}")
     k = int(pipeline_chunks)
-    busy, msg = _step_link_times(schedule, k)
-    S = schedule.num_steps
-    tau = busy.max(axis=1) if S else np.zeros(0)
+    net = schedule.network
+    S, L = schedule.num_steps, net.num_links
+    if per_link:
+        _check_matrix(schedule, L)
+    used = schedule.used_links
+    lat, bw = _link_params(schedule)
+    tau = np.zeros(S)
+    step_bytes = np.zeros(S)
+    busy_links = np.zeros(S, dtype=np.int64)
+    util_sum = np.zeros(S)
+    busiest = np.full(S, -1, dtype=np.int64)
+    link_busy = np.zeros(len(used))
+    link_total_bytes = np.zeros(len(used))
+    seg_max = 0.0
+    if per_link:
+        busy_full, bytes_full = np.zeros((S, L)), np.zeros((S, L))
+    # One link class (single-core chips): a link's busy time grows with its bytes, so
+    # the busiest link of a step is the one with the most bytes and sums over links
+    # can be taken over bytes and message counts: a few passes over each batch.
+    uniform = bool(len(used) and not per_link and net.cores_per_chip == 1 and (lat == lat[0]).all()
+                   and (bw == bw[0]).all())
+    link_messages = np.zeros(len(used))
+    all_used = used
+    for s0, s1, nbytes_, msgs, largest, cols in schedule.link_loads():
+        if not nbytes_.shape[1]:
+            continue
+        # Sparse batches carry only the links they use: ``cols`` (local link indices).
+        sel = slice(None) if cols is None else cols
+        used = all_used if cols is None else all_used[cols]
+        if largest is not nbytes_:
+            seg_max = max(seg_max, float(largest.max()) / k)
+        if uniform:
+            on = msgs if msgs.dtype == bool else msgs > 0
+            most = nbytes_.max(axis=1)
+            n_on = np.count_nonzero(on, axis=1)
+            # Busy time of a link in a step: every message costs alpha + its bytes / W
+            # (its segment's, when pipelined), from integer totals: independent of the
+            # order of the transfers.
+            t = np.where(n_on > 0, lat[0] + most / (k * bw[0]), 0.0)
+            link_messages[sel] += np.count_nonzero(on, axis=0)
+            link_total_bytes[sel] += nbytes_.sum(axis=0)
+            step_bytes[s0:s1] = most
+            if largest is nbytes_:
+                seg_max = max(seg_max, float(most.max()) / k)
+            if link_summary:
+                busy_links[s0:s1] = n_on
+                with np.errstate(invalid="ignore", divide="ignore"):
+                    util_sum[s0:s1] = np.where(t > 0, (lat[0] * n_on + nbytes_.sum(axis=1) / (k * bw[0])) / t, 0.0)
+                busiest[s0:s1] = _busiest(on & (nbytes_ == most[:, None]), used)
+        else:
+            busy = lat[sel] * msgs + nbytes_ / (k * bw[sel])
+            t = busy.max(axis=1)
+            step_bytes[s0:s1] = nbytes_.max(axis=1)
+            link_busy[sel] += busy.sum(axis=0)
+            link_total_bytes[sel] += nbytes_.sum(axis=0)
+            if largest is nbytes_:
+                seg_max = max(seg_max, float(nbytes_.max()) / k)
+            if link_summary:
+                on = msgs > 0
+                busy_links[s0:s1] = on.sum(axis=1)
+                with np.errstate(invalid="ignore", divide="ignore"):
+                    util_sum[s0:s1] = np.where(t > 0, busy.sum(axis=1) / t, 0.0)
+                busiest[s0:s1] = _busiest(on & (busy == t[:, None]), used)
+            if per_link:
+                busy_full[s0:s1, used] = busy
+                bytes_full[s0:s1, used] = nbytes_
+        tau[s0:s1] = t
+    used = all_used
+    if uniform:
+        link_busy = lat[0] * link_messages + link_total_bytes / (k * bw[0])
     if k == 1:
         total = float(tau.sum())
         mode = "bulk-synchronous"
     elif buffers_per_direction >= 2:
         chain = float(tau.sum() + (k - 1) * (tau.max() if S else 0.0))
-        link_total = busy.sum(axis=0) * k if S else np.zeros(1)
+        link_total = link_busy * k if S else np.zeros(1)
         total = max(chain, float(link_total.max()) if link_total.size else 0.0)
         mode = "pipelined: max(critical path, busiest link)"
     else:
@@ -148,11 +227,7 @@ def cost(schedule: Schedule, nbytes: int | None = None, *, pipeline_chunks: int 
         mode = "segmented, no overlap (1 buffer)"
     # Per-step times reported for the whole transfer (all k segments).
     step_time = tau * k if k > 1 else tau
-    L = schedule.network.num_links
-    link_bytes = np.bincount(msg["step"] * L + msg["link"], weights=msg["bytes"],
-                             minlength=S * L).reshape(S, L)
-    seg_max = float(msg["bytes"].max() / k) if len(msg["bytes"]) else 0.0
-    directions = 2 if schedule.network.bidirectional else 1
+    directions = 2 if net.bidirectional else 1
     buffer_bytes = buffers_per_direction * schedule.num_colors * directions * seg_max
     coords = {"step": np.arange(S)}
     ds = xr.Dataset(
@@ -160,8 +235,7 @@ def cost(schedule: Schedule, nbytes: int | None = None, *, pipeline_chunks: int 
             "step_time": ("step", step_time, {"units": "s", "long_name": "time of each step"}),
             "cumulative_time": ("step", np.cumsum(step_time),
                                 {"units": "s", "long_name": "time at the end of each step (bulk)"}),
-            "step_bytes": ("step", link_bytes.max(axis=1) if S else np.zeros(0),
-                           {"units": "B", "long_name": "bytes on the busiest link"}),
+            "step_bytes": ("step", step_bytes, {"units": "B", "long_name": "bytes on the busiest link"}),
         },
         coords=coords,
     )
@@ -172,24 +246,177 @@ def cost(schedule: Schedule, nbytes: int | None = None, *, pipeline_chunks: int 
     ds["algbw"] = xr.DataArray(algbw, attrs={"units": "B/s", "long_name": "algorithm bandwidth",
                                              "definition": "S / t (nccl-tests)"})
     f = bus_factor(schedule.collective, n)
-    ds["busbw"] = xr.DataArray(algbw * f, attrs={"units": "B/s", "long_name": "bus bandwidth",
+    # One node per group moves nothing over the bus (f = 0), even in no time at all.
+    ds["busbw"] = xr.DataArray(algbw * f if f else 0.0, attrs={"units": "B/s", "long_name": "bus bandwidth",
                                                  "definition": f"algbw * f, f = {f:.4g}"})
     if per_link:
-        ds["link_time"] = (("step", "link"), busy * k, {"units": "s", "long_name": "busy time of each link"})
-        ds["link_bytes"] = (("step", "link"), link_bytes, {"units": "B", "long_name": "bytes on each link"})
+        ds["link_time"] = (("step", "link"), busy_full * k, {"units": "s", "long_name": "busy time of each link"})
+        ds["link_bytes"] = (("step", "link"), bytes_full, {"units": "B", "long_name": "bytes on each link"})
         with np.errstate(invalid="ignore", divide="ignore"):
-            util = np.where(tau[:, None] > 0, busy / tau[:, None], 0.0)
+            util = np.where(tau[:, None] > 0, busy_full / tau[:, None], 0.0)
         ds["utilisation"] = (("step", "link"), util,
                              {"units": "1", "long_name": "busy time / step time"})
-        ds = ds.assign_coords(link=np.arange(schedule.network.num_links))
+    if link_summary:
+        _add_link_summary(ds, schedule, busy_links, util_sum, busiest, link_busy * k, link_total_bytes, total)
+    if per_link or link_summary:
+        ds = ds.assign_coords(link=np.arange(L))
     ds.attrs.update({
-        "schedule": schedule.name, "collective": schedule.collective, "network": schedule.network.name,
+        "schedule": schedule.name, "collective": schedule.collective, "network": net.name,
         "nbytes": schedule.nbytes, "itemsize": schedule.itemsize, "pipeline_chunks": k,
         "buffers_per_direction": int(buffers_per_direction),
         "buffer_bytes_per_node": buffer_bytes,
         "model": "step = max over links of sum over messages (alpha + bytes / bandwidth)",
     })
     return ds
+
+
+def _busiest(is_max: np.ndarray, used: np.ndarray) -> np.ndarray:
+    """Per step the smallest link id among the busiest ones (-1: no busy link), so that
+    ties do not depend on the order the links are stored in."""
+    big = np.iinfo(np.int64).max
+    best = np.where(is_max, used[None, :], big).min(axis=1) if is_max.shape[1] else np.full(len(is_max), big)
+    return np.where(best == big, -1, best)
+
+
+def _add_link_summary(ds, schedule, busy_links, util_sum, busiest, link_busy, link_total_bytes, total) -> None:
+    L = schedule.network.num_links
+    used = schedule.used_links
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean_util = np.where(busy_links > 0, util_sum / np.maximum(busy_links, 1), 0.0)
+    full_busy, full_bytes = np.zeros(L), np.zeros(L)
+    full_busy[used] = link_busy
+    full_bytes[used] = link_total_bytes
+    ds["busy_links"] = ("step", busy_links, {"units": "", "long_name": "directed links carrying data"})
+    ds["mean_utilisation"] = ("step", mean_util,
+                              {"units": "1", "long_name": "mean busy time / step time of the busy links"})
+    ds["busiest_link"] = ("step", busiest, {"units": "", "long_name": "link that sets the step time (-1: none)"})
+    ds["link_total_bytes"] = ("link", full_bytes, {"units": "B", "long_name": "bytes over the whole schedule"})
+    ds["link_busy_time"] = ("link", full_busy, {"units": "s", "long_name": "busy time over the whole schedule"})
+    ds["link_utilisation"] = ("link", full_busy / total if total > 0 else np.zeros(L),
+                              {"units": "1", "long_name": "busy time / total time"})
+
+
+def phase_summary(schedule: Schedule, nbytes: int | None = None):
+    """Per phase and grid dimension: steps, bytes and the busiest link (streams over the steps).
+
+    What a drawing of every link cannot show on a large pod: for each part of the
+    schedule (reduce-scatter along dimension 0, all-gather on chip, ...) how many
+    steps it takes part in, how many bytes it moves over links in all, and which
+    link carries most of them.
+
+    Returns
+    -------
+    xarray.Dataset
+        Dimension ``part``; ``phase`` (str), ``dim`` (grid dimension, -1 on chip),
+        ``steps``, ``first_step``, ``last_step``, ``bytes`` (B), ``links`` (distinct
+        directed links used), ``busiest_link`` and ``busiest_link_bytes`` (B).
+
+    Examples
+    --------
+    >>> from scwork.collectives import Network, multi_dim_all_reduce, phase_summary
+    >>> ps = phase_summary(multi_dim_all_reduce(Network.torus((4, 2))))
+    >>> [(str(p), int(d), int(n)) for p, d, n in zip(ps.phase.values, ps.dim.values, ps.steps.values)]
+    [('reduce_scatter', 0, 3), ('reduce_scatter', 1, 1), ('all_gather', 1, 1), ('all_gather', 0, 3)]
+    """
+    import xarray as xr
+
+    from scwork.collectives.schedule import PHASES
+
+    if nbytes is not None:
+        schedule = schedule.with_size(nbytes)
+    net = schedule.network
+    used = schedule.used_links
+    dims = np.where(net.link_kind[used] == "ici", net.link_dim[used], -1) if len(used) else np.zeros(0, np.int64)
+    # Parts: (phase, dimension) codes; dimension -1 (on chip) stored as ndim.
+    D = net.ndim + 1
+    G = len(PHASES) * D
+    U = max(len(used), 1)
+    steps_in = np.zeros((G, max(schedule.num_steps, 1)), dtype=bool)
+    part_link_bytes = np.zeros((G, U))
+    part_link_count = np.zeros((G, U), dtype=np.int64)
+    part_of_link = np.where(dims < 0, D - 1, dims)
+
+    def add_records(s0: int, r: dict) -> None:
+        u = r["key"] % U
+        g = r["phase"] * D + part_of_link[u]
+        steps_in[g, r["key"] // U + s0] = True
+        part_link_bytes.ravel()[:] += np.bincount(g * U + u, weights=r["nbytes"].astype(float), minlength=G * U)
+        part_link_count.ravel()[:] += np.bincount(g * U + u, minlength=G * U)
+
+    prog = schedule._program
+    if prog is None or net.cores_per_chip > 1:
+        for s0, _, r in schedule._key_batches(dense_width=G, with_phase=True):
+            add_records(s0, r)
+    else:
+        # The periodic fast paths of cost(), once per phase; sparse batches by record.
+        _stream_phase_loads(schedule, prog, U, D, part_of_link, steps_in, part_link_bytes, part_link_count,
+                            add_records)
+    present = np.flatnonzero(steps_in.any(axis=1))
+    first = np.array([int(np.argmax(steps_in[g])) for g in present], dtype=np.int64)
+    order = present[np.argsort(first, kind="stable")]
+    if len(order):
+        top = part_link_bytes[order]
+        # Ties go to the smallest link id (independent of the order links are stored in).
+        best_id = np.where(top == top.max(axis=1, keepdims=True), used[None, :], np.iinfo(np.int64).max).min(axis=1)
+        best = np.array([int(np.flatnonzero(used == i)[0]) for i in best_id], dtype=np.int64)
+    else:
+        best = np.zeros(0, np.int64)
+    return xr.Dataset(
+        {
+            "phase": ("part", np.array([PHASES[g // D] for g in order], dtype=str),
+                      {"units": "", "long_name": "phase"}),
+            "dim": ("part", np.array([(g % D) if g % D < D - 1 else -1 for g in order], dtype=np.int64),
+                    {"units": "", "long_name": "grid dimension of the links (-1: on chip)"}),
+            "steps": ("part", steps_in[order].sum(axis=1), {"units": "", "long_name": "steps it takes part in"}),
+            "first_step": ("part", np.array([int(np.argmax(steps_in[g])) for g in order], dtype=np.int64),
+                           {"units": "", "long_name": "first step"}),
+            "last_step": ("part", np.array([steps_in.shape[1] - 1 - int(np.argmax(steps_in[g][::-1]))
+                                            for g in order], dtype=np.int64),
+                          {"units": "", "long_name": "last step"}),
+            "bytes": ("part", part_link_bytes[order].sum(axis=1), {"units": "B", "long_name": "bytes over links"}),
+            "links": ("part", (part_link_count[order] > 0).sum(axis=1),
+                      {"units": "", "long_name": "distinct directed links used"}),
+            "busiest_link": ("part", used[best] if len(used) else best,
+                             {"units": "", "long_name": "link carrying the most bytes"}),
+            "busiest_link_bytes": ("part", part_link_bytes[order, best] if len(order) else np.zeros(0),
+                                   {"units": "B", "long_name": "bytes on the busiest link"}),
+        },
+        coords={"part": np.arange(len(order))},
+        attrs={"schedule": schedule.name, "network": net.name, "nbytes": schedule.nbytes,
+               "num_steps": schedule.num_steps},
+    )
+
+
+def _stream_phase_loads(schedule, prog, U, D, part_of_link, steps_in, part_link_bytes, part_link_count,
+                        add_records) -> None:
+    from scwork.collectives import _program
+    from scwork.collectives.schedule import MAX_STREAM_RECORDS
+
+    per_step = prog.step_message_records
+    _program.check_records_limit(f"{schedule.name} on {schedule.network.name}", int(per_step.sum()),
+                                 MAX_STREAM_RECORDS, "use a smaller network")
+    prefix = _program.chunk_byte_prefix(schedule.num_elements, schedule.num_chunks, schedule.itemsize)
+    budget = _program.BATCH_RECORDS
+    phases = sorted({b.phase for b in prog.message_blocks})
+    one_hot = np.zeros((U, D), dtype=np.float32)
+    one_hot[np.arange(len(part_of_link)), part_of_link] = 1.0
+    links = np.arange(len(part_of_link))
+    for b0, b1 in prog.batches(per_step, budget):
+        if int(per_step[b0:b1].sum()) * 4 < (b1 - b0) * U:
+            add_records(b0, prog.loads(b0, b1, U, prefix, with_phase=True))
+            continue
+        for s0 in range(b0, b1, max(1, budget // U)):
+            s1 = min(s0 + max(1, budget // U), b1)
+            for p in phases:
+                if not any(b.phase == p and b.t0 < s1 and b.t0 + b.T > s0 for b in prog.message_blocks):
+                    continue
+                nbytes, count = np.zeros((s1 - s0, U)), np.zeros((s1 - s0, U), dtype=np.int32)
+                prog.accumulate(s0, s1, prefix, nbytes, count, phase=p)
+                on = count > 0
+                # Busy links per (step, dimension) as one matrix product.
+                steps_in[p * D:(p + 1) * D, s0:s1] |= (on.astype(np.float32) @ one_hot).T > 0
+                part_link_bytes[p * D + part_of_link, links] += nbytes.sum(axis=0)[links]
+                part_link_count[p * D + part_of_link, links] += np.count_nonzero(on, axis=0)[links]
 
 
 def scaling_book_time(collective: str, nbytes: float, axis_sizes, *, link_bandwidth: float = 4.5e10,

@@ -7,9 +7,14 @@ vector of ``L`` elements chunk ``c`` holds elements ``c*L//C`` to
 ``(c+1)*L//C``), and a transfer moves a contiguous run of chunks ``[start, stop)``
 (its *shard*). Any vector length works: chunks differ by at most one element.
 
-Storage is columnar (numpy arrays, one entry per transfer, sorted by step), so a
-16x16x16 torus schedule with millions of transfers is built in well under a
-second; :class:`Transfer` objects are made only when you look at a step.
+Storage is compact: the builders of :mod:`scwork.collectives.algorithms` give a
+schedule as a *step program* (:mod:`scwork.collectives._program`: per phase and
+loop family, a rule that writes out the transfers of any step), so a ring
+all-reduce over a 9,216-chip pod is built in milliseconds and costed, checked for
+link conflicts and summarised by streaming over its steps in bounded memory. The
+explicit columns (``schedule.source`` etc., one numpy entry per transfer, sorted
+by step) are written out on first use, up to :data:`MAX_EXPLICIT_TRANSFERS`
+transfers; :class:`Transfer` objects are made only when you look at a step.
 
 Semantics of one step (what :func:`~scwork.collectives.execute` simulates):
 every transfer reads its source buffer as it was at the start of the step, then
@@ -25,10 +30,22 @@ from typing import NamedTuple
 
 import numpy as np
 
+from scwork.collectives import _program
 from scwork.collectives.network import Network
 from scwork.errors import ConfigError
 
-__all__ = ["COLLECTIVES", "OPS", "PHASES", "Schedule", "Transfer", "chunk_bounds"]
+__all__ = ["COLLECTIVES", "MAX_EXPLICIT_TRANSFERS", "MAX_NBYTES", "MAX_STREAM_RECORDS", "OPS", "PHASES",
+           "Schedule", "Transfer", "chunk_bounds"]
+
+#: Most transfers a schedule writes out as explicit columns (``schedule.source`` ...,
+#: :meth:`Schedule.messages`, :meth:`Schedule.to_dataset`, execution): about 1 GiB of
+#: arrays. Costs, conflicts and statistics stream over the steps and need none.
+MAX_EXPLICIT_TRANSFERS = 2**24
+#: Most transfer records one streaming pass (cost, conflicts, statistics) goes through:
+#: about a minute of work. A one-way ring all-reduce over 9,216 chips needs 1.7e8.
+MAX_STREAM_RECORDS = 2**30
+#: Largest vector per node (bytes) a schedule is costed for: 1 PiB.
+MAX_NBYTES = 2**50
 
 #: Phase names, indexed by the ``phase`` code stored in a schedule.
 PHASES = ("reduce_scatter", "all_gather", "all_to_all")
@@ -48,7 +65,9 @@ def chunk_bounds(num_elements: int, num_chunks: int) -> np.ndarray:
     [0, 2, 5, 7, 10]
     """
     c = np.arange(num_chunks + 1, dtype=np.int64)
-    return (c * int(num_elements)) // int(num_chunks)
+    # c * n // C without overflowing int64 for large n: n = q C + r.
+    q, r = divmod(int(num_elements), int(num_chunks))
+    return c * q + (c * r) // int(num_chunks)
 
 
 class Transfer(NamedTuple):
@@ -92,12 +111,17 @@ class Transfer(NamedTuple):
     origin: int
 
 
+_COLUMNS = ("step", "source", "destination", "start", "stop", "op", "color", "phase", "origin", "link")
+
+
 class Schedule:
-    """A collective as explicit steps of transfers on a :class:`Network`.
+    """A collective as steps of transfers on a :class:`Network`.
 
     Built by the algorithm functions of :mod:`scwork.collectives` (e.g.
-    :func:`~scwork.collectives.rotated_pincer`), not by hand; but you can build
-    one from arrays for experiments.
+    :func:`~scwork.collectives.rotated_pincer`) as a compact step program, or
+    from explicit arrays (this constructor) for experiments. Both kinds behave
+    the same; the compact one writes its columns out only when asked (and
+    refuses above :data:`MAX_EXPLICIT_TRANSFERS`).
 
     Parameters
     ----------
@@ -139,14 +163,8 @@ class Schedule:
                  owners=None, nbytes: int = 2**20, itemsize: int = 4, description: str = "",
                  promises: dict | None = None, num_colors: int | None = None, group_size: int | None = None,
                  _sorted: bool = False, _links=None):
-        if collective not in COLLECTIVES:
-            raise ConfigError(f"collective must be one of {COLLECTIVES}, got {collective!r}")
-        self.network = network
-        self.name = name
-        self.collective = collective
-        self.num_chunks = int(num_chunks)
-        if self.num_chunks < 1:
-            raise ConfigError(f"num_chunks must be >= 1, got {num_chunks}")
+        self._meta(network, name, collective, num_chunks, owners, nbytes, itemsize, description, promises,
+                   group_size)
         cols = [np.asarray(a, dtype=np.int64).ravel() for a in (step, source, destination, start, stop)]
         n = len(cols[0])
         if origin is None:
@@ -177,30 +195,118 @@ class Schedule:
             if n:
                 _, stp = np.unique(stp, return_inverse=True)
                 stp = stp.astype(np.int64)
-        self.step, self.source, self.destination = stp, src, dst
-        self.start, self.stop = c0, c1
-        self.op, self.color, self.phase, self.origin = op, col, ph, org
-        self.link = links
+        self._program = None
+        self._set_explicit(dict(zip(_COLUMNS, (stp, src, dst, c0, c1, op, col, ph, org, links))))
         self.num_steps = int(stp[-1]) + 1 if n else 0
-        self._offsets = np.searchsorted(stp, np.arange(self.num_steps + 1))
+        self.num_colors = int(num_colors if num_colors is not None else (int(col.max()) + 1 if n else 1))
+
+    def _meta(self, network, name, collective, num_chunks, owners, nbytes, itemsize, description, promises,
+              group_size):
+        if collective not in COLLECTIVES:
+            raise ConfigError(f"collective must be one of {COLLECTIVES}, got {collective!r}")
+        self.network = network
+        self.name = name
+        self.collective = collective
+        self.num_chunks = int(num_chunks)
+        if self.num_chunks < 1:
+            raise ConfigError(f"num_chunks must be >= 1, got {num_chunks}")
         if owners is not None:
             owners = tuple(np.asarray(a, dtype=np.int64).ravel() for a in owners)
         self.owners = owners
-        self.nbytes = int(nbytes)
-        self.itemsize = int(itemsize)
-        if self.itemsize < 1 or self.nbytes < 0:
-            raise ConfigError(f"nbytes must be >= 0 and itemsize >= 1, got {nbytes}, {itemsize}")
+        self.nbytes, self.itemsize = _check_size(nbytes, itemsize)
         self.description = description
         self.promises = dict(promises or {})
-        self.num_colors = int(num_colors if num_colors is not None else (int(col.max()) + 1 if n else 1))
         #: Nodes taking part in each independent collective (all nodes, or one line
         #: of the grid when reducing along a subset of the dimensions).
         self.group_size = int(group_size if group_size is not None else network.num_nodes)
 
+    @classmethod
+    def _from_program(cls, network: Network, program, *, name: str, collective: str, owners=None,
+                      nbytes: int = 2**20, itemsize: int = 4, description: str = "",
+                      promises: dict | None = None, num_colors: int = 1, group_size: int | None = None,
+                      num_transfers: int | None = None) -> Schedule:
+        """A compact schedule: ``program`` (a :class:`~scwork.collectives._program.StepProgram`)
+        writes out the transfers of any step range on demand."""
+        new = object.__new__(cls)
+        new._meta(network, name, collective, program.num_chunks, owners, nbytes, itemsize, description,
+                  promises, group_size)
+        new._program = program
+        new._explicit = None
+        new._num_transfers = num_transfers
+        new.num_steps = program.num_steps
+        new.num_colors = int(num_colors)
+        return new
+
+    def _set_explicit(self, cols: dict) -> None:
+        self._explicit = cols
+        self._num_transfers = len(cols["step"])
+        self._offsets = np.searchsorted(cols["step"], np.arange(int(cols["step"][-1]) + 2 if len(cols["step"])
+                                                                else 1))
+
+    # -- explicit columns (written out on first use) -----------------------------------
+    @property
+    def compact(self) -> bool:
+        """True while the transfers exist only as a step program (no explicit columns yet)."""
+        return self._explicit is None
+
+    def _columns(self) -> dict:
+        if self._explicit is None:
+            n = self.num_transfers
+            if n > MAX_EXPLICIT_TRANSFERS:
+                raise ConfigError(
+                    f"{self.name} on {self.network.name} has {n:,} transfers; writing them out as explicit "
+                    f"arrays is limited to scwork.collectives.schedule.MAX_EXPLICIT_TRANSFERS="
+                    f"{MAX_EXPLICIT_TRANSFERS:,}; use cost(schedule, link_summary=True), conflicts() or "
+                    "phase_summary(), which stream over the steps, or a smaller network")
+            prog = self._program
+            parts = [prog.records(s0, s1, transfers=True)
+                     for s0, s1 in prog.batches(prog.step_records, dense_width=0)]
+            cols = {k: np.concatenate([p[k] for p in parts]) if parts else np.zeros(0, np.int64)
+                    for k in ("step", "source", "destination", "start", "stop", "op", "color", "phase",
+                              "origin", "u")}
+            cols["link"] = prog.used_links[cols.pop("u")] if len(cols["u"]) else np.zeros(0, np.int64)
+            cols["op"] = cols["op"].astype(np.int8)
+            cols["color"] = cols["color"].astype(np.int16)
+            cols["phase"] = cols["phase"].astype(np.int8)
+            self._set_explicit(cols)
+        return self._explicit
+
+    def explicit(self) -> Schedule:
+        """This schedule with its explicit columns written out (once); call it before
+        allocating anything per transfer (execution, drawings).
+
+        Raises
+        ------
+        ConfigError
+            More than :data:`MAX_EXPLICIT_TRANSFERS` transfers (the message names both).
+        """
+        self._columns()
+        return self
+
+    step = property(lambda self: self._columns()["step"], doc="Step of every transfer, sorted (explicit).")
+    source = property(lambda self: self._columns()["source"], doc="Sending node of every transfer.")
+    destination = property(lambda self: self._columns()["destination"], doc="Receiving node of every transfer.")
+    start = property(lambda self: self._columns()["start"], doc="First chunk of every transfer.")
+    stop = property(lambda self: self._columns()["stop"], doc="End chunk of every transfer.")
+    op = property(lambda self: self._columns()["op"], doc="Op code (index into OPS) of every transfer.")
+    color = property(lambda self: self._columns()["color"], doc="Color of every transfer.")
+    phase = property(lambda self: self._columns()["phase"], doc="Phase code (index into PHASES).")
+    origin = property(lambda self: self._columns()["origin"], doc="All-to-all block origin (-1 elsewhere).")
+    link = property(lambda self: self._columns()["link"], doc="Directed link of every transfer.")
+
     # -- sizes ----------------------------------------------------------------------
     @property
     def num_transfers(self) -> int:
-        return len(self.step)
+        if self._num_transfers is None:
+            self._num_transfers = self._program.count_transfers()
+        return int(self._num_transfers)
+
+    @property
+    def transfers_per_step(self) -> np.ndarray:
+        """Transfers in every step, shape (num_steps,) (without writing them out when compact)."""
+        if self._explicit is not None:
+            return np.diff(self._offsets)[: self.num_steps]
+        return self._program.transfers_per_step()
 
     @property
     def num_elements(self) -> int:
@@ -210,11 +316,7 @@ class Schedule:
         """The same schedule for another vector size (bytes per node)."""
         new = object.__new__(Schedule)
         new.__dict__.update(self.__dict__)
-        new.nbytes = int(nbytes)
-        if itemsize is not None:
-            new.itemsize = int(itemsize)
-        if new.nbytes < 0 or new.itemsize < 1:
-            raise ConfigError(f"nbytes must be >= 0 and itemsize >= 1, got {nbytes}, {itemsize}")
+        new.nbytes, new.itemsize = _check_size(nbytes, self.itemsize if itemsize is None else itemsize)
         return new
 
     def element_bounds(self, num_elements: int | None = None) -> np.ndarray:
@@ -234,23 +336,30 @@ class Schedule:
     def step_slice(self, s: int) -> slice:
         if not -self.num_steps <= s < self.num_steps:
             raise IndexError(f"step {s} out of range: the schedule has {self.num_steps} steps")
+        self._columns()
         s %= max(self.num_steps, 1)
         return slice(int(self._offsets[s]), int(self._offsets[s + 1]))
 
     def __getitem__(self, s: int) -> list[Transfer]:
         """The transfers of step ``s``."""
-        sl = self.step_slice(s)
-        return self._transfers(sl)
+        if self._explicit is not None:
+            return self._transfers(self._explicit, self.step_slice(s))
+        if not -self.num_steps <= s < self.num_steps:
+            raise IndexError(f"step {s} out of range: the schedule has {self.num_steps} steps")
+        s %= self.num_steps
+        cols = self._program.records(s, s + 1, transfers=True)
+        cols["link"] = self._program.used_links[cols["u"]]
+        return self._transfers(cols, slice(0, len(cols["step"])))
 
-    def _transfers(self, sl: slice) -> list[Transfer]:
+    def _transfers(self, cols: dict, sl: slice) -> list[Transfer]:
         b = self.element_bounds() * self.itemsize
         out = []
         for i in range(sl.start, sl.stop):
-            c0, c1 = int(self.start[i]), int(self.stop[i])
+            c0, c1 = int(cols["start"][i]), int(cols["stop"][i])
             out.append(Transfer(
-                int(self.step[i]), int(self.source[i]), int(self.destination[i]), int(self.link[i]),
-                (c0, c1), (int(b[c0]), int(b[c1])), int(b[c1] - b[c0]), OPS[self.op[i]],
-                int(self.color[i]), PHASES[self.phase[i]], int(self.origin[i])))
+                int(cols["step"][i]), int(cols["source"][i]), int(cols["destination"][i]), int(cols["link"][i]),
+                (c0, c1), (int(b[c0]), int(b[c1])), int(b[c1] - b[c0]), OPS[cols["op"][i]],
+                int(cols["color"][i]), PHASES[cols["phase"][i]], int(cols["origin"][i])))
         return out
 
     @property
@@ -269,11 +378,10 @@ class Schedule:
     def _repr_html_(self) -> str:
         from scwork._html import html_fields
 
-        conflicts = self.conflicts()
         fields = [("algorithm", self.name), ("collective", self.collective), ("network", self.network.name),
                   ("nodes", self.network.num_nodes), ("steps", self.num_steps), ("transfers", self.num_transfers),
                   ("chunks", self.num_chunks), ("colors", self.num_colors), ("bytes per node", self.nbytes),
-                  ("link conflicts", len(conflicts)), ("links used", ", ".join(
+                  ("link conflicts", self.num_conflicts()), ("links used", ", ".join(
                       f"{k}: {v}" for k, v in self.links_used().items()))]
         return html_fields(fields, caption=f"Schedule {self.name}")
 
@@ -307,6 +415,121 @@ class Schedule:
                    "nbytes": self.nbytes, "itemsize": self.itemsize},
         )
 
+    # -- streaming --------------------------------------------------------------------
+    @property
+    def used_links(self) -> np.ndarray:
+        """Ids of the links the schedule may use (every link it does use is here), in the
+        order of the columns of :meth:`link_loads`."""
+        if self._program is not None:
+            return self._program.used_links
+        return np.unique(self._explicit["link"])
+
+    def stream_records(self, *, budget: int = _program.BATCH_RECORDS, dense_width: int = 0,
+                       with_phase: bool = False):
+        """Batches ``(s0, s1, records)`` over all steps, in step order.
+
+        ``records`` holds ``step``, ``source``, ``destination``, ``u`` (index into
+        :attr:`used_links`) and the bytes ``nbytes`` of every record, for this
+        schedule's size; records of one step with the same source and destination
+        form one message (on a compact schedule they need not be its transfers:
+        an all-to-all streams one record per message). At most ``budget`` records,
+        and ``budget`` cells of a (steps, ``dense_width``) array, per batch.
+
+        Raises
+        ------
+        ConfigError
+            More than :data:`MAX_STREAM_RECORDS` records in all.
+        """
+        prefix = _program.chunk_byte_prefix(self.num_elements, self.num_chunks, self.itemsize)
+        if self._program is not None:
+            prog = self._program
+            total = int(prog.step_message_records.sum())
+            _program.check_records_limit(
+                f"{self.name} on {self.network.name}", total, MAX_STREAM_RECORDS,
+                "use a smaller network or an algorithm with fewer steps (multi_color, dimension_by_dimension)")
+            for s0, s1 in prog.batches(prog.step_message_records, budget, dense_width):
+                cols = prog.records(s0, s1, messages=True, with_phase=with_phase)
+                cols["nbytes"] = prefix[cols["stop"]] - prefix[cols["start"]]
+                yield s0, s1, cols
+            return
+        ex = self._explicit
+        used = self.used_links
+        per_step = np.diff(self._offsets)[: self.num_steps]
+        for s0, s1 in _program.step_batches(per_step, budget, dense_width):
+            a, b = int(self._offsets[s0]), int(self._offsets[s1])
+            cols = {k: ex[k][a:b] for k in ("step", "source", "destination", "start", "stop")}
+            cols["u"] = np.searchsorted(used, ex["link"][a:b])
+            if with_phase:
+                cols["phase"] = ex["phase"][a:b].astype(np.int64)
+            cols["nbytes"] = prefix[cols["stop"]] - prefix[cols["start"]]
+            yield s0, s1, cols
+
+    def _key_batches(self, *, dense_width: int, nodes: bool = False, with_phase: bool = False,
+                     budget: int = _program.BATCH_RECORDS):
+        """Batches ``(s0, s1, records)``: ``key`` = (step - s0) * U + u (U = len(used_links)),
+        ``nbytes``, optionally ``source``/``destination`` and ``phase`` (the fast path of
+        the compact program; explicit schedules go through :meth:`stream_records`)."""
+        U = max(len(self.used_links), 1)
+        if self._program is None:
+            for s0, s1, r in self.stream_records(budget=budget, dense_width=dense_width, with_phase=with_phase):
+                r["key"] = (r["step"] - s0) * U + r["u"]
+                yield s0, s1, r
+            return
+        prog = self._program
+        _program.check_records_limit(
+            f"{self.name} on {self.network.name}", int(prog.step_message_records.sum()), MAX_STREAM_RECORDS,
+            "use a smaller network or an algorithm with fewer steps (multi_color, dimension_by_dimension)")
+        prefix = _program.chunk_byte_prefix(self.num_elements, self.num_chunks, self.itemsize)
+        for s0, s1 in prog.batches(prog.step_message_records, budget, dense_width):
+            yield s0, s1, prog.loads(s0, s1, U, prefix, nodes=nodes, with_phase=with_phase)
+
+    def link_loads(self, *, budget: int = _program.BATCH_RECORDS):
+        """Per batch of steps: ``(s0, s1, bytes, messages, largest, columns)``.
+
+        ``bytes`` carried by every used link in every step (shape (steps, links)),
+        the number of ``messages`` on it (distinct source/destination pairs; a bool
+        array with one core per chip) and the ``largest`` message's bytes. The
+        columns are the links ``used_links[columns]`` (``columns`` None: all of
+        :attr:`used_links`; sparse batches keep only the links they use). Bounded
+        memory: see :meth:`stream_records`.
+        """
+        k = self.network.cores_per_chip
+        U = max(len(self.used_links), 1)
+        kk = k * k
+        if k == 1 and self._program is not None:
+            prog = self._program
+            per_step = prog.step_message_records
+            _program.check_records_limit(
+                f"{self.name} on {self.network.name}", int(per_step.sum()), MAX_STREAM_RECORDS,
+                "use a smaller network or an algorithm with fewer steps (multi_color, dimension_by_dimension)")
+            prefix = _program.chunk_byte_prefix(self.num_elements, self.num_chunks, self.itemsize)
+            for b0, b1 in prog.batches(per_step, budget):
+                if int(per_step[b0:b1].sum()) * 4 < (b1 - b0) * U:
+                    # Few records per step (a chain such as the single path): only the
+                    # links they use become columns.
+                    yield from _sparse_loads(prog.loads(b0, b1, U, prefix), b0, b1, U, budget)
+                    continue
+                for s0, s1 in _even_steps(b0, b1, max(1, budget // U)):
+                    nbytes, count = np.zeros((s1 - s0, U)), np.zeros((s1 - s0, U), dtype=np.int32)
+                    prog.accumulate(s0, s1, prefix, nbytes, count)
+                    yield s0, s1, nbytes, count > 0, nbytes, None
+            return
+        for s0, s1, r in self._key_batches(dense_width=U * kk, nodes=k > 1, budget=budget):
+            B = s1 - s0
+            key = r["key"]
+            w = r["nbytes"].astype(np.float64)
+            if k == 1:
+                # One core per chip: a link joins one (source, destination) pair, so
+                # records on it in one step are one message.
+                nbytes = np.bincount(key, weights=w, minlength=B * U).reshape(B, U)
+                msgs = (np.bincount(key, minlength=B * U) > 0).reshape(B, U)
+                yield s0, s1, nbytes, msgs, nbytes, None
+                continue
+            key2 = key * kk + (r["source"] % k) * k + r["destination"] % k
+            per_pair = np.bincount(key2, weights=w, minlength=B * U * kk).reshape(B, U, kk)
+            present = (np.bincount(key2, minlength=B * U * kk) > 0).reshape(B, U, kk)
+            yield s0, s1, per_pair.sum(axis=2), present.sum(axis=2), per_pair.max(axis=2), None
+
     # -- analysis -------------------------------------------------------------------
     def messages(self):
         """Group transfers into messages: same step, source and destination.
@@ -331,7 +554,7 @@ class Schedule:
 
     def conflicts(self) -> list[tuple[int, int, int]]:
         """Link conflicts: ``(step, link, messages)`` for every directed link that
-        carries two or more messages in one step.
+        carries two or more messages in one step (streams over the steps).
 
         Examples
         --------
@@ -339,37 +562,112 @@ class Schedule:
         >>> rotated_pincer(Network.ring(8)).conflicts()
         []
         """
-        msg = self.messages()
-        key = msg["step"] * max(self.network.num_links, 1) + msg["link"]
-        uniq, counts = np.unique(key, return_counts=True)
-        bad = counts > 1
-        L = max(self.network.num_links, 1)
-        return [(int(k // L), int(k % L), int(c)) for k, c in zip(uniq[bad], counts[bad])]
+        used = self.used_links
+        out = []
+        for s0, _, _, msgs, _, cols in self.link_loads():
+            if msgs.dtype == bool:
+                continue  # one core per chip: one message per link and step
+            t, u = np.nonzero(msgs > 1)
+            ids = used if cols is None else used[cols]
+            out.extend(zip((t + s0).tolist(), ids[u].tolist(), msgs[t, u].tolist()))
+        return sorted(out)
+
+    def num_conflicts(self) -> int:
+        """How many (step, link) pairs carry two or more messages (no list is built)."""
+        return int(sum(int((msgs > 1).sum()) for _, _, _, msgs, _, _ in self.link_loads() if msgs.dtype != bool))
 
     @property
     def conflict_free(self) -> bool:
         """True if no directed link carries two messages in one step."""
-        return not self.conflicts()
+        return self.num_conflicts() == 0
 
     def bytes_sent(self, kind: str | None = None) -> np.ndarray:
         """Total bytes each node sends over the whole schedule (``kind``: link class filter)."""
-        w = self.bytes.astype(float)
-        if kind is not None:
-            w = w * (self.network.link_kind[self.link] == kind)
-        return np.bincount(self.source, weights=w, minlength=self.network.num_nodes)
+        out = np.zeros(self.network.num_nodes)
+        kinds = self.network.link_kind[self.used_links] if kind is not None else None
+        for _, _, r in self.stream_records():
+            w = r["nbytes"].astype(float)
+            if kind is not None:
+                w = w * (kinds[r["u"]] == kind)
+            out += np.bincount(r["source"], weights=w, minlength=self.network.num_nodes)
+        return out
 
     def link_bytes(self) -> np.ndarray:
-        """Bytes per (step, link), shape (num_steps, num_links)."""
+        """Bytes per (step, link), shape (num_steps, num_links).
+
+        Raises
+        ------
+        ConfigError
+            The matrix would have more than :data:`MAX_EXPLICIT_TRANSFERS` cells
+            (use :func:`~scwork.collectives.cost` with ``link_summary=True``).
+        """
         L = self.network.num_links
-        out = np.bincount(self.step * L + self.link, weights=self.bytes,
-                          minlength=self.num_steps * L)
-        return out.reshape(self.num_steps, L)
+        _check_matrix(self, L)
+        out = np.zeros((self.num_steps, L))
+        used = self.used_links
+        for s0, s1, nbytes, _, _, cols in self.link_loads():
+            out[s0:s1, used if cols is None else used[cols]] = nbytes
+        return out
 
     def links_used(self) -> dict[str, int]:
         """How many distinct directed links of each class the schedule uses."""
-        used = np.unique(self.link)
+        count = np.zeros(len(self.used_links), dtype=np.int64)
+        for _, _, r in self.stream_records():
+            count += np.bincount(r["u"], minlength=len(count))
+        used = self.used_links[count > 0]
         kinds, counts = np.unique(self.network.link_kind[used], return_counts=True)
         return {str(k): int(c) for k, c in zip(kinds, counts)}
+
+
+def _even_steps(s0: int, s1: int, size: int):
+    for a in range(s0, s1, size):
+        yield a, min(a + size, s1)
+
+
+def _sparse_loads(r: dict, b0: int, b1: int, U: int, budget: int):
+    """Link loads of steps [b0, b1) over only the links the records use (see link_loads).
+
+    Sub-batches of steps [a, e) keep (e - a) x (records in them) <= ``budget``: their
+    (steps, links used) arrays stay small even for a chain that uses a new link in
+    every step (the single path)."""
+    t = r["key"] // U
+    order = np.argsort(t, kind="stable")
+    t, u, w = t[order], (r["key"] % U)[order], r["nbytes"][order].astype(np.float64)
+    B = b1 - b0
+    cum = np.concatenate([[0], np.cumsum(np.bincount(t, minlength=B))])
+    a = 0
+    while a < B:
+        e_all = np.arange(a + 1, B + 1)
+        fits = (e_all - a) * (cum[a + 1:] - cum[a]) <= budget
+        e = int(e_all[np.flatnonzero(fits)[-1]]) if fits[0] else a + 1
+        lo, hi = int(cum[a]), int(cum[e])
+        cols, inv = np.unique(u[lo:hi], return_inverse=True)
+        n = max(len(cols), 1)
+        key = (t[lo:hi] - a) * n + inv
+        nbytes = np.bincount(key, weights=w[lo:hi], minlength=(e - a) * n).reshape(e - a, n)
+        msgs = (np.bincount(key, minlength=(e - a) * n) > 0).reshape(e - a, n)
+        yield b0 + a, b0 + e, nbytes, msgs, nbytes, cols
+        a = e
+
+
+def _check_size(nbytes, itemsize) -> tuple[int, int]:
+    from scwork._validate import integer
+
+    nbytes = integer("nbytes (bytes per node)", nbytes, minimum=0)
+    itemsize = integer("itemsize (bytes per element)", itemsize, minimum=1)
+    if nbytes > MAX_NBYTES:
+        raise ConfigError(f"a vector of {nbytes:,} bytes per node is more than the limit of "
+                          f"scwork.collectives.schedule.MAX_NBYTES={MAX_NBYTES:,} (1 PiB); use a smaller size")
+    return nbytes, itemsize
+
+
+def _check_matrix(schedule: Schedule, width: int) -> None:
+    cells = schedule.num_steps * width
+    if cells > MAX_EXPLICIT_TRANSFERS:
+        raise ConfigError(
+            f"a (step, link) matrix of {schedule.name} on {schedule.network.name} has {schedule.num_steps:,} x "
+            f"{width:,} = {cells:,} cells, more than the limit of {MAX_EXPLICIT_TRANSFERS:,}; use "
+            "cost(schedule, link_summary=True) for per-link totals and per-step statistics instead")
 
 
 class _Builder:
