@@ -514,7 +514,7 @@ class LoadSkewExplorer(_bokeh.SyncedDisplay, ipywidgets.VBox):
         # ids: compute() runs it on another core while the observed run is made.
         scenario.compute()
         footprint = scenario.csr_footprint
-        out = _Result(scenario.effective_result.stats, scenario.plan, scenario.error,
+        out = _Result(scenario.effective_stats, scenario.plan, scenario.error,
                       {name: f["entries_per_device"] for name, f in footprint.items()},
                       {name: f["bytes_per_device"] for name, f in footprint.items()},
                       scenario.minibatches.counts, scenario.minibatches.notes)

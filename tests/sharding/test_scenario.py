@@ -153,3 +153,21 @@ def test_with_rejects_unknown_settings():
                  scwork.Topology(1, 2))
     with pytest.raises(ConfigError, match="unknown setting.*max_ids"):
         s.with_(max_ids=3)
+
+
+@pytest.mark.parametrize("limits", [None, (64, 32), (None, None)])
+def test_footprint_from_statistics_equals_the_buffers_preprocess_builds(data, limits):
+    """csr_footprint is computed from compute_stats without building buffers: it must be
+    what preprocess allocates, with limits, without them, over them (observed run) and
+    with a static buffer."""
+    batch, features = data
+    names = [st.name for st in Scenario(batch, features, TOPO).plan.stacks]
+    stack_limits = None if limits is None else dict.fromkeys(names, limits)
+    for s in (Scenario(batch, features, TOPO, stack_limits=stack_limits),
+              Scenario(batch, features, TOPO, stack_limits=stack_limits).with_(allow_id_dropping=True)):
+        for name, buf in s.effective_result.csr.items():
+            assert s.csr_footprint[name] == {
+                "entries_per_device": buf.sparsecores_per_device * buf.buffer_size_per_sc,
+                "bytes_per_device": sum(a[0].nbytes for a in (buf.row_pointers, buf.embedding_ids,
+                                                              buf.sample_ids, buf.gains))}, (limits, name)
+        _same(s.effective_stats, s.effective_result.stats)
