@@ -24,6 +24,7 @@ KERNEL_MODULES: tuple[str, ...] = (
     "scwork.sharding._naive_kernels",
     "scwork.sharding._engine_warmup",
     "scwork.sharding._minibatch_kernels",
+    "scwork.collectives._kernels",
 )
 
 

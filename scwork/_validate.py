@@ -3,11 +3,35 @@
 from __future__ import annotations
 
 import operator
+from collections.abc import Iterable
 from typing import Any
 
 from scwork.errors import ConfigError
 
-__all__ = ["integer", "positive_int", "non_negative_int"]
+__all__ = ["integer", "integers", "positive_int", "non_negative_int", "shown"]
+
+
+def shown(value: Any, limit: int = 80) -> str:
+    """``repr(value)`` for an error message, cut to ``limit`` characters.
+
+    Never raises: ``repr`` of an int beyond Python's conversion limit (4300 digits)
+    raises ValueError, and a hostile object's ``__repr__`` may raise anything, so
+    those are described by their size or type instead.
+
+    Examples
+    --------
+    >>> shown(10**5000)
+    'an integer of about 5000 digits'
+    >>> shown("x" * 100, limit=10)
+    "'xxxxxx..."
+    """
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 4 * limit:
+        return f"an integer of about {int(value.bit_length() * 0.30103)} digits"
+    try:
+        text = repr(value)
+    except Exception:  # noqa: BLE001 - an error message must not fail on what it describes
+        return f"a {type(value).__name__} that cannot be shown"
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 def integer(name: str, value: Any, *, minimum: int | None = None, context: str = "",
@@ -26,13 +50,13 @@ def integer(name: str, value: Any, *, minimum: int | None = None, context: str =
     else:
         kind = "an integer"
     if isinstance(value, bool):
-        raise error(f"{name} must be {kind}{where}, got {value!r}")
+        raise error(f"{name} must be {kind}{where}, got {shown(value)}")
     try:
         number = operator.index(value)
     except TypeError:
-        raise error(f"{name} must be {kind}{where}, got {value!r}") from None
+        raise error(f"{name} must be {kind}{where}, got {shown(value)}") from None
     if minimum is not None and number < minimum:
-        raise error(f"{name} must be >= {minimum}{where}, got {number}")
+        raise error(f"{name} must be >= {minimum}{where}, got {shown(number)}")
     return number
 
 
@@ -45,3 +69,16 @@ def non_negative_int(name: str, value: Any, *, context: str = "",
                      error: type[Exception] = ConfigError) -> int:
     """:func:`integer` with ``minimum=0``."""
     return integer(name, value, minimum=0, context=context, error=error)
+
+
+def integers(name: str, value: Any, *, error: type[Exception] = ConfigError) -> tuple[int, ...]:
+    """A sequence of integers (each checked by :func:`integer`, named ``name[i]``) as a tuple.
+
+    Examples
+    --------
+    >>> integers("dims", [0, 1])
+    (0, 1)
+    """
+    if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
+        raise error(f"{name} must be a sequence of integers, got {shown(value)}")
+    return tuple(integer(f"{name}[{i}]", item, error=error) for i, item in enumerate(value))

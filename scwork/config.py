@@ -114,6 +114,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from scwork._validate import shown
 from scwork.errors import ConfigError, ScworkError
 
 __all__ = [
@@ -167,40 +168,44 @@ def parse_size(value: Any, name: str = "size") -> int:
     (2147483648, 10000, 1000000, 0)
     """
     if isinstance(value, bool):
-        raise ConfigError(f"{name} must be a size in bytes (e.g. 4096 or '64 MiB'), got {value!r}")
+        raise ConfigError(f"{name} must be a size in bytes (e.g. 4096 or '64 MiB'), got {shown(value)}")
     if isinstance(value, numbers.Integral):
         if value < 0:
-            raise ConfigError(f"{name} must be >= 0 bytes, got {value}")
+            raise ConfigError(f"{name} must be >= 0 bytes, got {shown(value)}")
+        if value > _MAX_SIZE:
+            raise ConfigError(f"{name} {shown(value)} is more than the {_MAX_SIZE:,} bytes a 64-bit size holds")
         return int(value)
     if isinstance(value, float):
         if not math.isfinite(value) or value < 0 or value != int(value):
-            raise ConfigError(f"{name} must be a whole number of bytes >= 0, got {value!r}")
+            raise ConfigError(f"{name} must be a whole number of bytes >= 0, got {shown(value)}")
+        if value > _MAX_SIZE:
+            raise ConfigError(f"{name} {shown(value)} is more than the {_MAX_SIZE:,} bytes a 64-bit size holds")
         return int(value)
     if not isinstance(value, str):
-        raise ConfigError(f"{name} must be a size in bytes (e.g. 4096 or '64 MiB'), got {value!r}")
+        raise ConfigError(f"{name} must be a size in bytes (e.g. 4096 or '64 MiB'), got {shown(value)}")
     match = _SIZE_RE.match(value)
     if not match:
         if value.strip().startswith("-"):
-            raise ConfigError(f"{name} must be >= 0 bytes, got {value!r}")
-        raise ConfigError(f"{name} must be a size such as 4096, '64 MiB', '1.5GB' or '512KiB', got {value!r}")
+            raise ConfigError(f"{name} must be >= 0 bytes, got {shown(value)}")
+        raise ConfigError(f"{name} must be a size such as 4096, '64 MiB', '1.5GB' or '512KiB', got {shown(value)}")
     # Exact decimal arithmetic: a float would overflow ("1e400") or round
     # ("12345678901234567" bytes); Fraction keeps every digit.
     digits = match.group(1).replace("_", "")
     unit = (match.group(2) or "").lower()
     if len(digits) > 64:
-        raise ConfigError(f"{name} {value!r} has more digits than any size; use a unit such as 'GiB'")
+        raise ConfigError(f"{name} {shown(value)} has more digits than any size; use a unit such as 'GiB'")
     try:
         number = fractions.Fraction(digits)
     except (ValueError, ZeroDivisionError):
-        raise ConfigError(f"{name} must be a size such as 4096, '64 MiB', '1.5GB' or '512KiB', got {value!r}") from None
+        raise ConfigError(f"{name} must be a size such as 4096, '64 MiB', '1.5GB' or '512KiB', got {shown(value)}") from None
     mantissa_exponent = re.search(r"[eE]([+-]?\d+)$", digits)
     if mantissa_exponent and abs(int(mantissa_exponent.group(1))) > 30:
-        raise ConfigError(f"{name} {value!r} is out of range: sizes are at most {_MAX_SIZE:,} bytes")
+        raise ConfigError(f"{name} {shown(value)} is out of range: sizes are at most {_MAX_SIZE:,} bytes")
     total = number * _SIZE_UNITS[unit]
     if total.denominator != 1:
-        raise ConfigError(f"{name} {value!r} is not a whole number of bytes")
+        raise ConfigError(f"{name} {shown(value)} is not a whole number of bytes")
     if total > _MAX_SIZE:
-        raise ConfigError(f"{name} {value!r} is {int(total):,} bytes, more than the {_MAX_SIZE:,} a 64-bit "
+        raise ConfigError(f"{name} {shown(value)} is {int(total):,} bytes, more than the {_MAX_SIZE:,} a 64-bit "
                           "size holds")
     return int(total)
 
@@ -395,7 +400,7 @@ class ModelConfig:
         return out
 
     def __repr__(self) -> str:
-        return (f"ModelConfig({self.source!r}: {len(self.tables)} tables, {len(self.features)} features, "
+        return (f"ModelConfig({shown(self.source)}: {len(self.tables)} tables, {len(self.features)} features, "
                 f"batch_size={self.batch_size}, topology={self.topology})")
 
     def _repr_html_(self) -> str:
@@ -434,35 +439,50 @@ def load_config(path: str | os.PathLike) -> ModelConfig:
         any invalid entry; the one-line message names the file, the key path and
         how to fix it.
     """
-    shown = os.fspath(path)
-    p = Path(path)
+    try:
+        where = os.fsdecode(os.fspath(path))
+    except TypeError:
+        raise ConfigError(f"path must be a file path (str or os.PathLike), got {shown(path)}") from None
+    p = Path(where)
     suffix = p.suffix.lower()
     if suffix not in (".toml", ".json"):
-        raise ConfigError(f"{shown}: cannot tell the format from the extension {suffix or '(none)'!r}. "
+        raise ConfigError(f"{where}: cannot tell the format from the extension {suffix or '(none)'!r}. "
                           "How to fix: name the file .toml or .json")
     try:
         raw = p.read_bytes()
+    except ValueError as err:       # a NUL character in the path
+        raise ConfigError(f"{where!r}: not a usable path ({err}). How to fix: check the path") from None
     except OSError as err:
-        raise ConfigError(f"{shown}: cannot read the config file ({err.strerror or err}). "
+        raise ConfigError(f"{where}: cannot read the config file ({err.strerror or err}). "
                           "How to fix: check the path") from None
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
-        raise ConfigError(f"{shown}: not UTF-8 text. How to fix: save the file as UTF-8") from None
+        raise ConfigError(f"{where}: not UTF-8 text. How to fix: save the file as UTF-8") from None
     if suffix == ".toml":
         import tomllib
 
         try:
             data = tomllib.loads(text)
         except tomllib.TOMLDecodeError as err:
-            raise ConfigError(f"{shown}: invalid TOML: {err}. How to fix: correct the syntax there") from None
+            raise ConfigError(f"{where}: invalid TOML: {err}. How to fix: correct the syntax there") from None
+        except ValueError as err:       # an integer of more than 4300 digits
+            raise ConfigError(f"{where}: invalid TOML: {err}. How to fix: no value needs that many digits") from None
+        except RecursionError:
+            raise ConfigError(f"{where}: invalid TOML: arrays or tables nested too deeply. How to fix: a model "
+                              "config nests a few levels at most") from None
     else:
         try:
             data = json.loads(text)
         except json.JSONDecodeError as err:
-            raise ConfigError(f"{shown}: invalid JSON: {err.msg} (at line {err.lineno}, column {err.colno}). "
+            raise ConfigError(f"{where}: invalid JSON: {err.msg} (at line {err.lineno}, column {err.colno}). "
                               "How to fix: correct the syntax there") from None
-    return parse_config(data, source=shown, base_dir=p.parent)
+        except ValueError as err:       # an integer of more than 4300 digits
+            raise ConfigError(f"{where}: invalid JSON: {err}. How to fix: no value needs that many digits") from None
+        except RecursionError:
+            raise ConfigError(f"{where}: invalid JSON: arrays or objects nested too deeply. How to fix: a model "
+                              "config nests a few levels at most") from None
+    return parse_config(data, source=where, base_dir=p.parent)
 
 
 def parse_config(data: Mapping[str, Any], *, source: str = "<dict>",
@@ -488,10 +508,10 @@ def parse_config(data: Mapping[str, Any], *, source: str = "<dict>",
 
 def _check_batch(source: str, key: str, value: Any, topology) -> int:
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise ConfigError(f"{source}: {key}: must be an integer, got {value!r} ({_type_name(value)}). "
+        raise ConfigError(f"{source}: {key}: must be an integer, got {shown(value)} ({_type_name(value)}). "
                           "How to fix: give the global batch as a whole number, e.g. batch_size = 4096")
     if value < 1:
-        raise ConfigError(f"{source}: {key}: must be >= 1, got {value}. How to fix: give the global batch "
+        raise ConfigError(f"{source}: {key}: must be >= 1, got {shown(value)}. How to fix: give the global batch "
                           "(samples per feature per step), e.g. batch_size = 4096")
     parts = topology.num_devices * topology.sparsecores_per_device
     if parts and value % parts:
@@ -534,7 +554,7 @@ class _Reader:
 
     def mapping(self, value: Any, key: str, example: str) -> Mapping[str, Any]:
         if not isinstance(value, Mapping):
-            raise self.fail(key, f"must be a table of keys, got {value!r} ({_type_name(value)})", example)
+            raise self.fail(key, f"must be a table of keys, got {shown(value)} ({_type_name(value)})", example)
         return value
 
     def keys(self, value: Mapping[str, Any], key: str, allowed: tuple[str, ...],
@@ -543,7 +563,7 @@ class _Reader:
             if name not in allowed:
                 where = f"{key}.{name}" if key else str(name)
                 close = difflib.get_close_matches(str(name), allowed, n=1, cutoff=0.6)
-                hint = f"did you mean {close[0]!r}? " if close else ""
+                hint = f"did you mean {shown(close[0])}? " if close else ""
                 raise self.fail(where, "unknown key", f"{hint}known keys here: {', '.join(allowed)}")
         for name in required:
             if name not in value:
@@ -552,30 +572,30 @@ class _Reader:
 
     def integer(self, value: Any, key: str, *, minimum: int, fix: str, maximum: int = _INT32_MAX) -> int:
         if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-            raise self.fail(key, f"must be an integer, got {value!r} ({_type_name(value)})", fix)
+            raise self.fail(key, f"must be an integer, got {shown(value)} ({_type_name(value)})", fix)
         if value < minimum:
-            raise self.fail(key, f"must be >= {minimum}, got {value}", fix)
+            raise self.fail(key, f"must be >= {minimum}, got {shown(value)}", fix)
         if value > maximum:
-            raise self.fail(key, f"must be <= {maximum}, got {value}", fix)
+            raise self.fail(key, f"must be <= {maximum}, got {shown(value)}", fix)
         return int(value)
 
     def boolean(self, value: Any, key: str) -> bool:
         if not isinstance(value, bool):
-            raise self.fail(key, f"must be true or false, got {value!r} ({_type_name(value)})",
+            raise self.fail(key, f"must be true or false, got {shown(value)} ({_type_name(value)})",
                             f"write {key.rsplit('.', 1)[-1]} = true or false (no quotes)")
         return value
 
     def string(self, value: Any, key: str, fix: str) -> str:
         if not isinstance(value, str) or not value.strip():
-            raise self.fail(key, f"must be a non-empty string, got {value!r} ({_type_name(value)})", fix)
+            raise self.fail(key, f"must be a non-empty string, got {shown(value)} ({_type_name(value)})", fix)
         return value
 
     def choice(self, value: Any, key: str, choices: tuple[str, ...], what: str) -> str:
         self.string(value, key, f"use one of {', '.join(choices)}")
         if value not in choices:
             close = difflib.get_close_matches(value, choices, n=1, cutoff=0.5)
-            hint = f"did you mean {close[0]!r}? " if close else ""
-            raise self.fail(key, f"unknown {what} {value!r}", f"{hint}use one of {', '.join(choices)}")
+            hint = f"did you mean {shown(close[0])}? " if close else ""
+            raise self.fail(key, f"unknown {what} {shown(value)}", f"{hint}use one of {', '.join(choices)}")
         return value
 
     def size(self, value: Any, key: str, *, minimum: int = 0) -> int:
@@ -585,7 +605,7 @@ class _Reader:
             raise self.fail(key, str(err).removeprefix(f"{key} "), "give bytes as an integer or text such as "
                             "'64 MiB' or '2GB'") from None
         if out < minimum:
-            raise self.fail(key, f"must be >= {minimum} bytes, got {out}", "give a positive size")
+            raise self.fail(key, f"must be >= {minimum} bytes, got {shown(out)}", "give a positive size")
         return out
 
     # -- sections ---------------------------------------------------------------------
@@ -626,7 +646,7 @@ class _Reader:
         if "shape" in value:
             raw = value["shape"]
             if not isinstance(raw, list) or not raw:
-                raise self.fail("topology.shape", f"must be a non-empty array of integers, got {raw!r}",
+                raise self.fail("topology.shape", f"must be a non-empty array of integers, got {shown(raw)}",
                                 "write shape = [4, 4] (chips per grid dimension)")
             shape = tuple(self.integer(s, f"topology.shape[{i}]", minimum=1,
                                        fix="every grid dimension holds at least one chip")
@@ -639,7 +659,7 @@ class _Reader:
         if "wraparound" in value:
             raw = value["wraparound"]
             if not isinstance(raw, list):
-                raise self.fail("topology.wraparound", f"must be an array of booleans, got {raw!r}",
+                raise self.fail("topology.wraparound", f"must be an array of booleans, got {shown(raw)}",
                                 "write wraparound = [true, false] (one flag per shape dimension)")
             wrap = tuple(self.boolean(w, f"topology.wraparound[{i}]") for i, w in enumerate(raw))
             if shape is None:
@@ -658,8 +678,8 @@ class _Reader:
                 info = hardware.get(chip)
             except ScworkError:
                 close = difflib.get_close_matches(chip.lower(), hardware.names("tpu"), n=1, cutoff=0.5)
-                hint = f"did you mean {close[0]!r}? " if close else ""
-                raise self.fail("topology.chip", f"unknown chip {chip!r}",
+                hint = f"did you mean {shown(close[0])}? " if close else ""
+                raise self.fail("topology.chip", f"unknown chip {shown(chip)}",
                                 f"{hint}use one of {', '.join(hardware.names('tpu'))}") from None
             if info.kind != "tpu":
                 raise self.fail("topology.chip", f"{info.name} is a Sophgo NPU, it has no SparseCores",
@@ -696,7 +716,7 @@ class _Reader:
         from scwork.sharding.specs import COMBINERS, OPTIMIZERS, TableSpec
 
         if not isinstance(value, list) or not value:
-            raise self.fail("tables", f"must be a non-empty array of tables, got {value!r}",
+            raise self.fail("tables", f"must be a non-empty array of tables, got {shown(value)}",
                             "add one [[tables]] block per table with name, vocab_size, embedding_dim")
         out, seen = [], {}
         for i, entry in enumerate(value):
@@ -705,7 +725,7 @@ class _Reader:
             self.keys(entry, key, _TABLE_KEYS, required=("name", "vocab_size", "embedding_dim"))
             name = self.string(entry["name"], f"{key}.name", "give the table a name, e.g. name = \"item\"")
             if name in seen:
-                raise self.fail(f"{key}.name", f"duplicate table name {name!r} (also tables[{seen[name]}])",
+                raise self.fail(f"{key}.name", f"duplicate table name {shown(name)} (also tables[{seen[name]}])",
                                 "give every table its own name")
             seen[name] = i
             kwargs: dict[str, Any] = {
@@ -755,8 +775,8 @@ class _Reader:
             table = self.string(entry["table"], f"{key}.table", f"name one of the tables: {', '.join(names)}")
             if table not in tables:
                 close = difflib.get_close_matches(table, names, n=1, cutoff=0.5)
-                hint = f"did you mean {close[0]!r}? " if close else ""
-                raise self.fail(f"{key}.table", f"no table named {table!r}",
+                hint = f"did you mean {shown(close[0])}? " if close else ""
+                raise self.fail(f"{key}.table", f"no table named {shown(table)}",
                                 f"{hint}tables are: {', '.join(names)}")
             columns[name] = name
             if "column" in entry:
@@ -765,7 +785,7 @@ class _Reader:
             if "ids_per_sample" in entry:
                 v = entry["ids_per_sample"]
                 if isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(v) or v <= 0:
-                    raise self.fail(f"{key}.ids_per_sample", f"must be a number > 0, got {v!r}",
+                    raise self.fail(f"{key}.ids_per_sample", f"must be a number > 0, got {shown(v)}",
                                     "give the mean number of ids per sample, e.g. ids_per_sample = 20")
                 ids[name] = float(v)
             try:
@@ -781,24 +801,24 @@ class _Reader:
                 return "auto"
             if value == "none":
                 return None
-            raise self.fail("stacking", f"unknown value {value!r}", fix)
+            raise self.fail("stacking", f"unknown value {shown(value)}", fix)
         if not isinstance(value, list) or not value:
-            raise self.fail("stacking", f"must be \"auto\", \"none\" or an array of groups, got {value!r}", fix)
+            raise self.fail("stacking", f"must be \"auto\", \"none\" or an array of groups, got {shown(value)}", fix)
         groups, placed = [], {}
         for i, group in enumerate(value):
             if not isinstance(group, list) or not group:
-                raise self.fail(f"stacking[{i}]", f"must be a non-empty array of table names, got {group!r}", fix)
+                raise self.fail(f"stacking[{i}]", f"must be a non-empty array of table names, got {shown(group)}", fix)
             names = []
             for j, name in enumerate(group):
                 key = f"stacking[{i}][{j}]"
                 if not isinstance(name, str):
-                    raise self.fail(key, f"must be a table name, got {name!r}", fix)
+                    raise self.fail(key, f"must be a table name, got {shown(name)}", fix)
                 if name not in tables:
                     close = difflib.get_close_matches(name, list(tables), n=1, cutoff=0.5)
-                    hint = f"did you mean {close[0]!r}? " if close else ""
-                    raise self.fail(key, f"no table named {name!r}", f"{hint}tables are: {', '.join(tables)}")
+                    hint = f"did you mean {shown(close[0])}? " if close else ""
+                    raise self.fail(key, f"no table named {shown(name)}", f"{hint}tables are: {', '.join(tables)}")
                 if name in placed:
-                    raise self.fail(key, f"table {name!r} is already in stacking[{placed[name]}]",
+                    raise self.fail(key, f"table {shown(name)} is already in stacking[{placed[name]}]",
                                     "put every table in one group only")
                 placed[name] = i
                 names.append(name)
@@ -812,13 +832,13 @@ class _Reader:
                 self.integer(value, key, minimum=1, fix=fix)
             return value
         if not isinstance(value, Mapping):
-            raise self.fail(key, f"must be an integer or a table of integers, got {value!r} "
+            raise self.fail(key, f"must be an integer or a table of integers, got {shown(value)} "
                             f"({_type_name(value)})", fix)
         for name, v in value.items():
             if name not in tables:
                 close = difflib.get_close_matches(name, list(tables), n=1, cutoff=0.5)
-                hint = f"did you mean {close[0]!r}? " if close else ""
-                raise self.fail(f"{key}.{name}", f"no table named {name!r}", f"{hint}tables are: {', '.join(tables)}")
+                hint = f"did you mean {shown(close[0])}? " if close else ""
+                raise self.fail(f"{key}.{name}", f"no table named {shown(name)}", f"{hint}tables are: {', '.join(tables)}")
             self.integer(v, f"{key}.{name}", minimum=1, fix=fix)
         return dict(value)
 
@@ -851,21 +871,21 @@ class _Reader:
 
         def one(v, where):
             if not isinstance(v, str):
-                raise self.fail(where, f"must be a dtype name, got {v!r} ({_type_name(v)})", fix)
+                raise self.fail(where, f"must be a dtype name, got {shown(v)} ({_type_name(v)})", fix)
             try:
                 return parse_dtype(v, where)[0]
             except ConfigError:
                 close = difflib.get_close_matches(v.lower(), list(DTYPE_SIZES), n=1, cutoff=0.5)
-                hint = f"did you mean {close[0]!r}? " if close else ""
-                raise self.fail(where, f"unknown dtype {v!r}", hint + fix) from None
+                hint = f"did you mean {shown(close[0])}? " if close else ""
+                raise self.fail(where, f"unknown dtype {shown(v)}", hint + fix) from None
 
         if isinstance(value, Mapping):
             out = {}
             for name, v in value.items():
                 if name not in tables:
                     close = difflib.get_close_matches(name, list(tables), n=1, cutoff=0.5)
-                    hint = f"did you mean {close[0]!r}? " if close else ""
-                    raise self.fail(f"{key}.{name}", f"no table named {name!r}",
+                    hint = f"did you mean {shown(close[0])}? " if close else ""
+                    raise self.fail(f"{key}.{name}", f"no table named {shown(name)}",
                                     f"{hint}tables are: {', '.join(tables)}")
                 out[name] = one(v, f"{key}.{name}")
             return types.MappingProxyType(out)
@@ -893,7 +913,7 @@ class _Reader:
         if "headroom" in value:
             h = value["headroom"]
             if isinstance(h, bool) or not isinstance(h, numbers.Real) or not 0 <= h < 1:
-                raise self.fail("memory.headroom", f"must be a number in [0, 1), got {h!r}",
+                raise self.fail("memory.headroom", f"must be a number in [0, 1), got {shown(h)}",
                                 "give the share of HBM kept free, e.g. headroom = 0.1")
             kwargs["headroom"] = float(h)
         for name in _SIZE_KNOBS:

@@ -17,7 +17,7 @@ import scwork
 
 SCWORK = [sys.executable, "-m", "scwork.cli"]
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "model.toml"
-COMMANDS = ("lab", "layout", "hardware", "warmup", "stats", "memory", "allreduce")
+COMMANDS = ("lab", "layout", "hardware", "warmup", "stats", "memory", "summary", "allreduce")
 
 
 def run(*args: str, check: bool = True, env: dict | None = None) -> subprocess.CompletedProcess:
@@ -228,6 +228,7 @@ def test_allreduce_schedule_column_with_the_real_engine():
     (("--topology", "ring:8", "--bytes", "lots"), "size such as"),
     (("--topology", "ring:8", "--all", "--algorithm", "ring"), "not both"),
     (("--topology", "ring:8", "--chip", "v9"), "Unknown chip 'v9'"),
+    (("--topology", "ring:8", "--cores-per-chip", "4000"), "--cores-per-chip 4,000 is more than 16"),
 ])
 def test_allreduce_bad_input(args, fragment):
     assert_bad_input(run("allreduce", *args, check=False), fragment)
@@ -417,6 +418,67 @@ def test_stats_bad_input(ids_csv, tmp_path):
                      "no file matches")
 
 
+def _one_line_error_in_process(capsys, argv, *fragments):
+    from scwork import cli
+
+    assert cli.main(argv) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1, err
+    for fragment in fragments:
+        assert fragment in err, err
+
+
+def test_stats_writes_no_output_when_another_output_is_bad(ids_csv, tmp_path, capsys):
+    """`--out out.json --fdo-dir FILE` exited 2 but had already written out.json."""
+    base = ["stats", str(ids_csv), "--config", str(EXAMPLE), "--batch-size", "64"]
+    a_file = tmp_path / "a_file"
+    a_file.write_text("not a folder")
+    out = tmp_path / "out.json"
+    _one_line_error_in_process(capsys, [*base, "--out", str(out), "--fdo-dir", str(a_file)],
+                               f"--fdo-dir {a_file}: is a file, not a folder")
+    assert not out.exists()
+    out.write_text("old limits")
+    _one_line_error_in_process(capsys, [*base, "--out", str(out), "--fdo-dir", str(a_file / "sub")],
+                               "is a file, so the folder cannot be created there")
+    assert out.read_text() == "old limits"
+    # The other way round: a bad --out leaves the FDO folder uncreated.
+    fdo = tmp_path / "fdo"
+    _one_line_error_in_process(capsys, [*base, "--out", str(tmp_path / "missing" / "l.json"), "--fdo-dir", str(fdo)],
+                               "does not exist")
+    (tmp_path / "folder.json").mkdir()
+    _one_line_error_in_process(capsys, [*base, "--out", str(tmp_path / "folder.json"), "--fdo-dir", str(fdo)],
+                               "is a directory")
+    _one_line_error_in_process(capsys, [*base, "--out", str(fdo / "x.json"), "--fdo-dir", str(fdo)], "does not exist")
+    assert not fdo.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a_file", "folder.json", "out.json"]
+
+
+def test_stats_outputs_are_all_or_nothing_when_a_writer_fails(ids_csv, tmp_path, capsys, monkeypatch):
+    """A failure while writing the second output leaves the first one as it was and no temporary files."""
+    from scwork import cli, sharding
+    from scwork.errors import ConfigError
+
+    def failing_fdo_writer(*args, **kwargs):
+        raise ConfigError("disk full (simulated)")
+
+    monkeypatch.setattr(sharding, "write_fdo_stats", failing_fdo_writer)
+    out = tmp_path / "out.json"
+    out.write_text("old limits")
+    fdo = tmp_path / "new" / "fdo"
+    argv = ["stats", str(ids_csv), "--config", str(EXAMPLE), "--batch-size", "64", "--out", str(out),
+            "--fdo-dir", str(fdo)]
+    assert cli.main(argv) == 2
+    assert "disk full (simulated)" in capsys.readouterr().err
+    assert out.read_text() == "old limits"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.json"]     # no temporary file, no new folder
+    monkeypatch.undo()
+    assert cli.main([*argv, "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert json.loads(out.read_text())["stacks"] and Path(data["fdo_file"]).parent == fdo
+    assert sorted(p.name for p in fdo.iterdir()) == [Path(data["fdo_file"]).name]   # the staging folder is gone
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["new", "out.json"]
+
+
 def test_stats_out_of_vocabulary_ids(tmp_path):
     path = tmp_path / "oov.csv"
     rows = ["user_id,clicked,viewed,category"] + [f"{i},1,2,{5000 + i}" for i in range(32)]
@@ -504,10 +566,10 @@ def test_stats_keep_remainder_on_a_directory_of_shards(tmp_path):
 
 def test_stats_announces_the_first_use_compilation_on_stderr_only(ids_csv, monkeypatch, capsys):
     """The first run spent ~20 s compiling numba kernels without a word."""
-    from scwork import cli
+    from scwork import _cli_stats, cli
 
     args = ["stats", str(ids_csv), "--config", str(EXAMPLE), "--batch-size", "64"]
-    monkeypatch.setattr(cli, "_kernels_compiled", lambda: False)
+    monkeypatch.setattr(_cli_stats, "_kernels_compiled", lambda: False)   # the stats command's module
     monkeypatch.setenv("SCWORK_PROGRESS", "1")            # progress on (as in a terminal)
     assert cli.main(args) == 0
     out, err = capsys.readouterr()
@@ -608,6 +670,32 @@ def test_lab_no_browser_prints_url_and_serves(tmp_path):
     finally:
         process.terminate()
         process.wait(timeout=30)
+
+
+def test_lab_refuses_a_port_out_of_range_in_one_line(capsys):
+    """`scwork lab --port 70000` ended in an OverflowError traceback (found by tests/fuzz/test_fuzz_cli.py)."""
+    from scwork import cli
+
+    for port in ("70000", "-1"):
+        assert cli.main(["lab", "--port", port]) == 2
+        out, err = capsys.readouterr()
+        assert out == "" and err.count("\n") == 1 and "a TCP port is from 0 (any free one) to 65535" in err
+
+
+def test_a_file_name_that_is_not_utf8_prints_as_given(tmp_path, monkeypatch):
+    """A Latin-1 file name on a strict UTF-8 stdout ended in a UnicodeEncodeError traceback (found by the fuzz)."""
+    import io
+
+    from scwork import cli
+
+    config = Path(os.fsdecode(os.fsencode(str(tmp_path)) + b"/mod\xe8le.toml"))
+    config.write_text(EXAMPLE.read_text())
+    raw = io.BytesIO()
+    stdout = io.TextIOWrapper(raw, encoding="utf-8", errors="strict", write_through=True)
+    monkeypatch.setattr(sys, "stdout", stdout)
+    assert cli.main(["summary", "--config", str(config)]) == 0
+    assert b"plan of " + os.fsencode(str(config)) + b": batch 4,096" in raw.getvalue()     # the bytes given
+    assert stdout.errors == "strict"                                                      # restored
 
 
 def test_a_closed_pipe_ends_quietly():

@@ -319,3 +319,43 @@ def test_top_level_must_be_a_table(tmp_path):
     path.write_text("[1, 2]")
     with pytest.raises(ConfigError, match=r"\(top level\): must be a table of keys"):
         load_config(path)
+
+
+# -- root causes the config fuzz suite (tests/fuzz/test_fuzz_config.py) found -------------------
+@pytest.mark.parametrize("suffix, text", [
+    (".json", '{"batch_size": ' + "9" * 5000 + "}"),              # int() refuses > 4300 digits: ValueError
+    (".toml", "batch_size = " + "9" * 5000),
+    (".json", "[" * 100_000 + "]" * 100_000),                     # RecursionError
+    (".toml", "a = " + "[" * 100_000 + "]" * 100_000),
+])
+def test_files_with_huge_numbers_or_deep_nesting_are_config_errors(tmp_path, suffix, text):
+    path = tmp_path / f"model{suffix}"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=str(path).replace("\\", "\\\\")):
+        load_config(path)
+
+
+@pytest.mark.parametrize("path", [3, None, "a\x00b.toml"])
+def test_load_config_refuses_what_is_not_a_path(path):
+    with pytest.raises(ConfigError):
+        load_config(path)
+
+
+def test_load_config_takes_bytes_paths(tmp_path):
+    path = tmp_path / "m.toml"
+    path.write_text('[topology]\nchip = "v5p"\nnum_chips = 1\n[[tables]]\nname = "t"\nvocab_size = 8\n'
+                    "embedding_dim = 8\n")
+    assert load_config(bytes(path)).tables[0].name == "t"
+
+
+@pytest.mark.parametrize("value", [2**63, 1e30, 9.597345760216029e+214])
+def test_parse_size_refuses_numbers_beyond_64_bits(value):
+    with pytest.raises(ConfigError, match="64-bit size"):     # was accepted as it was
+        parse_size(value)
+
+
+def test_messages_about_huge_values_do_not_fail():
+    tree = {"topology": {"chip": "v5p", "num_chips": 1},
+            "tables": [{"name": "t", "vocab_size": 10**5000, "embedding_dim": 8}]}
+    with pytest.raises(ConfigError, match="tables\\[0\\].vocab_size.*about 5000 digits"):
+        parse_config(tree, source="m.toml")

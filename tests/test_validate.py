@@ -34,3 +34,19 @@ def test_context_and_error_type():
     assert non_negative_int("k", 0) == 0
     with pytest.raises(ConfigError, match="k must be >= 0"):
         non_negative_int("k", -1)
+
+
+def test_messages_about_huge_or_hostile_values_never_fail():
+    """Error messages of ints beyond Python's 4300-digit str() limit raised ValueError."""
+    from scwork._validate import shown
+
+    assert shown(10**5000) == "an integer of about 5000 digits"
+    assert shown("x" * 100, limit=10) == "'xxxxxx..."
+
+    class Hostile:
+        def __repr__(self):
+            raise RuntimeError("no")
+
+    assert shown(Hostile()) == "a Hostile that cannot be shown"
+    with pytest.raises(ConfigError, match="n must be >= 1, got an integer of about 5000 digits"):
+        positive_int("n", -10**5000)

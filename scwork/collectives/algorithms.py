@@ -57,6 +57,7 @@ Which loop each phase runs on:
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from functools import lru_cache
 
 import numpy as np
@@ -64,6 +65,7 @@ import numpy as np
 from scwork.collectives._program import CHUNKS_MOD_C, PIECES_MOD_L, PLAIN, Block, StepProgram
 from scwork.collectives.network import Network
 from scwork.collectives.schedule import MAX_EXPLICIT_TRANSFERS, Schedule
+from scwork._validate import integers, shown
 from scwork.errors import ConfigError, TopologyError
 
 __all__ = [
@@ -274,10 +276,10 @@ def _families(net: Network, d: int, first: bool, direction: int, algorithm: str)
 
 
 def _check_algorithm(algorithm: str) -> str:
-    if algorithm not in ("ring", "pincer"):
+    if not isinstance(algorithm, str) or algorithm not in ("ring", "pincer"):
         raise ConfigError(
             f"algorithm must be 'ring' (one-way rings, two of them on halves when bidirectional) "
-            f"or 'pincer' (whole shards both ways, the patent's rotated pincer), got {algorithm!r}"
+            f"or 'pincer' (whole shards both ways, the patent's rotated pincer), got {shown(algorithm)}"
         )
     return algorithm
 
@@ -310,11 +312,13 @@ def _multi_dim(net: Network, *, collective: str, colors, bidirectional: bool, al
                core_scheme: str = "zigzag") -> Schedule:
     _check_algorithm(algorithm)
     _check_size(nbytes, itemsize)
-    if core_scheme not in ("zigzag", "on_chip_first"):
-        raise ConfigError(f"core_scheme must be 'zigzag' or 'on_chip_first', got {core_scheme!r}")
+    if not isinstance(core_scheme, str) or core_scheme not in ("zigzag", "on_chip_first"):
+        raise ConfigError(f"core_scheme must be 'zigzag' or 'on_chip_first', got {shown(core_scheme)}")
+    if not isinstance(bidirectional, (bool, np.bool_)):
+        raise ConfigError(f"bidirectional must be True or False, got {shown(bidirectional)}")
     if dims is None:
         dims = tuple(range(net.ndim))
-    dims = tuple(int(d) for d in dims)
+    dims = integers("dims", dims)
     if not dims or len(set(dims)) != len(dims) or any(not 0 <= d < net.ndim for d in dims):
         raise ConfigError(f"dims must be distinct dimensions of the {net.ndim}-D network, got {dims}")
     if orders is None:
@@ -326,7 +330,11 @@ def _multi_dim(net: Network, *, collective: str, colors, bidirectional: bool, al
             )
         orders = [dims[c:] + dims[:c] for c in range(colors)]
     else:
-        orders = [tuple(int(d) for d in o) for o in orders]
+        if isinstance(orders, (str, bytes)) or not isinstance(orders, Iterable):
+            raise ConfigError(f"orders must be a list of dimension orders (one per color), got {shown(orders)}")
+        orders = [integers(f"orders[{i}]", o) for i, o in enumerate(orders)]
+        if not orders:
+            raise ConfigError("orders is empty: give one dimension order per color, or leave it out")
         for o in orders:
             if sorted(o) != sorted(dims):
                 raise ConfigError(f"every order must be a permutation of dims {dims}, got {o}")
@@ -470,9 +478,7 @@ def multi_color_all_reduce(net: Network, colors: int | None = None, **kwargs) ->
     >>> s.num_colors, s.num_steps, s.promises["conflict_free"]
     (3, 18, True)
     """
-    dims = kwargs.get("dims")
-    if colors is None:
-        colors = len(dims) if dims is not None else net.ndim
+    # colors=None: one per reduced dimension (_multi_dim counts them once dims is checked).
     return multi_dim_all_reduce(net, colors=colors, **kwargs)
 
 
@@ -507,8 +513,6 @@ def mesh_loop_all_reduce(net: Network, colors: int | None = None, bidirectional:
             "other); build the network with cores_per_chip=2, add wraparound, or use "
             "multi_dim_all_reduce (line algorithm on mesh dimensions)"
         )
-    if colors is None:
-        colors = len(kwargs.get("dims") or range(net.ndim))
     return multi_dim_all_reduce(net, colors=colors, bidirectional=bidirectional, **kwargs)
 
 
@@ -563,6 +567,8 @@ def all_gather(net: Network, *, dims=None, colors: int = 1, bidirectional: bool 
 def _ring_lanes(net: Network, collective: str, bidirectional: bool, algorithm: str,
                 nbytes: int, itemsize: int, name: str, description: str) -> Schedule:
     _check_size(nbytes, itemsize)
+    if not isinstance(bidirectional, (bool, np.bool_)):
+        raise ConfigError(f"bidirectional must be True or False, got {shown(bidirectional)}")
     ring = net.ring_order()
     N = len(ring)
     if bidirectional and not net.bidirectional:
@@ -970,6 +976,23 @@ def build(name: str, net: Network, **kwargs) -> Schedule:
     """
     try:
         fn = ALGORITHMS[name]
-    except KeyError:
-        raise ConfigError(f"unknown algorithm {name!r}; known: {', '.join(ALGORITHMS)}") from None
+    except (KeyError, TypeError):       # TypeError: an unhashable name
+        raise ConfigError(f"unknown algorithm {shown(name)}; known: {', '.join(ALGORITHMS)}") from None
+    unknown = sorted(set(kwargs) - _accepted_keywords(name))
+    if unknown:
+        raise ConfigError(f"algorithm {name!r} takes no keyword(s) {', '.join(unknown)}; it takes "
+                          f"{', '.join(sorted(_accepted_keywords(name))) or 'none'}")
     return fn(net, **kwargs)
+
+
+def _accepted_keywords(name: str) -> set[str]:
+    """Keywords algorithm ``name`` takes (menu entries that fix one, e.g. "ring", do not take it)."""
+    import inspect
+
+    fixed = {"ring": (ring_all_reduce, {"bidirectional"}), "bidirectional_ring": (ring_all_reduce, {"bidirectional"}),
+             "dimension_by_dimension": (multi_dim_all_reduce, {"colors"})}
+    function, taken = fixed.get(name, (ALGORITHMS[name], set()))
+    parameters = list(inspect.signature(function).parameters.values())
+    if any(p.kind == p.VAR_KEYWORD for p in parameters):      # passed on to multi_dim_all_reduce
+        parameters += inspect.signature(multi_dim_all_reduce).parameters.values()
+    return {p.name for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)} - taken - {"net"}

@@ -28,9 +28,12 @@ collective group).
 from __future__ import annotations
 
 import math
+import numbers
+from collections.abc import Iterable
 
 import numpy as np
 
+from scwork._validate import integer, shown
 from scwork.collectives.schedule import Schedule, _check_matrix
 from scwork.errors import ConfigError
 
@@ -60,22 +63,42 @@ def bus_factor(collective: str, n: int) -> float:
     >>> bus_factor("all_reduce", 8), bus_factor("all_gather", 8)
     (1.75, 0.875)
     """
-    if n < 1:
-        raise ConfigError(f"n must be >= 1, got {n}")
+    n = integer("n (ranks)", n, minimum=1)
+    if not isinstance(collective, str):
+        raise ConfigError(f"collective must be a name such as 'all_reduce', got {shown(collective)}")
     if collective == "all_reduce":
         return 2 * (n - 1) / n
     if collective in ("reduce_scatter", "all_gather", "all_to_all"):
         return (n - 1) / n
     if collective in ("broadcast", "reduce"):
         return 1.0
-    raise ConfigError(f"unknown collective {collective!r}")
+    raise ConfigError(f"unknown collective {shown(collective)}; use all_reduce, reduce_scatter, all_gather, "
+                      "all_to_all, broadcast or reduce")
+
+
+def _finite_number(name: str, value, *, positive: bool = False) -> float:
+    """``value`` as a float, or a ConfigError unless it is a finite real number (> 0 with ``positive``)."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (numbers.Real, np.integer, np.floating)):
+        raise ConfigError(f"{name} must be a number, got {shown(value)}")
+    try:
+        number = float(value)
+    except OverflowError:           # an int beyond float range
+        raise ConfigError(f"{name} = {shown(value)} is beyond float range") from None
+    if not math.isfinite(number) or number < 0 or (positive and number == 0):
+        raise ConfigError(f"{name} must be a finite number {'>' if positive else '>='} 0, got {shown(value)}")
+    return number
+
+
+def _finite_time(seconds: float) -> float:
+    if not math.isfinite(seconds):
+        raise ConfigError(f"the time overflows float64 ({seconds}): nbytes or latency is too large to model")
+    return seconds
 
 
 def bandwidths(nbytes: float, time_s: float, collective: str, n: int) -> tuple[float, float]:
     """``(algbw, busbw)`` in B/s for ``nbytes`` per node moved in ``time_s`` seconds."""
-    if time_s <= 0:
-        raise ConfigError(f"time must be > 0, got {time_s}")
-    algbw = nbytes / time_s
+    time_s = _finite_number("time_s", time_s, positive=True)
+    algbw = _finite_number("nbytes", nbytes) / time_s
     return algbw, algbw * bus_factor(collective, n)
 
 
@@ -214,6 +237,10 @@ def cost(schedule: Schedule, nbytes: int | None = None, *, pipeline_chunks: int 
     used = all_used
     if uniform:
         link_busy = lat[0] * link_messages + link_total_bytes / (k * bw[0])
+    if not np.isfinite(tau).all():
+        # Link times past float64 (a bandwidth of 5e-324 B/s, a latency of 1e300 s).
+        raise ConfigError(f"the step times of {schedule.name} on {net.name} overflow float64: check the "
+                          "network's link bandwidths and latencies (bytes/s and seconds)")
     if k == 1:
         total = float(tau.sum())
         mode = "bulk-synchronous"
@@ -357,7 +384,11 @@ def phase_summary(schedule: Schedule, nbytes: int | None = None):
     if len(order):
         top = part_link_bytes[order]
         # Ties go to the smallest link id (independent of the order links are stored in).
-        best_id = np.where(top == top.max(axis=1, keepdims=True), used[None, :], np.iinfo(np.int64).max).min(axis=1)
+        # Only links the part itself uses count (with zero bytes every link would tie).
+        mine = part_link_count[order] > 0
+        best_id = np.where((top == top.max(axis=1, keepdims=True)) & mine, used[None, :],
+                           np.iinfo(np.int64).max).min(axis=1)
+        best_id = np.where(best_id == np.iinfo(np.int64).max, used[np.argmax(mine, axis=1)], best_id)
         best = np.array([int(np.flatnonzero(used == i)[0]) for i in best_id], dtype=np.int64)
     else:
         best = np.zeros(0, np.int64)
@@ -446,9 +477,23 @@ def scaling_book_time(collective: str, nbytes: float, axis_sizes, *, link_bandwi
     >>> round(scaling_book_time("all_to_all", 2 * 2048 * 8192, [8]) * 1e6, 1)
     93.2
     """
-    sizes = [int(s) for s in axis_sizes]
-    if not sizes or any(s < 1 for s in sizes):
-        raise ConfigError(f"axis_sizes must be positive, got {axis_sizes}")
+    if not isinstance(collective, str):
+        raise ConfigError(f"collective must be a name such as 'all_gather', got {shown(collective)}")
+    if isinstance(axis_sizes, (str, bytes)) or not isinstance(axis_sizes, Iterable):
+        raise ConfigError(f"axis_sizes must be a list of positive integers, got {shown(axis_sizes)}")
+    sizes = [integer(f"axis_sizes[{i}]", s, minimum=1) for i, s in enumerate(axis_sizes)]
+    from scwork.collectives.network import MAX_NODES
+
+    if math.prod(sizes) > MAX_NODES:
+        raise ConfigError(f"axis_sizes {shown(sizes)} hold more than MAX_NODES={MAX_NODES:,} chips (the "
+                          "largest TPU pods have about 9,216)")
+    if not sizes:
+        raise ConfigError("axis_sizes is empty: give the mesh axes the array is sharded over, e.g. [4]")
+    if not isinstance(wraparound, (bool, np.bool_)):
+        raise ConfigError(f"wraparound must be True or False, got {shown(wraparound)}")
+    nbytes = _finite_number("nbytes", nbytes)
+    link_bandwidth = _finite_number("link_bandwidth", link_bandwidth, positive=True)
+    latency = _finite_number("latency", latency)
     w_bidir = 2 * link_bandwidth
     if collective == "all_to_all":
         # Each of the N = prod(axes) nodes sends V / N^2 to every other node. Along an
@@ -458,7 +503,7 @@ def scaling_book_time(collective: str, nbytes: float, axis_sizes, *, link_bandwi
         # the middle link carries twice that.
         # The book's form is bandwidth-only (callers add the per-hop latency they model).
         n = math.prod(sizes)
-        return nbytes * max(sizes) / (4 * n * w_bidir) * (1 if wraparound else 2)
+        return _finite_time(nbytes * max(sizes) / (4 * n * w_bidir) * (1 if wraparound else 2))
     if not wraparound:
         if len(sizes) != 1:
             raise ConfigError("the line (no wraparound) form is for one axis")
@@ -467,9 +512,9 @@ def scaling_book_time(collective: str, nbytes: float, axis_sizes, *, link_bandwi
     else:
         t = max(latency * sum(sizes) / 2, nbytes / (w_bidir * len(sizes)))
     if collective in ("all_gather", "reduce_scatter"):
-        return t
+        return _finite_time(t)
     if collective == "all_reduce":
-        return 2 * t
+        return _finite_time(2 * t)
     if collective == "all_to_all":
-        return nbytes / (4 * w_bidir)
+        return _finite_time(nbytes / (4 * w_bidir))
     raise ConfigError(f"unknown collective {collective!r}")

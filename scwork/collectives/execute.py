@@ -1,12 +1,15 @@
 """Run a schedule on real numbers, check the result, record step-by-step frames.
 
-:func:`execute` simulates every node's buffer step by step with numpy (one slice
-operation per transfer, no element loops) and checks that every node ends with
-exactly what the collective must produce. Besides the values it tracks, for
-every node and chunk, *which* nodes' contributions the buffer holds (a bit set),
-so a wrong schedule is caught at the step where it goes wrong: a contribution
-added twice, a copy that throws away contributions, or a node that never gets
-some. :func:`frames` records that state after every step for drawing.
+:func:`execute` simulates every node's buffer step by step (on large runs a
+numba kernel that runs the whole schedule one cache-sized block of elements at
+a time; on small ones one numpy slice operation per transfer) and checks that
+every node ends with exactly what the collective must produce (every node and
+element on small runs, a seeded sample of nodes and elements on large ones).
+Besides the values it tracks, for every node and chunk, *which* nodes'
+contributions the buffer holds (a bit set), so a wrong schedule is caught at
+the step where it goes wrong: a contribution added twice, a copy that throws
+away contributions, or a node that never gets some. :func:`frames` records
+that state after every step for drawing.
 """
 
 from __future__ import annotations
@@ -15,8 +18,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from scwork._validate import shown
 from scwork.errors import ScheduleError
 from scwork.collectives.schedule import OPS, Schedule
+from scwork.collectives._simulate import NUMBA_MIN_CELLS  # noqa: F401 - documented in execute()
+from scwork.collectives._simulate import choose_engine as _choose_engine
+from scwork.collectives._simulate import hazards as _hazards  # noqa: F401 - tests and tools import it from here
+from scwork.collectives._simulate import run as _run
+from scwork.collectives._simulate import run_reference as _run_reference  # noqa: F401 - the reference loop
 from scwork.errors import ConfigError, InputError
 
 __all__ = ["Execution", "execute", "frames", "reference_result"]
@@ -35,13 +44,16 @@ class Execution:
         Every node's vector at the end (all-reduce: the sum everywhere;
         reduce-scatter: the sum on the node's owned ranges; all-gather: the
         gathered vector). Working dtype: int64 for integers, float32/float64 kept.
-    reference : ndarray, shape (num_groups, num_elements)
+    reference : ndarray, shape (num_groups, num_elements) or (num_groups, len(verified_elements))
         What the buffers must hold: node ``n`` must hold ``reference[group[n]]``
         (reduce-scatter: on its owned ranges only). Float64 for float data.
+        Under sampled verification only the columns of ``verified_elements``
+        (:func:`reference_result` gives the whole of it).
     group : ndarray of int, shape (num_nodes,)
         Independent collective each node takes part in (all 0 unless ``dims``).
     max_error : float
-        Largest absolute deviation from the reference where a value is expected.
+        Largest absolute deviation from the reference where a value is expected
+        (among the verified nodes and elements).
     conflicts : list of (step, link, messages)
         Link conflicts (two or more messages on one directed link in one step).
     utilisation : xarray.DataArray
@@ -50,6 +62,16 @@ class Execution:
         Bytes per (step, link).
     received : list of ndarray or None
         All-to-all only: for node j, the blocks j of every node, in node order.
+    consistent : bool
+        All-reduce: every (verified) node holds bitwise the same values as the
+        first node of its group (on the verified elements).
+    verification : {"full", "sample"}
+        Whether every node and element was compared with the reference, or a
+        sample (see :func:`execute`'s ``verify``).
+    verified_nodes : ndarray of int or None
+        Nodes compared with the reference (sorted; every node under "full").
+    verified_elements : ndarray of int or None
+        Elements compared (sorted), or None for all of them.
     """
 
     schedule: Schedule
@@ -62,10 +84,16 @@ class Execution:
     link_bytes: object = None
     received: list | None = None
     consistent: bool = True
+    verification: str = "full"
+    verified_nodes: np.ndarray | None = None
+    verified_elements: np.ndarray | None = None
 
 
 def _as_data(schedule: Schedule, data) -> np.ndarray:
-    arr = np.asarray(data)
+    try:
+        arr = np.asarray(data)
+    except (ValueError, TypeError) as error:       # ragged lists
+        raise ConfigError(f"data must be an array of shape (num_nodes, length): {error}") from None
     N = schedule.network.num_nodes
     if arr.ndim != 2 or arr.shape[0] != N:
         raise ConfigError(
@@ -83,9 +111,29 @@ def _as_data(schedule: Schedule, data) -> np.ndarray:
             raise InputError(
                 f"data[{node}, {element}] is {arr[node, element]}: the input is not finite ({int(bad.sum())} "
                 "such values), so no schedule can be checked against its sum; give finite data")
+        if arr.size and schedule.collective in ("all_reduce", "reduce_scatter"):
+            _check_float_sums(arr)
     elif arr.size:
         _check_integer_sums(arr)
     return arr
+
+
+def _check_float_sums(arr: np.ndarray) -> None:
+    """Refuse float data whose sums could overflow the working dtype to inf.
+
+    An overflowing sum would read as a wrong schedule (or, float64 inf against inf,
+    as a correct one); every partial sum is bounded by the sum of ``|x|`` over the nodes.
+    """
+    work = np.finfo(_work_dtype(arr.dtype) if arr.dtype.kind == "f" else arr.real.dtype)
+    with np.errstate(over="ignore"):
+        bound = np.abs(arr).astype(np.float64).sum(axis=0)
+    over = bound > work.max
+    if over.any():
+        element = int(np.argmax(over))
+        raise InputError(
+            f"element {element}: the sum of |data| over the nodes is {float(bound[element]):.4g}, beyond the "
+            f"largest {work.dtype} ({float(work.max):.4g}); its all-reduce would overflow to inf. Use smaller "
+            "values or a wider dtype (float64)")
 
 
 _INT64_MAX = np.iinfo(np.int64).max
@@ -158,8 +206,22 @@ def _groups(schedule: Schedule):
     return gid
 
 
+#: Most (node, chunk) cells the per-chunk state of :func:`execute` may have (owner masks,
+#: expected-value masks: one byte each, 256 MiB).
+MAX_STATE_CELLS = 2**28
+
+
+def _check_state_size(schedule: Schedule) -> None:
+    N, C = schedule.network.num_nodes, schedule.num_chunks
+    if N * C > MAX_STATE_CELLS:
+        raise ConfigError(f"{schedule.name} on {schedule.network.name} has {N:,} nodes x {C:,} chunks = {N * C:,} "
+                          f"(node, chunk) cells, more than MAX_STATE_CELLS={MAX_STATE_CELLS:,} to simulate; use a "
+                          "smaller network (cost() needs no simulation)")
+
+
 def _owner_mask(schedule: Schedule):
     """Boolean (N, C): node owns chunk (reduce-scatter output / all-gather input)."""
+    _check_state_size(schedule)
     N, C = schedule.network.num_nodes, schedule.num_chunks
     mask = np.zeros((N, C), dtype=bool)
     if schedule.owners is not None:
@@ -190,6 +252,7 @@ def _expected(schedule: Schedule, arr: np.ndarray):
 
     Node ``n`` must end with ``rows[row_of[n]]`` on the chunks where ``mask[n]``.
     """
+    _check_state_size(schedule)
     N, C = schedule.network.num_nodes, schedule.num_chunks
     L = arr.shape[1]
     bounds = schedule.element_bounds(L)
@@ -223,7 +286,25 @@ def _expected(schedule: Schedule, arr: np.ndarray):
 # ---------------------------------------------------------------------------------------
 # Bit sets of contributions
 # ---------------------------------------------------------------------------------------
+#: Largest contribution bit set (nodes x chunks x ceil(nodes / 64) words) the
+#: tracker of :func:`execute` and :func:`frames` allocates: 1 GiB.
+MAX_TRACKER_BYTES = 2**30
+
+
+def _check_tracker_size(schedule: Schedule) -> None:
+    """Refuse, before allocating, bit sets that grow as nodes^2 x chunks past :data:`MAX_TRACKER_BYTES`."""
+    N, C = schedule.network.num_nodes, schedule.num_chunks
+    need = N * C * ((N + 63) // 64) * 8
+    if need > MAX_TRACKER_BYTES:
+        raise ConfigError(
+            f"tracking which nodes' data every (node, chunk) holds for {schedule.name} on {schedule.network.name} "
+            f"takes {N:,} nodes x {C:,} chunks x {(N + 63) // 64:,} words = {need / 2**30:,.1f} GiB, more than "
+            f"MAX_TRACKER_BYTES ({MAX_TRACKER_BYTES / 2**30:g} GiB); pass track=False to execute (values are "
+            "still checked), or use a smaller network")
+
+
 def _initial_bits(schedule: Schedule):
+    _check_tracker_size(schedule)
     N, C = schedule.network.num_nodes, schedule.num_chunks
     W = (N + 63) // 64
     bits = np.zeros((N, C, W), dtype=np.uint64)
@@ -243,6 +324,7 @@ def _initial_bits(schedule: Schedule):
 
 def _target_bits(schedule: Schedule):
     """Bit set each (node, chunk) must end with; and the mask where it matters."""
+    _check_tracker_size(schedule)
     N, C = schedule.network.num_nodes, schedule.num_chunks
     W = (N + 63) // 64
     gid = _groups(schedule)
@@ -358,6 +440,32 @@ class _Tracker:
             self.bits[d, c] = sb
             self.last[d, c] = t
 
+    def run(self, t_begin: int, t_end: int, engine: str = "numpy") -> None:
+        """Steps ``t_begin`` .. ``t_end - 1``; raise :class:`ScheduleError` at the first wrong one.
+
+        ``engine="numba"``: the :func:`~scwork.collectives._kernels.track_steps`
+        kernel updates the same bit sets with the same rules; at a wrong step it
+        rolls the step back and :meth:`step` replays it, so the error message is
+        the numpy tracker's.
+        """
+        s = self.s
+        if engine != "numba":
+            for t in range(t_begin, t_end):
+                self.step(t, s.step_slice(t))
+            return
+        from scwork.collectives._kernels import track_steps
+
+        offsets = np.array([s.step_slice(t).start for t in range(s.num_steps)] + [s.num_transfers], np.int64)
+        columns = (np.ascontiguousarray(s.source, np.int64), np.ascontiguousarray(s.destination, np.int64),
+                   np.ascontiguousarray(s.start, np.int64), np.ascontiguousarray(s.stop, np.int64),
+                   np.ascontiguousarray(s.op == _COMBINE))
+        t = t_begin
+        while t < t_end:
+            t = track_steps(offsets, t, t_end, *columns, self.bits, self.last)
+            if t < t_end:
+                self.step(t, s.step_slice(t))  # raises with the details
+                t += 1
+
     def check_final(self) -> None:
         s = self.s
         net = s.network
@@ -386,49 +494,19 @@ class _Tracker:
                 step=last if last >= 0 else None, node=node, shard=(ch, stop))
 
 
-def _hazards(s: Schedule, sl: slice) -> np.ndarray:
-    """Transfers of one step whose source range is also written in that step."""
-    src, dst = s.source[sl], s.destination[sl]
-    c0, c1 = s.start[sl], s.stop[sl]
-    C = s.num_chunks + 1
-    wkey = dst * C + c0
-    order = np.argsort(wkey, kind="stable")
-    wkey_s = wkey[order]
-    wend = (dst * C + c1)[order]
-    wend_max = np.maximum.accumulate(wend)
-    pos = np.searchsorted(wkey_s, src * C + c1, side="left") - 1
-    valid = pos >= 0
-    posc = np.maximum(pos, 0)
-    return valid & (wend_max[posc] > src * C + c0) & (wkey_s[posc] >= src * C)
-
-
-def _run(schedule: Schedule, work: np.ndarray, tracker: _Tracker | None, bounds, record=None):
-    s = schedule
-    e0_all, e1_all = bounds[s.start], bounds[s.stop]
-    for t in range(s.num_steps):
-        sl = s.step_slice(t)
-        if tracker is not None:
-            tracker.step(t, sl)
-        src, dst = s.source[sl].tolist(), s.destination[sl].tolist()
-        e0, e1, op = e0_all[sl].tolist(), e1_all[sl].tolist(), s.op[sl].tolist()
-        hz = _hazards(s, sl)
-        snap = {i: work[src[i], e0[i]:e1[i]].copy() for i in np.flatnonzero(hz).tolist()}
-        for i in range(len(src)):
-            a, b = e0[i], e1[i]
-            if a == b:
-                continue
-            payload = snap[i] if i in snap else work[src[i], a:b]
-            target = work[dst[i], a:b]
-            if op[i] == _COMBINE:
-                np.add(target, payload, out=target)
-            else:
-                target[...] = payload
-        if record is not None:
-            record(t)
+#: ``verify="auto"`` compares every node and element when nodes x elements is at
+#: most this, and a sample above it.
+FULL_VERIFY_MAX_CELLS = 1 << 22
+#: Nodes drawn at random (besides every group's representative) under sampling.
+SAMPLE_NODES = 32
+#: Elements drawn at random (besides the first and last element of every shard) under sampling.
+SAMPLE_ELEMENTS = 1024
+_VERIFY = ("auto", "full", "sample")
 
 
 def execute(schedule: Schedule, data, *, conflicts: str = "report", check: bool = True,
-            track: bool = True, rtol: float | None = None) -> Execution:
+            track: bool = True, rtol: float | None = None, verify: str = "auto", seed: int = 0,
+            engine: str = "auto") -> Execution:
     """Run ``schedule`` on ``data`` (one vector per node) and check the result.
 
     Parameters
@@ -445,10 +523,33 @@ def execute(schedule: Schedule, data, *, conflicts: str = "report", check: bool 
         Compare the result with the reference; raise :class:`ScheduleError` if wrong.
     track : bool
         Track the contribution sets per chunk (finds the step where a schedule
-        goes wrong). Costs a little time; the values are checked either way.
+        goes wrong). Always exact: every node and chunk, whatever ``verify`` says.
     rtol : float, optional
         For floats: allowed error relative to ``sum |x|`` (default: group size x
         machine epsilon, a bound for any summation order).
+    verify : {"auto", "full", "sample"}
+        Which values are compared with the exact reference sums. ``"full"``:
+        every node and element. ``"sample"``: the first node of every group
+        (its representative) plus ``SAMPLE_NODES`` (32) nodes drawn at random,
+        on the first and last element of every shard plus ``SAMPLE_ELEMENTS``
+        (1024) elements drawn at random; the reference sums are computed for
+        those elements only. ``"auto"`` (default): ``"full"`` when nodes x
+        elements is at most ``FULL_VERIFY_MAX_CELLS`` (4,194,304), else
+        ``"sample"``. A schedule error moves whole shards, so it shows on the
+        shard edges of the nodes it reaches; with ``track=True`` the
+        contribution tracker also checks every node and shard exactly, so a
+        wrong schedule is caught at its step even on nodes outside the sample.
+        With ``track=False`` and sampling, a value wrong on one unsampled node
+        only can go unnoticed: use ``verify="full"``.
+    seed : int
+        Seed of the random draws of ``verify="sample"`` (the same seed draws the
+        same nodes and elements for the same network and length).
+    engine : {"auto", "numba", "numpy"}
+        How the schedule runs: ``"numba"`` kernels (whole schedule per
+        cache-sized block of elements), or the ``"numpy"`` loop (one slice
+        operation per transfer). ``"auto"``: numba from ``NUMBA_MIN_CELLS``
+        (262,144) nodes x max(elements, shards). Both give bitwise-identical
+        buffers: every element sees the same additions in the same order.
 
     Returns
     -------
@@ -469,9 +570,13 @@ def execute(schedule: Schedule, data, *, conflicts: str = "report", check: bool 
     >>> run = execute(rotated_pincer(net), data)
     >>> run.buffers[3].tolist() == data.sum(axis=0).tolist(), run.max_error, run.conflicts
     (True, 0.0, [])
+    >>> run.verification
+    'full'
     """
     if conflicts not in ("report", "raise", "ignore"):
         raise ConfigError(f"conflicts must be 'report', 'raise' or 'ignore', got {conflicts!r}")
+    if verify not in _VERIFY:
+        raise ConfigError(f"verify must be 'auto', 'full' or 'sample', got {verify!r}")
     arr = _as_data(schedule, data)
     net = schedule.network
     found = [] if conflicts == "ignore" else schedule.conflicts()
@@ -489,25 +594,61 @@ def execute(schedule: Schedule, data, *, conflicts: str = "report", check: bool 
     sched = schedule.with_size(L * arr.dtype.itemsize, arr.dtype.itemsize)
     if schedule.collective == "all_to_all":
         return _execute_all_to_all(sched, arr, found, check)
-    initial, rows, row_of, cmask, abs_rows = _expected(sched, arr)
-    wdt = _work_dtype(arr.dtype)
-    work = np.array(initial, dtype=wdt, copy=True)
-    del initial
-    tracker = _Tracker(sched) if track else None
+    engine = _choose_engine(sched, L, engine)
     bounds = sched.element_bounds(L)
-    _run(sched, work, tracker, bounds)
+    nodes = elements = None  # every node and element
+    if verify == "sample" or (verify == "auto" and net.num_nodes * L > FULL_VERIFY_MAX_CELLS):
+        from scwork.collectives._sample import sample_nodes_and_elements
+
+        nodes, elements = sample_nodes_and_elements(_groups(sched), bounds, L, num_nodes=SAMPLE_NODES,
+                                                    num_elements_drawn=SAMPLE_ELEMENTS, seed=seed)
+    if elements is None:
+        initial, rows, row_of, cmask, abs_rows = _expected(sched, arr)
+    else:
+        initial, rows, row_of, cmask, abs_rows = _expected_at(sched, arr, elements)
+    wdt = _work_dtype(arr.dtype)
+    tracker = _Tracker(sched) if track else None  # may refuse a too large network before the buffers exist
+    # The numba engine fills the buffers block by block from ``initial`` (no
+    # separate copy of the whole array first).
+    work = np.empty(arr.shape, dtype=wdt)
+    _run(sched, work, tracker, bounds, initial=initial, engine=engine)
+    del initial
     if tracker is not None and check:
         tracker.check_final()
     max_error, consistent = _compare(sched, work, rows, row_of, cmask, abs_rows, wdt, bounds,
-                                     check, rtol, tracker)
+                                     check, rtol, tracker, nodes=nodes, elements=elements)
     util, lbytes = _link_tables(sched)
     return Execution(schedule=sched, buffers=work, reference=rows, group=row_of, max_error=max_error,
-                     conflicts=found, utilisation=util, link_bytes=lbytes, consistent=consistent)
+                     conflicts=found, utilisation=util, link_bytes=lbytes, consistent=consistent,
+                     verification="full" if elements is None else "sample",
+                     verified_nodes=np.arange(net.num_nodes) if nodes is None else nodes,
+                     verified_elements=elements)
 
 
-def _compare(s: Schedule, work, rows, row_of, cmask, abs_rows, wdt, bounds, check, rtol, tracker):
-    """Largest error where a value is expected; raise on the first wrong element."""
-    net = s.network
+def _expected_at(schedule: Schedule, arr: np.ndarray, elements: np.ndarray):
+    """:func:`_expected` with the reference rows (and ``|x|`` sums) at ``elements`` only."""
+    if schedule.collective == "all_gather":
+        initial, rows, gid, mask, _ = _expected(schedule, arr)
+        return initial, rows[:, elements], gid, mask, None
+    _check_state_size(schedule)
+    N, C = schedule.network.num_nodes, schedule.num_chunks
+    ref_dtype = np.float64 if arr.dtype.kind == "f" else (np.complex128 if arr.dtype.kind == "c" else np.int64)
+    gid = _groups(schedule)
+    rows, abs_rows = _column_sums(arr[:, elements], gid, ref_dtype)
+    mask = _owner_mask(schedule) if schedule.collective == "reduce_scatter" else np.ones((N, C), dtype=bool)
+    return arr, rows, gid, mask, abs_rows
+
+
+def _compare(s: Schedule, work, rows, row_of, cmask, abs_rows, wdt, bounds, check, rtol, tracker, *,
+             nodes=None, elements=None):
+    """Largest error where a value is expected; raise on the first wrong element.
+
+    ``nodes``/``elements`` (sorted): compare only those (``rows`` and ``abs_rows``
+    then hold the reference at ``elements`` only); None: every node and element.
+    """
+    if elements is not None:
+        return _compare_sample(s, work, rows, row_of, cmask, abs_rows, wdt, bounds, check, rtol, tracker,
+                               nodes, elements)
     exact = s.collective == "all_gather" or wdt.kind in "iu"
     factor = rtol if rtol is not None else s.group_size * (0.0 if exact else np.finfo(wdt).eps)
     max_error = 0.0
@@ -539,14 +680,38 @@ def _compare(s: Schedule, work, rows, row_of, cmask, abs_rows, wdt, bounds, chec
             bad = diff > tol
             if np.any(bad):
                 elem = a + int(np.argmax(bad))
-                ch = int(np.searchsorted(bounds, elem, side="right") - 1)
-                last = int(tracker.last[n, ch]) if tracker is not None else None
-                raise ScheduleError(
-                    f"node {int(n)} ({net.node_label(int(n))}) ends with a wrong value in shard "
-                    f"[{ch}, {ch + 1}) (element {elem}: {work[n, elem]!r}, expected {rows[row_of[n], elem]!r})"
-                    + (f"; last written at step {last}" if last is not None and last >= 0 else ""),
-                    step=last, node=int(n), shard=(ch, ch + 1))
+                _raise_wrong_value(s, work[n, elem], rows[row_of[n], elem], int(n), elem, bounds, tracker)
     return max_error, consistent
+
+
+def _compare_sample(s: Schedule, work, rows, row_of, cmask, abs_rows, wdt, bounds, check, rtol, tracker,
+                    nodes, elements):
+    """:func:`_compare` on ``nodes`` x ``elements`` (see :mod:`scwork.collectives._sample`)."""
+    from scwork.collectives._sample import compare_sample
+
+    exact = s.collective == "all_gather" or wdt.kind in "iu"
+    factor = rtol if rtol is not None else s.group_size * (0.0 if exact else np.finfo(wdt).eps)
+    got = work[np.ix_(nodes, elements)]
+    want = rows[row_of[nodes]]
+    expected_here = cmask[np.ix_(nodes, np.searchsorted(bounds, elements, side="right") - 1)]
+    scale = None if exact else factor * abs_rows[row_of[nodes]]
+    max_error, consistent, wrong = compare_sample(got, want, row_of[nodes], expected_here, scale,
+                                                  np.finfo(wdt).tiny if not exact else 0.0,
+                                                  all_reduce=s.collective == "all_reduce")
+    if check and wrong is not None:
+        i, j = wrong
+        _raise_wrong_value(s, got[i, j], want[i, j], int(nodes[i]), int(elements[j]), bounds, tracker)
+    return max_error, consistent
+
+
+def _raise_wrong_value(s: Schedule, value, expected, n: int, elem: int, bounds, tracker):
+    ch = int(np.searchsorted(bounds, elem, side="right") - 1)
+    last = int(tracker.last[n, ch]) if tracker is not None else None
+    raise ScheduleError(
+        f"node {n} ({s.network.node_label(n)}) ends with a wrong value in shard "
+        f"[{ch}, {ch + 1}) (element {elem}: {value!r}, expected {expected!r})"
+        + (f"; last written at step {last}" if last is not None and last >= 0 else ""),
+        step=last, node=n, shard=(ch, ch + 1))
 
 
 def _mask_runs(row) -> list[tuple[int, int]]:
@@ -658,6 +823,8 @@ def frames(schedule: Schedule, data=None, *, max_cells: int = 20_000_000):
         raise ConfigError("frames() draws reductions and gathers; all-to-all has no partial sums to show")
     s = schedule
     N, C, S = s.network.num_nodes, s.num_chunks, s.num_steps
+    if isinstance(max_cells, bool) or not isinstance(max_cells, (int, np.integer)) or max_cells < 0:
+        raise ConfigError(f"max_cells must be an integer >= 0, got {shown(max_cells)}")
     if (S + 1) * N * C > max_cells:
         raise ConfigError(
             f"{S + 1} frames x {N} nodes x {C} chunks is too much state to record; "

@@ -43,12 +43,12 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from scwork._validate import integer
+from scwork._validate import integer, shown
 from scwork.errors import TopologyError
 
 __all__ = ["DEFAULT_CHIP", "ICI_LATENCY_S", "ON_CHIP_LATENCY_S", "LinkClass", "Network"]
@@ -161,29 +161,37 @@ class Network:
         try:
             shape = tuple(shape)
         except TypeError:
-            raise TopologyError(f"shape must be a tuple of positive integers, got {shape!r}") from None
+            raise TopologyError(f"shape must be a tuple of positive integers, got {shown(shape)}") from None
         if not shape:
             raise TopologyError("shape is empty: give at least one dimension, e.g. (8,) or (4, 4)")
         if len(shape) > 3:
-            raise TopologyError(f"shape {shape} has {len(shape)} dimensions; networks have 1 to 3")
+            raise TopologyError(f"shape {shown(shape)} has {len(shape)} dimensions; networks have 1 to 3")
         for i, s in enumerate(shape):
             if isinstance(s, bool) or not isinstance(s, (int, np.integer)):
-                raise TopologyError(f"shape[{i}] must be an integer, got {s!r} (shape {shape!r})")
+                raise TopologyError(f"shape[{i}] must be an integer, got {shown(s)} (shape {shown(shape)})")
             if s < 1:
                 raise TopologyError(
-                    f"shape[{i}] = {s}: a network needs at least one chip per dimension "
-                    f"(shape {shape!r} holds no nodes); use sizes >= 1"
+                    f"shape[{i}] = {shown(s)}: a network needs at least one chip per dimension "
+                    f"(shape {shown(shape)} holds no nodes); use sizes >= 1"
                 )
         shape = tuple(int(s) for s in shape)
         if isinstance(wraparound, (bool, np.bool_)):
             wraparound = (bool(wraparound),) * len(shape)
-        wraparound = tuple(bool(w) for w in wraparound)
+        flags = tuple(wraparound) if isinstance(wraparound, Iterable) and not isinstance(wraparound, (str, bytes)) \
+            else None
+        if flags is None or not all(isinstance(w, (bool, np.bool_)) for w in flags):
+            # bool("no") is True: only real booleans say which dimensions wrap.
+            raise TopologyError(f"wraparound must be True, False or one True/False per dimension, got "
+                                f"{shown(wraparound)}")
+        wraparound = tuple(bool(w) for w in flags)
         if len(wraparound) != len(shape):
             raise TopologyError(
                 f"wraparound has {len(wraparound)} flags but shape {shape} has {len(shape)} "
                 f"dimensions; give one flag per dimension, e.g. wraparound={(True,) * len(shape)}"
             )
         k = _check_positive_int("cores_per_chip", cores_per_chip)
+        if not isinstance(bidirectional, (bool, np.bool_)):
+            raise TopologyError(f"bidirectional must be True or False, got {shown(bidirectional)}")
         if k > 1 and on_chip is None:
             raise TopologyError("cores_per_chip > 1 needs an on-chip LinkClass")
         self.shape = shape
@@ -451,15 +459,19 @@ class Network:
 
     def node(self, chip_coord: Sequence[int], core: int = 0) -> int:
         """Node id of ``core`` on the chip at grid coordinates ``chip_coord``."""
-        coord = tuple(int(c) for c in chip_coord)
+        if isinstance(chip_coord, (str, bytes)) or not isinstance(chip_coord, Iterable):
+            raise TopologyError(f"chip_coord must be a sequence of {self.ndim} integers, got {shown(chip_coord)}")
+        coord = tuple(integer(f"chip_coord[{i}]", c, error=TopologyError) for i, c in enumerate(chip_coord))
         if len(coord) != self.ndim or any(not 0 <= c < s for c, s in zip(coord, self.shape)):
-            raise TopologyError(f"chip coordinate {coord} is outside the grid {self.shape}")
+            raise TopologyError(f"chip coordinate {shown(coord)} is outside the grid {self.shape}")
+        core = integer("core", core, error=TopologyError)
         if not 0 <= core < self.cores_per_chip:
-            raise TopologyError(f"core {core} does not exist: chips have {self.cores_per_chip} cores")
+            raise TopologyError(f"core {shown(core)} does not exist: chips have {self.cores_per_chip} cores")
         return int(np.ravel_multi_index(coord, self.shape)) * self.cores_per_chip + core
 
     def node_label(self, node: int) -> str:
         """Short name: letters for rings/lines of <= 26 chips, grid coordinates otherwise."""
+        node = self._check_node("node", node)
         chip = int(self.node_chip[node])
         core = int(self.node_core[node])
         if self.ndim == 1 and self.num_chips <= 26:
@@ -467,6 +479,12 @@ class Network:
         else:
             base = "(" + ",".join(str(int(c)) for c in self.chip_coords[chip]) + ")"
         return base + (f".{core}" if self.cores_per_chip > 1 else "")
+
+    def _check_node(self, name: str, node) -> int:
+        node = integer(name, node, error=TopologyError)
+        if not 0 <= node < self.num_nodes:
+            raise TopologyError(f"{name} {shown(node)} does not exist: nodes are 0..{self.num_nodes - 1}")
+        return node
 
     @property
     def labels(self) -> list[str]:
@@ -481,8 +499,13 @@ class Network:
         TopologyError
             A pair of nodes that no link joins (or a node sending to itself).
         """
-        s = np.asarray(src_nodes, dtype=np.int64)
-        d = np.asarray(dst_nodes, dtype=np.int64)
+        s = _node_ids("src_nodes", src_nodes)
+        d = _node_ids("dst_nodes", dst_nodes)
+        if s.shape != d.shape:
+            raise TopologyError(f"src_nodes has shape {s.shape} but dst_nodes {d.shape}: give one destination "
+                                "per source")
+        scalar = s.ndim == 0
+        s, d = np.atleast_1d(s), np.atleast_1d(d)
         n, m, k = self.num_nodes, self.num_chips, self.cores_per_chip
         bad = (s < 0) | (s >= n) | (d < 0) | (d >= n)
         if bad.any():
@@ -505,7 +528,8 @@ class Network:
                 f"in {self.name}; transfers must go between neighbours (same chip, or chips one "
                 "hop apart along a dimension, wraparound only where the dimension wraps)"
             )
-        return self._key_link[pos_c]
+        links = self._key_link[pos_c]
+        return links[0] if scalar else links
 
     def has_link(self, src: int, dst: int) -> bool:
         try:
@@ -515,6 +539,9 @@ class Network:
         return True
 
     def link_label(self, link: int) -> str:
+        link = integer("link", link, error=TopologyError)
+        if not 0 <= link < self.num_links:
+            raise TopologyError(f"link {shown(link)} does not exist: links are 0..{self.num_links - 1}")
         a, b = int(self.link_src_chip[link]), int(self.link_dst_chip[link])
         if self.link_kind[link] == "on_chip":
             k = self.cores_per_chip
@@ -534,8 +561,9 @@ class Network:
         -------
         ndarray of int, shape (num_chips // shape[dim], shape[dim])
         """
+        dim = integer("dim", dim, error=TopologyError)
         if not 0 <= dim < self.ndim:
-            raise TopologyError(f"dimension {dim} does not exist in a {self.ndim}-D network")
+            raise TopologyError(f"dimension {shown(dim)} does not exist in a {self.ndim}-D network")
         ids = np.arange(self.num_chips).reshape(self.shape)
         return np.moveaxis(ids, dim, -1).reshape(-1, self.shape[dim])
 
@@ -686,6 +714,21 @@ class Network:
 
 
 # -- Hamiltonian paths and cycles on grids ------------------------------------------------
+def _node_ids(name: str, values) -> np.ndarray:
+    """``values`` as an int64 array of node ids, or a TopologyError (floats, text, ragged lists)."""
+    try:
+        array = np.asarray(values)
+    except (ValueError, TypeError) as error:
+        raise TopologyError(f"{name} must be an array of node ids: {error}") from None
+    if array.size == 0:
+        return array.astype(np.int64)
+    if array.dtype.kind not in "iu":
+        raise TopologyError(f"{name} must hold integer node ids, got dtype {array.dtype} ({shown(values)})")
+    if array.dtype.kind == "u" and array.dtype.itemsize == 8 and int(array.max()) > 2**63 - 1:
+        raise TopologyError(f"{name} holds {int(array.max())}, beyond any node id")
+    return array.astype(np.int64, copy=False)
+
+
 def _snake(shape: Sequence[int]) -> np.ndarray:
     """Reflected (boustrophedon) order of all chips of a C-ordered grid: last dim fastest."""
     shape = tuple(shape)

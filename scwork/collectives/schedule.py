@@ -41,6 +41,8 @@ __all__ = ["COLLECTIVES", "MAX_EXPLICIT_TRANSFERS", "MAX_NBYTES", "MAX_STREAM_RE
 #: :meth:`Schedule.messages`, :meth:`Schedule.to_dataset`, execution): about 1 GiB of
 #: arrays. Costs, conflicts and statistics stream over the steps and need none.
 MAX_EXPLICIT_TRANSFERS = 2**24
+#: Most link conflicts :meth:`Schedule.conflicts` lists (:meth:`Schedule.num_conflicts` counts any number).
+MAX_LISTED_CONFLICTS = 2**20
 #: Most transfer records one streaming pass (cost, conflicts, statistics) goes through:
 #: about a minute of work. A one-way ring all-reduce over 9,216 chips needs 1.7e8.
 MAX_STREAM_RECORDS = 2**30
@@ -514,6 +516,11 @@ class Schedule:
                     prog.accumulate(s0, s1, prefix, nbytes, count)
                     yield s0, s1, nbytes, count > 0, nbytes, None
             return
+        # The batches below are dense (steps x links x cores^2 cells), whatever the
+        # number of transfers: bound that work as the records are bounded above.
+        _program.check_records_limit(
+            f"{self.name} on {self.network.name} ({self.num_steps:,} steps x {U:,} links x {kk} core pairs)",
+            self.num_steps * U * kk, MAX_STREAM_RECORDS, "use a smaller network")
         for s0, s1, r in self._key_batches(dense_width=U * kk, nodes=k > 1, budget=budget):
             B = s1 - s0
             key = r["key"]
@@ -568,6 +575,12 @@ class Schedule:
             if msgs.dtype == bool:
                 continue  # one core per chip: one message per link and step
             t, u = np.nonzero(msgs > 1)
+            if len(out) + len(t) > MAX_LISTED_CONFLICTS:
+                # A list of Python tuples takes ~100 bytes per conflict: refuse before it grows.
+                raise ConfigError(
+                    f"{self.name} on {self.network.name} has more than MAX_LISTED_CONFLICTS="
+                    f"{MAX_LISTED_CONFLICTS:,} link conflicts to list; count them with num_conflicts(), or "
+                    "check conflict_free (execute(..., conflicts='ignore') skips listing them)")
             ids = used if cols is None else used[cols]
             out.extend(zip((t + s0).tolist(), ids[u].tolist(), msgs[t, u].tolist()))
         return sorted(out)
@@ -651,12 +664,12 @@ def _sparse_loads(r: dict, b0: int, b1: int, U: int, budget: int):
 
 
 def _check_size(nbytes, itemsize) -> tuple[int, int]:
-    from scwork._validate import integer
+    from scwork._validate import integer, shown
 
     nbytes = integer("nbytes (bytes per node)", nbytes, minimum=0)
     itemsize = integer("itemsize (bytes per element)", itemsize, minimum=1)
     if nbytes > MAX_NBYTES:
-        raise ConfigError(f"a vector of {nbytes:,} bytes per node is more than the limit of "
+        raise ConfigError(f"a vector of {shown(nbytes)} bytes per node is more than the limit of "
                           f"scwork.collectives.schedule.MAX_NBYTES={MAX_NBYTES:,} (1 PiB); use a smaller size")
     return nbytes, itemsize
 

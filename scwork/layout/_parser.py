@@ -100,9 +100,12 @@ def tokenize(text: str) -> list[Token]:
             if not (digits.isascii() and digits.isdigit()):
                 raise LayoutError(f"malformed number {word!r}: expected a whole decimal number",
                                   text, start, hint="write sizes as plain integers such as 128")
-            value = int(word)
+            # A 64-bit number has at most 19 digits; checking the length first also keeps
+            # int() away from texts longer than its conversion limit (4300 digits).
+            value = int(word) if len(digits.lstrip("0")) <= 19 else _INT64_MAX + 1
             if abs(value) > _INT64_MAX:
-                raise LayoutError(f"number {word} does not fit in a signed 64-bit integer", text, start)
+                shown = word if len(word) <= 40 else f"{word[:20]}... ({len(digits)} digits)"
+                raise LayoutError(f"number {shown} does not fit in a signed 64-bit integer", text, start)
             tokens.append(Token("int", word, start, value))
         elif char.isalpha() or char == "_":
             i += 1

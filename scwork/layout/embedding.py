@@ -27,11 +27,10 @@ Examples
 from __future__ import annotations
 
 import html
-import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
-from scwork._validate import positive_int
+from scwork._validate import positive_int, shown
 from scwork.errors import ConfigError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -57,6 +56,20 @@ _DTYPE_ALIASES = {"float32": "f32", "fp32": "f32", "bfloat16": "bf16", "float16"
 VOCAB_ROWS_PER_SPARSECORE_GRANULE = 8
 
 
+#: Largest vocabulary, width, SparseCore count or line size a table may have (2**64).
+MAX_TABLE_NUMBER = 2**64
+
+
+def _int_array(values):
+    """int64 array of exact integers, or an object array of Python ints beyond int64."""
+    import numpy as np
+
+    values = [int(v) for v in values]
+    if all(-2**63 <= v < 2**63 for v in values):
+        return np.asarray(values, dtype=np.int64)
+    return np.asarray(values, dtype=object)
+
+
 def _round_up(value: int, multiple: int) -> int:
     return -(-value // multiple) * multiple
 
@@ -78,12 +91,12 @@ def _num_sparsecores(num_sparsecores: Any, topology: Any) -> int:
     if (num_sparsecores is None) == (topology is None):
         raise ConfigError(
             "give exactly one of num_sparsecores and topology "
-            f"(got num_sparsecores={num_sparsecores!r}, topology={topology!r}); e.g. "
+            f"(got num_sparsecores={shown(num_sparsecores)}, topology={shown(topology)}); e.g. "
             "topology=scwork.Topology.for_chip('v5p', num_chips=4) or num_sparsecores=16"
         )
     if topology is not None:
         partitions = getattr(topology, "num_partitions", None)
-        if partitions is None:
+        if partitions is None or isinstance(partitions, bool) or not isinstance(partitions, int):
             raise ConfigError(f"topology must be a scwork.Topology, got {type(topology).__name__}")
         if partitions < 1:
             raise ConfigError(
@@ -150,6 +163,12 @@ class TablePadding:
         dim = positive_int("embedding_dim", self.embedding_dim, context=label)
         cores = positive_int("num_sparsecores", self.num_sparsecores, context=label)
         line = positive_int("line_bytes", self.line_bytes, context=label)
+        for what, value in (("vocab_size", vocab), ("embedding_dim", dim), ("num_sparsecores", cores),
+                            ("line_bytes", line)):
+            # Far beyond any table, and keeps every product printable (Python refuses to
+            # print ints of more than 4300 digits) and quick to compute.
+            if value > MAX_TABLE_NUMBER:
+                raise ConfigError(f"{what} = {shown(value)} is more than 2**64 ({label}); no table is that large")
         dtype, itemsize = _dtype(self.dtype)
         if line % itemsize:
             raise ConfigError(
@@ -369,6 +388,9 @@ def padding_report(
                 ) from None
             built.append(TablePadding(name, vocab, dim, dtype, cores))
     else:
+        if isinstance(tables, (str, bytes)) or not isinstance(tables, Iterable):
+            raise ConfigError("tables must be a mapping name -> (vocab_size, embedding_dim) or TablePadding "
+                              f"objects, got {type(tables).__name__}")
         built = list(tables)
         for item in built:
             if not isinstance(item, TablePadding):
@@ -396,11 +418,9 @@ def padding_report(
         values = [getattr(t, var) for t in built]
         if var.endswith("fraction"):
             array = np.asarray(values, dtype=np.float64)
-        elif all(-2**63 <= int(v) < 2**63 for v in values):
-            array = np.asarray(values, dtype=np.int64)
         else:
-            # Exact integers beyond int64 (a what-if of 2**63 rows): keep them as Python ints.
-            array = np.asarray([int(v) for v in values], dtype=object)
+            # Exact integers beyond int64 (a what-if of 2**63 rows) stay Python ints.
+            array = _int_array(values)
         data_vars[var] = ("table", array, {"units": units, "long_name": long_name})
     total_unpadded = int(sum(t.unpadded_bytes for t in built))
     total_padded = int(sum(t.padded_bytes for t in built))
@@ -467,7 +487,6 @@ def packing_whatif(
     >>> packing_whatif(1000, 8, num_sparsecores=2).attrs["packing_applies"]
     0
     """
-    import numpy as np
     import xarray as xr
 
     table = table_padding(vocab_size, embedding_dim, dtype=dtype, num_sparsecores=num_sparsecores,
@@ -478,7 +497,8 @@ def packing_whatif(
     applies = table.embedding_dim < line_elems
     if applies:
         rows_per_line = line_elems // table.embedding_dim
-        lines_packed = table.num_sparsecores * math.ceil(table.rows_per_sparsecore / rows_per_line)
+        # Integer ceiling: a float division rounds for vocabularies beyond 2**53 rows.
+        lines_packed = table.num_sparsecores * -(-table.rows_per_sparsecore // rows_per_line)
         note = (
             f"width {table.embedding_dim} < {line_elems} elements per {table.line_bytes}-byte line: "
             f"packing {rows_per_line} rows per line (rows never straddle a line) would use "
@@ -494,12 +514,12 @@ def packing_whatif(
     bytes_today = lines_today * table.line_bytes
     bytes_packed = lines_packed * table.line_bytes
     unpadded = table.unpadded_bytes
-    total = np.array([bytes_today, bytes_packed], dtype=np.int64)
+    total = _int_array([bytes_today, bytes_packed])
     return xr.Dataset(
         {
-            "rows_per_line": ("scheme", np.array([1, rows_per_line], dtype=np.int64),
+            "rows_per_line": ("scheme", _int_array([1, rows_per_line]),
                               {"units": "rows", "long_name": "table rows stored per HBM line"}),
-            "lines": ("scheme", np.array([lines_today, lines_packed], dtype=np.int64),
+            "lines": ("scheme", _int_array([lines_today, lines_packed]),
                       {"units": "lines", "long_name": f"{table.line_bytes}-byte HBM lines"}),
             "bytes": ("scheme", total, {"units": "bytes", "long_name": "table bytes in HBM"}),
             "waste_bytes": ("scheme", total - unpadded, {"units": "bytes", "long_name": "padding bytes"}),

@@ -56,7 +56,7 @@ import operator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from scwork._validate import positive_int
+from scwork._validate import integer, positive_int, shown
 from scwork.errors import ConfigError, HardwareError, LayoutError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -110,6 +110,12 @@ _CV18XX_DTYPES = ("s8", "u8", "bf16")
 # ----------------------------------------------------------------------------------
 # Small helpers
 # ----------------------------------------------------------------------------------
+_INT64_MAX = 2**63 - 1
+
+#: Largest ``max_cells`` of :meth:`LocalLayout.occupancy` (five int64 maps of it: 1.25 GiB).
+MAX_OCCUPANCY_CELLS = 2**25
+
+
 def _ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
@@ -154,10 +160,10 @@ def _shape4(nchw: Any) -> tuple[int, int, int, int]:
     try:
         dims = tuple(nchw)
     except TypeError:
-        raise LayoutError(f"shape must be 4 integers (N, C, H, W), got {nchw!r}") from None
+        raise LayoutError(f"shape must be 4 integers (N, C, H, W), got {shown(nchw)}") from None
     if len(dims) != 4:
         raise LayoutError(
-            f"shape must have 4 dimensions (N, C, H, W), got {len(dims)}: {dims!r}",
+            f"shape must have 4 dimensions (N, C, H, W), got {len(dims)}: {shown(dims)}",
             hint="reshape to NCHW first, e.g. a (C, H, W) tensor is (1, C, H, W)",
         )
     out = []
@@ -167,9 +173,12 @@ def _shape4(nchw: Any) -> tuple[int, int, int, int]:
         try:
             number = operator.index(value)
         except TypeError:
-            raise LayoutError(f"{name} must be an integer, got {value!r}") from None
+            raise LayoutError(f"{name} must be an integer, got {shown(value)}") from None
         if number < 1:
-            raise LayoutError(f"{name} must be >= 1, got {number} (shape {dims!r})")
+            raise LayoutError(f"{name} must be >= 1, got {shown(number)} (shape {shown(dims)})")
+        if number > _INT64_MAX:
+            # tpu-mlir keeps shapes in int64; the bound also keeps every product printable.
+            raise LayoutError(f"{name} = {shown(number)} does not fit in a signed 64-bit integer")
         out.append(number)
     return tuple(out)  # type: ignore[return-value]
 
@@ -309,9 +318,9 @@ class LocalLayout:
         dtype, itemsize = _dtype_info(self.dtype)
         npu_num = positive_int("npu_num", self.npu_num)
         eu_bytes = positive_int("eu_bytes", self.eu_bytes)
-        if self.kind not in LAYOUT_KINDS:
+        if not isinstance(self.kind, str) or self.kind not in LAYOUT_KINDS:
             raise LayoutError(
-                f"unknown layout kind {self.kind!r}",
+                f"unknown layout kind {shown(self.kind)}",
                 hint=f"use one of {', '.join(repr(k) for k in LAYOUT_KINDS)}",
             )
         bits = DTYPE_BITS[dtype]
@@ -325,10 +334,10 @@ class LocalLayout:
         try:
             start = operator.index(self.start_lane)
         except TypeError:
-            raise LayoutError(f"start_lane must be an integer, got {self.start_lane!r}") from None
+            raise LayoutError(f"start_lane must be an integer, got {shown(self.start_lane)}") from None
         if not 0 <= start < npu_num:
             raise LayoutError(
-                f"start_lane={start} is outside 0..{npu_num - 1} (npu_num={npu_num})",
+                f"start_lane={shown(start)} is outside 0..{npu_num - 1} (npu_num={npu_num})",
                 hint=f"pick a lane between 0 and {npu_num - 1}",
             )
         if self.chip is not None and getattr(self.chip, "byte_strides", False) and dtype not in _CV18XX_DTYPES:
@@ -613,6 +622,16 @@ class LocalLayout:
         import numpy as np
         import xarray as xr
 
+        max_cells = integer("max_cells", max_cells, minimum=0, error=LayoutError)
+        if max_cells > MAX_OCCUPANCY_CELLS:
+            raise LayoutError(f"max_cells={max_cells:,} is more than MAX_OCCUPANCY_CELLS={MAX_OCCUPANCY_CELLS:,} "
+                              "(five int64 maps of that many cells are allocated)",
+                              hint="map a smaller tile of the tensor instead")
+        if self.bytes_per_lane * 8 + self.strides_elements.n * self.element_bits >= 2**62:
+            # The runs below are int64 numpy arithmetic on bit offsets; past this they would wrap.
+            raise LayoutError(f"the occupancy map of {self.shape} {self.dtype} ({self.kind}) has byte offsets "
+                              f"beyond what int64 holds ({self.bytes_per_lane:,} bytes per lane)",
+                              hint="map a smaller tile of the tensor (fewer N, C or H)")
         eu = self.eu_bytes
         rows = _ceil_div(self.bytes_per_lane, eu)
         # Five int64 maps of lanes x rows, plus the runs (one per (n, c) or line):
@@ -814,6 +833,10 @@ def local_layout(
         )
     lanes = positive_int("npu_num", npu_num) if npu_num is not None else info.npu_num
     eu = positive_int("eu_bytes", eu_bytes) if eu_bytes is not None else info.eu_bytes
+    for name, value in (("npu_num", lanes), ("eu_bytes", eu)):
+        if value > _INT64_MAX:
+            raise ConfigError(f"{name} = {shown(value)} does not fit in a signed 64-bit integer; "
+                              "NPUs have tens of lanes and EUs of tens of bytes")
     if info is not None and (lanes != info.npu_num or eu != info.eu_bytes):
         # Keep the chip for its memory size and stride unit, but record that its
         # constants were changed so fits() compares like with like.

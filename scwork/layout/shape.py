@@ -37,12 +37,14 @@ from __future__ import annotations
 
 import html
 import math
+import warnings
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Iterable, Sequence
 
 import numpy as np
 
+from scwork._validate import shown
 from scwork.errors import LayoutError
 from scwork.layout._parser import ParsedShape, parse_shape_text
 from scwork.layout.tiles import (
@@ -64,6 +66,9 @@ from scwork.layout.tiles import (
 )
 
 __all__ = ["DTYPES", "MAX_MAP_ELEMENTS", "Shape", "SplitConfig", "Tile", "parse"]
+
+#: numpy's limit on array dimensions (``NPY_MAXDIMS``).
+_NUMPY_MAX_DIMS = 64
 
 
 # ======================================================================================
@@ -226,7 +231,12 @@ class Shape:
         """True when ``D(...)`` gives a dimension a level type other than dense ``D``."""
         return any(level != "D" for level in self.dim_level_types)
 
-    def _check_map_size(self, count: int, max_elements: int, what: str) -> None:
+    def _check_map_size(self, count: int, max_elements: int, what: str, rank: int | None = None) -> None:
+        rank = self.rank if rank is None else rank
+        if rank > _NUMPY_MAX_DIMS:
+            raise LayoutError(f"a {what} of {rank} dimensions cannot be built: numpy arrays have at most "
+                              f"{_NUMPY_MAX_DIMS} dimensions",
+                              hint="use linear_index for single elements, or merge dimensions")
         if count > max_elements:
             raise LayoutError(
                 f"the {what} of {self} has {count:,} entries ({8 * count / 2**30:,.1f} GiB of int64), "
@@ -531,9 +541,17 @@ class Shape:
                [12, 13, 16, 17, 20]])
         """
         self._require_dense("index map")
+        if not isinstance(engine, str) or engine not in ("auto", "numpy", "numba"):
+            raise LayoutError(f"unknown engine {shown(engine)}", hint="use 'auto', 'numpy' or 'numba'")
+        max_elements = _as_int(max_elements, "max_elements", ())
         self._check_map_size(self.num_elements, max_elements, "index map")
         if self.num_elements == 0:
-            return np.zeros(self.dims, dtype=np.int64)  # no element: nothing to compute, any dims
+            try:
+                return np.zeros(self.dims, dtype=np.int64)  # no element: nothing to compute, any dims
+            except ValueError:   # numpy refuses empty shapes whose other dims multiply past int64
+                raise LayoutError(f"numpy cannot make an empty array of shape {self.dims}: its non-zero "
+                                  "dimensions multiply past int64", hint="use linear_index or smaller "
+                                  "dimensions") from None
         if engine == "auto":
             engine = "numba" if self.num_elements > NUMBA_MIN_ELEMENTS else "numpy"
         if engine == "numpy" or (engine == "numba" and self.rank == 0):
@@ -625,10 +643,11 @@ class Shape:
         [1.0, 2.0, 3.0, -1.0]
         """
         self._require_dense("physical buffer")
-        array = np.asarray(array)
+        array = _as_array(array, "array")
         if array.shape != self.dims:
             raise LayoutError(f"array has shape {array.shape} but {self} has logical shape {self.dims}")
-        buffer = np.full(self.padded_elements, fill, dtype=array.dtype)
+        self._check_map_size(self.padded_elements, MAX_MAP_ELEMENTS, "physical buffer")
+        buffer = np.full(self.padded_elements, _fill_value(fill, array.dtype), dtype=array.dtype)
         buffer[self.index_map().ravel()] = array.ravel()
         return buffer
 
@@ -643,7 +662,7 @@ class Shape:
         True
         """
         self._require_dense("physical buffer")
-        buffer = np.asarray(buffer)
+        buffer = _as_array(buffer, "buffer")
         if buffer.shape != (self.padded_elements,):
             raise LayoutError(f"buffer has shape {buffer.shape} but {self} needs a 1-D buffer of "
                               f"{self.padded_elements} slots")
@@ -701,7 +720,8 @@ class Shape:
         [14, 15, 18, 19, 22, 23]
         """
         self._require_dense("tiled view")
-        self._check_map_size(math.prod(self.padded_view_shape), MAX_MAP_ELEMENTS, "tiled view")
+        self._check_map_size(math.prod(self.padded_view_shape), MAX_MAP_ELEMENTS, "tiled view",
+                             len(self.padded_view_shape))
         return self._view_layout().index_map()
 
     def view_padding_mask(self) -> np.ndarray:
@@ -713,7 +733,8 @@ class Shape:
         9
         """
         self._require_dense("tiled view")
-        self._check_map_size(math.prod(self.padded_view_shape), MAX_MAP_ELEMENTS, "tiled view")
+        self._check_map_size(math.prod(self.padded_view_shape), MAX_MAP_ELEMENTS, "tiled view",
+                             len(self.padded_view_shape))
         coords = np.indices(self.padded_view_shape, dtype=np.int64, sparse=True)
         mask = np.zeros(self.padded_view_shape, dtype=bool)
         for axis, size in enumerate(self.view_shape):
@@ -732,7 +753,8 @@ class Shape:
         [[0, 0, 1], [0, 0, 1], [3, 3, 4], [3, 3, 4]]
         """
         self._require_dense("tiled view")
-        self._check_map_size(math.prod(self.padded_view_shape), MAX_MAP_ELEMENTS, "tiled view")
+        self._check_map_size(math.prod(self.padded_view_shape), MAX_MAP_ELEMENTS, "tiled view",
+                             len(self.padded_view_shape))
         prefix, sizes, tile = self._view_parts
         padded = self.padded_view_shape
         if not tile:
@@ -875,6 +897,40 @@ class Shape:
             rows.append(f"<tr><th style='text-align:left'>{html.escape(key)}</th>"
                         f"<td style='text-align:left'><code>{html.escape(str(value))}</code></td></tr>")
         return "<table class='scwork-shape'>" + "".join(rows) + "</table>"
+
+
+def _as_array(value: Any, what: str) -> np.ndarray:
+    """``np.asarray(value)``, or a LayoutError when numpy cannot make an array of it (ragged lists)."""
+    try:
+        return np.asarray(value)
+    except (ValueError, TypeError, OverflowError) as error:
+        raise LayoutError(f"{what} is not an array: {error}",
+                          hint="pass a numpy array (or nested lists of equal lengths)") from None
+
+
+def _fill_value(fill: Any, dtype: np.dtype) -> Any:
+    """``fill`` as a ``dtype`` scalar; a LayoutError unless it is stored exactly (no silent cast)."""
+    if dtype.kind == "O":
+        return fill
+    problem = f"fill {fill!r} cannot be stored exactly in the array's dtype {dtype}"
+    hint = f"pass a fill value of the array's type ({dtype}), or convert the array first"
+    try:
+        with warnings.catch_warnings(), np.errstate(all="raise"):
+            warnings.simplefilter("error")       # numpy warns (not raises) on lossy casts
+            given = np.asarray(fill)
+            if given.ndim != 0:
+                raise LayoutError(f"fill must be one value, got an array of shape {given.shape}", hint=hint)
+            converted = given.astype(dtype)
+            # Real numbers into a float slot round to the nearest value (0.1 in float32) and
+            # keep NaN; a cast that overflows warns above. Everything else must be exact.
+            same = (dtype.kind in "fc" and given.dtype.kind in "biuf") or bool(converted == given)
+    except LayoutError:
+        raise
+    except (ValueError, TypeError, OverflowError, ArithmeticError, Warning):
+        raise LayoutError(problem, hint=hint) from None
+    if not same:
+        raise LayoutError(problem, hint=hint)
+    return converted[()]
 
 
 # ======================================================================================

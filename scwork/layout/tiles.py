@@ -13,6 +13,7 @@ from typing import Any, Iterable
 
 import numpy as np
 
+from scwork._validate import shown
 from scwork.errors import LayoutError
 
 __all__ = ["DTYPES", "NUMBA_MIN_ELEMENTS", "MAX_MAP_ELEMENTS", "Tile", "SplitConfig"]
@@ -82,15 +83,22 @@ def _as_int(value: Any, what: str, where: tuple) -> int:
     if isinstance(value, (bool, np.bool_)):
         raise _invalid(f"{what} must be an integer, got {value!r}", where)
     try:
-        return int(value.__index__())
+        number = int(value.__index__())
     except (AttributeError, TypeError):
-        raise _invalid(f"{what} must be an integer, got {value!r}", where) from None
+        raise _invalid(f"{what} must be an integer, got {shown(value)}", where) from None
+    # Every number of an XLA layout is an int64 (and the parser reads no larger one).
+    if not -2**63 <= number < 2**63:
+        raise _invalid(f"{what} {shown(number)} does not fit in a signed 64-bit integer", where)
+    return number
 
 
 def _as_tuple(value: Any, what: str, where: tuple) -> tuple:
     if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
-        raise _invalid(f"{what} must be a sequence, got {value!r}", where)
-    return tuple(value)
+        raise _invalid(f"{what} must be a sequence, got {shown(value)}", where)
+    try:
+        return tuple(value)
+    except Exception as error:  # noqa: BLE001 - an iterable that fails while iterating
+        raise _invalid(f"{what} could not be read as a sequence: {type(error).__name__}", where) from None
 
 
 def _ceil_div(a: int, b: int) -> int:

@@ -41,15 +41,21 @@ from functools import cached_property
 import numpy as np
 import xarray as xr
 
+from scwork._validate import integer, shown
 from scwork.errors import LayoutError
 from scwork.layout.shape import Shape
 from scwork.layout.tiles import Tile, _merge_suffix
 
-__all__ = ["ViewGeometry", "view_window", "view_overview", "buffer_window", "MAX_WINDOW_CELLS"]
+__all__ = ["ViewGeometry", "view_window", "view_overview", "buffer_window", "MAX_WINDOW_CELLS", "MAX_ROW_CHECKS"]
 
 #: Largest number of cells (or addresses) one call computes: 2**22 cells is 32 MiB
 #: per int64 array. Ask for a smaller window, or an overview, beyond it.
 MAX_WINDOW_CELLS = 2**22
+
+
+#: Most rows :func:`view_overview` checks one by one for an exact padding fraction
+#: (one bool each: 256 MiB).
+MAX_ROW_CHECKS = 2**28
 
 
 def _ceil_div(a: int, b: int) -> int:
@@ -177,8 +183,14 @@ class ViewGeometry:
         addresses = np.asarray(addresses, dtype=np.int64)
         inside = (addresses >= 0) & (addresses < math.prod(plan.tiled_shape))
         safe = np.where(inside, addresses, 0)
-        columns = list(np.unravel_index(safe, plan.tiled_shape)) if plan.tiled_shape else []
-        columns = [c.astype(np.int64) for c in columns]
+        # Unravelled by hand: np.unravel_index takes at most 64 dimensions, and a long
+        # first tile (one entry per missing major dimension) can give a tiled shape more.
+        columns = []
+        rest = safe
+        for size in reversed(plan.tiled_shape):
+            columns.append(rest % size if size else rest)
+            rest = rest // size if size else rest
+        columns = [np.asarray(c, dtype=np.int64) for c in reversed(columns)]
         for shape, tile in reversed(plan.levels):
             cut = len(shape) - len(tile)
             kept = [t for t in tile if t != Tile.COMBINE]
@@ -242,9 +254,11 @@ def _check_range(name: str, bounds, size: int) -> tuple[int, int]:
     if bounds is None:
         return 0, size
     try:
-        start, stop = (int(b) for b in bounds)
+        start, stop = bounds
     except (TypeError, ValueError):
-        raise LayoutError(f"{name} must be a (start, stop) pair of integers, got {bounds!r}") from None
+        raise LayoutError(f"{name} must be a (start, stop) pair of integers, got {shown(bounds)}") from None
+    start = integer(f"{name}[0] (start)", start, error=LayoutError)
+    stop = integer(f"{name}[1] (stop)", stop, error=LayoutError)
     start, stop = max(0, start), min(size, stop)
     if stop < start:
         stop = start
@@ -252,6 +266,7 @@ def _check_range(name: str, bounds, size: int) -> tuple[int, int]:
 
 
 def _check_cells(count: int, max_cells: int, what: str) -> None:
+    max_cells = integer("max_cells", max_cells, minimum=0, error=LayoutError)
     if count > max_cells:
         raise LayoutError(
             f"{what} has {count:,} cells, more than max_cells={max_cells:,}",
@@ -337,6 +352,12 @@ def view_overview(shape: Shape, rows=None, cols=None, *, max_blocks: tuple[int, 
         which factors over rows and columns), ``cells`` per block. Attrs
         ``block_rows``, ``block_cols`` and ``level``.
 
+    Raises
+    ------
+    LayoutError
+        Bounds that are not integer pairs; ``max_blocks`` whose product exceeds
+        :data:`MAX_WINDOW_CELLS`; ``max_row_checks`` above :data:`MAX_ROW_CHECKS`.
+
     Examples
     --------
     >>> from scwork.layout import parse
@@ -348,9 +369,20 @@ def view_overview(shape: Shape, rows=None, cols=None, *, max_blocks: tuple[int, 
     geometry = ViewGeometry(shape)
     r0, r1 = _check_range("rows", rows, geometry.n_rows)
     c0, c1 = _check_range("cols", cols, geometry.n_cols)
-    max_rows, max_cols = (int(m) for m in max_blocks)
-    if max_rows < 1 or max_cols < 1:
-        raise LayoutError(f"max_blocks must be positive, got {max_blocks!r}")
+    try:
+        max_rows, max_cols = max_blocks
+    except (TypeError, ValueError):
+        raise LayoutError(f"max_blocks must be a (rows, cols) pair of positive integers, got "
+                          f"{shown(max_blocks)}") from None
+    max_rows = integer("max_blocks[0] (rows)", max_rows, minimum=1, error=LayoutError)
+    max_cols = integer("max_blocks[1] (cols)", max_cols, minimum=1, error=LayoutError)
+    max_row_checks = integer("max_row_checks", max_row_checks, minimum=0, error=LayoutError)
+    # Both bound arrays made below: the blocks (rows x cols) and one flag per checked row.
+    _check_cells(max_rows * max_cols, MAX_WINDOW_CELLS, f"an overview of max_blocks={max_rows} x {max_cols}")
+    if max_row_checks > MAX_ROW_CHECKS:
+        raise LayoutError(f"max_row_checks={max_row_checks:,} is more than MAX_ROW_CHECKS={MAX_ROW_CHECKS:,} "
+                          "(one flag per row is allocated)", hint="use the default; beyond it the padding "
+                          "fraction is estimated from sampled rows (attrs['padding_exact'] is False)")
     if (r1 - r0) <= max_rows and (c1 - c0) <= max_cols or r1 == r0 or c1 == c0:
         window = view_window(shape, (r0, r1), (c0, c1))
         out = xr.Dataset({

@@ -27,6 +27,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from scwork._validate import shown
 from scwork.errors import ConfigError
 
 __all__ = [
@@ -124,25 +125,27 @@ def round_up(value: int, multiple: int) -> int:
 # validation helpers
 # --------------------------------------------------------------------------------------
 def check_int(name: str, value: Any, *, minimum: int = 0, allow_none: bool = False,
-              unit: str = "") -> int | None:
-    """``value`` as an int >= ``minimum`` (integral floats accepted), else ConfigError."""
+              unit: str = "", maximum: int | None = None) -> int | None:
+    """``value`` as an int >= ``minimum`` (and <= ``maximum``; integral floats accepted), else ConfigError."""
     if value is None and allow_none:
         return None
     unit_text = f" {unit}" if unit else ""
     if isinstance(value, bool):
-        raise ConfigError(f"{name} must be an integer >= {minimum}{unit_text}, got {value!r}")
+        raise ConfigError(f"{name} must be an integer >= {minimum}{unit_text}, got {shown(value)}")
     if isinstance(value, numbers.Real) and not isinstance(value, numbers.Integral):
         if not math.isfinite(value) or value != int(value):
-            raise ConfigError(f"{name} must be an integer >= {minimum}{unit_text}, got {value!r}")
+            raise ConfigError(f"{name} must be an integer >= {minimum}{unit_text}, got {shown(value)}")
         value = int(value)
     try:
         number = operator.index(value)
     except TypeError:
         raise ConfigError(
-            f"{name} must be an integer >= {minimum}{unit_text}, got {value!r} ({type(value).__name__})"
+            f"{name} must be an integer >= {minimum}{unit_text}, got {shown(value)} ({type(value).__name__})"
         ) from None
     if number < minimum:
-        raise ConfigError(f"{name} must be >= {minimum}{unit_text}, got {number}")
+        raise ConfigError(f"{name} must be >= {minimum}{unit_text}, got {shown(number)}")
+    if maximum is not None and number > maximum:
+        raise ConfigError(f"{name} must be <= {maximum:,}{unit_text}, got {shown(number)}")
     return int(number)
 
 
@@ -181,6 +184,8 @@ def optimizer_slot_count(optimizer: str, custom: Mapping[str, int] | None = None
         raise ConfigError(f"optimizer must be a name (str), got {optimizer!r}")
     key = optimizer.strip().lower()
     table = dict(OPTIMIZER_SLOTS)
+    if custom is not None and not isinstance(custom, Mapping):
+        raise ConfigError(f"optimizer_slots must be a dict optimizer name -> slot count, got {shown(custom)}")
     if custom:
         for name, count in custom.items():
             if not isinstance(name, str):

@@ -22,7 +22,11 @@ from scwork.memory._model import (
     stack_limits,
 )
 
-__all__ = ["resolve"]
+__all__ = ["resolve", "MAX_BYTES"]
+
+#: Largest byte count a memory knob may hold (2**57 bytes, 128 PiB: beyond any HBM), so
+#: that sums of the model's buffers stay within int64.
+MAX_BYTES = 2**57
 
 
 # --------------------------------------------------------------------------------------
@@ -166,9 +170,9 @@ def resolve(model: Any, topology: Any, **kwargs) -> tuple[Model, Knobs]:
 
     tile_spmem = kw.get("tile_spmem_bytes")
     tile_spmem = chip.tile_spmem_bytes if tile_spmem is None else check_int(
-        "tile_spmem_bytes", tile_spmem, minimum=1, unit="bytes")
+        "tile_spmem_bytes", tile_spmem, minimum=1, unit="bytes", maximum=MAX_BYTES)
     hbm = kw.get("hbm_bytes")
-    hbm = chip.hbm_bytes if hbm is None else check_int("hbm_bytes", hbm, minimum=1, unit="bytes")
+    hbm = chip.hbm_bytes if hbm is None else check_int("hbm_bytes", hbm, minimum=1, unit="bytes", maximum=MAX_BYTES)
     headroom = kw.get("headroom", 0.1)
     if isinstance(headroom, bool) or not isinstance(headroom, numbers.Real) or not math.isfinite(headroom) \
             or not 0 <= headroom < 1:
@@ -304,12 +308,14 @@ def resolve(model: Any, topology: Any, **kwargs) -> tuple[Model, Knobs]:
         stage_gather_operands_in_hbm=bool(stage),
         num_serialized_tables=check_int("num_serialized_tables", kw.get("num_serialized_tables", 1), minimum=0,
                                         unit="tables"),
-        dense_weights_bytes=check_int("dense_weights_bytes", kw.get("dense_weights_bytes", 0), unit="bytes"),
-        constants_bytes=check_int("constants_bytes", kw.get("constants_bytes", 0), unit="bytes"),
+        dense_weights_bytes=check_int("dense_weights_bytes", kw.get("dense_weights_bytes", 0), unit="bytes",
+                                      maximum=MAX_BYTES),
+        constants_bytes=check_int("constants_bytes", kw.get("constants_bytes", 0), unit="bytes", maximum=MAX_BYTES),
         tensorcore_activation_bytes=check_int("tensorcore_activation_bytes",
-                                              kw.get("tensorcore_activation_bytes", 0), unit="bytes"),
+                                              kw.get("tensorcore_activation_bytes", 0), unit="bytes",
+                                              maximum=MAX_BYTES),
         prefetch_bytes_per_step=check_int("prefetch_bytes_per_step", kw.get("prefetch_bytes_per_step"),
-                                          allow_none=True, unit="bytes"),
+                                          allow_none=True, unit="bytes", maximum=MAX_BYTES),
         maximum_parallel_iterations=check_int("maximum_parallel_iterations",
                                               kw.get("maximum_parallel_iterations", 1), minimum=1, unit="steps"),
         headroom=float(headroom),

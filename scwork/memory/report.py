@@ -13,12 +13,14 @@ asked for), so an explorer can call it on every slider move.
 from __future__ import annotations
 
 import html
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from functools import cached_property
 from typing import Any
 
 import numpy as np
 
+from scwork._validate import shown
+from scwork.errors import ConfigError
 from scwork.memory._diagnose import (
     fmt_bytes,
     hbm_findings,
@@ -454,11 +456,18 @@ def sweep(model: Any, topology: Any, parameter: str, values: Iterable[Any], *, p
     """
     import xarray as xr
 
+    from scwork.memory._resolve import _KNOWN_KWARGS
+
+    if not isinstance(parameter, str) or parameter not in _KNOWN_KWARGS:
+        raise ConfigError(f"parameter must be a keyword of scwork.memory.plan to sweep, e.g. 'batch_size', got "
+                          f"{shown(parameter)}; keywords: {', '.join(_KNOWN_KWARGS)}")
+    if isinstance(values, (str, bytes, Mapping)) or not isinstance(values, Iterable):
+        raise ConfigError(f"values must be a list of {parameter} values, got {shown(values)}")
     values = list(values)
     if not values:
-        raise ValueError("values is empty")
+        raise ConfigError(f"values is empty: give the {parameter} values to sweep")
     if parameter in kwargs:
-        raise TypeError(f"{parameter!r} is swept: do not pass it in kwargs too")
+        raise TypeError(f"{parameter!r} is swept: do not pass it in kwargs too")  # as a repeated keyword would
     from scwork._progress import progress as _progress
 
     reports = [_evaluate(model, topology, {**kwargs, parameter: v}, with_fixes=False)

@@ -11,10 +11,11 @@ from typing import Any
 
 import numpy as np
 
+from scwork._validate import shown
 from scwork.errors import ConfigError, InputError
 from scwork.pipeline.params import DTYPE_SIZES
 
-__all__ = ["DIRECTIONS", "MAX_TIMELINE_STEPS"]
+__all__ = ["DIRECTIONS", "MAX_TIMELINE_STEPS", "MAX_MINIBATCHES"]
 
 
 _DTYPE_ALIASES = {"float32": "f32", "fp32": "f32", "bfloat16": "bf16", "float16": "f16", "fp16": "f16",
@@ -67,16 +68,23 @@ def _per_stack(value: Any, stacks: list[str], name: str, default: Any) -> dict[s
 #: Most steps :func:`step_model` lays out (each one interval by interval).
 MAX_TIMELINE_STEPS = 1024
 
+#: Most mini-batches per stack: the 64 buckets of jax-tpu-embedding's mini-batching split.
+MAX_MINIBATCHES = 64
+
 
 def _as_count(name: str, value: Any, minimum: int = 1) -> int:
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
-        raise ConfigError(f"{name} must be an integer >= {minimum}, got {value!r}")
+        raise ConfigError(f"{name} must be an integer >= {minimum}, got {shown(value)}")
     return int(value)
 
 
 def _nonneg(name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) or value < 0:
-        raise ConfigError(f"{name} must be a finite number >= 0, got {value!r}")
+    try:
+        finite = math.isfinite(value)
+    except (TypeError, OverflowError):      # not a number, or an int beyond float range
+        finite = False
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not finite or value < 0:
+        raise ConfigError(f"{name} must be a finite number >= 0, got {shown(value)}")
     return float(value)
 
 
@@ -188,6 +196,11 @@ def _resolve_inputs(stats, plan, topology, widths, optimizers, features_per_stac
     else:
         nmb_map = _per_stack(num_minibatches, stack_names, "num_minibatches", 1)
         nmb = np.array([_as_count(f"num_minibatches[{s!r}]", nmb_map[s]) for s in stack_names], np.int64)
+        if K and int(nmb.max()) > MAX_MINIBATCHES:
+            # One (minibatch, stack, device, sc, partition) array of counts is made per
+            # mini-batch below; the reference never makes more than its 64 buckets.
+            raise ConfigError(f"num_minibatches {int(nmb.max()):,} is more than MAX_MINIBATCHES={MAX_MINIBATCHES} "
+                              "(jax-tpu-embedding splits a stack into at most 64 buckets)")
         M = int(nmb.max()) if K else 1
         if M > 1:
             base_i, base_u = ids[0], uniq[0]

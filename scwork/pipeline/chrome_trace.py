@@ -54,6 +54,7 @@ from typing import Any
 
 import numpy as np
 
+from scwork._validate import shown
 from scwork.errors import ConfigError, TraceError
 from scwork.pipeline.phases import PHASE_RESOURCE
 
@@ -173,7 +174,7 @@ def _resolve(obj, schedule, memory):
         elif schedule in ("pipelined", "sequential"):
             timeline = getattr(obj, schedule)
         else:
-            raise ConfigError(f"schedule must be 'pipelined' or 'sequential', got {schedule!r}")
+            raise ConfigError(f"schedule must be 'pipelined' or 'sequential', got {shown(schedule)}")
         return obj, timeline, (obj.memory if memory is None else memory)
     if hasattr(obj, "intervals") and hasattr(obj, "units"):
         if schedule is not None:
@@ -430,8 +431,20 @@ _PHASE_TYPES = {"X", "B", "E", "C", "M", "s", "t", "f", "i", "I", "b", "e", "n"}
 _META = {"process_name", "thread_name", "process_sort_index", "thread_sort_index", "process_labels"}
 
 
+def _id(x, *, str_ok: bool) -> bool:
+    """A process, thread or flow id: an int64 (flows: or a string)."""
+    if isinstance(x, str):
+        return str_ok
+    return isinstance(x, int) and not isinstance(x, bool) and -2**63 <= x < 2**63
+
+
 def _num(x) -> bool:
-    return isinstance(x, numbers.Real) and not isinstance(x, bool) and math.isfinite(x)
+    if not isinstance(x, numbers.Real) or isinstance(x, bool):
+        return False
+    try:
+        return math.isfinite(x)
+    except OverflowError:       # an int beyond float range
+        return False
 
 
 def validate_chrome_trace(trace, *, require_names: bool = True, tolerance_us: float = 1e-6) -> dict:
@@ -461,10 +474,16 @@ def validate_chrome_trace(trace, *, require_names: bool = True, tolerance_us: fl
         events = trace
     else:
         raise TraceError(f"a trace is a dict with 'traceEvents' or a list of events, got {type(trace).__name__}")
+    if not isinstance(require_names, (bool, np.bool_)):
+        raise ConfigError(f"require_names must be True or False, got {shown(require_names)}")
+    if not _num(tolerance_us) or tolerance_us < 0:
+        raise ConfigError(f"tolerance_us must be a finite number >= 0 (microseconds), got {shown(tolerance_us)}")
     try:
         json.dumps(trace, allow_nan=False)
     except (TypeError, ValueError) as err:
-        problems.append(f"not JSON serialisable without NaN/Infinity: {err}")
+        problems.append(f"not JSON serialisable without NaN/Infinity: {shown(str(err), 200)}")
+    except RecursionError:
+        problems.append("not JSON serialisable: nested too deeply")
     by_ph: dict[str, int] = {}
     pnames: dict[Any, str] = {}
     tnames: dict[tuple, str] = {}
@@ -478,20 +497,24 @@ def validate_chrome_trace(trace, *, require_names: bool = True, tolerance_us: fl
             problems.append(f"{where} is not an object")
             continue
         ph = e.get("ph")
-        by_ph[ph] = by_ph.get(ph, 0) + 1
-        if ph not in _PHASE_TYPES:
-            problems.append(f"{where}: unknown ph {ph!r}")
+        if not isinstance(ph, str) or ph not in _PHASE_TYPES:
+            by_ph[shown(ph)] = by_ph.get(shown(ph), 0) + 1
+            problems.append(f"{where}: unknown ph {shown(ph)}")
             continue
-        for key in ("pid",) + (("tid",) if ph not in ("C",) else ()):
-            if key in e and (isinstance(e[key], bool) or not isinstance(e[key], int)):
-                problems.append(f"{where}: {key} must be an integer, got {e[key]!r}")
+        by_ph[ph] = by_ph.get(ph, 0) + 1
+        bad_ids = [key for key in ("pid",) + (("tid",) if ph not in ("C",) else ())
+                   if key in e and not _id(e[key], str_ok=False)]
+        for key in bad_ids:
+            problems.append(f"{where}: {key} must be an integer, got {shown(e[key])}")
+        if bad_ids:
+            continue        # the id cannot key a process or thread
         if "pid" not in e:
             problems.append(f"{where} ({ph}): missing pid")
             continue
         if ph == "M":
             name, args = e.get("name"), e.get("args")
-            if name not in _META:
-                problems.append(f"{where}: unknown metadata {name!r}")
+            if not isinstance(name, str) or name not in _META:
+                problems.append(f"{where}: unknown metadata {shown(name)}")
             elif not isinstance(args, Mapping):
                 problems.append(f"{where}: metadata {name} needs args")
             elif name.endswith("_name"):
@@ -505,7 +528,7 @@ def validate_chrome_trace(trace, *, require_names: bool = True, tolerance_us: fl
                 problems.append(f"{where}: {name} needs a numeric args.sort_index")
             continue
         if not _num(e.get("ts")) or e.get("ts") < 0:
-            problems.append(f"{where} ({ph}): ts must be a finite number >= 0, got {e.get('ts')!r}")
+            problems.append(f"{where} ({ph}): ts must be a finite number >= 0, got {shown(e.get('ts'))}")
             continue
         if not isinstance(e.get("name"), str):
             problems.append(f"{where} ({ph}): name must be a string")
@@ -513,9 +536,9 @@ def validate_chrome_trace(trace, *, require_names: bool = True, tolerance_us: fl
         if ph == "C":
             args = e.get("args")
             if not isinstance(args, Mapping) or not args:
-                problems.append(f"{where}: counter {e.get('name')!r} needs non-empty args")
+                problems.append(f"{where}: counter {shown(e.get('name'))} needs non-empty args")
             elif not all(_num(v) for v in args.values()):
-                problems.append(f"{where}: counter {e.get('name')!r} has non-numeric values {dict(args)}")
+                problems.append(f"{where}: counter {shown(e.get('name'))} has non-numeric values {shown(dict(args))}")
             counters.add(str(e.get("name")))
             continue
         if "tid" not in e:
@@ -524,7 +547,8 @@ def validate_chrome_trace(trace, *, require_names: bool = True, tolerance_us: fl
         key = (e["pid"], e["tid"])
         if ph == "X":
             if not _num(e.get("dur")) or e["dur"] < 0:
-                problems.append(f"{where}: complete event {e.get('name')!r} needs dur >= 0, got {e.get('dur')!r}")
+                problems.append(f"{where}: complete event {shown(e.get('name'))} needs dur >= 0, got "
+                                f"{shown(e.get('dur'))}")
                 continue
             slices.setdefault(key, []).append((float(e["ts"]), float(e["ts"] + e["dur"]), n))
             used_threads.add(key)
@@ -532,9 +556,12 @@ def validate_chrome_trace(trace, *, require_names: bool = True, tolerance_us: fl
             if "id" not in e:
                 problems.append(f"{where}: flow event needs an id")
                 continue
+            if not _id(e["id"], str_ok=True):
+                problems.append(f"{where}: flow id must be an integer or a string, got {shown(e['id'])}")
+                continue
             rec = flows.setdefault(e["id"], {})
             if ph in rec:
-                problems.append(f"{where}: flow id {e['id']!r} has two '{ph}' events")
+                problems.append(f"{where}: flow id {shown(e['id'])} has two '{ph}' events")
             rec[ph] = (key, float(e["ts"]), e.get("bp"))
     # nesting per thread
     max_depth = 0
@@ -557,17 +584,17 @@ def validate_chrome_trace(trace, *, require_names: bool = True, tolerance_us: fl
     matched = 0
     for fid, rec in flows.items():
         if "s" not in rec or "f" not in rec:
-            problems.append(f"flow id {fid!r} lacks its {'start' if 's' not in rec else 'end'}")
+            problems.append(f"flow id {shown(fid)} lacks its {'start' if 's' not in rec else 'end'}")
             continue
         (skey, sts, _), (fkey, fts, bp) = rec["s"], rec["f"]
         if fts < sts:
-            problems.append(f"flow id {fid!r} ends ({fts}) before it starts ({sts})")
+            problems.append(f"flow id {shown(fid)} ends ({fts}) before it starts ({sts})")
         if bp != "e":
-            problems.append(f"flow id {fid!r}: the 'f' event should bind to its enclosing slice (bp='e')")
+            problems.append(f"flow id {shown(fid)}: the 'f' event should bind to its enclosing slice (bp='e')")
         if not bound(skey, sts):
-            problems.append(f"flow id {fid!r} starts outside any slice of pid {skey[0]} tid {skey[1]}")
+            problems.append(f"flow id {shown(fid)} starts outside any slice of pid {skey[0]} tid {skey[1]}")
         if not bound(fkey, fts):
-            problems.append(f"flow id {fid!r} ends outside any slice of pid {fkey[0]} tid {fkey[1]}")
+            problems.append(f"flow id {shown(fid)} ends outside any slice of pid {fkey[0]} tid {fkey[1]}")
         matched += 1
     if require_names:
         for pid in sorted(used_pids, key=str):

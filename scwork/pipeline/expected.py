@@ -9,10 +9,14 @@ from typing import Any
 
 import numpy as np
 
+from scwork._validate import shown
 from scwork.errors import ConfigError
 from scwork.pipeline._inputs import _as_count, _nonneg, _per_stack
 
 __all__ = ["expected_stats"]
+
+#: Most ids one SparseCore may see in a step (its counts are int64).
+_MAX_IDS = 2**62
 
 
 # --------------------------------------------------------------------------------------
@@ -62,6 +66,11 @@ def expected_stats(ids_per_sample: Mapping[str, float], topology, *, batch_size:
     """
     import xarray as xr
 
+    from scwork.hardware.topology import Topology
+
+    if not isinstance(topology, Topology):
+        raise ConfigError(f"topology must be a scwork.Topology, got {type(topology).__name__}; e.g. "
+                          "scwork.Topology.for_chip('v5p', num_chips=4)")
     P = topology.num_partitions
     G, S = topology.num_devices, topology.sparsecores_per_device
     batch_size = _as_count("batch_size", batch_size)
@@ -74,7 +83,10 @@ def expected_stats(ids_per_sample: Mapping[str, float], topology, *, batch_size:
     hot_partition = _as_count("hot_partition", hot_partition, minimum=0)
     if hot_partition >= P:
         raise ConfigError(f"hot_partition must be < {P}, got {hot_partition}")
-    names = [str(s) for s in ids_per_sample]
+    bad = [key for key in ids_per_sample if not isinstance(key, str)]
+    if bad:
+        raise ConfigError(f"ids_per_sample keys must be stack names (str), got {shown(bad[0])}")
+    names = list(ids_per_sample)
     uf = _per_stack(unique_fraction, names, "unique_fraction", 1.0)
     hf = _per_stack(hot_fraction, names, "hot_fraction", 0.0)
     n = batch_size // P
@@ -84,11 +96,16 @@ def expected_stats(ids_per_sample: Mapping[str, float], topology, *, batch_size:
     raw = np.zeros((K, G, S), np.int64)
     for k, name in enumerate(names):
         rate = _nonneg(f"ids_per_sample[{name!r}]", ids_per_sample[name])
-        u, h = float(uf[name]), float(hf[name])
+        u = _nonneg(f"unique_fraction of stack {name!r}", uf[name])
+        h = _nonneg(f"hot_fraction of stack {name!r}", hf[name])
         for label, f in (("unique_fraction", u), ("hot_fraction", h)):
             if not 0.0 <= f <= 1.0:
                 raise ConfigError(f"{label} of stack {name!r} must be in [0, 1], got {f}")
-        L = int(math.floor(n * rate + 0.5))
+        expected = n * rate
+        if not expected <= _MAX_IDS:       # also catches an overflow to inf
+            raise ConfigError(f"ids_per_sample[{name!r}] = {rate:g} gives {expected:.3g} ids per SparseCore "
+                              f"({n} samples each), beyond int64 counts; use a realistic rate")
+        L = int(math.floor(expected + 0.5))
         hot = int(math.floor(L * h + 0.5))
         rest = L - hot
         row = np.full(P, rest // P, np.int64)

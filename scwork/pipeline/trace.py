@@ -34,11 +34,12 @@ import json
 import math
 import re
 import zlib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 import numpy as np
 
+from scwork._validate import shown
 from scwork.errors import ConfigError, TraceError
 from scwork.pipeline.chrome_trace import _num
 from scwork.pipeline.phases import PHASES
@@ -167,10 +168,12 @@ class MeasuredTrace:
         import xarray as xr
 
         n = self.num_steps
-        per_step = np.full((max(n, 1), len(PHASES)), np.nan)
+        markers = len(self.steps) > 0
+        # Rows per step only with markers (then n = number of markers); without, n is
+        # only the divisor of the busy time.
+        per_step = np.full((max(n, 1) if markers else 1, len(PHASES)), np.nan)
         measured = np.zeros(len(PHASES))
         counts = np.zeros(len(PHASES), np.int64)
-        markers = len(self.steps) > 0
         for j, phase in enumerate(PHASES):
             sel = self.phase == phase
             counts[j] = int(sel.sum())
@@ -230,14 +233,42 @@ def _load(source) -> list:
     raise TraceError(f"a trace is a path, a dict with 'traceEvents' or a list, got {type(source).__name__}")
 
 
+#: Most steps a trace without step markers may be divided into.
+_MAX_STEPS = 2**31
+
+
+def _text(value) -> str:
+    """An event or thread name as text (names that are not strings are shown, never fail)."""
+    return value if isinstance(value, str) else shown(value)
+
+
+def _thread_id(value) -> bool:
+    """A pid or tid read_trace can key a thread with: absent, a string or an int64."""
+    return value is None or isinstance(value, str) or (
+        isinstance(value, int) and not isinstance(value, bool) and -2**63 <= value < 2**63)
+
+
+def _unit_number(text, label: str) -> int:
+    if not text:
+        return 0
+    if len(text) > 18:
+        raise TraceError(f"thread {label!r}: the chip or unit number {text[:20]}... is too long to be one")
+    return int(text)
+
+
 def _compile(patterns, what):
+    if isinstance(patterns, (str, bytes, Mapping)) or not isinstance(patterns, Iterable):
+        raise ConfigError(f"{what} patterns must be a list of (name, regex) pairs, got {shown(patterns)}")
     out = []
     for item in patterns:
         try:
             label, regex = item
-            out.append((str(label), re.compile(regex)))
+            if not isinstance(label, str) or not isinstance(regex, (str, re.Pattern)) \
+                    or isinstance(getattr(regex, "pattern", regex), bytes):
+                raise TypeError("the name and the regex must be text")
+            out.append((label, re.compile(regex)))
         except (TypeError, ValueError, re.error) as err:
-            raise ConfigError(f"bad {what} pattern {item!r}: {err}; give (name, regex) pairs") from None
+            raise ConfigError(f"bad {what} pattern {shown(item)}: {err}; give (name, regex) pairs") from None
     return out
 
 
@@ -278,9 +309,9 @@ def read_trace(source, *, resource_patterns=DEFAULT_RESOURCE_PATTERNS, phase_pat
     ConfigError
         Bad patterns, unknown phase names, unknown time unit.
     """
-    scale = {"us": 1e-6, "ns": 1e-9, "ms": 1e-3, "s": 1.0}.get(time_unit)
+    scale = {"us": 1e-6, "ns": 1e-9, "ms": 1e-3, "s": 1.0}.get(time_unit) if isinstance(time_unit, str) else None
     if scale is None:
-        raise ConfigError(f"time_unit must be 'us', 'ns', 'ms' or 's', got {time_unit!r}")
+        raise ConfigError(f"time_unit must be 'us', 'ns', 'ms' or 's', got {shown(time_unit)}")
     rpat = _compile(resource_patterns, "resource")
     ppat = _compile(phase_patterns, "phase")
     for phase, _ in ppat:
@@ -289,22 +320,24 @@ def read_trace(source, *, resource_patterns=DEFAULT_RESOURCE_PATTERNS, phase_pat
     for kind, _ in rpat:
         if kind not in ("host", "sc", "ici", "tc"):
             raise ConfigError(f"resource pattern names unknown kind {kind!r}; kinds are host, sc, ici, tc")
+    if step_pattern is not None and not isinstance(step_pattern, (str, re.Pattern)) \
+            or isinstance(getattr(step_pattern, "pattern", step_pattern), bytes):
+        raise ConfigError(f"step_pattern must be a regular expression (text) or None, got {shown(step_pattern)}")
     try:
         spat = re.compile(step_pattern) if step_pattern else None
-    except (re.error, TypeError) as err:
-        raise ConfigError(f"step_pattern {step_pattern!r} is not a regular expression: {err}") from None
+    except re.error as err:
+        raise ConfigError(f"step_pattern {shown(step_pattern)} is not a regular expression: {err}") from None
     events = _load(source)
     pnames: dict = {}
     tnames: dict = {}
     for e in events:
         if isinstance(e, Mapping) and e.get("ph") == "M" and isinstance(e.get("args"), Mapping):
-            if not all(k is None or (isinstance(k, (int, str)) and not isinstance(k, bool))
-                       for k in (e.get("pid"), e.get("tid"))):
+            if not all(_thread_id(k) for k in (e.get("pid"), e.get("tid"))):
                 continue  # a name for an id that cannot be one; its events are reported below
             if e.get("name") == "process_name":
-                pnames[e.get("pid")] = str(e["args"].get("name", ""))
+                pnames[e.get("pid")] = _text(e["args"].get("name", ""))
             elif e.get("name") == "thread_name":
-                tnames[(e.get("pid"), e.get("tid"))] = str(e["args"].get("name", ""))
+                tnames[(e.get("pid"), e.get("tid"))] = _text(e["args"].get("name", ""))
     # complete events per thread (X, and B/E pairs)
     per_thread: dict[tuple, list[tuple[float, float, str]]] = {}
     open_b: dict[tuple, list] = {}
@@ -316,21 +349,21 @@ def read_trace(source, *, resource_patterns=DEFAULT_RESOURCE_PATTERNS, phase_pat
         if ph not in ("X", "B", "E"):
             continue
         key = (e.get("pid"), e.get("tid"))
-        if not all(k is None or (isinstance(k, (int, str)) and not isinstance(k, bool)) for k in key):
-            problems.append(f"event {n}: pid/tid {key[0]!r}/{key[1]!r} must be integers or strings")
+        if not all(_thread_id(k) for k in key):
+            problems.append(f"event {n}: pid/tid {shown(key[0])}/{shown(key[1])} must be integers or strings")
             continue
         ts = e.get("ts")
         if not _num(ts):
-            problems.append(f"event {n}: ts {ts!r} is not a number")
+            problems.append(f"event {n}: ts {shown(ts)} is not a number")
             continue
         if ph == "X":
             dur = e.get("dur", 0)
             if not _num(dur) or dur < 0:
-                problems.append(f"event {n}: dur {dur!r} is not a number >= 0")
+                problems.append(f"event {n}: dur {shown(dur)} is not a number >= 0")
                 continue
-            per_thread.setdefault(key, []).append((ts * scale, (ts + dur) * scale, str(e.get("name", ""))))
+            per_thread.setdefault(key, []).append((ts * scale, (ts + dur) * scale, _text(e.get("name", ""))))
         elif ph == "B":
-            open_b.setdefault(key, []).append((ts, str(e.get("name", ""))))
+            open_b.setdefault(key, []).append((ts, _text(e.get("name", ""))))
         else:
             stack = open_b.get(key)
             if not stack:
@@ -359,8 +392,8 @@ def read_trace(source, *, resource_patterns=DEFAULT_RESOURCE_PATTERNS, phase_pat
         steps = np.array(sorted((s, e) for s, e, _ in per_thread[marker_key]), dtype=float).reshape(-1, 2)
         n_steps = len(steps)
     elif num_steps is not None:
-        if isinstance(num_steps, bool) or not isinstance(num_steps, int) or num_steps < 1:
-            raise ConfigError(f"num_steps must be an integer >= 1, got {num_steps!r}")
+        if isinstance(num_steps, bool) or not isinstance(num_steps, int) or not 1 <= num_steps <= _MAX_STEPS:
+            raise ConfigError(f"num_steps must be an integer from 1 to {_MAX_STEPS:,}, got {shown(num_steps)}")
         n_steps = num_steps
     else:
         raise TraceError("the trace has no step markers (no thread matches step_pattern): pass num_steps=")
@@ -377,8 +410,8 @@ def read_trace(source, *, resource_patterns=DEFAULT_RESOURCE_PATTERNS, phase_pat
             if m:
                 g = m.groupdict()
                 kind = k
-                chip = int(g["chip"]) if g.get("chip") else 0
-                unit = int(g["unit"]) if g.get("unit") else 0
+                chip = _unit_number(g.get("chip"), lab)
+                unit = _unit_number(g.get("unit"), lab)
                 break
         if kind is None:
             unknown.append(lab)

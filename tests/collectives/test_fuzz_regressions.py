@@ -1,0 +1,154 @@
+"""Regression tests for root causes the collectives fuzz suite (tests/fuzz/test_fuzz_collectives.py) found."""
+
+from __future__ import annotations
+
+import importlib
+
+import numpy as np
+import pytest
+
+from scwork.collectives import (
+    Network,
+    bandwidths,
+    build,
+    bus_factor,
+    cost,
+    execute,
+    frames,
+    multi_color_all_reduce,
+    multi_dim_all_reduce,
+    ring_all_reduce,
+    scaling_book_time,
+)
+from scwork.errors import ConfigError, InputError, TopologyError
+
+# The package re-exports execute() under the module's name: import the modules by path.
+execute_module = importlib.import_module("scwork.collectives.execute")
+schedule_module = importlib.import_module("scwork.collectives.schedule")
+
+
+def test_build_refuses_keywords_the_algorithm_does_not_take():
+    net = Network.ring(4)
+    with pytest.raises(ConfigError, match="takes no keyword.*core_scheme"):
+        build("pincer", net, core_scheme="zigzag")
+    with pytest.raises(ConfigError, match="takes no keyword.*bidirectional"):   # "ring" fixes it
+        build("ring", net, bidirectional=True)
+    with pytest.raises(ConfigError, match="unknown algorithm"):
+        build(["ring"], net)
+    assert build("multi_color", Network.torus((2, 2)), colors=1).num_colors == 1
+
+
+def test_network_methods_check_their_arguments():
+    net = Network.torus((3, 3), cores_per_chip=2)
+    with pytest.raises(TopologyError, match="chip_coord must be a sequence"):
+        net.node(None)
+    with pytest.raises(TopologyError, match="chip_coord\\[0\\]"):
+        net.node(("a", 1))
+    with pytest.raises(TopologyError, match="core must be"):
+        net.node((0, 0), "1")
+    with pytest.raises(TopologyError, match="does not exist"):
+        net.node_label(18)
+    with pytest.raises(TopologyError, match="node"):
+        net.node_label(np.array([1, 2]))
+    with pytest.raises(TopologyError, match="integer node ids"):
+        net.link_ids([0.5], [1])
+    with pytest.raises(TopologyError, match="shape"):
+        net.link_ids([0, 1], [2])
+    with pytest.raises(TopologyError, match="dim must be"):
+        net.lines("0")
+    with pytest.raises(TopologyError, match="link"):
+        net.link_label(10**6)
+    assert int(net.link_ids(0, 1)) == int(net.link_ids([0], [1])[0])     # scalars work too
+
+
+def test_network_flags_must_be_booleans():
+    # bool("no") is True: a text flag silently made a dimension wrap.
+    with pytest.raises(TopologyError, match="wraparound must be True, False"):
+        Network.grid((4, 4), ("no", "no"))
+    with pytest.raises(TopologyError, match="bidirectional must be True or False"):
+        Network.ring(4, bidirectional="False")
+    assert Network.grid((4, 4), (x for x in (True, False))).wraparound == (True, False)
+
+
+def test_algorithm_options_are_checked():
+    net = Network.torus((2, 3))
+    with pytest.raises(ConfigError, match="dims must be a sequence"):
+        multi_dim_all_reduce(net, dims=1)
+    with pytest.raises(ConfigError, match="orders must be a list"):
+        multi_dim_all_reduce(net, orders=3)
+    with pytest.raises(ConfigError, match="bidirectional must be True or False"):
+        multi_dim_all_reduce(net, bidirectional="yes")
+    with pytest.raises(ConfigError, match="bidirectional must be True or False"):
+        ring_all_reduce(net, bidirectional=None)
+    with pytest.raises(ConfigError, match="core_scheme"):
+        multi_dim_all_reduce(net, core_scheme=np.array(["zigzag"]))
+    with pytest.raises(ConfigError, match="dims must be a sequence"):
+        multi_color_all_reduce(net, dims=1j)
+
+
+def test_cost_formulas_check_inputs_and_never_return_negative_or_infinite():
+    with pytest.raises(ConfigError, match="n \\(ranks\\)"):
+        bus_factor("all_reduce", "8")
+    with pytest.raises(ConfigError, match="collective must be a name"):
+        bus_factor(["all_reduce"], 8)
+    with pytest.raises(ConfigError, match="nbytes must be a finite number >= 0"):
+        bandwidths(-1e9, 1.0, "all_reduce", 8)      # gave negative bandwidths
+    with pytest.raises(ConfigError, match="time_s"):
+        bandwidths(1e9, b"1", "all_reduce", 8)
+    with pytest.raises(ConfigError, match="axis_sizes\\[0\\]"):
+        scaling_book_time("all_gather", 1e6, [1j])
+    with pytest.raises(ConfigError, match="MAX_NODES"):
+        scaling_book_time("all_gather", 1e6, [10**5000])
+    with pytest.raises(ConfigError, match="overflows float64"):
+        scaling_book_time("all_gather", 1e308, [4], latency=1e308)
+
+
+def test_cost_refuses_times_past_float64():
+    net = Network.ring(4, link_bandwidth=5e-324)
+    with pytest.raises(ConfigError, match="overflow float64"):
+        cost(build("ring", net))
+
+
+def test_execute_refuses_float_sums_that_overflow():
+    schedule = build("ring", Network.ring(4))
+    # float32: the overflowing sum was blamed on the schedule (ScheduleError);
+    # float64: inf == inf made it look right (max_error 0).
+    for data in (np.full((4, 1), 3e38, np.float32), np.full((4, 1), 1e308)):
+        with pytest.raises(InputError, match="would overflow to inf"):
+            execute(schedule, data)
+    gathered = execute(build("all_gather", Network.ring(4)), np.full((4, 4), 1e308))   # copies never overflow
+    assert np.isfinite(gathered.buffers).all()
+    with pytest.raises(ConfigError, match="data must be an array"):
+        execute(schedule, [[1, 2], [3]] * 2)
+
+
+def test_contribution_tracking_is_bounded_before_allocating():
+    schedule = build("ring", Network.ring(4096))     # 4096 nodes x 4096 chunks x 64 words: 8 GiB
+    with pytest.raises(ConfigError, match="MAX_TRACKER_BYTES"):
+        execute(schedule, np.ones((4096, 2), np.int64), conflicts="ignore")
+    with pytest.raises(ConfigError, match="max_cells must be"):
+        frames(build("ring", Network.ring(4)), max_cells="20")
+    assert execute_module.MAX_TRACKER_BYTES == 2**30
+
+
+def test_conflict_list_is_bounded(monkeypatch):
+    schedule = build("bidirectional_ring", Network.mesh((3, 3), cores_per_chip=2))
+    count = schedule.num_conflicts()
+    assert count > 2
+    monkeypatch.setattr(schedule_module, "MAX_LISTED_CONFLICTS", 2)
+    with pytest.raises(ConfigError, match="num_conflicts"):
+        schedule.conflicts()
+    assert schedule.num_conflicts() == count
+
+
+def test_vector_sizes_beyond_the_limit_give_a_printable_error():
+    with pytest.raises(ConfigError, match="about 5000 digits"):
+        cost(build("ring", Network.ring(4)), nbytes=10**5000)
+
+
+def test_per_chunk_state_is_bounded_before_allocating(monkeypatch):
+    # (nodes, chunks) owner masks: 131,072 x 262,144 asked for 32 GiB even with track=False.
+    schedule = build("reduce_scatter", Network.ring(8))
+    monkeypatch.setattr(execute_module, "MAX_STATE_CELLS", 8 * schedule.num_chunks - 1)
+    with pytest.raises(ConfigError, match="MAX_STATE_CELLS"):
+        execute(schedule, np.ones((8, 16), np.int64), track=False, conflicts="ignore")

@@ -1,0 +1,33 @@
+"""Regression tests for root causes the memory fuzz suite (tests/fuzz/test_fuzz_memory_pipeline.py) found."""
+
+from __future__ import annotations
+
+import pytest
+
+import scwork
+from scwork.errors import ConfigError
+
+
+def test_memory_sweep_checks_parameter_and_values():
+    table = scwork.sharding.TableSpec("t", 1000, 8, max_ids_per_partition=64, max_unique_ids_per_partition=64)
+    topo = scwork.Topology.for_chip("v5p", num_chips=4)
+    with pytest.raises(ConfigError, match="parameter must be a keyword"):
+        scwork.memory.sweep([table], topo, 3, [1], batch_size=64)
+    with pytest.raises(ConfigError, match="parameter must be a keyword"):
+        scwork.memory.sweep([table], topo, "nonsense", [1], batch_size=64)
+    with pytest.raises(ConfigError, match="values must be a list"):
+        scwork.memory.sweep([table], topo, "batch_size", 1j)
+    with pytest.raises(ConfigError, match="values is empty"):
+        scwork.memory.sweep([table], topo, "batch_size", [])
+
+
+def test_plan_checks_optimizer_slots_and_bounds_byte_knobs():
+    table = scwork.sharding.TableSpec("t", 1000, 8, max_ids_per_partition=64, max_unique_ids_per_partition=64)
+    topo = scwork.Topology.for_chip("v5p", num_chips=4)
+    with pytest.raises(ConfigError, match="optimizer_slots must be a dict"):
+        scwork.memory.plan([table], topo, batch_size=64, optimizer_slots=1.5)    # AttributeError before
+    # an int64 overflow in the HBM timeline's numpy arrays before
+    with pytest.raises(ConfigError, match="tensorcore_activation_bytes must be <="):
+        scwork.memory.plan([table], topo, batch_size=64, tensorcore_activation_bytes=2**63)
+    with pytest.raises(ConfigError, match="about 5000 digits"):
+        scwork.memory.plan([table], topo, batch_size=64, dense_weights_bytes=10**5000)
