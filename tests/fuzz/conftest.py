@@ -20,3 +20,12 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if HERE in Path(str(item.fspath)).resolve().parents:
             item.add_marker(pytest.mark.fuzz)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _kernels_compiled():
+    """Compile (or load) every numba kernel before the first case: a cold compile takes
+    10-30 s on a fresh machine and would count as a hang under the cases' watchdogs."""
+    import scwork
+
+    scwork.warmup(progress=False)
