@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import numbers
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -202,15 +203,15 @@ class Network:
         self.link_classes = {"ici": ici}
         if k > 1:
             self.link_classes["on_chip"] = on_chip
-        self.name = name or self._default_name()
-
         m = math.prod(shape)
         if m * k > MAX_NODES:
-            # Refuse before the per-node and per-link arrays are allocated.
+            # Refuse before the per-node and per-link arrays are allocated (and before
+            # the name prints the dimensions: a 5,000-digit one cannot be printed).
             raise TopologyError(
-                f"a {'x'.join(str(d) for d in shape)} network with {k} cores per chip has {m * k:,} nodes, "
-                f"more than scwork.collectives.network.MAX_NODES={MAX_NODES:,} (the largest TPU pods have "
-                "about 9,216 chips); use a smaller shape, or raise MAX_NODES for a what-if")
+                f"a {'x'.join(shown(d) for d in shape)} network with {k} cores per chip has "
+                f"{f'{m * k:,}' if (m * k).bit_length() < 1000 else shown(m * k)} nodes, more than scwork.collectives.network.MAX_NODES={MAX_NODES:,} (the largest "
+                "TPU pods have about 9,216 chips); use a smaller shape, or raise MAX_NODES for a what-if")
+        self.name = name or self._default_name()
         self.num_chips = m
         self.num_nodes = m * k
         self.chip_coords = np.stack(np.unravel_index(np.arange(m), shape), axis=1).astype(np.int64)
@@ -320,6 +321,11 @@ class Network:
         """
         from scwork.hardware import get
 
+        for what, value in (("link_bandwidth", link_bandwidth), ("link_latency", link_latency),
+                            ("on_chip_bandwidth", on_chip_bandwidth), ("on_chip_latency", on_chip_latency)):
+            # A scalar before any comparison (an array here made `==` ambiguous: ValueError).
+            if value is not None and (isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real)):
+                raise TopologyError(f"{what} must be a number, got {value!r}")
         if isinstance(shape, (int, np.integer)) and not isinstance(shape, bool):
             shape = (int(shape),)
         if wraparound is None:
@@ -390,13 +396,13 @@ class Network:
     @classmethod
     def torus(cls, shape, **kwargs) -> Network:
         """A torus: every dimension wraps around (2-D and 3-D, any sizes)."""
-        shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
+        shape = _shape_tuple(shape)
         return cls.grid(shape, (True,) * len(shape), **kwargs)
 
     @classmethod
     def mesh(cls, shape, **kwargs) -> Network:
         """A mesh: no dimension wraps around."""
-        shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
+        shape = _shape_tuple(shape)
         return cls.grid(shape, (False,) * len(shape), **kwargs)
 
     @classmethod
@@ -831,3 +837,15 @@ def _search_cycle(net: Network) -> np.ndarray | None:
     finally:
         sys.setrecursionlimit(limit)
     return np.asarray(path, dtype=np.int64) if found else None
+
+
+def _shape_tuple(shape) -> tuple:
+    """A grid shape as a tuple (an int is a 1-D shape); anything else is a TopologyError."""
+    if isinstance(shape, (int, np.integer)) and not isinstance(shape, (bool, np.bool_)):
+        return (shape,)
+    if isinstance(shape, (str, bytes)):
+        raise TopologyError(f"shape must be an int or a tuple of positive integers, got {shape!r}")
+    try:
+        return tuple(shape)
+    except TypeError:
+        raise TopologyError(f"shape must be an int or a tuple of positive integers, got {shape!r}") from None

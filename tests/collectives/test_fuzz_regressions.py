@@ -152,3 +152,24 @@ def test_per_chunk_state_is_bounded_before_allocating(monkeypatch):
     monkeypatch.setattr(execute_module, "MAX_STATE_CELLS", 8 * schedule.num_chunks - 1)
     with pytest.raises(ConfigError, match="MAX_STATE_CELLS"):
         execute(schedule, np.ones((8, 16), np.int64), track=False, conflicts="ignore")
+
+
+@pytest.mark.parametrize("keyword", ["link_bandwidth", "link_latency", "on_chip_bandwidth", "on_chip_latency"])
+def test_link_parameters_must_be_numbers(keyword):
+    """An empty array as a latency raised numpy's 'truth value of an empty array is ambiguous'."""
+    from scwork.collectives import Network
+    from scwork.errors import TopologyError
+
+    with pytest.raises(TopologyError, match=f"{keyword} must be a number"):
+        Network.line(4, **{keyword: np.array([])})
+
+
+def test_a_5000_digit_line_length_is_a_topology_error():
+    """Printing the network's name raised Python's int-to-str conversion limit (ValueError)."""
+    from scwork.collectives import Network
+    from scwork.errors import TopologyError
+
+    with pytest.raises(TopologyError, match="MAX_NODES"):
+        Network.line(10**5000)
+    with pytest.raises(TopologyError, match="shape must be an int or a tuple"):
+        Network.torus(2.5)
