@@ -94,11 +94,17 @@ _REEXPORTED = (ALL_REDUCE_ALGORITHMS, _network_text, EXIT_DOES_NOT_FIT, EXIT_OK,
                COMPILE_HINT, _kernels_compiled, MAP_MAX_COLUMNS, MAP_MAX_ROWS, TOUR, layout_map)
 
 
+def _printable(text: str) -> str:
+    """``text`` with control characters escaped (``\\n``, ``\\x1b``...): an argument holding a newline stays on one line."""
+    return "".join(ch if ch.isprintable() else ch.encode("unicode_escape", "backslashreplace").decode("ascii")
+                   for ch in text)
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse with a one-line error (the usage is one ``--help`` away)."""
 
     def error(self, message: str):
-        self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+        self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {_printable(message)} (see {self.prog} --help)\n")
 
 
 # ======================================================================================
@@ -279,7 +285,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_BROKEN_PIPE
     except _ONE_LINE_ERRORS as err:
         text = str(err).strip() or type(err).__name__
-        first_line = text.splitlines()[0]
+        first_line = _printable(text.splitlines()[0])
         print(f"scwork {args.command}: error: {first_line}", file=sys.stderr)
         return EXIT_BAD_INPUT
 

@@ -682,6 +682,20 @@ def test_lab_refuses_a_port_out_of_range_in_one_line(capsys):
         assert out == "" and err.count("\n") == 1 and "a TCP port is from 0 (any free one) to 65535" in err
 
 
+def test_an_argument_with_a_newline_keeps_the_error_on_one_line(capsys):
+    """`scwork layout layout $'\\n'` printed a two-line usage error (found by the fuzz)."""
+    from scwork import cli
+
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["layout", "layout", "\n"])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert err == "scwork: error: unrecognized arguments: \\n (see scwork --help)\n"
+    assert cli.main(["hardware", "v9\x1b[31m\nred"]) == 2          # a typed error: escaped, one line
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "\x1b" not in err and "\\x1b[31m" in err
+
+
 def test_a_file_name_that_is_not_utf8_prints_as_given(tmp_path, monkeypatch):
     """A Latin-1 file name on a strict UTF-8 stdout ended in a UnicodeEncodeError traceback (found by the fuzz)."""
     import io
