@@ -46,12 +46,17 @@ from scwork.errors import LayoutError
 from scwork.layout.shape import Shape
 from scwork.layout.tiles import Tile, _merge_suffix
 
-__all__ = ["ViewGeometry", "view_window", "view_overview", "buffer_window", "MAX_WINDOW_CELLS", "MAX_ROW_CHECKS"]
+__all__ = ["ViewGeometry", "view_window", "view_overview", "buffer_window", "MAX_WINDOW_CELLS", "MAX_WINDOW_BYTES",
+           "MAX_ROW_CHECKS"]
 
 #: Largest number of cells (or addresses) one call computes: 2**22 cells is 32 MiB
 #: per int64 array. Ask for a smaller window, or an overview, beyond it.
 MAX_WINDOW_CELLS = 2**22
 
+
+#: Most bytes the int64 columns of one window may take, whatever ``max_cells`` allows
+#: (a window keeps one column per coordinate of the tiled shape): 1 GiB.
+MAX_WINDOW_BYTES = 2**30
 
 #: Most rows :func:`view_overview` checks one by one for an exact padding fraction
 #: (one bool each: 256 MiB).
@@ -265,8 +270,15 @@ def _check_range(name: str, bounds, size: int) -> tuple[int, int]:
     return start, stop
 
 
-def _check_cells(count: int, max_cells: int, what: str) -> None:
+def _check_cells(count: int, max_cells: int, what: str, arrays: int = 8) -> None:
+    """Refuse ``count`` cells above ``max_cells``, or whose ``arrays`` int64 columns per cell
+    (one per coordinate of the tiled shape, plus results) exceed :data:`MAX_WINDOW_BYTES`."""
     max_cells = integer("max_cells", max_cells, minimum=0, error=LayoutError)
+    if count * arrays * 8 > MAX_WINDOW_BYTES:
+        raise LayoutError(
+            f"{what} has {count:,} cells of {arrays} int64 columns each ({count * arrays * 8 / 2**30:,.1f} GiB), "
+            f"more than MAX_WINDOW_BYTES ({MAX_WINDOW_BYTES / 2**30:g} GiB) whatever max_cells says",
+            hint="ask for a smaller window, or use view_overview")
     if count > max_cells:
         raise LayoutError(
             f"{what} has {count:,} cells, more than max_cells={max_cells:,}",
@@ -294,7 +306,8 @@ def view_window(shape: Shape, rows=None, cols=None, *, max_cells: int = MAX_WIND
     geometry = ViewGeometry(shape)
     r0, r1 = _check_range("rows", rows, geometry.n_rows)
     c0, c1 = _check_range("cols", cols, geometry.n_cols)
-    _check_cells((r1 - r0) * (c1 - c0), max_cells, f"the window rows {r0}:{r1} x cols {c0}:{c1}")
+    _check_cells((r1 - r0) * (c1 - c0), max_cells, f"the window rows {r0}:{r1} x cols {c0}:{c1}",
+                 len(shape._view_layout()._plan.tiled_shape) + 8)
     row_index = np.arange(r0, r1, dtype=np.int64)
     col_index = np.arange(c0, c1, dtype=np.int64)
     coords = geometry.coordinates(row_index[:, None], col_index[None, :])
@@ -378,7 +391,8 @@ def view_overview(shape: Shape, rows=None, cols=None, *, max_blocks: tuple[int, 
     max_cols = integer("max_blocks[1] (cols)", max_cols, minimum=1, error=LayoutError)
     max_row_checks = integer("max_row_checks", max_row_checks, minimum=0, error=LayoutError)
     # Both bound arrays made below: the blocks (rows x cols) and one flag per checked row.
-    _check_cells(max_rows * max_cols, MAX_WINDOW_CELLS, f"an overview of max_blocks={max_rows} x {max_cols}")
+    _check_cells(max_rows * max_cols, MAX_WINDOW_CELLS, f"an overview of max_blocks={max_rows} x {max_cols}",
+                 len(geometry._view_plan.tiled_shape) + 8)
     if max_row_checks > MAX_ROW_CHECKS:
         raise LayoutError(f"max_row_checks={max_row_checks:,} is more than MAX_ROW_CHECKS={MAX_ROW_CHECKS:,} "
                           "(one flag per row is allocated)", hint="use the default; beyond it the padding "
@@ -473,7 +487,7 @@ def buffer_window(shape: Shape, start: int, stop: int, *, max_cells: int = MAX_W
     geometry = ViewGeometry(shape)
     total = shape.padded_elements
     a0, a1 = _check_range("addresses", (start, stop), total)
-    _check_cells(a1 - a0, max_cells, f"the address range {a0}:{a1}")
+    _check_cells(a1 - a0, max_cells, f"the address range {a0}:{a1}", len(geometry._view_plan.tiled_shape) + 8)
     addresses = np.arange(a0, a1, dtype=np.int64)
     coords, real = geometry.cells_at(addresses)
     if coords:

@@ -73,8 +73,15 @@ def test_view_sizes_are_checked_and_bounded_before_allocating():
         view.view_window(big, (0, 2), (0, 2), max_cells="many")
     with pytest.raises(LayoutError, match="max_blocks"):
         view.view_overview(big, max_blocks=1 + 2j)
-    with pytest.raises(LayoutError, match="max_cells=4,194,304"):     # 10**6 x 10**6 blocks
+    with pytest.raises(LayoutError, match="MAX_WINDOW_BYTES"):     # 10**6 x 10**6 blocks
         view.view_overview(big, max_blocks=(10**6, 10**6))
+    with pytest.raises(LayoutError, match="max_cells=4,194,304"):
+        view.view_overview(big, max_blocks=(2048, 4096))
+    # A raised max_cells cannot lift the memory bound: 2**32 addresses x 14 columns was 448 GiB.
+    with pytest.raises(LayoutError, match="MAX_WINDOW_BYTES"):
+        view.buffer_window(big, 0, 2**32, max_cells=2**63 - 1)
+    with pytest.raises(LayoutError, match="MAX_WINDOW_BYTES"):
+        view.view_window(big, (0, 2**16), (0, 2**16), max_cells=2**40)
     with pytest.raises(LayoutError, match="MAX_ROW_CHECKS"):
         view.view_overview(big, max_row_checks=2**70)
     assert view.view_overview(big, max_blocks=(256, 256)).attrs["level"] == "tile blocks"
