@@ -573,10 +573,22 @@ def execute(schedule: Schedule, data, *, conflicts: str = "report", check: bool 
     >>> run.verification
     'full'
     """
-    if conflicts not in ("report", "raise", "ignore"):
-        raise ConfigError(f"conflicts must be 'report', 'raise' or 'ignore', got {conflicts!r}")
-    if verify not in _VERIFY:
-        raise ConfigError(f"verify must be 'auto', 'full' or 'sample', got {verify!r}")
+    if not isinstance(conflicts, str) or conflicts not in ("report", "raise", "ignore"):
+        raise ConfigError(f"conflicts must be 'report', 'raise' or 'ignore', got {shown(conflicts)}")
+    if not isinstance(verify, str) or verify not in _VERIFY:
+        raise ConfigError(f"verify must be 'auto', 'full' or 'sample', got {shown(verify)}")
+    for name, flag in (("check", check), ("track", track)):
+        if not isinstance(flag, (bool, np.bool_)):      # "no" would be truthy
+            raise ConfigError(f"{name} must be True or False, got {shown(flag)}")
+    if rtol is not None:
+        real = not isinstance(rtol, bool) and isinstance(rtol, (int, float, np.integer, np.floating))
+        try:
+            tolerance = float(rtol) if real else float("nan")
+        except OverflowError:       # an int beyond float range
+            tolerance = float("inf")
+        if not 0 <= tolerance < float("inf"):
+            raise ConfigError(f"rtol must be a finite number >= 0 (or None), got {shown(rtol)}")
+        rtol = tolerance
     arr = _as_data(schedule, data)
     net = schedule.network
     found = [] if conflicts == "ignore" else schedule.conflicts()

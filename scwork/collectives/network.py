@@ -211,6 +211,8 @@ class Network:
                 f"a {'x'.join(shown(d) for d in shape)} network with {k} cores per chip has "
                 f"{f'{m * k:,}' if (m * k).bit_length() < 1000 else shown(m * k)} nodes, more than scwork.collectives.network.MAX_NODES={MAX_NODES:,} (the largest "
                 "TPU pods have about 9,216 chips); use a smaller shape, or raise MAX_NODES for a what-if")
+        if name is not None and not isinstance(name, str):
+            raise TopologyError(f"name must be a string (or None for the default), got {shown(name)}")
         self.name = name or self._default_name()
         self.num_chips = m
         self.num_nodes = m * k

@@ -659,13 +659,17 @@ class LocalLayout:
             e = run_end[pick][order]
             owner_n = run_n[pick][order]
             owner_c = run_c[pick][order]
-            # Runs in one lane never overlap, so "data bytes below x" is the sum of
-            # the runs that start before x minus the part of the last one past x.
-            cum = np.concatenate(([0], np.cumsum(e - s)))
+            # Runs of 4-bit elements may share their boundary byte (compact layout, odd
+            # element counts): start each run after the bytes already counted, so the
+            # runs are disjoint; then "data bytes below x" is the sum of the runs that
+            # start before x minus the part of the last one past x.
+            s_data = np.maximum(s, np.concatenate(([s[0]], np.maximum.accumulate(e)[:-1])))
+            e_data = np.maximum(e, s_data)
+            cum = np.concatenate(([0], np.cumsum(e_data - s_data)))
 
             def below(x):
-                k = np.searchsorted(s, x, side="left")
-                over = np.where(k > 0, np.maximum(e[np.maximum(k - 1, 0)] - x, 0), 0)
+                k = np.searchsorted(s_data, x, side="left")
+                over = np.where(k > 0, np.maximum(e_data[np.maximum(k - 1, 0)] - x, 0), 0)
                 return cum[k] - over
 
             used[lane] = below(row_end) - below(row_start)

@@ -124,6 +124,14 @@ def round_up(value: int, multiple: int) -> int:
 # --------------------------------------------------------------------------------------
 # validation helpers
 # --------------------------------------------------------------------------------------
+def finite(value: Any) -> bool:
+    """``math.isfinite`` that says False (instead of raising) for ints beyond float range."""
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
+
+
 def check_int(name: str, value: Any, *, minimum: int = 0, allow_none: bool = False,
               unit: str = "", maximum: int | None = None) -> int | None:
     """``value`` as an int >= ``minimum`` (and <= ``maximum``; integral floats accepted), else ConfigError."""
@@ -133,7 +141,7 @@ def check_int(name: str, value: Any, *, minimum: int = 0, allow_none: bool = Fal
     if isinstance(value, bool):
         raise ConfigError(f"{name} must be an integer >= {minimum}{unit_text}, got {shown(value)}")
     if isinstance(value, numbers.Real) and not isinstance(value, numbers.Integral):
-        if not math.isfinite(value) or value != int(value):
+        if not finite(value) or value != int(value):
             raise ConfigError(f"{name} must be an integer >= {minimum}{unit_text}, got {shown(value)}")
         value = int(value)
     try:
@@ -154,7 +162,7 @@ def parse_dtype(dtype: Any, where: str = "dtype") -> tuple[str, int]:
     key = dtype.strip().lower() if isinstance(dtype, str) else dtype
     key = _DTYPE_ALIASES.get(key, key)
     if key not in DTYPE_SIZES:
-        raise ConfigError(f"{where} must be one of {', '.join(DTYPE_SIZES)}, got {dtype!r}")
+        raise ConfigError(f"{where} must be one of {', '.join(DTYPE_SIZES)}, got {shown(dtype)}")
     return key, DTYPE_SIZES[key]
 
 
@@ -181,7 +189,7 @@ def optimizer_slot_count(optimizer: str, custom: Mapping[str, int] | None = None
     4
     """
     if not isinstance(optimizer, str):
-        raise ConfigError(f"optimizer must be a name (str), got {optimizer!r}")
+        raise ConfigError(f"optimizer must be a name (str), got {shown(optimizer)}")
     key = optimizer.strip().lower()
     table = dict(OPTIMIZER_SLOTS)
     if custom is not None and not isinstance(custom, Mapping):
@@ -189,13 +197,13 @@ def optimizer_slot_count(optimizer: str, custom: Mapping[str, int] | None = None
     if custom:
         for name, count in custom.items():
             if not isinstance(name, str):
-                raise ConfigError(f"optimizer_slots keys must be optimizer names, got {name!r}")
-            table[name.strip().lower()] = check_int(f"optimizer_slots[{name!r}]", count, minimum=0,
+                raise ConfigError(f"optimizer_slots keys must be optimizer names, got {shown(name)}")
+            table[name.strip().lower()] = check_int(f"optimizer_slots[{shown(name)}]", count, minimum=0,
                                                    unit="slot variables")
     if key not in table:
         raise ConfigError(
-            f"unknown optimizer {optimizer!r}: known optimizers are {', '.join(sorted(table))}; "
-            f"for another one pass optimizer_slots={{{optimizer!r}: <number of slot variables>}}"
+            f"unknown optimizer {shown(optimizer)}: known optimizers are {', '.join(sorted(table))}; "
+            f"for another one pass optimizer_slots={{{shown(optimizer)}: <number of slot variables>}}"
         )
     return table[key]
 
@@ -220,8 +228,8 @@ def estimate_limits(samples_per_sc: int, ids_per_sample: float, num_partitions: 
     samples_per_sc = check_int("samples_per_sc", samples_per_sc, minimum=0, unit="samples")
     num_partitions = check_int("num_partitions", num_partitions, minimum=1, unit="partitions")
     if not isinstance(ids_per_sample, numbers.Real) or isinstance(ids_per_sample, bool) \
-            or not math.isfinite(ids_per_sample) or ids_per_sample < 0:
-        raise ConfigError(f"ids_per_sample must be a finite number >= 0, got {ids_per_sample!r}")
+            or not finite(ids_per_sample) or ids_per_sample < 0:
+        raise ConfigError(f"ids_per_sample must be a finite number >= 0, got {shown(ids_per_sample)}")
     L = samples_per_sc * float(ids_per_sample)
     peak = 0.2 * L + 0.8 * L / num_partitions + 2.0 * math.sqrt(L / num_partitions)
     max_ids = max(CSR_ALIGNMENT, CSR_ALIGNMENT * math.ceil(1.25 * peak / CSR_ALIGNMENT - 1e-12))
@@ -304,7 +312,7 @@ class Model:
         for i, st in enumerate(self.stacks):
             if st.name == name:
                 return i
-        raise ConfigError(f"no stack {name!r}; stacks are {[s.name for s in self.stacks]}")
+        raise ConfigError(f"no stack {shown(name)}; stacks are {[s.name for s in self.stacks]}")
 
 
 @dataclass(frozen=True)
@@ -412,7 +420,7 @@ def stack_limits(knobs: Knobs, stack: StackInfo) -> tuple[int, int, str]:
                 uniq, src_uniq = estimate[1], "estimate"
     if ids is None:
         raise ConfigError(
-            f"stack {stack.name!r} has no max_ids_per_partition: SPMEM and HBM buffers are sized by the "
+            f"stack {shown(stack.name)} has no max_ids_per_partition: SPMEM and HBM buffers are sized by the "
             "limits. Set TableSpec(max_ids_per_partition=..., max_unique_ids_per_partition=...), pass "
             "stack_limits={stack: (max_ids, max_unique)} or limits=(max_ids, max_unique), "
             "stats=scwork.sharding.compute_stats(...) (observed limits), or ids_per_sample=... "

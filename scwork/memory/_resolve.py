@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import math
 import numbers
 from collections.abc import Mapping
 from typing import Any
@@ -11,12 +10,14 @@ from typing import Any
 import numpy as np
 
 from scwork.errors import ConfigError
+from scwork._validate import shown
 from scwork.memory._model import (
     Knobs,
     Model,
     StackInfo,
     TableInfo,
     check_int,
+    finite,
     optimizer_slot_count,
     parse_dtype,
     stack_limits,
@@ -65,7 +66,7 @@ def _features(model: Any):
     if all(isinstance(x, FeatureSpec) for x in items):
         return (model if isinstance(model, Mapping) else tuple(items)), None
     bad = [x for x in items if not isinstance(x, (FeatureSpec, TableSpec))]
-    got = f"got {bad[0]!r}" if bad else "got a mix of both"
+    got = f"got {shown(bad[0])}" if bad else "got a mix of both"
     raise ConfigError(
         "model must hold only FeatureSpec objects or only TableSpec objects (each table then has one "
         f"feature of the same name); {got}"
@@ -81,13 +82,13 @@ def _stats_limits(stats: Any, stack: str) -> tuple[int | None, int | None]:
         raise ConfigError("stats must be the Dataset of scwork.sharding.compute_stats (no 'stack' dim)") from None
     if stack not in names:
         raise ConfigError(
-            f"stats has no stack {stack!r} (its stacks: {names}); compute the statistics with the same "
+            f"stats has no stack {shown(stack)} (its stacks: {names}); compute the statistics with the same "
             "stacking as the memory model (pass the same stacking= or the StackingPlan)"
         )
     out = []
     for var in ("max_ids_per_partition", "max_unique_ids_per_partition"):
         if var not in stats:
-            raise ConfigError(f"stats has no variable {var!r}; pass the Dataset of compute_stats")
+            raise ConfigError(f"stats has no variable {shown(var)}; pass the Dataset of compute_stats")
         out.append(int(stats[var].sel(stack=stack).max()))
     return out[0], out[1]
 
@@ -98,7 +99,7 @@ def _limit_pair(where: str, value: Any) -> tuple[int | None, int | None]:
     elif isinstance(value, (tuple, list)) and len(value) == 2:
         pair = (value[0], value[1])
     else:
-        raise ConfigError(f"{where} must be (max_ids_per_partition, max_unique_ids_per_partition), got {value!r}")
+        raise ConfigError(f"{where} must be (max_ids_per_partition, max_unique_ids_per_partition), got {shown(value)}")
     return (check_int(f"{where}[0] (max_ids_per_partition)", pair[0], minimum=1, allow_none=True, unit="ids"),
             check_int(f"{where}[1] (max_unique_ids_per_partition)", pair[1], minimum=1, allow_none=True,
                       unit="ids"))
@@ -144,7 +145,7 @@ def resolve(model: Any, topology: Any, **kwargs) -> tuple[Model, Knobs]:
     else:
         chip = get(chip)
     if not isinstance(chip, TpuChip):
-        raise ConfigError(f"chip must be a TPU, got {chip.name!r} ({type(chip).__name__})")
+        raise ConfigError(f"chip must be a TPU, got {shown(chip.name)} ({type(chip).__name__})")
     if not chip.has_sparsecore or topology.sparsecores_per_chip < 1:
         raise ConfigError(
             f"{chip.marketing_name} has no SparseCore (topology {topology}): the SparseCore memory model "
@@ -152,8 +153,8 @@ def resolve(model: Any, topology: Any, **kwargs) -> tuple[Model, Knobs]:
         )
     if topology.sparsecores_per_chip != chip.sparsecores_per_chip:
         raise ConfigError(
-            f"topology has {topology.sparsecores_per_chip} SparseCores per chip but chip {chip.name!r} has "
-            f"{chip.sparsecores_per_chip}; build the topology with Topology.for_chip({chip.name!r}, ...)"
+            f"topology has {topology.sparsecores_per_chip} SparseCores per chip but chip {shown(chip.name)} has "
+            f"{chip.sparsecores_per_chip}; build the topology with Topology.for_chip({shown(chip.name)}, ...)"
         )
     from scwork.errors import TopologyError
 
@@ -174,9 +175,9 @@ def resolve(model: Any, topology: Any, **kwargs) -> tuple[Model, Knobs]:
     hbm = kw.get("hbm_bytes")
     hbm = chip.hbm_bytes if hbm is None else check_int("hbm_bytes", hbm, minimum=1, unit="bytes", maximum=MAX_BYTES)
     headroom = kw.get("headroom", 0.1)
-    if isinstance(headroom, bool) or not isinstance(headroom, numbers.Real) or not math.isfinite(headroom) \
+    if isinstance(headroom, bool) or not isinstance(headroom, numbers.Real) or not finite(headroom) \
             or not 0 <= headroom < 1:
-        raise ConfigError(f"headroom must be a fraction in [0, 1) of HBM kept free, got {headroom!r}")
+        raise ConfigError(f"headroom must be a fraction in [0, 1) of HBM kept free, got {shown(headroom)}")
 
     # --- features, stacking, limits
     features, given_plan = _features(model)
@@ -185,7 +186,7 @@ def resolve(model: Any, topology: Any, **kwargs) -> tuple[Model, Knobs]:
         raise ConfigError(f"config must be a SparsecoreConfig, got {type(config).__name__}")
     user_limits = kw.get("stack_limits")
     if user_limits is not None and not isinstance(user_limits, Mapping):
-        raise ConfigError(f"stack_limits must be a dict stack name -> (max_ids, max_unique), got {user_limits!r}")
+        raise ConfigError(f"stack_limits must be a dict stack name -> (max_ids, max_unique), got {shown(user_limits)}")
     stacking = kw.get("stacking", "auto")
     if given_plan is not None and given_plan.num_partitions == topology.num_partitions:
         splan = plan_stacking(features, topology, given_plan)
@@ -212,7 +213,7 @@ def resolve(model: Any, topology: Any, **kwargs) -> tuple[Model, Knobs]:
         if unknown_stacks:
             raise ConfigError(f"stack_limits names unknown stacks {unknown_stacks}; stacks are {names}")
         for n_, v in user_limits.items():
-            overrides[n_] = explicit[n_] = _limit_pair(f"stack_limits[{n_!r}]", v)
+            overrides[n_] = explicit[n_] = _limit_pair(f"stack_limits[{shown(n_)}]", v)
 
     ids_per_sample = kw.get("ids_per_sample")
     feature_names = [f.name for f in splan.features]
@@ -223,8 +224,8 @@ def resolve(model: Any, topology: Any, **kwargs) -> tuple[Model, Knobs]:
         value = ids_per_sample.get(feature) if isinstance(ids_per_sample, Mapping) else ids_per_sample
         if value is None:
             return None
-        if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) or value < 0:
-            raise ConfigError(f"ids_per_sample for feature {feature!r} must be a number >= 0, got {value!r}")
+        if isinstance(value, bool) or not isinstance(value, numbers.Real) or not finite(value) or value < 0:
+            raise ConfigError(f"ids_per_sample for feature {shown(feature)} must be a number >= 0, got {shown(value)}")
         return float(value)
 
     if isinstance(ids_per_sample, Mapping):
@@ -238,7 +239,7 @@ def resolve(model: Any, topology: Any, **kwargs) -> tuple[Model, Knobs]:
     optimizers = kw.get("optimizers") or {}
     custom_slots = kw.get("optimizer_slots")
     if not isinstance(optimizers, Mapping):
-        raise ConfigError(f"optimizers must be a dict table name -> optimizer name, got {optimizers!r}")
+        raise ConfigError(f"optimizers must be a dict table name -> optimizer name, got {shown(optimizers)}")
     table_names = [t.table.name for s in splan.stacks for t in s.tables]
     for label, mapping in (("optimizers", optimizers), ("dtype", dtype), ("slot_dtype", slot_dtype)):
         if isinstance(mapping, Mapping):
@@ -257,10 +258,10 @@ def resolve(model: Any, topology: Any, **kwargs) -> tuple[Model, Knobs]:
         dtypes = set()
         opts = set()
         for t in s.tables:
-            d, _ = parse_dtype(per_table(dtype, t.table.name, "f32"), f"dtype of table {t.table.name!r}")
+            d, _ = parse_dtype(per_table(dtype, t.table.name, "f32"), f"dtype of table {shown(t.table.name)}")
             sd = per_table(slot_dtype, t.table.name, None)
             if sd is not None:
-                sd, _ = parse_dtype(sd, f"slot_dtype of table {t.table.name!r}")
+                sd, _ = parse_dtype(sd, f"slot_dtype of table {shown(t.table.name)}")
             opt = optimizers.get(t.table.name, t.table.optimizer)
             slots = optimizer_slot_count(opt, custom_slots)
             dtypes.add(d)
@@ -269,12 +270,12 @@ def resolve(model: Any, topology: Any, **kwargs) -> tuple[Model, Knobs]:
                                     str(opt).strip().lower(), slots, d, sd))
         if len(dtypes) > 1:
             raise ConfigError(
-                f"stack {s.name!r} mixes dtypes {sorted(dtypes)}; tables of one stack share a dtype "
+                f"stack {shown(s.name)} mixes dtypes {sorted(dtypes)}; tables of one stack share a dtype "
                 "(stack them separately or give them the same dtype)"
             )
         if len(opts) > 1:
             raise ConfigError(
-                f"stack {s.name!r} mixes optimizers {sorted(opts)} (optimizers=...); tables of one stack "
+                f"stack {shown(s.name)} mixes optimizers {sorted(opts)} (optimizers=...); tables of one stack "
                 "share an optimizer"
             )
         stats_ids, stats_uniq = _stats_limits(kw.get("stats"), s.name)
@@ -294,7 +295,7 @@ def resolve(model: Any, topology: Any, **kwargs) -> tuple[Model, Knobs]:
                     unit="replicas")
     stage = kw.get("stage_gather_operands_in_hbm", False)
     if not isinstance(stage, (bool, np.bool_)):
-        raise ConfigError(f"stage_gather_operands_in_hbm must be True or False, got {stage!r}")
+        raise ConfigError(f"stage_gather_operands_in_hbm must be True or False, got {shown(stage)}")
     knobs = Knobs(
         batch_size=batch,
         num_chips=topology.num_chips,

@@ -28,7 +28,7 @@ def _parse_dtype(dtype: Any, where: str) -> str:
     key = dtype.strip().lower() if isinstance(dtype, str) else dtype
     key = _DTYPE_ALIASES.get(key, key)
     if key not in DTYPE_SIZES:
-        raise ConfigError(f"{where}: dtype must be one of {', '.join(DTYPE_SIZES)}, got {dtype!r}")
+        raise ConfigError(f"{where}: dtype must be one of {', '.join(DTYPE_SIZES)}, got {shown(dtype)}")
     return key
 
 
@@ -68,13 +68,18 @@ def _per_stack(value: Any, stacks: list[str], name: str, default: Any) -> dict[s
 #: Most steps :func:`step_model` lays out (each one interval by interval).
 MAX_TIMELINE_STEPS = 1024
 
+_INT32_MAX = 2**31 - 1  # widths and feature counts are int32 on the device, as in TableSpec
+
 #: Most mini-batches per stack: the 64 buckets of jax-tpu-embedding's mini-batching split.
 MAX_MINIBATCHES = 64
 
 
-def _as_count(name: str, value: Any, minimum: int = 1) -> int:
+def _as_count(name: str, value: Any, minimum: int = 1, maximum: int = 2**62) -> int:
+    """An integer in ``[minimum, maximum]``; the default maximum keeps int64 arithmetic exact."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
         raise ConfigError(f"{name} must be an integer >= {minimum}, got {shown(value)}")
+    if value > maximum:
+        raise ConfigError(f"{name} must be <= {maximum:,}, got {shown(value)}")
     return int(value)
 
 
@@ -105,11 +110,11 @@ def _resolve_inputs(stats, plan, topology, widths, optimizers, features_per_stac
                          f"MiniBatchPlan), got {type(stats).__name__}")
     for var in ("ids", "unique_ids"):
         if var not in stats:
-            raise InputError(f"stats has no variable {var!r}: pass the output of scwork.sharding.compute_stats")
+            raise InputError(f"stats has no variable {shown(var)}: pass the output of scwork.sharding.compute_stats")
         dims = set(stats[var].dims)
         if not {"stack", "device", "sc", "partition"} <= dims or not dims <= {"minibatch", "stack", "device", "sc",
                                                                               "partition"}:
-            raise InputError(f"stats[{var!r}] has dims {stats[var].dims}; expected (stack, device, sc, partition) "
+            raise InputError(f"stats[{shown(var)}] has dims {stats[var].dims}; expected (stack, device, sc, partition) "
                              "with an optional leading minibatch dim")
     stack_names = [str(s) for s in stats["stack"].values]
     if plan is not None:
@@ -160,9 +165,10 @@ def _resolve_inputs(stats, plan, topology, widths, optimizers, features_per_stac
             n_feat = feats[name]
         if opts[name] is not None:
             optimizer = opts[name]
-        stacks.append(_Stack(name, _as_count(f"width of stack {name!r}", dim),
-                             _as_count(f"features of stack {name!r}", n_feat), str(optimizer),
-                             _parse_dtype(dtypes[name], f"stack {name!r}"), int(cfg_ids[k]), int(cfg_uniq[k])))
+        stacks.append(_Stack(name, _as_count(f"width of stack {shown(name)}", dim, maximum=_INT32_MAX),
+                             _as_count(f"features of stack {shown(name)}", n_feat, maximum=_INT32_MAX),
+                             str(optimizer),
+                             _parse_dtype(dtypes[name], f"stack {shown(name)}"), int(cfg_ids[k]), int(cfg_uniq[k])))
     if "samples_per_sc" in stats.attrs:
         n = int(stats.attrs["samples_per_sc"])
     elif "batch_size" in stats.attrs:
@@ -195,12 +201,10 @@ def _resolve_inputs(stats, plan, topology, widths, optimizers, features_per_stac
         nmb = np.array([max(1, mb_counts.get(s, 1)) for s in stack_names], np.int64)
     else:
         nmb_map = _per_stack(num_minibatches, stack_names, "num_minibatches", 1)
-        nmb = np.array([_as_count(f"num_minibatches[{s!r}]", nmb_map[s]) for s in stack_names], np.int64)
-        if K and int(nmb.max()) > MAX_MINIBATCHES:
-            # One (minibatch, stack, device, sc, partition) array of counts is made per
-            # mini-batch below; the reference never makes more than its 64 buckets.
-            raise ConfigError(f"num_minibatches {int(nmb.max()):,} is more than MAX_MINIBATCHES={MAX_MINIBATCHES} "
-                              "(jax-tpu-embedding splits a stack into at most 64 buckets)")
+        # One (minibatch, stack, device, sc, partition) array of counts is made per
+        # mini-batch below; the reference never makes more than its 64 buckets.
+        nmb = np.array([_as_count(f"num_minibatches[{shown(s)}] (MAX_MINIBATCHES={MAX_MINIBATCHES}: the reference's "
+                                  "buckets)", nmb_map[s], maximum=MAX_MINIBATCHES) for s in stack_names], np.int64)
         M = int(nmb.max()) if K else 1
         if M > 1:
             base_i, base_u = ids[0], uniq[0]

@@ -268,6 +268,11 @@ def to_chrome_trace(obj, *, schedule: str | None = None, memory=None, flows: boo
     ['host', 'sc_backward', 'sc_forward', 'tc_backward', 'tc_forward']
     """
     model, timeline, memory = _resolve(obj, schedule, memory)
+    last = max((float(np.max(e)) for e in timeline.end.values() if np.size(e)), default=0.0)
+    if not last * 1e9 < 2**63:
+        # Viewers (Perfetto) keep timestamps as int64 nanoseconds: about 292 years.
+        raise ConfigError(f"the modelled run lasts {last:.3g} s, more than trace viewers hold (int64 "
+                          "nanoseconds, about 292 years); check the time inputs (tc_forward_s, host_overhead_s, ...)")
     u = timeline.units
     chip_list = list(range(u.num_chips)) if chips is None else [int(c) for c in chips]
     bad = [c for c in chip_list if not 0 <= c < u.num_chips]
@@ -457,6 +462,8 @@ def validate_chrome_trace(trace, *, require_names: bool = True, tolerance_us: fl
     overlap), every flow having one start and one end (``"f"`` after ``"s"``,
     ``bp = "e"``) each inside a slice of its thread, JSON serialisability without
     NaN, and (``require_names``) a name for every process and thread with events.
+    Ends and starts compare within ``tolerance_us`` or 1e-12 of the timestamp,
+    whichever is larger (float64 rounding far from 0).
 
     Returns
     -------
@@ -539,7 +546,7 @@ def validate_chrome_trace(trace, *, require_names: bool = True, tolerance_us: fl
                 problems.append(f"{where}: counter {shown(e.get('name'))} needs non-empty args")
             elif not all(_num(v) for v in args.values()):
                 problems.append(f"{where}: counter {shown(e.get('name'))} has non-numeric values {shown(dict(args))}")
-            counters.add(str(e.get("name")))
+            counters.add(e["name"] if isinstance(e.get("name"), str) else shown(e.get("name")))
             continue
         if "tid" not in e:
             problems.append(f"{where} ({ph}): missing tid")
@@ -563,15 +570,21 @@ def validate_chrome_trace(trace, *, require_names: bool = True, tolerance_us: fl
             if ph in rec:
                 problems.append(f"{where}: flow id {shown(e['id'])} has two '{ph}' events")
             rec[ph] = (key, float(e["ts"]), e.get("bp"))
+
+    def tol(at: float) -> float:
+        # float64 timestamps carry ~16 digits: far from 0 one rounding step exceeds any
+        # fixed tolerance, so allow 1e-12 of the timestamp too (1 ps per second).
+        return max(tolerance_us, abs(at) * 1e-12)
+
     # nesting per thread
     max_depth = 0
     for key, items in slices.items():
         items.sort(key=lambda x: (x[0], -(x[1] - x[0])))
         stack: list[tuple[float, float, int]] = []
         for s, e, n in items:
-            while stack and s >= stack[-1][1] - tolerance_us:
+            while stack and s >= stack[-1][1] - tol(stack[-1][1]):
                 stack.pop()
-            if stack and e > stack[-1][1] + tolerance_us:
+            if stack and e > stack[-1][1] + tol(stack[-1][1]):
                 problems.append(f"event {n} [{s}, {e}] partially overlaps event {stack[-1][2]} "
                                 f"[{stack[-1][0]}, {stack[-1][1]}] on pid {key[0]} tid {key[1]}")
                 continue
@@ -579,7 +592,7 @@ def validate_chrome_trace(trace, *, require_names: bool = True, tolerance_us: fl
             max_depth = max(max_depth, len(stack))
 
     def bound(key, ts):
-        return any(s - tolerance_us <= ts <= e + tolerance_us for s, e, _ in slices.get(key, ()))
+        return any(s - tol(s) <= ts <= e + tol(e) for s, e, _ in slices.get(key, ()))
 
     matched = 0
     for fid, rec in flows.items():

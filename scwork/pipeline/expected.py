@@ -77,12 +77,12 @@ def expected_stats(ids_per_sample: Mapping[str, float], topology, *, batch_size:
     if P < 1:
         raise ConfigError(f"topology {topology} has no SparseCore")
     if batch_size % P:
-        raise ConfigError(f"batch_size {batch_size} is not a multiple of the {P} SparseCores")
+        raise ConfigError(f"batch_size {shown(batch_size)} is not a multiple of the {P} SparseCores")
     if not isinstance(ids_per_sample, Mapping) or not ids_per_sample:
         raise ConfigError("ids_per_sample must be a non-empty dict {stack: ids per sample}")
     hot_partition = _as_count("hot_partition", hot_partition, minimum=0)
     if hot_partition >= P:
-        raise ConfigError(f"hot_partition must be < {P}, got {hot_partition}")
+        raise ConfigError(f"hot_partition must be < {P}, got {shown(hot_partition)}")
     bad = [key for key in ids_per_sample if not isinstance(key, str)]
     if bad:
         raise ConfigError(f"ids_per_sample keys must be stack names (str), got {shown(bad[0])}")
@@ -95,15 +95,15 @@ def expected_stats(ids_per_sample: Mapping[str, float], topology, *, batch_size:
     uniq = np.zeros_like(ids)
     raw = np.zeros((K, G, S), np.int64)
     for k, name in enumerate(names):
-        rate = _nonneg(f"ids_per_sample[{name!r}]", ids_per_sample[name])
-        u = _nonneg(f"unique_fraction of stack {name!r}", uf[name])
-        h = _nonneg(f"hot_fraction of stack {name!r}", hf[name])
+        rate = _nonneg(f"ids_per_sample[{shown(name)}]", ids_per_sample[name])
+        u = _nonneg(f"unique_fraction of stack {shown(name)}", uf[name])
+        h = _nonneg(f"hot_fraction of stack {shown(name)}", hf[name])
         for label, f in (("unique_fraction", u), ("hot_fraction", h)):
             if not 0.0 <= f <= 1.0:
-                raise ConfigError(f"{label} of stack {name!r} must be in [0, 1], got {f}")
+                raise ConfigError(f"{label} of stack {shown(name)} must be in [0, 1], got {f}")
         expected = n * rate
         if not expected <= _MAX_IDS:       # also catches an overflow to inf
-            raise ConfigError(f"ids_per_sample[{name!r}] = {rate:g} gives {expected:.3g} ids per SparseCore "
+            raise ConfigError(f"ids_per_sample[{shown(name)}] = {rate:g} gives {expected:.3g} ids per SparseCore "
                               f"({n} samples each), beyond int64 counts; use a realistic rate")
         L = int(math.floor(expected + 0.5))
         hot = int(math.floor(L * h + 0.5))

@@ -123,6 +123,7 @@ from typing import Any
 
 import numpy as np
 
+from scwork._validate import shown
 from scwork.errors import ConfigError
 from scwork.pipeline._inputs import DIRECTIONS, MAX_TIMELINE_STEPS, _as_count, _nonneg, _resolve_inputs
 from scwork.pipeline.expected import expected_stats
@@ -269,12 +270,12 @@ class StepModel:
         dur = {p: np.array(v, dtype=float) for p, v in self.durations.items()}
         for phase, factor in (scale or {}).items():
             if phase not in dur:
-                raise ConfigError(f"unknown phase {phase!r}; phases are {list(PHASES)}")
-            factor = _nonneg(f"scale[{phase!r}]", factor)
+                raise ConfigError(f"unknown phase {shown(phase)}; phases are {list(PHASES)}")
+            factor = _nonneg(f"scale[{shown(phase)}]", factor)
             dur[phase] = dur[phase] * factor
         for phase, value in (durations or {}).items():
             if phase not in dur:
-                raise ConfigError(f"unknown phase {phase!r}; phases are {list(PHASES)}")
+                raise ConfigError(f"unknown phase {shown(phase)}; phases are {list(PHASES)}")
             dur[phase] = np.broadcast_to(np.asarray(value, dtype=float), dur[phase].shape).copy()
         return simulate(dur, self.units, num_steps=_SIM_STEPS_FOR_PERIOD, pipelined=pipelined,
                         input_buffers=self.params.input_buffers).period()
@@ -539,12 +540,12 @@ def step_model(stats, plan=None, *, topology=None, chip=None, widths=None, optim
             "scwork.pipeline.model.MAX_TIMELINE_STEPS for a longer trace")
     if isinstance(num_serialized_tables, bool) or not isinstance(num_serialized_tables, numbers.Integral) \
             or num_serialized_tables < 0:
-        raise ConfigError(f"num_serialized_tables must be an integer >= 0, got {num_serialized_tables!r}")
+        raise ConfigError(f"num_serialized_tables must be an integer >= 0, got {shown(num_serialized_tables)}")
     if not isinstance(pipelining, bool):
-        raise ConfigError(f"pipelining must be True or False, got {pipelining!r}")
+        raise ConfigError(f"pipelining must be True or False, got {shown(pipelining)}")
     if a2a not in ("uniform", "data"):
         raise ConfigError(f"a2a must be 'uniform' (a uniform all-to-all) or 'data' (the statistics' own "
-                          f"traffic, routed), got {a2a!r}")
+                          f"traffic, routed), got {shown(a2a)}")
     inputs = dict(stats=stats, plan=plan, topology=topology, chip=chip, widths=widths, optimizers=optimizers,
                   features_per_stack=features_per_stack, dtype=dtype, num_minibatches=num_minibatches,
                   num_serialized_tables=num_serialized_tables, pipelining=pipelining, num_steps=num_steps,

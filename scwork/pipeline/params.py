@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+from scwork._validate import shown
 from scwork.errors import ConfigError
 
 __all__ = ["StepModelParams", "DEFAULT_OPTIMIZER_VECTOR_OPS", "REFERENCE_HOST_IDS_PER_S", "DTYPE_SIZES"]
@@ -184,17 +185,23 @@ class StepModelParams:
 
     def __post_init__(self) -> None:
         def check(name, value, *, integer=False, minimum=0, strict=False, maximum=None):
+            if integer and maximum is None:
+                maximum = 2**31 - 1     # counts and byte sizes per element: keeps int64 products exact
             if isinstance(value, bool) or not isinstance(value, numbers.Real):
-                raise ConfigError(f"StepModelParams.{name} must be a number, got {value!r}")
+                raise ConfigError(f"StepModelParams.{name} must be a number, got {shown(value)}")
             if integer and not isinstance(value, numbers.Integral):
-                raise ConfigError(f"StepModelParams.{name} must be an integer, got {value!r}")
-            if not math.isfinite(value):
-                raise ConfigError(f"StepModelParams.{name} must be finite, got {value!r}")
+                raise ConfigError(f"StepModelParams.{name} must be an integer, got {shown(value)}")
+            try:
+                finite = math.isfinite(value)
+            except OverflowError:       # an int beyond float range
+                finite = False
+            if not finite:
+                raise ConfigError(f"StepModelParams.{name} must be finite, got {shown(value)}")
             if value < minimum or (strict and value == minimum):
                 raise ConfigError(f"StepModelParams.{name} must be {'>' if strict else '>='} {minimum}, "
-                                  f"got {value}")
+                                  f"got {shown(value)}")
             if maximum is not None and value > maximum:
-                raise ConfigError(f"StepModelParams.{name} must be <= {maximum}, got {value}")
+                raise ConfigError(f"StepModelParams.{name} must be <= {maximum}, got {shown(value)}")
 
         check("host_ids_per_s", self.host_ids_per_s, strict=True)
         check("host_threads", self.host_threads, integer=True, minimum=1)
@@ -206,7 +213,7 @@ class StepModelParams:
         check("sc_op_overhead_s", self.sc_op_overhead_s)
         if not isinstance(self.dma_compute_overlap, bool):
             raise ConfigError(f"StepModelParams.dma_compute_overlap must be True or False, "
-                              f"got {self.dma_compute_overlap!r}")
+                              f"got {shown(self.dma_compute_overlap)}")
         check("combine_ops_per_element", self.combine_ops_per_element, integer=True, minimum=1)
         check("dequantize_ops_per_element", self.dequantize_ops_per_element, integer=True)
         check("csr_bytes_per_id", self.csr_bytes_per_id, integer=True)
@@ -214,10 +221,10 @@ class StepModelParams:
         check("ici_index_bytes", self.ici_index_bytes, integer=True)
         if not isinstance(self.optimizer_ops_per_element, Mapping):
             raise ConfigError("StepModelParams.optimizer_ops_per_element must be a mapping "
-                              f"optimizer -> int, got {self.optimizer_ops_per_element!r}")
+                              f"optimizer -> int, got {shown(self.optimizer_ops_per_element)}")
         ops = {}
         for key, value in self.optimizer_ops_per_element.items():
-            check(f"optimizer_ops_per_element[{key!r}]", value, integer=True, minimum=1)
+            check(f"optimizer_ops_per_element[{shown(key)}]", value, integer=True, minimum=1)
             ops[str(key)] = int(value)
         object.__setattr__(self, "optimizer_ops_per_element", MappingProxyType(ops))
         if self.ici_link_bytes_per_s is not None:
@@ -255,8 +262,8 @@ class StepModelParams:
             return self.optimizer_ops_per_element[optimizer]
         except KeyError:
             raise ConfigError(
-                f"no vector-op count for optimizer {optimizer!r}; pass "
-                f"StepModelParams(optimizer_ops_per_element={{..., {optimizer!r}: n}})") from None
+                f"no vector-op count for optimizer {shown(optimizer)}; pass "
+                f"StepModelParams(optimizer_ops_per_element={{..., {shown(optimizer)}: n}})") from None
 
     @classmethod
     def describe(cls, params: "StepModelParams | None" = None) -> list[dict[str, Any]]:

@@ -11,6 +11,7 @@ import functools
 
 import numpy as np
 
+from scwork._validate import shown
 from scwork.errors import ConfigError
 from scwork.pipeline._inputs import _ceil_div, _nonneg, _round_up
 from scwork.pipeline.params import DTYPE_SIZES, StepModelParams
@@ -197,7 +198,7 @@ def _optimizer_slots(optimizer: str) -> int:
     try:
         return OPTIMIZER_SLOTS[optimizer]
     except KeyError:
-        raise ConfigError(f"unknown optimizer {optimizer!r}; known: {sorted(OPTIMIZER_SLOTS)}") from None
+        raise ConfigError(f"unknown optimizer {shown(optimizer)}; known: {sorted(OPTIMIZER_SLOTS)}") from None
 
 
 def _ici_model(stacks, uniq, topology, chip, params, widths):

@@ -327,6 +327,8 @@ def read_trace(source, *, resource_patterns=DEFAULT_RESOURCE_PATTERNS, phase_pat
         spat = re.compile(step_pattern) if step_pattern else None
     except re.error as err:
         raise ConfigError(f"step_pattern {shown(step_pattern)} is not a regular expression: {err}") from None
+    if not isinstance(top_level_only, (bool, np.bool_)):
+        raise ConfigError(f"top_level_only must be True or False, got {shown(top_level_only)}")
     events = _load(source)
     pnames: dict = {}
     tnames: dict = {}

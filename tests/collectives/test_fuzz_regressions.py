@@ -173,3 +173,16 @@ def test_a_5000_digit_line_length_is_a_topology_error():
         Network.line(10**5000)
     with pytest.raises(TopologyError, match="shape must be an int or a tuple"):
         Network.torus(2.5)
+
+
+def test_execute_and_network_options_are_typed():
+    schedule = build("ring", Network.ring(4))
+    data = np.ones((4, 2))
+    with pytest.raises(ConfigError, match="rtol must be a finite number"):
+        execute(schedule, data, rtol="inf ")            # UFuncTypeError before
+    with pytest.raises(ConfigError, match="rtol"):
+        execute(schedule, data, rtol=10**5000)           # OverflowError before
+    with pytest.raises(ConfigError, match="check must be True or False"):
+        execute(schedule, data, check="no")
+    with pytest.raises(TopologyError, match="name must be a string"):
+        Network.ring(2, name=np.array([]))                # ambiguous truth value before

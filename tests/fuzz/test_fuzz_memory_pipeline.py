@@ -11,6 +11,7 @@ finite non-negative times.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import gzip
 import importlib.util
@@ -26,6 +27,7 @@ from hypothesis import strategies as st
 import scwork
 from scwork.errors import TraceError
 from scwork.pipeline import (
+    StepModelParams,
     expected_stats,
     read_trace,
     step_model,
@@ -208,8 +210,15 @@ def test_expected_stats(data):
         "tc_peak_flops": weighted((4, st.none()), (1, st.floats(1e9, 1e15))),
     }, odd=_ODD)
     odd_stats = data.draw(weighted((8, st.just(stats)), (1, _ODD)), label="stats")
-    model, error = check_surface("pipeline.step_model", lambda: step_model(odd_stats, topology=topology,
-                                                                           **model_kwargs))
+    field = data.draw(weighted((6, st.none()), (1, st.sampled_from(
+        [f.name for f in dataclasses.fields(StepModelParams) if f.init]))), label="params field")
+    value = data.draw(_ODD, label="params value") if field else None
+
+    def model_call():
+        params = None if field is None else StepModelParams(**{field: value})
+        return step_model(odd_stats, topology=topology, params=params, **model_kwargs)
+
+    model, error = check_surface("pipeline.step_model", model_call)
     if error is not None:
         return
     sequential, pipelined = model.sequential_step_time, model.pipelined_step_time

@@ -118,3 +118,11 @@ def test_embedding_helpers_stay_exact_and_typed_for_huge_tables():
         embedding.padding_report(5, num_sparsecores=2)
     with pytest.raises(ConfigError, match="give exactly one"):
         embedding.table_padding(10, 8, num_sparsecores=10**5000, topology=scwork.Topology(1, 1))
+
+
+def test_npu_occupancy_counts_a_shared_4_bit_byte_once():
+    # Runs of 15 four-bit elements share their boundary byte: the row held 17 "used" bytes of 16.
+    layout = npu.local_layout((3, 1, 3, 5), "s4", chip="bm1688", kind="compact")
+    used = layout.occupancy()["used_bytes"].values
+    assert used.max() <= layout.eu_bytes
+    assert int(used.sum()) == layout.data_bytes == 23

@@ -31,3 +31,12 @@ def test_plan_checks_optimizer_slots_and_bounds_byte_knobs():
         scwork.memory.plan([table], topo, batch_size=64, tensorcore_activation_bytes=2**63)
     with pytest.raises(ConfigError, match="about 5000 digits"):
         scwork.memory.plan([table], topo, batch_size=64, dense_weights_bytes=10**5000)
+
+
+def test_plan_messages_and_checks_survive_huge_integers():
+    table = scwork.sharding.TableSpec("t", 1000, 8, max_ids_per_partition=64, max_unique_ids_per_partition=64)
+    topo = scwork.Topology.for_chip("v5p", num_chips=4)
+    with pytest.raises(ConfigError, match="headroom"):
+        scwork.memory.plan([table], topo, batch_size=64, headroom=10**5000)    # OverflowError in isfinite
+    with pytest.raises(ConfigError, match="about 5000 digits"):
+        scwork.memory.plan([table], topo, batch_size=64, dtype=10**5000)       # ValueError in the message

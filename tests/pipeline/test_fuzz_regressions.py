@@ -97,3 +97,15 @@ def test_validate_chrome_trace_reports_odd_ids_instead_of_failing(trace):
     deep = {"traceEvents": [], "otherData": nested}      # json.dumps raised RecursionError
     with pytest.raises(TraceError, match="nested too deeply"):
         validate_chrome_trace(deep)
+
+
+def test_huge_integers_and_odd_flags_give_typed_errors(trace):
+    with pytest.raises(ConfigError, match="hot_partition must be .*got an integer of about 5000 digits"):
+        expected_stats({"a": 1.0}, TOPO, batch_size=8, hot_partition=10**5000)
+    with pytest.raises(ConfigError, match="top_level_only must be True or False"):
+        read_trace(trace, top_level_only=np.array([]))
+    events = json.loads(json.dumps(trace))["traceEvents"]
+    counter = next(e for e in events if e.get("ph") == "C")
+    counter["name"] = 10**5000                                   # str() of it raised ValueError
+    with pytest.raises(TraceError, match="name must be a string"):
+        validate_chrome_trace({"traceEvents": events})
