@@ -13,6 +13,7 @@ from scwork._cli_common import (
     _print_table,
     _UsageError,
 )
+from scwork._validate import shown
 from scwork.errors import ScworkError
 
 #: Algorithms of :data:`scwork.collectives.ALGORITHMS` that compute an all-reduce (``--all``).
@@ -101,8 +102,11 @@ def _cmd_allreduce(args: argparse.Namespace) -> int:
     shape, wrap = parse_network_spec(args.topology)
     if args.algorithm and args.all:
         raise _UsageError("give --algorithm NAME ... or --all, not both")
-    if args.pipeline_chunks < 1:
-        raise _UsageError(f"--pipeline-chunks must be >= 1, got {args.pipeline_chunks}")
+    from scwork.collectives.cost import MAX_PIPELINE_CHUNKS
+
+    if not 1 <= args.pipeline_chunks <= MAX_PIPELINE_CHUNKS:
+        raise _UsageError(f"--pipeline-chunks must be between 1 and {MAX_PIPELINE_CHUNKS:,} (segments per "
+                          f"transfer), got {shown(args.pipeline_chunks)}")
     if args.cores_per_chip > MAX_CORES_PER_CHIP:
         raise _UsageError(f"--cores-per-chip {args.cores_per_chip:,} is more than {MAX_CORES_PER_CHIP}: the cores "
                           f"of a chip are linked all to all ({args.cores_per_chip:,} cores: "

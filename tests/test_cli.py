@@ -229,6 +229,8 @@ def test_allreduce_schedule_column_with_the_real_engine():
     (("--topology", "ring:8", "--all", "--algorithm", "ring"), "not both"),
     (("--topology", "ring:8", "--chip", "v9"), "Unknown chip 'v9'"),
     (("--topology", "ring:8", "--cores-per-chip", "4000"), "--cores-per-chip 4,000 is more than 16"),
+    (("--topology", "ring:8", "--pipeline-chunks", str(10**20)), "--pipeline-chunks must be between 1 and"),
+    (("--topology", "ring:8", "--pipeline-chunks", "0"), "--pipeline-chunks must be between 1 and"),
 ])
 def test_allreduce_bad_input(args, fragment):
     assert_bad_input(run("allreduce", *args, check=False), fragment)

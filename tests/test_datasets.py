@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import os
 import subprocess
 import sys
 import tempfile
@@ -604,3 +605,24 @@ def test_duplicate_column_names_are_input_errors(tmp_path, name):
         pq.write_table(pa.table([pa.array([1]), pa.array([2])], names=["b", "b"]), path)
     with pytest.raises(InputError, match=r"dup\.\w+: the header names the columns \['b'\] more than once"):
         datasets.load_table(path)
+
+
+@pytest.mark.skipif(os.name != "posix", reason="file names as bytes are a POSIX notion")
+@pytest.mark.parametrize("suffix", [".csv", ".csv.gz", ".parquet"])
+def test_load_table_reads_a_file_whose_name_is_not_utf8(tmp_path, suffix):
+    # pyarrow encodes path strings as UTF-8, which a surrogate-escaped name cannot be.
+    import gzip
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    name = os.path.join(os.fsencode(tmp_path), b"ids\xff" + suffix.encode())
+    if suffix == ".parquet":
+        pq.write_table(pa.table({"a": [3, 4]}), os.path.join(tmp_path, "plain.parquet"))
+        os.rename(os.path.join(os.fsencode(tmp_path), b"plain.parquet"), name)
+    else:
+        text = b"a\n3\n4\n"
+        with open(name, "wb") as f:
+            f.write(gzip.compress(text) if suffix.endswith(".gz") else text)
+    table = datasets.load_table(os.fsdecode(name))
+    assert table.features["a"][0].tolist() == [3, 4]

@@ -39,6 +39,9 @@ from scwork.errors import ConfigError
 
 __all__ = ["SCALING_BOOK_V5E_EXAMPLE", "bandwidths", "bus_factor", "cost", "phase_summary", "scaling_book_time"]
 
+#: Most segments per transfer ``cost(pipeline_chunks=...)`` models (2**31 - 1).
+MAX_PIPELINE_CHUNKS = 2**31 - 1
+
 #: The worked example of "How to Scale Your Model" (jax-ml scaling-book), sharding
 #: chapter, pop quiz 2 "AllGather time": AllGather_Y([E_Y, F]) -> [E, F] on a TPU
 #: v5e 2-D mesh {'X': 8, 'Y': 4}, E = 2048, F = 8192 in bfloat16. The array is
@@ -121,7 +124,9 @@ def cost(schedule: Schedule, nbytes: int | None = None, *, pipeline_chunks: int 
     nbytes : int, optional
         Bytes per node vector (default: the schedule's ``nbytes``).
     pipeline_chunks : int
-        Segments per transfer for pipelining (1: bulk-synchronous steps).
+        Segments per transfer for pipelining (1: bulk-synchronous steps). At most
+        :data:`MAX_PIPELINE_CHUNKS`, and at most the bytes of the largest message
+        (a segment holds at least one byte).
     buffers_per_direction : int
         Shard-sized buffers per color and direction (the multi-dimensional all-reduce patent: about 5). Fewer
         than 2 means no overlap between segments.
@@ -144,7 +149,8 @@ def cost(schedule: Schedule, nbytes: int | None = None, *, pipeline_chunks: int 
     Raises
     ------
     ConfigError
-        Bad ``pipeline_chunks``/``buffers_per_direction``, a size above
+        Bad ``pipeline_chunks`` (also: more segments than the largest message has
+        bytes) or ``buffers_per_direction``, a size above
         :data:`~scwork.collectives.schedule.MAX_NBYTES`, a schedule with more than
         :data:`~scwork.collectives.schedule.MAX_STREAM_RECORDS` records, or a
         ``per_link`` matrix too large.
@@ -167,6 +173,9 @@ def cost(schedule: Schedule, nbytes: int | None = None, *, pipeline_chunks: int 
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < lo:
             raise ConfigError(f"{name} must be an integer >= {lo}, got {v!r}")
     k = int(pipeline_chunks)
+    if k > MAX_PIPELINE_CHUNKS:
+        raise ConfigError(f"pipeline_chunks must be <= MAX_PIPELINE_CHUNKS={MAX_PIPELINE_CHUNKS:,} (segments of a "
+                          f"transfer; each must hold at least one byte), got {shown(pipeline_chunks)}")
     net = schedule.network
     S, L = schedule.num_steps, net.num_links
     if per_link:
@@ -237,6 +246,11 @@ def cost(schedule: Schedule, nbytes: int | None = None, *, pipeline_chunks: int 
     used = all_used
     if uniform:
         link_busy = lat[0] * link_messages + link_total_bytes / (k * bw[0])
+    if k > 1 and seg_max * k < k:
+        # A segment holds at least one byte: more segments than the largest message has
+        # bytes would model latencies of empty messages.
+        raise ConfigError(f"pipeline_chunks={k:,} splits the largest message ({seg_max * k:,.0f} bytes) into "
+                          "segments of less than one byte; use at most as many chunks as it has bytes")
     if not np.isfinite(tau).all():
         # Link times past float64 (a bandwidth of 5e-324 B/s, a latency of 1e300 s).
         raise ConfigError(f"the step times of {schedule.name} on {net.name} overflow float64: check the "

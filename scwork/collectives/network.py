@@ -118,6 +118,11 @@ def _check_positive_int(name: str, value, minimum: int = 1) -> int:
 #: the largest TPU pod (TPU7x, 9,216 chips x 2 cores).
 MAX_NODES = 2**17
 
+#: Most directed links a :class:`Network` holds: 2**21. ICI links are at most six per
+#: chip; on-chip links join every ordered pair of a chip's cores (``k * (k - 1)`` per
+#: chip), so many cores per chip is what reaches it (real TPUs have 1 or 2).
+MAX_LINKS = 2**21
+
 
 class Network:
     """Chips on a grid, optionally several cores per chip, joined by directed links.
@@ -211,6 +216,13 @@ class Network:
                 f"a {'x'.join(shown(d) for d in shape)} network with {k} cores per chip has "
                 f"{f'{m * k:,}' if (m * k).bit_length() < 1000 else shown(m * k)} nodes, more than scwork.collectives.network.MAX_NODES={MAX_NODES:,} (the largest "
                 "TPU pods have about 9,216 chips); use a smaller shape, or raise MAX_NODES for a what-if")
+        num_links = 2 * len(shape) * m + m * k * (k - 1)      # an upper bound: ICI + on-chip
+        if num_links > MAX_LINKS:
+            raise TopologyError(
+                f"a {'x'.join(str(d) for d in shape)} network with {k:,} cores per chip has up to {num_links:,} "
+                f"links ({k:,} x {k - 1:,} on-chip links per chip), more than "
+                f"scwork.collectives.network.MAX_LINKS={MAX_LINKS:,}; use fewer cores per chip (TPU chips have "
+                "1 or 2), or raise MAX_LINKS for a what-if")
         if name is not None and not isinstance(name, str):
             raise TopologyError(f"name must be a string (or None for the default), got {shown(name)}")
         self.name = name or self._default_name()

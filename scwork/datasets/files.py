@@ -255,12 +255,28 @@ def _read_arrow_table(path: Path, shown: str, columns: list[str] | None, sep: st
                          f"{'Parquet file' if kind == 'parquet' else 'UTF-8 CSV/TSV file with a header line'}") from None
 
 
+_ARROW_CODECS = {".gz": "gzip", ".bz2": "bz2", ".zst": "zstd", ".lz4": "lz4"}
+
+
+def _source(path: Path):
+    """What pyarrow reads: the path itself, or (for a name that is not valid UTF-8,
+    which pyarrow cannot encode) a fresh stream over the file opened by Python."""
+    try:
+        os.fspath(path).encode("utf-8")
+        return str(path)
+    except UnicodeEncodeError:
+        import pyarrow as pa
+
+        codec = _ARROW_CODECS.get(path.suffix.lower())
+        return pa.input_stream(pa.PythonFile(open(path, "rb"), mode="r"), compression=codec)
+
+
 def _read_parquet(path: Path, shown: str, columns: list[str] | None):
     import pyarrow.parquet as pq
 
-    schema = pq.read_schema(path)
+    schema = pq.read_schema(_source(path))
     _check_columns(shown, columns, schema.names)
-    return pq.read_table(path, columns=columns)
+    return pq.read_table(_source(path), columns=columns)
 
 
 def _read_delimited(path: Path, shown: str, columns: list[str] | None, delimiter: str):
@@ -269,7 +285,7 @@ def _read_delimited(path: Path, shown: str, columns: list[str] | None, delimiter
 
     if len(delimiter) != 1:
         raise InputError(f"{shown}: sep must be one character, got {delimiter!r}")
-    header = pacsv.open_csv(path, parse_options=pacsv.ParseOptions(delimiter=delimiter)).schema.names
+    header = pacsv.open_csv(_source(path), parse_options=pacsv.ParseOptions(delimiter=delimiter)).schema.names
     # In a one-column file an empty line is a sample without ids; with several
     # columns it can only be a stray blank line.
     parse = pacsv.ParseOptions(delimiter=delimiter, ignore_empty_lines=len(header) > 1)
@@ -284,7 +300,7 @@ def _read_delimited(path: Path, shown: str, columns: list[str] | None, delimiter
         null_values=[""],
         strings_can_be_null=True,
     )
-    return pacsv.read_csv(path, parse_options=parse, convert_options=convert)
+    return pacsv.read_csv(_source(path), parse_options=parse, convert_options=convert)
 
 
 def _check_columns(shown: str, columns: list[str] | None, available: list[str]) -> None:

@@ -186,3 +186,25 @@ def test_execute_and_network_options_are_typed():
         execute(schedule, data, check="no")
     with pytest.raises(TopologyError, match="name must be a string"):
         Network.ring(2, name=np.array([]))                # ambiguous truth value before
+
+
+def test_many_cores_per_chip_is_refused_before_allocating_links():
+    from scwork.collectives.network import MAX_LINKS
+
+    with pytest.raises(TopologyError, match="MAX_LINKS"):
+        Network.ring(2, cores_per_chip=4000)            # 32 million on-chip links: MemoryError before
+    with pytest.raises(TopologyError, match="cores per chip"):
+        Network.torus((4, 4), cores_per_chip=2000)
+    two_core = Network.torus((16, 16, 24), cores_per_chip=2)     # a v5p pod stays well inside the limit
+    assert two_core.num_links < MAX_LINKS
+
+
+def test_pipeline_chunks_are_bounded_by_bytes():
+    from scwork.collectives import cost
+
+    schedule = build("ring", Network.ring(8))
+    with pytest.raises(ConfigError, match="MAX_PIPELINE_CHUNKS"):
+        cost(schedule, nbytes=2**20, pipeline_chunks=10**20)
+    with pytest.raises(ConfigError, match="less than one byte"):
+        cost(schedule, nbytes=64, pipeline_chunks=1000)      # 8-byte messages in 1000 segments
+    assert float(cost(schedule, nbytes=2**20, pipeline_chunks=4).total_time) > 0
