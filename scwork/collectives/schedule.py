@@ -668,6 +668,9 @@ def _check_size(nbytes, itemsize) -> tuple[int, int]:
 
     nbytes = integer("nbytes (bytes per node)", nbytes, minimum=0)
     itemsize = integer("itemsize (bytes per element)", itemsize, minimum=1)
+    if itemsize > MAX_NBYTES:       # (byte offsets are itemsize x element counts, in int64)
+        raise ConfigError(f"itemsize {shown(itemsize)} (bytes per element) is more than "
+                          f"scwork.collectives.schedule.MAX_NBYTES={MAX_NBYTES:,}; element types have 1 to 16 bytes")
     if nbytes > MAX_NBYTES:
         raise ConfigError(f"a vector of {shown(nbytes)} bytes per node is more than the limit of "
                           f"scwork.collectives.schedule.MAX_NBYTES={MAX_NBYTES:,} (1 PiB); use a smaller size")

@@ -159,7 +159,7 @@ def check_int(name: str, value: Any, *, minimum: int = 0, allow_none: bool = Fal
 
 def parse_dtype(dtype: Any, where: str = "dtype") -> tuple[str, int]:
     """``(canonical name, itemsize)`` of a table dtype, else ConfigError."""
-    key = dtype.strip().lower() if isinstance(dtype, str) else dtype
+    key = dtype.strip().lower() if isinstance(dtype, str) else None    # dtypes are names
     key = _DTYPE_ALIASES.get(key, key)
     if key not in DTYPE_SIZES:
         raise ConfigError(f"{where} must be one of {', '.join(DTYPE_SIZES)}, got {shown(dtype)}")

@@ -23,11 +23,15 @@ from scwork.memory._model import (
     stack_limits,
 )
 
-__all__ = ["resolve", "MAX_BYTES"]
+__all__ = ["resolve", "MAX_BATCH_SIZE", "MAX_BYTES"]
 
 #: Largest byte count a memory knob may hold (2**57 bytes, 128 PiB: beyond any HBM), so
 #: that sums of the model's buffers stay within int64.
 MAX_BYTES = 2**57
+
+#: Largest global batch the model takes (2**40 samples per step): counts and byte
+#: sizes derived from it then stay exact in int64 and float64.
+MAX_BATCH_SIZE = 2**40
 
 
 # --------------------------------------------------------------------------------------
@@ -125,7 +129,7 @@ def resolve(model: Any, topology: Any, **kwargs) -> tuple[Model, Knobs]:
     kw = dict(kwargs)
     if "batch_size" not in kw:
         raise ConfigError("batch_size is required (global batch: samples per feature per step)")
-    batch = check_int("batch_size", kw["batch_size"], minimum=1, unit="samples")
+    batch = check_int("batch_size", kw["batch_size"], minimum=1, unit="samples", maximum=MAX_BATCH_SIZE)
 
     topology_arg = topology
     if not isinstance(topology, Topology):
@@ -236,7 +240,8 @@ def resolve(model: Any, topology: Any, **kwargs) -> tuple[Model, Knobs]:
     # --- dtypes and optimizers
     dtype = kw.get("dtype", "f32")
     slot_dtype = kw.get("slot_dtype")
-    optimizers = kw.get("optimizers") or {}
+    optimizers = kw.get("optimizers")
+    optimizers = {} if optimizers is None else optimizers      # (an array has no truth value)
     custom_slots = kw.get("optimizer_slots")
     if not isinstance(optimizers, Mapping):
         raise ConfigError(f"optimizers must be a dict table name -> optimizer name, got {shown(optimizers)}")

@@ -208,3 +208,8 @@ def test_pipeline_chunks_are_bounded_by_bytes():
     with pytest.raises(ConfigError, match="less than one byte"):
         cost(schedule, nbytes=64, pipeline_chunks=1000)      # 8-byte messages in 1000 segments
     assert float(cost(schedule, nbytes=2**20, pipeline_chunks=4).total_time) > 0
+
+
+def test_an_itemsize_beyond_int64_offsets_is_refused():
+    with pytest.raises(ConfigError, match="itemsize 9223372036854775808"):
+        build("all_gather", Network.ring(2), itemsize=2**63)     # OverflowError in link_loads before

@@ -170,7 +170,8 @@ def test_builders_execute_cost_frames(net, data):
     chosen = data.draw(st.lists(st.sampled_from(sorted(_ALGORITHM_KWARGS)), max_size=3, unique=True),
                        label="keywords")
     kwargs = arguments(data, {k: _ALGORITHM_KWARGS[k] for k in chosen})
-    schedule, error = check_surface(f"collectives.build.{name if isinstance(name, str) else 'odd'}",
+    label = name if isinstance(name, str) and name in ALGORITHMS else 'unknown_name'
+    schedule, error = check_surface(f"collectives.build.{label}",
                                     lambda: build(name, net, **kwargs))
     if error is not None:
         return

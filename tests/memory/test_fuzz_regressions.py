@@ -40,3 +40,18 @@ def test_plan_messages_and_checks_survive_huge_integers():
         scwork.memory.plan([table], topo, batch_size=64, headroom=10**5000)    # OverflowError in isfinite
     with pytest.raises(ConfigError, match="about 5000 digits"):
         scwork.memory.plan([table], topo, batch_size=64, dtype=10**5000)       # ValueError in the message
+
+
+def test_plan_refuses_odd_option_types_and_huge_batches():
+    # Found by the 10,000-case fuzz run: each raised an untyped error before.
+    import numpy as np
+
+    table = scwork.sharding.TableSpec("t", 1000, 8, max_ids_per_partition=64, max_unique_ids_per_partition=64)
+    topo = scwork.Topology.for_chip("v5p", num_chips=4)
+    with pytest.raises(ConfigError, match="optimizers must be a dict"):
+        scwork.memory.plan([table], topo, batch_size=64, optimizers=np.array([], np.int8))
+    with pytest.raises(ConfigError, match="dtype of table 't' must be one of"):
+        scwork.memory.plan([table], topo, batch_size=64, dtype=[])          # unhashable
+    with pytest.raises(ConfigError, match="batch_size must be <= 1,099,511,627,776"):
+        scwork.memory.plan([table], topo, batch_size=3 * 10**4000)
+    assert scwork.memory.plan([table], topo, batch_size=2**20) is not None
