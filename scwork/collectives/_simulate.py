@@ -13,7 +13,7 @@ import numpy as np
 from scwork.collectives.schedule import OPS, Schedule
 from scwork.errors import ConfigError
 
-__all__ = ["NUMBA_MIN_CELLS", "choose_engine", "hazards", "run", "run_reference"]
+__all__ = ["NUMBA_MIN_CELLS", "all_hazards", "choose_engine", "hazards", "run", "run_reference", "transfer_columns"]
 
 _COMBINE = OPS.index("combine")
 
@@ -32,6 +32,43 @@ def hazards(s: Schedule, sl: slice) -> np.ndarray:
     valid = pos >= 0
     posc = np.maximum(pos, 0)
     return valid & (wend_max[posc] > src * C + c0) & (wkey_s[posc] >= src * C)
+
+
+def all_hazards(s: Schedule) -> np.ndarray:
+    """:func:`hazards` of every step at once, in schedule order.
+
+    The step becomes the leading digit of the sort keys (key = (step, node,
+    chunk)); an earlier step's or node's writes end below the key of any range
+    read here, so they never count, as in the per-step version.
+    """
+    if s.num_transfers == 0:
+        return np.zeros(0, dtype=bool)
+    C = s.num_chunks + 1
+    node_span = np.int64(s.network.num_nodes) * C
+    base = s.step.astype(np.int64) * node_span
+    src, dst = s.source.astype(np.int64), s.destination.astype(np.int64)
+    c0, c1 = s.start.astype(np.int64), s.stop.astype(np.int64)
+    wkey = base + dst * C + c0
+    order = np.argsort(wkey, kind="stable")
+    wkey_s = wkey[order]
+    wend_max = np.maximum.accumulate((base + dst * C + c1)[order])
+    read0 = base + src * C
+    pos = np.searchsorted(wkey_s, read0 + c1, side="left") - 1
+    valid = pos >= 0
+    posc = np.maximum(pos, 0)
+    return valid & (wend_max[posc] > read0 + c0) & (wkey_s[posc] >= read0)
+
+
+def transfer_columns(s: Schedule, bounds: np.ndarray) -> tuple:
+    """The transfer arguments of the values kernels (:mod:`scwork.collectives._kernels`).
+
+    ``(step, source, destination, element_start, element_stop, is_combine, hazard)``,
+    contiguous, int64 / bool.
+    """
+    return (np.ascontiguousarray(s.step, np.int64), np.ascontiguousarray(s.source, np.int64),
+            np.ascontiguousarray(s.destination, np.int64), np.ascontiguousarray(bounds[s.start], np.int64),
+            np.ascontiguousarray(bounds[s.stop], np.int64), np.ascontiguousarray(s.op == _COMBINE),
+            np.ascontiguousarray(all_hazards(s), dtype=bool))
 
 
 #: Runs of at least this many cells (nodes x max(elements, chunks)) use the numba
@@ -99,13 +136,8 @@ def run(schedule: Schedule, work: np.ndarray, tracker, bounds, record=None, *,
         initial = np.ascontiguousarray(initial)
     elif initial is not None:
         np.copyto(work, initial, casting="unsafe")
-    hazard = (np.concatenate([hazards(s, s.step_slice(t)) for t in range(s.num_steps)])
-              if s.num_steps else np.zeros(0, dtype=bool))
     block = max(64, _BLOCK_BYTES // max(1, work.shape[0] * work.itemsize))
-    apply_transfers(initial if fused else work, work, fused, np.ascontiguousarray(s.step, np.int64),
-                    np.ascontiguousarray(s.source, np.int64), np.ascontiguousarray(s.destination, np.int64),
-                    np.ascontiguousarray(bounds[s.start], np.int64), np.ascontiguousarray(bounds[s.stop], np.int64),
-                    np.ascontiguousarray(s.op == _COMBINE), np.ascontiguousarray(hazard, dtype=bool), block)
+    apply_transfers(initial if fused else work, work, fused, *transfer_columns(s, bounds), block)
 
 
 def run_reference(schedule: Schedule, work: np.ndarray, tracker, bounds, record=None):

@@ -125,8 +125,7 @@ def cost(schedule: Schedule, nbytes: int | None = None, *, pipeline_chunks: int 
         Bytes per node vector (default: the schedule's ``nbytes``).
     pipeline_chunks : int
         Segments per transfer for pipelining (1: bulk-synchronous steps). At most
-        :data:`MAX_PIPELINE_CHUNKS`, and at most the bytes of the largest message
-        (a segment holds at least one byte).
+        :data:`MAX_PIPELINE_CHUNKS`; every segment pays the link latency.
     buffers_per_direction : int
         Shard-sized buffers per color and direction (the multi-dimensional all-reduce patent: about 5). Fewer
         than 2 means no overlap between segments.
@@ -149,8 +148,8 @@ def cost(schedule: Schedule, nbytes: int | None = None, *, pipeline_chunks: int 
     Raises
     ------
     ConfigError
-        Bad ``pipeline_chunks`` (also: more segments than the largest message has
-        bytes) or ``buffers_per_direction``, a size above
+        Bad ``pipeline_chunks`` (above :data:`MAX_PIPELINE_CHUNKS`) or
+        ``buffers_per_direction``, a size above
         :data:`~scwork.collectives.schedule.MAX_NBYTES`, a schedule with more than
         :data:`~scwork.collectives.schedule.MAX_STREAM_RECORDS` records, or a
         ``per_link`` matrix too large.
@@ -175,7 +174,7 @@ def cost(schedule: Schedule, nbytes: int | None = None, *, pipeline_chunks: int 
     k = int(pipeline_chunks)
     if k > MAX_PIPELINE_CHUNKS:
         raise ConfigError(f"pipeline_chunks must be <= MAX_PIPELINE_CHUNKS={MAX_PIPELINE_CHUNKS:,} (segments of a "
-                          f"transfer; each must hold at least one byte), got {shown(pipeline_chunks)}")
+                          f"transfer, each paying the link latency), got {shown(pipeline_chunks)}")
     net = schedule.network
     S, L = schedule.num_steps, net.num_links
     if per_link:
@@ -246,11 +245,6 @@ def cost(schedule: Schedule, nbytes: int | None = None, *, pipeline_chunks: int 
     used = all_used
     if uniform:
         link_busy = lat[0] * link_messages + link_total_bytes / (k * bw[0])
-    if k > 1 and seg_max * k < k:
-        # A segment holds at least one byte: more segments than the largest message has
-        # bytes would model latencies of empty messages.
-        raise ConfigError(f"pipeline_chunks={k:,} splits the largest message ({seg_max * k:,.0f} bytes) into "
-                          "segments of less than one byte; use at most as many chunks as it has bytes")
     if not np.isfinite(tau).all():
         # Link times past float64 (a bandwidth of 5e-324 B/s, a latency of 1e300 s).
         raise ConfigError(f"the step times of {schedule.name} on {net.name} overflow float64: check the "

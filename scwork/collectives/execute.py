@@ -10,163 +10,41 @@ contributions the buffer holds (a bit set), so a wrong schedule is caught at
 the step where it goes wrong: a contribution added twice, a copy that throws
 away contributions, or a node that never gets some. :func:`frames` records
 that state after every step for drawing.
+
+A large all-reduce takes the fused path (:mod:`scwork.collectives._fused`):
+one kernel pass per block of elements checks the input, runs the schedule,
+checks that the nodes of each group end bitwise equal and keeps one vector per
+group, while the tracker runs on another thread. The input checks live in
+:mod:`scwork.collectives._input`, the result class in
+:mod:`scwork.collectives._execution`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
 from scwork._validate import shown
-from scwork.errors import ScheduleError
-from scwork.collectives.schedule import OPS, Schedule
+from scwork.collectives._execution import Execution
+from scwork.collectives._execution import Later as _Later
+from scwork.collectives._fused import available_cores as _available_cores
+from scwork.collectives._fused import fusable as _fusable
+from scwork.collectives._fused import fused_all_reduce as _fused_all_reduce
+from scwork.collectives._fused import node_rows as _node_rows
+from scwork.collectives._input import as_data as _as_data
+from scwork.collectives._input import check_values as _check_values
+from scwork.collectives._input import work_dtype as _work_dtype
 from scwork.collectives._simulate import NUMBA_MIN_CELLS  # noqa: F401 - documented in execute()
+from scwork.collectives._simulate import all_hazards as _all_hazards
 from scwork.collectives._simulate import choose_engine as _choose_engine
 from scwork.collectives._simulate import hazards as _hazards  # noqa: F401 - tests and tools import it from here
 from scwork.collectives._simulate import run as _run
 from scwork.collectives._simulate import run_reference as _run_reference  # noqa: F401 - the reference loop
-from scwork.errors import ConfigError, InputError
+from scwork.collectives.schedule import OPS, Schedule
+from scwork.errors import ConfigError, ScheduleError
 
 __all__ = ["Execution", "execute", "frames", "reference_result"]
 
 _COMBINE, _COPY = OPS.index("combine"), OPS.index("copy")
-
-
-@dataclass
-class Execution:
-    """Outcome of :func:`execute`.
-
-    Attributes
-    ----------
-    schedule : Schedule
-    buffers : ndarray, shape (num_nodes, num_elements)
-        Every node's vector at the end (all-reduce: the sum everywhere;
-        reduce-scatter: the sum on the node's owned ranges; all-gather: the
-        gathered vector). Working dtype: int64 for integers, float32/float64 kept.
-    reference : ndarray, shape (num_groups, num_elements) or (num_groups, len(verified_elements))
-        What the buffers must hold: node ``n`` must hold ``reference[group[n]]``
-        (reduce-scatter: on its owned ranges only). Float64 for float data.
-        Under sampled verification only the columns of ``verified_elements``
-        (:func:`reference_result` gives the whole of it).
-    group : ndarray of int, shape (num_nodes,)
-        Independent collective each node takes part in (all 0 unless ``dims``).
-    max_error : float
-        Largest absolute deviation from the reference where a value is expected
-        (among the verified nodes and elements).
-    conflicts : list of (step, link, messages)
-        Link conflicts (two or more messages on one directed link in one step).
-    utilisation : xarray.DataArray
-        Busy time / step time per (step, link), from the alpha-beta model.
-    link_bytes : xarray.DataArray
-        Bytes per (step, link).
-    received : list of ndarray or None
-        All-to-all only: for node j, the blocks j of every node, in node order.
-    consistent : bool
-        All-reduce: every (verified) node holds bitwise the same values as the
-        first node of its group (on the verified elements).
-    verification : {"full", "sample"}
-        Whether every node and element was compared with the reference, or a
-        sample (see :func:`execute`'s ``verify``).
-    verified_nodes : ndarray of int or None
-        Nodes compared with the reference (sorted; every node under "full").
-    verified_elements : ndarray of int or None
-        Elements compared (sorted), or None for all of them.
-    """
-
-    schedule: Schedule
-    buffers: np.ndarray
-    reference: np.ndarray
-    group: np.ndarray
-    max_error: float
-    conflicts: list
-    utilisation: object = None
-    link_bytes: object = None
-    received: list | None = None
-    consistent: bool = True
-    verification: str = "full"
-    verified_nodes: np.ndarray | None = None
-    verified_elements: np.ndarray | None = None
-
-
-def _as_data(schedule: Schedule, data) -> np.ndarray:
-    try:
-        arr = np.asarray(data)
-    except (ValueError, TypeError) as error:       # ragged lists
-        raise ConfigError(f"data must be an array of shape (num_nodes, length): {error}") from None
-    N = schedule.network.num_nodes
-    if arr.ndim != 2 or arr.shape[0] != N:
-        raise ConfigError(
-            f"data must have shape (num_nodes, length) = ({N}, L): one vector per node of "
-            f"{schedule.network.name}; got shape {arr.shape}"
-        )
-    if arr.dtype.kind == "b":
-        arr = arr.astype(np.int64)
-    if arr.dtype.kind not in "iufc":
-        raise ConfigError(f"data must be numeric, got dtype {arr.dtype}")
-    if arr.dtype.kind in "fc":
-        bad = ~np.isfinite(arr)
-        if bad.any():
-            node, element = (int(i) for i in np.argwhere(bad)[0])
-            raise InputError(
-                f"data[{node}, {element}] is {arr[node, element]}: the input is not finite ({int(bad.sum())} "
-                "such values), so no schedule can be checked against its sum; give finite data")
-        if arr.size and schedule.collective in ("all_reduce", "reduce_scatter"):
-            _check_float_sums(arr)
-    elif arr.size:
-        _check_integer_sums(arr)
-    return arr
-
-
-def _check_float_sums(arr: np.ndarray) -> None:
-    """Refuse float data whose sums could overflow the working dtype to inf.
-
-    An overflowing sum would read as a wrong schedule (or, float64 inf against inf,
-    as a correct one); every partial sum is bounded by the sum of ``|x|`` over the nodes.
-    """
-    work = np.finfo(_work_dtype(arr.dtype) if arr.dtype.kind == "f" else arr.real.dtype)
-    with np.errstate(over="ignore"):
-        bound = np.abs(arr).astype(np.float64).sum(axis=0)
-    over = bound > work.max
-    if over.any():
-        element = int(np.argmax(over))
-        raise InputError(
-            f"element {element}: the sum of |data| over the nodes is {float(bound[element]):.4g}, beyond the "
-            f"largest {work.dtype} ({float(work.max):.4g}); its all-reduce would overflow to inf. Use smaller "
-            "values or a wider dtype (float64)")
-
-
-_INT64_MAX = np.iinfo(np.int64).max
-
-
-def _check_integer_sums(arr: np.ndarray) -> None:
-    """Refuse integer data whose sums could leave int64 (they would wrap silently).
-
-    Every partial sum of an element, in any order, is bounded by the sum of the
-    absolute values over the nodes; that bound must fit in int64.
-    """
-    if arr.dtype.kind == "u" and arr.dtype.itemsize == 8 and int(arr.max()) > _INT64_MAX:
-        node, element = (int(i) for i in np.argwhere(arr > _INT64_MAX)[0])
-        raise InputError(f"data[{node}, {element}] = {int(arr[node, element])} does not fit in int64, in which "
-                         "scwork sums integers exactly; use smaller values or floats")
-    # A float64 screen (exact to within 2**-52 relative), then exact Python ints
-    # for the elements near the limit.
-    screen = np.abs(arr.astype(np.float64)).sum(axis=0)
-    for element in np.flatnonzero(screen > 2.0**62):
-        bound = sum(abs(int(v)) for v in arr[:, element])
-        if bound > _INT64_MAX:
-            raise InputError(
-                f"element {int(element)}: the sum of |data| over the nodes is {bound}, beyond int64 "
-                f"({_INT64_MAX}); an integer all-reduce of it would wrap around. Use smaller values, "
-                "or float64 data")
-
-
-def _work_dtype(dtype: np.dtype) -> np.dtype:
-    if dtype.kind in "iu":
-        return np.dtype(np.int64)
-    if dtype.kind == "f" and dtype.itemsize < 4:
-        return np.dtype(np.float32)
-    return dtype
 
 
 def reference_result(schedule: Schedule, data) -> np.ndarray:
@@ -372,8 +250,10 @@ class _Tracker:
         self.s = schedule
         self.bits = _initial_bits(schedule)
         self.last = np.full(self.bits.shape[:2], -1, dtype=np.int64)
+        self.fresh = True       # no step run yet
 
     def step(self, t: int, sl: slice) -> None:
+        self.fresh = False
         s = self.s
         net = s.network
         src, dst = s.source[sl], s.destination[sl]
@@ -440,26 +320,46 @@ class _Tracker:
             self.bits[d, c] = sb
             self.last[d, c] = t
 
-    def run(self, t_begin: int, t_end: int, engine: str = "numpy") -> None:
+    def _all_hold_their_group(self) -> bool:
+        """All-reduce: every (node, chunk) holds exactly its group's nodes (one comparison, no target array)."""
+        N, W = self.bits.shape[0], self.bits.shape[2]
+        gid = _groups(self.s)
+        n = np.arange(N)
+        words = np.zeros((int(gid.max()) + 1, W), dtype=np.uint64)
+        np.bitwise_or.at(words, (gid, n // 64), np.uint64(1) << (n % 64).astype(np.uint64))
+        return bool(np.array_equal(self.bits, np.broadcast_to(words[gid][:, None, :], self.bits.shape)))
+
+    def run(self, t_begin: int, t_end: int, engine: str = "numpy", *, hazard: np.ndarray | None = None) -> None:
         """Steps ``t_begin`` .. ``t_end - 1``; raise :class:`ScheduleError` at the first wrong one.
 
         ``engine="numba"``: the :func:`~scwork.collectives._kernels.track_steps`
         kernel updates the same bit sets with the same rules; at a wrong step it
         rolls the step back and :meth:`step` replays it, so the error message is
-        the numpy tracker's.
+        the numpy tracker's. From the initial sets (a whole run), the faster
+        :func:`~scwork.collectives._kernels.track_steps_forward` goes first; if
+        it finds a wrong step, the sets are rebuilt up to that step for the replay.
         """
         s = self.s
         if engine != "numba":
             for t in range(t_begin, t_end):
                 self.step(t, s.step_slice(t))
             return
-        from scwork.collectives._kernels import track_steps
+        from scwork.collectives._kernels import track_steps, track_steps_forward
 
-        offsets = np.array([s.step_slice(t).start for t in range(s.num_steps)] + [s.num_transfers], np.int64)
+        offsets = np.searchsorted(s.step, np.arange(s.num_steps + 1)).astype(np.int64)
         columns = (np.ascontiguousarray(s.source, np.int64), np.ascontiguousarray(s.destination, np.int64),
                    np.ascontiguousarray(s.start, np.int64), np.ascontiguousarray(s.stop, np.int64),
                    np.ascontiguousarray(s.op == _COMBINE))
         t = t_begin
+        if t_begin == 0 and self.fresh:
+            hazard = _all_hazards(s) if hazard is None else hazard
+            t = track_steps_forward(offsets, 0, t_end, *columns, np.ascontiguousarray(hazard, bool),
+                                    self.bits, self.last)
+            if t < t_end:        # the sets are partly updated by the wrong step: rebuild them to its start
+                self.bits = _initial_bits(s)
+                self.last = np.full(self.bits.shape[:2], -1, dtype=np.int64)
+                track_steps(offsets, 0, t, *columns, self.bits, self.last)
+        self.fresh = False
         while t < t_end:
             t = track_steps(offsets, t, t_end, *columns, self.bits, self.last)
             if t < t_end:
@@ -469,6 +369,8 @@ class _Tracker:
     def check_final(self) -> None:
         s = self.s
         net = s.network
+        if s.collective == "all_reduce" and self._all_hold_their_group():
+            return
         target, mask = _target_bits(s)
         wrong = (self.bits != target).any(axis=2) & mask
         if wrong.any():
@@ -506,7 +408,7 @@ _VERIFY = ("auto", "full", "sample")
 
 def execute(schedule: Schedule, data, *, conflicts: str = "report", check: bool = True,
             track: bool = True, rtol: float | None = None, verify: str = "auto", seed: int = 0,
-            engine: str = "auto") -> Execution:
+            engine: str = "auto", num_threads: int | None = None) -> Execution:
     """Run ``schedule`` on ``data`` (one vector per node) and check the result.
 
     Parameters
@@ -550,16 +452,31 @@ def execute(schedule: Schedule, data, *, conflicts: str = "report", check: bool 
         operation per transfer). ``"auto"``: numba from ``NUMBA_MIN_CELLS``
         (262,144) nodes x max(elements, shards). Both give bitwise-identical
         buffers: every element sees the same additions in the same order.
+        With numba, an all-reduce of float32/float64/integer data is fused:
+        one kernel pass per block checks the input, runs every transfer,
+        checks that every node ends bitwise equal to the first node of its
+        group and keeps that node's vector only; the returned ``buffers`` are
+        then a read-only view of those vectors (see :class:`Execution`). Nodes
+        that disagree send the run down the general path (full buffers).
+    num_threads : int, optional
+        Threads for the fused all-reduce (None: every available core): the
+        blocks are shared out, and the tracker and the conflict check run on
+        the second thread meanwhile. Other runs use one thread.
 
     Returns
     -------
     Execution
+        A consistent all-reduce run by the numba engine returns the nodes'
+        identical vectors as a read-only view (``buffers``); copy it to write.
 
     Raises
     ------
     ScheduleError
         Wrong result (names the step, node and shard), or a conflict with
         ``conflicts="raise"``.
+    InputError
+        Non-finite values, or sums that could overflow the working dtype
+        (names the node and element).
 
     Examples
     --------
@@ -577,6 +494,9 @@ def execute(schedule: Schedule, data, *, conflicts: str = "report", check: bool 
         raise ConfigError(f"conflicts must be 'report', 'raise' or 'ignore', got {shown(conflicts)}")
     if not isinstance(verify, str) or verify not in _VERIFY:
         raise ConfigError(f"verify must be 'auto', 'full' or 'sample', got {shown(verify)}")
+    if num_threads is not None and (isinstance(num_threads, bool) or not isinstance(num_threads, (int, np.integer))
+                                    or num_threads < 1):
+        raise ConfigError(f"num_threads must be None (every core) or an integer >= 1, got {shown(num_threads)}")
     for name, flag in (("check", check), ("track", track)):
         if not isinstance(flag, (bool, np.bool_)):      # "no" would be truthy
             raise ConfigError(f"{name} must be True or False, got {shown(flag)}")
@@ -589,56 +509,144 @@ def execute(schedule: Schedule, data, *, conflicts: str = "report", check: bool 
         if not 0 <= tolerance < float("inf"):
             raise ConfigError(f"rtol must be a finite number >= 0 (or None), got {shown(rtol)}")
         rtol = tolerance
-    arr = _as_data(schedule, data)
+    arr = _as_data(schedule, data, check=False)
     net = schedule.network
-    found = [] if conflicts == "ignore" else schedule.conflicts()
-    if found and conflicts == "raise":
-        t, link, m = found[0]
-        sl = schedule.step_slice(t)
-        on = schedule.link[sl] == link
-        who = sorted({(int(a), int(b)) for a, b in zip(schedule.source[sl][on], schedule.destination[sl][on])})
-        raise ScheduleError(
-            f"step {t}: link {link} ({net.link_label(link)}) carries {m} messages "
-            f"({', '.join(f'{net.node_label(a)}->{net.node_label(b)}' for a, b in who)}); "
-            f"{len(found)} conflicting (step, link) pairs in total",
-            step=t, node=who[0][0], link=link)
     L = arr.shape[1]
+    if schedule.compact and schedule.num_transfers <= _KEEP_COLUMNS_MAX_TRANSFERS:
+        schedule.explicit()  # kept on the caller's schedule: the next execute() of it skips writing them out
     sched = schedule.with_size(L * arr.dtype.itemsize, arr.dtype.itemsize)
-    if schedule.collective == "all_to_all":
-        return _execute_all_to_all(sched, arr, found, check)
-    engine = _choose_engine(sched, L, engine)
     bounds = sched.element_bounds(L)
     nodes = elements = None  # every node and element
-    if verify == "sample" or (verify == "auto" and net.num_nodes * L > FULL_VERIFY_MAX_CELLS):
+    if schedule.collective != "all_to_all" and (
+            verify == "sample" or (verify == "auto" and net.num_nodes * L > FULL_VERIFY_MAX_CELLS)):
         from scwork.collectives._sample import sample_nodes_and_elements
 
         nodes, elements = sample_nodes_and_elements(_groups(sched), bounds, L, num_nodes=SAMPLE_NODES,
                                                     num_elements_drawn=SAMPLE_ELEMENTS, seed=seed)
+    # A large all-reduce checks its input inside the fused kernel (one pass over
+    # the data for everything); any other run checks it here, as it always did first.
+    fused_rows = sampled = side = None
+    if schedule.collective == "all_reduce":
+        engine = _choose_engine(sched, L, engine)
+        hazard = _fusion_hazards(sched, arr, engine, track)
+        if hazard is not None:
+            # The checks that need only the schedule run on the kernel's second thread, meanwhile.
+            fused_rows, sampled, side = _fused_all_reduce(
+                sched, arr, _groups(sched), hazard, elements, _available_cores() if num_threads is None else num_threads,
+                lambda: _schedule_checks(schedule, sched, conflicts, track, check, hazard))
+    if fused_rows is None:
+        _check_values(sched, arr)
+    tracker = tracker_error = None
+    if side is not None:
+        checked, error = side
+        if error is not None:        # e.g. too many conflicts to list
+            raise error
+        found, tracker, tracker_error = checked
+    else:
+        found = [] if conflicts == "ignore" else schedule.conflicts()
+    if found and conflicts == "raise":
+        _raise_conflict(schedule, found)
+    if schedule.collective == "all_to_all":
+        return _execute_all_to_all(sched, arr, found, check)
+    engine = _choose_engine(sched, L, engine)
     if elements is None:
         initial, rows, row_of, cmask, abs_rows = _expected(sched, arr)
     else:
-        initial, rows, row_of, cmask, abs_rows = _expected_at(sched, arr, elements)
+        initial, rows, row_of, cmask, abs_rows = _expected_at(sched, arr, elements,
+                                                              None if fused_rows is None else sampled)
     wdt = _work_dtype(arr.dtype)
-    tracker = _Tracker(sched) if track else None  # may refuse a too large network before the buffers exist
-    # The numba engine fills the buffers block by block from ``initial`` (no
-    # separate copy of the whole array first).
-    work = np.empty(arr.shape, dtype=wdt)
-    _run(sched, work, tracker, bounds, initial=initial, engine=engine)
+    tracker_ran = track and side is not None      # by the fused run, with its final check
+    if tracker_error is not None:
+        raise tracker_error
+    if not tracker_ran:
+        tracker = _Tracker(sched) if track else None  # may refuse a too large network before the buffers exist
+    if fused_rows is not None:
+        work, work_row = fused_rows, row_of
+        if len(fused_rows) == 1:
+            buffers = _node_rows(fused_rows, row_of)
+        else:
+            buffers = _Later(lambda: _node_rows(fused_rows, row_of))
+    else:
+        # The numba engine fills the buffers block by block from ``initial`` (no
+        # separate copy of the whole array first).
+        work, work_row = np.empty(arr.shape, dtype=wdt), None
+        _run(sched, work, None if tracker_ran else tracker, bounds, initial=initial, engine=engine)
+        buffers = work
     del initial
-    if tracker is not None and check:
+    if tracker is not None and check and not tracker_ran:
         tracker.check_final()
     max_error, consistent = _compare(sched, work, rows, row_of, cmask, abs_rows, wdt, bounds,
-                                     check, rtol, tracker, nodes=nodes, elements=elements)
-    util, lbytes = _link_tables(sched)
-    return Execution(schedule=sched, buffers=work, reference=rows, group=row_of, max_error=max_error,
+                                     check, rtol, tracker, nodes=nodes, elements=elements, work_row=work_row)
+    tables = _Later(lambda: _link_tables(sched))
+    util, lbytes = _Later(lambda: tables.get()[0]), _Later(lambda: tables.get()[1])
+    return Execution(schedule=sched, buffers=buffers, reference=rows, group=row_of, max_error=max_error,
                      conflicts=found, utilisation=util, link_bytes=lbytes, consistent=consistent,
                      verification="full" if elements is None else "sample",
                      verified_nodes=np.arange(net.num_nodes) if nodes is None else nodes,
                      verified_elements=elements)
 
 
-def _expected_at(schedule: Schedule, arr: np.ndarray, elements: np.ndarray):
-    """:func:`_expected` with the reference rows (and ``|x|`` sums) at ``elements`` only."""
+def _fusion_hazards(sched: Schedule, arr: np.ndarray, engine: str, track: bool):
+    """The hazards of ``sched`` if the fused all-reduce can run it, else None.
+
+    Not when the general path would refuse the run before allocating (too many
+    cells, a too large tracker, too many transfers to write out): it then
+    raises that error in its turn, after the input and conflict checks, as always.
+    """
+    if not _fusable(sched, arr, engine):
+        return None
+    try:
+        _check_state_size(sched)
+        if track:
+            _check_tracker_size(sched)
+        return _all_hazards(sched)
+    except ConfigError:
+        return None
+
+
+def _schedule_checks(schedule: Schedule, sched: Schedule, conflicts: str, track: bool, check: bool, hazard):
+    """What :func:`execute` checks on the schedule alone: ``(conflicts found, tracker, its error)``.
+
+    The tracker runs over every step, then its final check (with ``check``);
+    a :class:`ScheduleError` or :class:`ConfigError` of it is returned, for
+    ``execute`` to raise in its turn (after the input and conflict errors).
+    """
+    found = [] if conflicts == "ignore" else schedule.conflicts()
+    tracker = error = None
+    if track:
+        try:
+            tracker = _Tracker(sched)
+            tracker.run(0, sched.num_steps, "numba", hazard=hazard)
+            if check:
+                tracker.check_final()
+        except (ScheduleError, ConfigError) as caught:
+            error = caught
+    return found, tracker, error
+
+
+def _raise_conflict(schedule: Schedule, found: list) -> None:
+    net = schedule.network
+    t, link, m = found[0]
+    sl = schedule.step_slice(t)
+    on = schedule.link[sl] == link
+    who = sorted({(int(a), int(b)) for a, b in zip(schedule.source[sl][on], schedule.destination[sl][on])})
+    raise ScheduleError(
+        f"step {t}: link {link} ({net.link_label(link)}) carries {m} messages "
+        f"({', '.join(f'{net.node_label(a)}->{net.node_label(b)}' for a, b in who)}); "
+        f"{len(found)} conflicting (step, link) pairs in total",
+        step=t, node=who[0][0], link=link)
+
+
+#: ``execute`` writes out (and keeps, on the caller's schedule) the transfer
+#: columns of compact schedules up to this many transfers (about 16 MiB of columns).
+_KEEP_COLUMNS_MAX_TRANSFERS = 1 << 18
+
+
+def _expected_at(schedule: Schedule, arr: np.ndarray, elements: np.ndarray, columns: np.ndarray | None = None):
+    """:func:`_expected` with the reference rows (and ``|x|`` sums) at ``elements`` only.
+
+    ``columns``: ``arr[:, elements]`` if already gathered (by the fused kernel).
+    """
     if schedule.collective == "all_gather":
         initial, rows, gid, mask, _ = _expected(schedule, arr)
         return initial, rows[:, elements], gid, mask, None
@@ -646,21 +654,24 @@ def _expected_at(schedule: Schedule, arr: np.ndarray, elements: np.ndarray):
     N, C = schedule.network.num_nodes, schedule.num_chunks
     ref_dtype = np.float64 if arr.dtype.kind == "f" else (np.complex128 if arr.dtype.kind == "c" else np.int64)
     gid = _groups(schedule)
-    rows, abs_rows = _column_sums(arr[:, elements], gid, ref_dtype)
+    rows, abs_rows = _column_sums(np.take(arr, elements, axis=1) if columns is None else columns, gid, ref_dtype)
     mask = _owner_mask(schedule) if schedule.collective == "reduce_scatter" else np.ones((N, C), dtype=bool)
     return arr, rows, gid, mask, abs_rows
 
 
 def _compare(s: Schedule, work, rows, row_of, cmask, abs_rows, wdt, bounds, check, rtol, tracker, *,
-             nodes=None, elements=None):
+             nodes=None, elements=None, work_row=None):
     """Largest error where a value is expected; raise on the first wrong element.
 
     ``nodes``/``elements`` (sorted): compare only those (``rows`` and ``abs_rows``
     then hold the reference at ``elements`` only); None: every node and element.
+    ``work_row``: node ``n``'s values are ``work[work_row[n]]`` (the fused
+    all-reduce's one row per group, already found bitwise equal on every node);
+    None: ``work[n]``.
     """
     if elements is not None:
         return _compare_sample(s, work, rows, row_of, cmask, abs_rows, wdt, bounds, check, rtol, tracker,
-                               nodes, elements)
+                               nodes, elements, work_row)
     exact = s.collective == "all_gather" or wdt.kind in "iu"
     factor = rtol if rtol is not None else s.group_size * (0.0 if exact else np.finfo(wdt).eps)
     max_error = 0.0
@@ -668,7 +679,11 @@ def _compare(s: Schedule, work, rows, row_of, cmask, abs_rows, wdt, bounds, chec
     # All-reduce: nodes of a group should hold bitwise-identical vectors; then one
     # representative per group is compared with the reference.
     checked = np.zeros(len(row_of), dtype=bool)
-    if s.collective == "all_reduce":
+    if work_row is not None:
+        _, first = np.unique(row_of, return_index=True)
+        checked[:] = True
+        checked[first] = False
+    elif s.collective == "all_reduce":
         for g in np.unique(row_of):
             m = np.flatnonzero(row_of == g)
             same = all(np.array_equal(work[i], work[m[0]]) for i in m[1:])
@@ -681,7 +696,7 @@ def _compare(s: Schedule, work, rows, row_of, cmask, abs_rows, wdt, bounds, chec
             a, b = int(bounds[c0]), int(bounds[c1])
             if a == b:
                 continue
-            got = work[n, a:b]
+            got = work[n if work_row is None else work_row[n], a:b]
             want = rows[row_of[n], a:b]
             diff = np.abs(got.astype(want.dtype) - want)
             if diff.size:
@@ -692,18 +707,18 @@ def _compare(s: Schedule, work, rows, row_of, cmask, abs_rows, wdt, bounds, chec
             bad = diff > tol
             if np.any(bad):
                 elem = a + int(np.argmax(bad))
-                _raise_wrong_value(s, work[n, elem], rows[row_of[n], elem], int(n), elem, bounds, tracker)
+                _raise_wrong_value(s, got[elem - a], rows[row_of[n], elem], int(n), elem, bounds, tracker)
     return max_error, consistent
 
 
 def _compare_sample(s: Schedule, work, rows, row_of, cmask, abs_rows, wdt, bounds, check, rtol, tracker,
-                    nodes, elements):
+                    nodes, elements, work_row=None):
     """:func:`_compare` on ``nodes`` x ``elements`` (see :mod:`scwork.collectives._sample`)."""
     from scwork.collectives._sample import compare_sample
 
     exact = s.collective == "all_gather" or wdt.kind in "iu"
     factor = rtol if rtol is not None else s.group_size * (0.0 if exact else np.finfo(wdt).eps)
-    got = work[np.ix_(nodes, elements)]
+    got = work[np.ix_(nodes if work_row is None else work_row[nodes], elements)]
     want = rows[row_of[nodes]]
     expected_here = cmask[np.ix_(nodes, np.searchsorted(bounds, elements, side="right") - 1)]
     scale = None if exact else factor * abs_rows[row_of[nodes]]
