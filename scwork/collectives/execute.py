@@ -870,22 +870,13 @@ def frames(schedule: Schedule, data=None, *, max_cells: int = 20_000_000):
     counts = np.zeros((S + 1, N, C), dtype=np.int32)
     status = np.zeros((S + 1, N, C), dtype=np.int8)
 
-    def snap(f):
-        b = tracker.bits
-        cnt = np.bitwise_count(b).sum(axis=2)
-        counts[f] = cnt
-        complete = (b == target).all(axis=2) & (cnt > 0)
-        st = np.where(cnt == 0, 0, 2).astype(np.int8)
-        if own_bit is not None:
-            st[(cnt == 1) & (b == own_bit).all(axis=2)] = 1
-        else:
-            st[cnt == 1] = 1
-        st[complete & (tmask | (s.collective == "all_reduce"))] = 3
-        status[f] = st
+    from scwork.collectives._frame_status import FrameRecorder
 
-    snap(0)
+    # Each frame is the previous one with the cells its step delivered to recomputed.
+    recorder = FrameRecorder(sched, counts, status, target, tmask, own_bit, s.collective == "all_reduce")
+    recorder.first(tracker.bits)
     bounds = sched.element_bounds(arr.shape[1])
-    _run(sched, work, tracker, bounds, record=lambda t: snap(t + 1))
+    _run(sched, work, tracker, bounds, record=lambda t: recorder.after_step(t, tracker.bits), engine="numba")
     tracker.check_final()
     from scwork.collectives.cost import cost
 
