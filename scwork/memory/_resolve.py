@@ -23,7 +23,7 @@ from scwork.memory._model import (
     stack_limits,
 )
 
-__all__ = ["resolve", "MAX_BATCH_SIZE", "MAX_BYTES"]
+__all__ = ["resolve", "MAX_BATCH_SIZE", "MAX_BYTES", "MAX_COUNT", "MAX_REPLICAS"]
 
 #: Largest byte count a memory knob may hold (2**57 bytes, 128 PiB: beyond any HBM), so
 #: that sums of the model's buffers stay within int64.
@@ -32,6 +32,14 @@ MAX_BYTES = 2**57
 #: Largest global batch the model takes (2**40 samples per step): counts and byte
 #: sizes derived from it then stay exact in int64 and float64.
 MAX_BATCH_SIZE = 2**40
+
+#: Largest chip, replica, table or iteration count a memory knob may hold (2**31 - 1,
+#: int32 as on the device): products with byte sizes then stay within int64.
+MAX_COUNT = 2**31 - 1
+
+#: Largest ``logical_replica_count`` (2**20, beyond any slice): it multiplies per-row
+#: byte counts held in int64 arrays.
+MAX_REPLICAS = 2**20
 
 
 # --------------------------------------------------------------------------------------
@@ -163,7 +171,8 @@ def resolve(model: Any, topology: Any, **kwargs) -> tuple[Model, Knobs]:
     from scwork.errors import TopologyError
 
     try:
-        num_chips = check_int("num_chips", kw.get("num_chips"), minimum=1, allow_none=True, unit="chips")
+        num_chips = check_int("num_chips", kw.get("num_chips"), minimum=1, allow_none=True, unit="chips",
+                              maximum=MAX_COUNT)
     except ConfigError as err:
         raise TopologyError(f"{err}: a topology needs at least one chip") from None
     if num_chips is not None and num_chips != topology.num_chips:
@@ -297,7 +306,7 @@ def resolve(model: Any, topology: Any, **kwargs) -> tuple[Model, Knobs]:
         ))
 
     lrc = check_int("logical_replica_count", kw.get("logical_replica_count"), minimum=1, allow_none=True,
-                    unit="replicas")
+                    unit="replicas", maximum=MAX_REPLICAS)
     stage = kw.get("stage_gather_operands_in_hbm", False)
     if not isinstance(stage, (bool, np.bool_)):
         raise ConfigError(f"stage_gather_operands_in_hbm must be True or False, got {shown(stage)}")
@@ -313,7 +322,7 @@ def resolve(model: Any, topology: Any, **kwargs) -> tuple[Model, Knobs]:
         line_bytes=check_int("chip.dma_granule_bytes", chip.dma_granule_bytes, minimum=1, unit="bytes"),
         stage_gather_operands_in_hbm=bool(stage),
         num_serialized_tables=check_int("num_serialized_tables", kw.get("num_serialized_tables", 1), minimum=0,
-                                        unit="tables"),
+                                        unit="tables", maximum=MAX_COUNT),
         dense_weights_bytes=check_int("dense_weights_bytes", kw.get("dense_weights_bytes", 0), unit="bytes",
                                       maximum=MAX_BYTES),
         constants_bytes=check_int("constants_bytes", kw.get("constants_bytes", 0), unit="bytes", maximum=MAX_BYTES),
@@ -323,7 +332,8 @@ def resolve(model: Any, topology: Any, **kwargs) -> tuple[Model, Knobs]:
         prefetch_bytes_per_step=check_int("prefetch_bytes_per_step", kw.get("prefetch_bytes_per_step"),
                                           allow_none=True, unit="bytes", maximum=MAX_BYTES),
         maximum_parallel_iterations=check_int("maximum_parallel_iterations",
-                                              kw.get("maximum_parallel_iterations", 1), minimum=1, unit="steps"),
+                                              kw.get("maximum_parallel_iterations", 1), minimum=1, unit="steps",
+                                              maximum=MAX_COUNT),
         headroom=float(headroom),
         logical_replica_count=lrc,
         limits=overrides,

@@ -25,7 +25,7 @@ DIRECTIONS: tuple[str, ...] = ("forward", "backward")
 
 
 def _parse_dtype(dtype: Any, where: str) -> str:
-    key = dtype.strip().lower() if isinstance(dtype, str) else dtype
+    key = dtype.strip().lower() if isinstance(dtype, str) else None    # dtypes are names
     key = _DTYPE_ALIASES.get(key, key)
     if key not in DTYPE_SIZES:
         raise ConfigError(f"{where}: dtype must be one of {', '.join(DTYPE_SIZES)}, got {shown(dtype)}")

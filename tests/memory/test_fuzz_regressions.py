@@ -55,3 +55,16 @@ def test_plan_refuses_odd_option_types_and_huge_batches():
     with pytest.raises(ConfigError, match="batch_size must be <= 1,099,511,627,776"):
         scwork.memory.plan([table], topo, batch_size=3 * 10**4000)
     assert scwork.memory.plan([table], topo, batch_size=2**20) is not None
+
+
+@pytest.mark.parametrize("knob, value", [
+    ("maximum_parallel_iterations", 3 * 10**4000),     # a 4000-digit count in the message before
+    ("logical_replica_count", 10**30),                 # OverflowError in int64 byte arithmetic before
+    ("num_chips", 3 * 10**4000),
+    ("num_serialized_tables", 2**63),
+])
+def test_count_knobs_are_bounded(knob, value):
+    table = scwork.sharding.TableSpec("t", 1000, 8, max_ids_per_partition=64, max_unique_ids_per_partition=64)
+    topo = scwork.Topology.for_chip("tpu7x", num_chips=1)
+    with pytest.raises(ConfigError, match=f"{knob} must be <="):
+        scwork.memory.plan([table], topo, batch_size=64, **{knob: value})

@@ -109,3 +109,20 @@ def test_huge_integers_and_odd_flags_give_typed_errors(trace):
     counter["name"] = 10**5000                                   # str() of it raised ValueError
     with pytest.raises(TraceError, match="name must be a string"):
         validate_chrome_trace({"traceEvents": events})
+
+
+def test_odd_dtype_and_flow_binding_are_reported(trace):
+    stats = expected_stats({"a": 12.0}, TOPO, batch_size=2048)
+    with pytest.raises(ConfigError, match="dtype must be one of"):
+        step_model(stats, widths=64, topology=TOPO, dtype=[])              # unhashable before
+    events = json.loads(json.dumps(trace))["traceEvents"]
+    flow_end = next((e for e in events if e.get("ph") == "f"), None)
+    if flow_end is None:
+        pytest.skip("the fixture trace has no flows")
+    flow_end["bp"] = np.array([])                                          # ambiguous truth value before
+    summary_or_error = None
+    try:
+        summary_or_error = validate_chrome_trace({"traceEvents": events})
+    except TraceError as error:
+        summary_or_error = error
+    assert "bp='e'" in str(summary_or_error)
