@@ -102,6 +102,9 @@ def bandwidths(nbytes: float, time_s: float, collective: str, n: int) -> tuple[f
     """``(algbw, busbw)`` in B/s for ``nbytes`` per node moved in ``time_s`` seconds."""
     time_s = _finite_number("time_s", time_s, positive=True)
     algbw = _finite_number("nbytes", nbytes) / time_s
+    if not math.isfinite(algbw):
+        raise ConfigError(f"{shown(nbytes)} bytes in {shown(time_s)} s is beyond float64 (B/s); check the units "
+                          "of nbytes (bytes) and time_s (seconds)")
     return algbw, algbw * bus_factor(collective, n)
 
 

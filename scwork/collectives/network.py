@@ -345,8 +345,8 @@ class Network:
         if wraparound is None:
             try:
                 wraparound = tuple(int(s) > 2 for s in shape)
-            except (TypeError, ValueError):
-                raise TopologyError(f"shape must be a tuple of positive integers, got {shape!r}") from None
+            except (TypeError, ValueError, OverflowError):     # (int(inf) is an OverflowError)
+                raise TopologyError(f"shape must be a tuple of positive integers, got {shown(shape)}") from None
         info = get(chip if chip is not None else DEFAULT_CHIP)
         if getattr(info, "kind", "tpu") != "tpu":
             raise TopologyError(f"{info.name} is not a TPU: it has no ICI links to model")

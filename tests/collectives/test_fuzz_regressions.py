@@ -211,3 +211,12 @@ def test_pipeline_chunks_are_bounded():
 def test_an_itemsize_beyond_int64_offsets_is_refused():
     with pytest.raises(ConfigError, match="itemsize 9223372036854775808"):
         build("all_gather", Network.ring(2), itemsize=2**63)     # OverflowError in link_loads before
+
+
+def test_infinite_shape_and_overflowing_bandwidth_are_typed():
+    from scwork.collectives.cost import bandwidths
+
+    with pytest.raises(TopologyError, match="shape must be a tuple of positive integers"):
+        Network.grid([float("inf")])                       # OverflowError from int(inf) before
+    with pytest.raises(ConfigError, match="beyond float64"):
+        bandwidths(1.0, 5e-324, "all_reduce", 1)           # (inf, nan) returned before
