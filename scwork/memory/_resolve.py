@@ -88,6 +88,10 @@ def _features(model: Any):
 def _stats_limits(stats: Any, stack: str) -> tuple[int | None, int | None]:
     if stats is None:
         return None, None
+    import xarray as xr
+
+    if not isinstance(stats, xr.Dataset):
+        raise ConfigError(f"stats must be the Dataset of scwork.sharding.compute_stats, got {shown(stats)}")
     try:
         names = [str(s) for s in stats["stack"].values]
     except (KeyError, TypeError):

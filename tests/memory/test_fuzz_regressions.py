@@ -68,3 +68,12 @@ def test_count_knobs_are_bounded(knob, value):
     topo = scwork.Topology.for_chip("tpu7x", num_chips=1)
     with pytest.raises(ConfigError, match=f"{knob} must be <="):
         scwork.memory.plan([table], topo, batch_size=64, **{knob: value})
+
+
+def test_stats_that_are_not_a_dataset_are_refused():
+    import numpy as np
+
+    table = scwork.sharding.TableSpec("t", 1000, 8)
+    topo = scwork.Topology.for_chip("tpu7x", num_chips=1)
+    with pytest.raises(ConfigError, match="stats must be the Dataset of scwork.sharding.compute_stats"):
+        scwork.memory.plan([table], topo, batch_size=64, stats=np.array([0], np.int8))   # IndexError before
