@@ -92,11 +92,11 @@ class LinkClass:
             value = getattr(self, field_name)
             if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)):
                 raise TopologyError(
-                    f"{self.name} link {field_name} must be a number, got {value!r}"
+                    f"{self.name} link {field_name} must be a number, got {shown(value)}"
                 )
             if not math.isfinite(value) or value < 0:
                 raise TopologyError(
-                    f"{self.name} link {field_name} must be finite and >= 0, got {value!r}; "
+                    f"{self.name} link {field_name} must be finite and >= 0, got {shown(value)}; "
                     f"pass a {'positive bandwidth in bytes/s' if field_name == 'bandwidth' else 'latency in seconds'}"
                 )
         if self.bandwidth == 0:
@@ -192,7 +192,7 @@ class Network:
         wraparound = tuple(bool(w) for w in flags)
         if len(wraparound) != len(shape):
             raise TopologyError(
-                f"wraparound has {len(wraparound)} flags but shape {shape} has {len(shape)} "
+                f"wraparound has {len(wraparound)} flags but shape {shown(shape)} has {len(shape)} "
                 f"dimensions; give one flag per dimension, e.g. wraparound={(True,) * len(shape)}"
             )
         k = _check_positive_int("cores_per_chip", cores_per_chip)
@@ -339,7 +339,7 @@ class Network:
                             ("on_chip_bandwidth", on_chip_bandwidth), ("on_chip_latency", on_chip_latency)):
             # A scalar before any comparison (an array here made `==` ambiguous: ValueError).
             if value is not None and (isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real)):
-                raise TopologyError(f"{what} must be a number, got {value!r}")
+                raise TopologyError(f"{what} must be a number, got {shown(value)}")
         if isinstance(shape, (int, np.integer)) and not isinstance(shape, bool):
             shape = (int(shape),)
         if wraparound is None:
@@ -361,7 +361,7 @@ class Network:
                            else "user value"))
         on_chip = None
         if not (isinstance(cores_per_chip, (int, np.integer)) and not isinstance(cores_per_chip, bool)):
-            raise TopologyError(f"cores_per_chip must be an integer, got {cores_per_chip!r}")
+            raise TopologyError(f"cores_per_chip must be an integer, got {shown(cores_per_chip)}")
         if cores_per_chip > 1:
             if on_chip_bandwidth is None:
                 on_chip_bandwidth = info.hbm_bandwidth_bytes_per_s
@@ -858,8 +858,8 @@ def _shape_tuple(shape) -> tuple:
     if isinstance(shape, (int, np.integer)) and not isinstance(shape, (bool, np.bool_)):
         return (shape,)
     if isinstance(shape, (str, bytes)):
-        raise TopologyError(f"shape must be an int or a tuple of positive integers, got {shape!r}")
+        raise TopologyError(f"shape must be an int or a tuple of positive integers, got {shown(shape)}")
     try:
         return tuple(shape)
     except TypeError:
-        raise TopologyError(f"shape must be an int or a tuple of positive integers, got {shape!r}") from None
+        raise TopologyError(f"shape must be an int or a tuple of positive integers, got {shown(shape)}") from None

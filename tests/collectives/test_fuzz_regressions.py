@@ -220,3 +220,8 @@ def test_infinite_shape_and_overflowing_bandwidth_are_typed():
         Network.grid([float("inf")])                       # OverflowError from int(inf) before
     with pytest.raises(ConfigError, match="beyond float64"):
         bandwidths(1.0, 5e-324, "all_reduce", 1)           # (inf, nan) returned before
+
+
+def test_a_5000_digit_dimension_with_mismatched_flags_is_named_briefly():
+    with pytest.raises(TopologyError, match=r"wraparound has 2 flags but shape \(30000.*\.\.\. has 1 dimensions"):
+        Network.grid((3 * 10**4000,), (False, False))     # str() of the shape raised ValueError before
