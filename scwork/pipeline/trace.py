@@ -272,6 +272,12 @@ def _compile(patterns, what):
     return out
 
 
+def _phase_of(event) -> str | None:
+    """An event's ``ph`` when it is text (a dict built in Python may hold anything there)."""
+    ph = event.get("ph")
+    return ph if isinstance(ph, str) else None
+
+
 def read_trace(source, *, resource_patterns=DEFAULT_RESOURCE_PATTERNS, phase_patterns=DEFAULT_PHASE_PATTERNS,
                step_pattern: str | None = DEFAULT_STEP_PATTERN, num_steps: int | None = None,
                top_level_only: bool = True, time_unit: str = "us") -> MeasuredTrace:
@@ -333,7 +339,7 @@ def read_trace(source, *, resource_patterns=DEFAULT_RESOURCE_PATTERNS, phase_pat
     pnames: dict = {}
     tnames: dict = {}
     for e in events:
-        if isinstance(e, Mapping) and e.get("ph") == "M" and isinstance(e.get("args"), Mapping):
+        if isinstance(e, Mapping) and _phase_of(e) == "M" and isinstance(e.get("args"), Mapping):
             if not all(_thread_id(k) for k in (e.get("pid"), e.get("tid"))):
                 continue  # a name for an id that cannot be one; its events are reported below
             if e.get("name") == "process_name":
@@ -347,7 +353,7 @@ def read_trace(source, *, resource_patterns=DEFAULT_RESOURCE_PATTERNS, phase_pat
     for n, e in enumerate(events):
         if not isinstance(e, Mapping):
             continue
-        ph = e.get("ph")
+        ph = _phase_of(e)
         if ph not in ("X", "B", "E"):
             continue
         key = (e.get("pid"), e.get("tid"))

@@ -126,3 +126,9 @@ def test_odd_dtype_and_flow_binding_are_reported(trace):
     except TraceError as error:
         summary_or_error = error
     assert "bp='e'" in str(summary_or_error)
+
+
+def test_read_trace_skips_events_whose_ph_is_not_text(trace):
+    events = json.loads(json.dumps(trace))["traceEvents"]
+    events[0]["ph"] = np.array([], np.int8)      # '==' on it raised "truth value of an empty array" before
+    read_trace({"traceEvents": events})
