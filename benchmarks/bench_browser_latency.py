@@ -45,19 +45,37 @@ def main(argv=None) -> int:
             print("no measurements (see the pytest output above)", file=sys.stderr)
             return run.returncode or 1
         data = json.loads(out.read_text())
-    print(f"\nload average: {open('/proc/loadavg').read().split()[:3]}")
-    print(f"{'explorer':18} {'control':22} {'kind':16} {'median':>9} {'worst':>9}  target 300 ms")
-    over = 0
+    print(f"\nload average now: {' '.join(open('/proc/loadavg').read().split()[:3])}")
+    print(f"{'explorer':17} {'control':22} {'kind':14} {'median':>7} {'worst':>7} {'painted':>7} "
+          f"{'kernel':>7} {'paint':>7} {'long':>7} {'trips':>5}  load        target 300 ms")
+    over = errors = 0
     for explorer, controls in sorted(data.items()):
+        load = controls.get("__load_average__", {})
+        load_text = f"{load['before'][0]:.2f}/{load['after'][0]:.2f}" if load else "?"
         for name, result in sorted(controls.items()):
-            if "error" in result:
-                print(f"{explorer:18} {name:22} {'':16} {'n/a':>9} {'':>9}  {result['error']}")
+            if name.startswith("__"):
+                continue
+            kind = result.get("kind", "")
+            label = f"{name} ({result['state']})" if result.get("state") else name
+            if "skip" in result or "error" in result:
+                errors += "error" in result
+                word = "skipped" if "skip" in result else "error"
+                print(f"{explorer:17} {label:22} {kind:14} {word:>7} {'':47}  {load_text:10}  "
+                      f"{result.get('skip') or result['error']}")
                 continue
             ok = result["median_s"] <= TARGET_S
             over += not ok
-            print(f"{explorer:18} {name:22} {result['kind']:16} {result['median_s'] * 1e3:8.0f}ms "
-                  f"{result['max_s'] * 1e3:8.0f}ms  {'ok' if ok else 'OVER'}")
-    print(f"\n{over} control(s) over the 300 ms target")
+            ms = [result[key] * 1e3 for key in ("median_s", "max_s", "last_paint_s", "kernel_s", "paint_s",
+                                                "long_tasks_s")]
+            print(f"{explorer:17} {label:22} {kind:14} " + " ".join(f"{v:5.0f}ms" for v in ms)
+                  + f" {result['round_trips']:5.0f}  {load_text:10}  {'ok' if ok else 'OVER'}"
+                  + (f"  (restore: {'; '.join(result['restore_problems'])})" if "restore_problems" in result else ""))
+    print(f"\n{over} control(s) over the 300 ms target, {errors} could not be measured")
+    print("median/worst: first input event to settled (kernel idle, every BokehJS view finished, last repaint);"
+          "\npainted: to the last BokehJS repaint; kernel: the kernel handling comm messages; paint: BokehJS"
+          "\nplot painting; long: main-thread tasks over 50 ms in the page; trips: kernel busy/idle cycles"
+          "\n(control change plus BokehJS change events sent back); load: 1-min load average before/after"
+          "\n(all but worst are medians over the repeats)")
     if args.json:
         args.json.write_text(json.dumps(data, indent=1, sort_keys=True))
     return run.returncode

@@ -21,7 +21,8 @@ kind of figure has its own module; this one re-exports them all, so explorers wr
 - :mod:`._html`: :func:`summary_table_html`, :func:`message_html`,
   :func:`columns_table_html`, :func:`format_bytes`.
 - :mod:`._display`: :func:`wrap` (a bokeh layout as a ``jupyter_bokeh.BokehModel``
-  widget), :func:`sync_views`, :class:`SyncedDisplay`, :func:`export_html` (a
+  widget), :func:`sync_views`, :class:`SyncedDisplay`, :func:`batched_patches` (the
+  bokeh changes of one update sent as one patch), :func:`export_html` (a
   standalone HTML file with inline resources: works offline).
 
 The zoomable grid for views larger than the screen is :mod:`._zoom`.
@@ -44,7 +45,7 @@ from scwork.widgets._colors import (
     ramp_colors,
     text_colors,
 )
-from scwork.widgets._display import SyncedDisplay, ensure_bokehjs, export_html, sync_views, wrap
+from scwork.widgets._display import SyncedDisplay, batched_patches, ensure_bokehjs, export_html, sync_views, wrap
 from scwork.widgets._gantt import Gantt
 from scwork.widgets._graph import NodeLinkGraph, arrow_segments, fit_equal_aspect
 from scwork.widgets._html import columns_table_html, format_bytes, message_html, summary_table_html
@@ -65,6 +66,7 @@ __all__ = [
     "ensure_bokehjs",
     "sync_views",
     "SyncedDisplay",
+    "batched_patches",
     "export_html",
     "PROGRESS_RAMP",
     "ramp_colors",

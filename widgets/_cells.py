@@ -15,9 +15,11 @@ from typing import Any
 import numpy as np
 from bokeh.models import (
     BasicTicker,
+    CDSView,
     ColumnDataSource,
     CustomJSTickFormatter,
     FixedTicker,
+    GroupFilter,
     HoverTool,
     LinearColorMapper,
     Range1d,
@@ -77,6 +79,8 @@ class CellGrid:
     Attributes
     ----------
     figure : bokeh.plotting.figure
+    rect_renderer, hatch_renderer : GlyphRenderer
+        The rect cells, and the hatch over the empty ones (None without ``empty_hatch``).
     cells : ColumnDataSource
         Rect-path data, one row per drawn cell: ``x, y, row, col, category, color,
         text_color, hatch, label`` and the value columns. Empty on the image path.
@@ -135,9 +139,19 @@ class CellGrid:
 
         self.rect_renderer = fig.rect(
             x="x", y="y", width=0.94, height=0.94, source=self.cells,
-            fill_color="color", line_color=None, hatch_pattern="hatch",
-            hatch_color="#8a8a8a", hatch_alpha=0.7, hatch_scale=6,
+            fill_color="color", line_color=None,
         )
+        # The hatch over the empty cells is a layer of its own with one pattern (the
+        # cells whose "hatch" column holds it): BokehJS makes a canvas per cell for a
+        # pattern given per cell, hundreds of canvases on every redraw, even blank ones.
+        self.hatch_renderer = None
+        if empty_hatch is not None:
+            self.hatch_renderer = fig.rect(
+                x="x", y="y", width=0.94, height=0.94, source=self.cells,
+                view=CDSView(filter=GroupFilter(column_name="hatch", group=empty_hatch)),
+                fill_color=None, line_color=None, hatch_pattern=empty_hatch,
+                hatch_color="#8a8a8a", hatch_alpha=0.7, hatch_scale=6,
+            )
         self.text_renderer = fig.text(
             x="x", y="y", text="label", source=self.cells, text_color="text_color",
             text_align="center", text_baseline="middle", text_font_size="11px",
@@ -166,6 +180,12 @@ class CellGrid:
     def _empty_image(self) -> dict[str, list]:
         columns = ["image", "x", "y", "dw", "dh", "row", "col", "category"]
         return {name: [] for name in (*columns, *self.value_names)}
+
+    def set_rect_size(self, width: float, height: float) -> None:
+        """Width and height (data units) of the drawn rect cells, hatch included."""
+        for renderer in (self.rect_renderer, self.hatch_renderer):
+            if renderer is not None:
+                renderer.glyph.width, renderer.glyph.height = width, height
 
     @property
     def uses_image(self) -> bool:

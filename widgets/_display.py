@@ -4,13 +4,16 @@
 from __future__ import annotations
 
 import contextlib
+import functools
+import json
 import logging
 from pathlib import Path
 
 from bokeh.embed import file_html
 from bokeh.resources import INLINE
 
-__all__ = ["ensure_bokehjs", "wrap", "sync_views", "SyncedDisplay", "export_html"]
+__all__ = ["ensure_bokehjs", "wrap", "sync_views", "SyncedDisplay", "export_html", "batched_patches",
+           "stop_echoes", "collapse_patch_events", "hold_render_around"]
 
 
 _BOKEHJS_LOADED = False
@@ -41,18 +44,172 @@ def ensure_bokehjs() -> None:
     _BOKEHJS_LOADED = True
 
 
-def wrap(fig_or_layout):
-    """A bokeh figure or layout as an ipywidget (``jupyter_bokeh.BokehModel``).
+class _PatchBatch:
+    """Bokeh changes held back while :func:`batched_patches` blocks are open."""
 
-    Later changes to the bokeh models (source data, ranges, titles) are sent to the
-    browser as patches once the widget is shown; changes made before that are sent
-    by :func:`sync_views` when the explorer is displayed (:class:`SyncedDisplay`).
-    Loads BokehJS into the notebook page first (:func:`ensure_bokehjs`).
+    depth = 0
+    #: id(widget) -> (widget, its held events), in the order of the first held event.
+    held: dict[int, tuple] = {}
+
+
+@contextlib.contextmanager
+def batched_patches():
+    """Send the bokeh changes made inside as one patch per shown view, at the end.
+
+    jupyter_bokeh sends each change of a shown bokeh model as a patch of its own
+    (three comm messages, plus two per binary array), and the page decodes and
+    applies each one apart. One control change redraws tens of models (sources,
+    ranges, titles), so the explorers hold the changes of a whole update and send
+    them as one patch per view: far fewer messages for the kernel to send and the
+    page to handle, one application in BokehJS. Re-entrant: the outermost block
+    sends. What the page ends up with is the same as without the block.
     """
+    _PatchBatch.depth += 1
+    try:
+        yield
+    finally:
+        _PatchBatch.depth -= 1
+        if _PatchBatch.depth == 0:
+            held, _PatchBatch.held = _PatchBatch.held, {}
+            for widget, events in held.values():
+                widget._send_patch(events)
+
+
+def collapse_patch_events(events: list) -> list:
+    """The held bokeh changes that still matter, in order: the last change of each model attribute.
+
+    A held patch is serialized when it is sent, from the models' state then, so an
+    attribute changed twice (e.g. a figure height set to a default, then to its value)
+    needs only its last change: BokehJS lays out the whole document again for each
+    size change it applies, and skips a value equal to the one it has. The data of a
+    source is sent whole, once (its current columns), whatever mix of replacements,
+    streams and patches changed it: the current columns already contain them; and
+    after every other change.
+    """
+    from bokeh.document.events import (
+        ColumnDataChangedEvent,
+        ColumnsPatchedEvent,
+        ColumnsStreamedEvent,
+        ModelChangedEvent,
+    )
+
+    data_events = (ColumnDataChangedEvent, ColumnsStreamedEvent, ColumnsPatchedEvent)
+    last: dict[tuple, int] = {}
+    for index, event in enumerate(events):
+        if isinstance(event, (ModelChangedEvent, *data_events)):
+            last[(event.model.id, event.attr)] = index
+    kept, data = [], []
+    for index, event in enumerate(events):
+        if isinstance(event, (ModelChangedEvent, *data_events)):
+            if last[(event.model.id, event.attr)] != index:
+                continue
+            if isinstance(event, data_events):
+                if not (isinstance(event, ColumnDataChangedEvent) and event.data is None and event.cols is None):
+                    event = ColumnDataChangedEvent(event.document, event.model, event.attr, setter=event.setter)
+                data.append(event)
+                continue
+        kept.append(event)
+    # New data last: BokehJS updates a renderer's arrays for new data asynchronously, so a
+    # property change applied after it in the same patch (e.g. a text size) would draw
+    # the renderer with arrays of two lengths and fail.
+    return kept + data
+
+
+def hold_render_around(events: list) -> list:
+    """``events`` with every plot of their document held from painting until the last one.
+
+    BokehJS lays out the whole document again, and paints every plot at once, for each
+    size or text change it applies; a patch of several changes would paint every plot
+    several times. Each plot gets ``hold_render`` set first and its own value back last
+    (one paint per plot, after the patch) when the patch has two changes or more
+    besides new data. Only the message changes: the Python models keep their
+    ``hold_render``, and a plot held by its user stays held.
+    """
+    from bokeh.document.events import ColumnDataChangedEvent, ModelChangedEvent
+    from bokeh.models import Plot
+
+    # New data alone repaints only its plots, after the patch: nothing to hold.
+    if sum(not isinstance(event, ColumnDataChangedEvent) for event in events) < 2:
+        return events
+    document = events[0].document
+    plots = [model for model in document.models if isinstance(model, Plot) and not model.hold_render]
+    hold = [ModelChangedEvent(document, plot, "hold_render", True) for plot in plots]
+    release = [ModelChangedEvent(document, plot, "hold_render", False) for plot in plots]
+    return hold + events + release
+
+
+@functools.cache
+def _batched_bokeh_model():
+    """``jupyter_bokeh.BokehModel`` whose patches :func:`batched_patches` can hold (built on first use)."""
+    from bokeh.protocol import Protocol
     from jupyter_bokeh import BokehModel
 
+    class BatchedBokehModel(BokehModel):
+        """A ``BokehModel`` that holds its patches inside :func:`batched_patches` blocks.
+
+        The page side is jupyter_bokeh's own (same model and view names); only when
+        the patches leave the kernel changes.
+        """
+
+        def _document_patched(self, event) -> None:
+            if event.setter is self:
+                return
+            if _PatchBatch.depth:
+                _PatchBatch.held.setdefault(id(self), (self, []))[1].append(event)
+            else:
+                self._send_patch([event])
+
+        def _send_patch(self, events) -> None:
+            # As jupyter_bokeh sends one event's patch, for several events at once.
+            msg = Protocol().create("PATCH-DOC", hold_render_around(collapse_patch_events(events)))
+            self.send({"msg": "patch", "payload": msg.header_json})
+            self.send({"msg": "patch", "payload": msg.metadata_json})
+            self.send({"msg": "patch", "payload": msg.content_json})
+            for buffer in msg.buffers:
+                self.send({"msg": "patch", "payload": json.dumps(buffer.ref)})
+                self.send({"msg": "patch"}, [buffer.to_bytes()])
+
+        def _sync_model(self, model, content, buffers) -> None:
+            # A change made in the page (a range, a plot size) may redraw: one patch back.
+            with batched_patches():
+                super()._sync_model(model, content, buffers)
+
+    return BatchedBokehModel
+
+
+def stop_echoes(fig_or_layout) -> None:
+    """Mark the models only Python changes as not synced back from the page (``syncable=False``).
+
+    jupyter_bokeh's page side sends every change it applies back to the kernel, the
+    kernel's own patches included: one message per changed model, a whole column
+    set for each new ``data``, which the kernel then decodes only to find it unchanged.
+    Models whose state only Python sets (sources, texts, axes, glyphs, the figures'
+    computed sizes) need nothing back. Kept synced: selections and ranges (changed
+    in the page by a person: Python must know them to reset them) and every model
+    with Python callbacks (``on_change``/``on_event``).
+    """
+    from bokeh.models import Range, Selection
+
+    for model in fig_or_layout.references():
+        if isinstance(model, (Range, Selection)) or model._callbacks or model._event_callbacks:
+            continue
+        if model.syncable:
+            model.syncable = False
+
+
+def wrap(fig_or_layout):
+    """A bokeh figure or layout as an ipywidget (a ``jupyter_bokeh.BokehModel``).
+
+    Later changes to the bokeh models (source data, ranges, titles) are sent to the
+    browser as patches once the widget is shown (inside :func:`batched_patches`,
+    as one patch at the end); changes made before that are sent by
+    :func:`sync_views` when the explorer is displayed (:class:`SyncedDisplay`).
+    Loads BokehJS into the notebook page first (:func:`ensure_bokehjs`); changes are
+    not echoed back from the page (:func:`stop_echoes`).
+    """
     ensure_bokehjs()
-    return BokehModel(fig_or_layout)
+    stop_echoes(fig_or_layout)
+    return _batched_bokeh_model()(fig_or_layout)
 
 
 def sync_views(widget) -> None:
@@ -68,6 +225,7 @@ def sync_views(widget) -> None:
     while stack:
         item = stack.pop()
         if isinstance(item, BokehModel):
+            stop_echoes(item._model)  # models added since wrap()
             item.update_from_model(item._model)
         stack.extend(getattr(item, "children", ()) or ())
 
@@ -77,10 +235,15 @@ class SyncedDisplay:
 
     Also gives every explorer one way to set traits and controls without triggering
     its own observers: ``with self._quiet(): ...`` sets ``self._syncing``, which the
-    observers check.
+    observers check; and sends the bokeh changes made by the observers of one trait
+    change as one patch per view (:func:`batched_patches`).
     """
 
     _syncing = False
+
+    def notify_change(self, change):
+        with batched_patches():
+            super().notify_change(change)
 
     def _repr_mimebundle_(self, **kwargs):
         sync_views(self)

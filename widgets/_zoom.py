@@ -44,7 +44,7 @@ class ZoomGrid(CellGrid):
     def update(self, categories: np.ndarray, **kwargs) -> None:
         """Draw a whole (small) grid cell by cell, as :meth:`CellGrid.update` does."""
         self.block = (1, 1)
-        self.rect_renderer.glyph.width = self.rect_renderer.glyph.height = 0.94
+        self.set_rect_size(0.94, 0.94)
         super().update(categories, **kwargs)
         self.extent = self.shape
         self.window = (0, self.shape[0], 0, self.shape[1])
@@ -126,8 +126,7 @@ class ZoomGrid(CellGrid):
         self.image.data = self._empty_image()
         self.cells.data = data
         # Rect sizes follow the block (a block of 8 x 128 cells is drawn 8 x 128 wide).
-        self.rect_renderer.glyph.width = 0.94 * self.block[1]
-        self.rect_renderer.glyph.height = 0.94 * self.block[0]
+        self.set_rect_size(0.94 * self.block[1], 0.94 * self.block[0])
         self.rect_renderer.visible = True
         self.has_labels = labels is not None
         self.image_renderer.visible = False

@@ -321,7 +321,8 @@ class LayoutExplorer(_bokeh.SyncedDisplay, ipywidgets.VBox):
             yield
         finally:
             self.observe(self._on_npu_trait, names=list(self._NPU_TRAITS))
-            self._on_npu_trait(None)
+            with _bokeh.batched_patches():
+                self._on_npu_trait(None)
 
     # -- refresh --------------------------------------------------------------------
 
