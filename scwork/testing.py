@@ -35,6 +35,9 @@ __all__ = [
     "garbage_empty",
     "oracle_examples",
     "fuzz_examples",
+    "fuzz_settings",
+    "weighted",
+    "arguments",
     "WatchdogTimeout",
     "watchdog",
     "check_surface",
@@ -119,6 +122,45 @@ def fuzz_examples(default: int = 40) -> int:
     the full run.
     """
     return int(os.environ.get("SCWORK_FUZZ_EXAMPLES", default))
+
+
+def fuzz_settings(*suppress) -> dict:
+    """Keyword arguments of ``hypothesis.settings`` for a fuzz test.
+
+    :func:`fuzz_examples` cases, no deadline (the watchdog of :func:`check_surface`
+    bounds each case instead), and the health checks that hostile inputs trip by
+    design (slow cases, large or mostly filtered draws) suppressed, plus ``suppress``.
+    """
+    from hypothesis import HealthCheck
+
+    return {"max_examples": fuzz_examples(), "deadline": None,
+            "suppress_health_check": [HealthCheck.too_slow, HealthCheck.data_too_large,
+                                      HealthCheck.filter_too_much, *suppress]}
+
+
+def weighted(*choices):
+    """Strategy: one of ``(weight, strategy)`` pairs with those odds.
+
+    ``st.one_of`` flattens nested one_ofs and weighs every leaf alike, so one
+    ``odd_arrays()`` branch (itself five branches) would outweigh a single valid one.
+    """
+    table = [strategy for weight, strategy in choices for _ in range(weight)]
+    return st.integers(0, len(table) - 1).flatmap(lambda i: table[i])
+
+
+def arguments(data, valid: dict, odd=None) -> dict:
+    """Keyword arguments drawn from ``valid``; in about half the cases one of them is odd instead.
+
+    ``data`` is ``st.data()`` or the ``draw`` of a composite strategy; ``odd`` the
+    strategy for the broken argument (default :func:`odd_scalars`). Breaking one
+    argument at a time keeps most cases past the first check, so the code behind it
+    meets hostile values too.
+    """
+    draw = getattr(data, "draw", data)
+    names = list(valid)
+    broken = draw(st.sampled_from([None] * max(1, len(names)) + names))
+    return {name: draw((odd_scalars() if odd is None else odd) if name == broken else strategy)
+            for name, strategy in valid.items()}
 
 
 class WatchdogTimeout(BaseException):

@@ -38,37 +38,26 @@ from typing import Any
 from unittest import mock
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from scwork import cli
 from scwork.errors import ScworkError
-from scwork.testing import check_surface, fuzz_examples, mutated_bytes, report_wrong
+from scwork.testing import (
+    check_surface,
+    fuzz_settings,
+    mutated_bytes,
+    report_wrong,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "model.toml"
 EXAMPLE_IDS = ROOT / "examples" / "ids.csv.gz"
 
-_SETTINGS = dict(max_examples=fuzz_examples(), deadline=None,
-                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
-                                        HealthCheck.filter_too_much])
+_SETTINGS = fuzz_settings()
 
 #: A valid model that does not fit in SPMEM (eight large tables in one stack).
-NOT_FITTING = """
-batch_size = 65536
-stacking = [["t0", "t1", "t2", "t3", "t4", "t5", "t6", "t7"]]
-[topology]
-chip = "v5p"
-num_chips = 4
-""" + "".join(f"""
-[[tables]]
-name = "t{i}"
-vocab_size = 1000000
-embedding_dim = 64
-optimizer = "adagrad"
-max_ids_per_partition = 512
-max_unique_ids_per_partition = 256
-""" for i in range(8))
+NOT_FITTING = (ROOT / "examples" / "does_not_fit.toml").read_text()
 
 #: Commands whose exit status 1 means "does not fit".
 _MAY_NOT_FIT = ("memory", "summary")

@@ -10,13 +10,11 @@ non-negative; frames end complete.
 
 from __future__ import annotations
 
-import importlib.util
 import math
-from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import scwork
@@ -34,23 +32,17 @@ from scwork.collectives import (
 from scwork.errors import ScheduleError
 from scwork.testing import (
     EDGE_FLOATS,
+    arguments,
     check_surface,
     fuzz_examples,
+    fuzz_settings,
     odd_arrays,
     odd_scalars,
     report_wrong,
+    weighted,
 )
 
-# Loaded by path: pytest imports test modules with --import-mode=importlib (no sys.path entry).
-_spec = importlib.util.spec_from_file_location("_fuzz_helpers", Path(__file__).with_name("_fuzz_helpers.py"))
-_helpers = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(_helpers)
-arguments = _helpers.arguments
-weighted = _helpers.weighted
-
-_SETTINGS = dict(max_examples=fuzz_examples(), deadline=None,
-                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
-                                        HealthCheck.filter_too_much])
+_SETTINGS = fuzz_settings()
 
 
 _HUGE_SIZES = st.sampled_from([2**17, 2**17 + 1, 10**5, 2**31, 2**63, 10**30, 10**5000])

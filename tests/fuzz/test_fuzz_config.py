@@ -10,14 +10,13 @@ same model again after ``to_dict`` (nothing half-applied, nothing silently chang
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import tempfile
 from fractions import Fraction
 from pathlib import Path
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from scwork.config import TOP_LEVEL_KEYS, load_config, parse_config, parse_size
@@ -25,21 +24,14 @@ from scwork.errors import ConfigError
 from scwork.testing import (
     TRICKY_INTEGER_TEXTS,
     check_surface,
-    fuzz_examples,
+    fuzz_settings,
     mutated_bytes,
     odd_scalars,
     report_wrong,
+    weighted,
 )
 
-# Loaded by path: pytest imports test modules with --import-mode=importlib (no sys.path entry).
-_spec = importlib.util.spec_from_file_location("_fuzz_helpers", Path(__file__).with_name("_fuzz_helpers.py"))
-_helpers = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(_helpers)
-weighted = _helpers.weighted
-
-_SETTINGS = dict(max_examples=fuzz_examples(), deadline=None,
-                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
-                                        HealthCheck.filter_too_much])
+_SETTINGS = fuzz_settings()
 
 
 _SIZE_TEXTS = ["64 MiB", "1.5GB", "512KiB", "0", "1e6", "1e400 GiB", "1e-400", "-1 GiB", "1.5", "10 PiB",

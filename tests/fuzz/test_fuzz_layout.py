@@ -11,12 +11,10 @@ less than the unpadded bytes.
 
 from __future__ import annotations
 
-import importlib.util
 import math
-from pathlib import Path
 
 import numpy as np
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import scwork
@@ -24,24 +22,17 @@ from scwork.errors import ScworkError
 from scwork.layout import DTYPES, Shape, embedding, npu, parse, view
 from scwork.testing import (
     EDGE_INTEGERS,
+    arguments,
     check_surface,
-    fuzz_examples,
+    fuzz_settings,
     odd_arrays,
     odd_scalars,
     report_wrong,
     tiled_shapes,
+    weighted,
 )
 
-# Loaded by path: pytest imports test modules with --import-mode=importlib (no sys.path entry).
-_spec = importlib.util.spec_from_file_location("_fuzz_helpers", Path(__file__).with_name("_fuzz_helpers.py"))
-_helpers = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(_helpers)
-arguments = _helpers.arguments
-weighted = _helpers.weighted
-
-_SETTINGS = dict(max_examples=fuzz_examples(), deadline=None,
-                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
-                                        HealthCheck.filter_too_much])
+_SETTINGS = fuzz_settings()
 
 #: Element counts up to which a case also builds the whole index map to check it.
 _SMALL = 4096

@@ -14,14 +14,13 @@ from __future__ import annotations
 import dataclasses
 import functools
 import gzip
-import importlib.util
 import json
 import math
 import tempfile
 from pathlib import Path
 
 import numpy as np
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import scwork
@@ -37,24 +36,17 @@ from scwork.pipeline import (
 from scwork.sharding import TableSpec
 from scwork.testing import (
     EDGE_FLOATS,
+    arguments,
     check_surface,
-    fuzz_examples,
+    fuzz_settings,
     mutated_bytes,
     odd_arrays,
     odd_scalars,
     report_wrong,
+    weighted,
 )
 
-# Loaded by path: pytest imports test modules with --import-mode=importlib (no sys.path entry).
-_spec = importlib.util.spec_from_file_location("_fuzz_helpers", Path(__file__).with_name("_fuzz_helpers.py"))
-_helpers = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(_helpers)
-arguments = _helpers.arguments
-weighted = _helpers.weighted
-
-_SETTINGS = dict(max_examples=fuzz_examples(), deadline=None,
-                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
-                                        HealthCheck.filter_too_much])
+_SETTINGS = fuzz_settings()
 
 
 _ODD = weighted((4, odd_scalars()), (1, odd_arrays()), (1, st.sampled_from(EDGE_FLOATS)),

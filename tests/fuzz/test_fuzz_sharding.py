@@ -12,24 +12,30 @@ from __future__ import annotations
 
 import numpy as np
 import xarray as xr
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import scwork
 from scwork.errors import InputError
-from scwork.sharding import FeatureBatch, FeatureSpec, SparsecoreConfig, TableSpec, compute_stats, preprocess
+from scwork.sharding import (
+    FeatureBatch,
+    FeatureSpec,
+    SparsecoreConfig,
+    TableSpec,
+    compute_stats,
+    preprocess,
+)
 from scwork.testing import (
     check_surface,
+    feature_batch_calls,
+    fuzz_settings,
     odd_arrays,
     odd_scalars,
-    feature_batch_calls,
-    fuzz_examples,
     report_wrong,
     sharding_engine_cases,
 )
 
-_SETTINGS = dict(max_examples=fuzz_examples(), deadline=None,
-                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+_SETTINGS = fuzz_settings()
 
 
 def _check_batch_invariants(surface: str, batch: FeatureBatch) -> None:

@@ -9,7 +9,6 @@ untyped exception, a hang or unbounded memory.
 
 from __future__ import annotations
 
-import os
 import tempfile
 from pathlib import Path
 
@@ -30,11 +29,15 @@ from scwork.sharding.limits_files import (
     write_fdo_stats,
     write_limits,
 )
-from scwork.testing import check_surface, fuzz_examples, mutated_bytes, ragged_feature, report_wrong
+from scwork.testing import (
+    check_surface,
+    fuzz_settings,
+    mutated_bytes,
+    ragged_feature,
+    report_wrong,
+)
 
-_SETTINGS = dict(max_examples=fuzz_examples(), deadline=None,
-                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
-                                        HealthCheck.function_scoped_fixture])
+_SETTINGS = fuzz_settings(HealthCheck.function_scoped_fixture)
 
 
 def _named(surface: str, error: ScworkError, path: Path) -> None:
