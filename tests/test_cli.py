@@ -263,21 +263,8 @@ def test_memory_overrides_reach_the_model():
     assert summary["peak_hbm_bytes"] == expected.peak_hbm_bytes
 
 
-NOT_FITTING = """
-batch_size = 65536
-stacking = [["t0", "t1", "t2", "t3", "t4", "t5", "t6", "t7"]]
-[topology]
-chip = "v5p"
-num_chips = 4
-""" + "".join(f"""
-[[tables]]
-name = "t{i}"
-vocab_size = 1000000
-embedding_dim = 64
-optimizer = "adagrad"
-max_ids_per_partition = 512
-max_unique_ids_per_partition = 256
-""" for i in range(8))
+#: A valid model that does not fit in SPMEM (eight large tables in one stack).
+NOT_FITTING = EXAMPLE.with_name("does_not_fit.toml").read_text()
 
 
 def test_memory_does_not_fit_exit_1_with_diagnoses_and_fixes(tmp_path):

@@ -27,21 +27,8 @@ ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "model.toml"
 EXAMPLE_IDS = ROOT / "examples" / "ids.csv.gz"
 
-NOT_FITTING = """
-batch_size = 65536
-stacking = [["t0", "t1", "t2", "t3", "t4", "t5", "t6", "t7"]]
-[topology]
-chip = "v5p"
-num_chips = 4
-""" + "".join(f"""
-[[tables]]
-name = "t{i}"
-vocab_size = 1000000
-embedding_dim = 64
-optimizer = "adagrad"
-max_ids_per_partition = 512
-max_unique_ids_per_partition = 256
-""" for i in range(8))
+#: A valid model that does not fit in SPMEM (eight large tables in one stack).
+NOT_FITTING = (ROOT / "examples" / "does_not_fit.toml").read_text()
 
 
 def _run(capsys, *argv: str) -> tuple[int, str, str]:
