@@ -38,6 +38,7 @@ __all__ = [
     "fuzz_settings",
     "weighted",
     "arguments",
+    "transfer_lists",
     "WatchdogTimeout",
     "watchdog",
     "check_surface",
@@ -508,3 +509,25 @@ def mutated_bytes(data: bytes):
         return draw(st.binary(max_size=256))
 
     return mutate()
+
+
+@st.composite
+def transfer_lists(draw, max_nodes: int = 5, max_length: int = 40, max_transfers: int = 25):
+    """Random collective transfers on a few nodes, for the kernels of :mod:`scwork.collectives`.
+
+    Overlapping ranges, self-sends, several writes per range and empty ranges, in
+    schedule order (steps non-decreasing). Returns ``(nodes, length, [step, source,
+    destination, start, stop], is_combine)``: int64 columns and a bool array.
+    """
+    nodes = draw(st.integers(1, max_nodes))
+    length = draw(st.integers(1, max_length))
+    rows = []
+    for _ in range(draw(st.integers(0, max_transfers))):
+        a = draw(st.integers(0, length))
+        b = draw(st.integers(a, length))
+        rows.append((draw(st.integers(0, 4)), draw(st.integers(0, nodes - 1)), draw(st.integers(0, nodes - 1)),
+                     a, b, draw(st.booleans())))
+    rows.sort(key=lambda r: r[0])  # stable: the order within a step is kept
+    cols = [np.array([r[k] for r in rows], dtype=np.int64) for k in range(5)]
+    combine = np.array([r[5] for r in rows], dtype=bool)
+    return nodes, length, cols, combine

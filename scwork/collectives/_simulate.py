@@ -13,7 +13,8 @@ import numpy as np
 from scwork.collectives.schedule import OPS, Schedule
 from scwork.errors import ConfigError
 
-__all__ = ["NUMBA_MIN_CELLS", "all_hazards", "choose_engine", "hazards", "run", "run_reference", "transfer_columns"]
+__all__ = ["NUMBA_MIN_CELLS", "all_hazards", "choose_engine", "hazards", "hazards_reference", "run", "run_reference",
+           "transfer_columns"]
 
 _COMBINE = OPS.index("combine")
 
@@ -57,6 +58,19 @@ def all_hazards(s: Schedule) -> np.ndarray:
     valid = pos >= 0
     posc = np.maximum(pos, 0)
     return valid & (wend_max[posc] > read0 + c0) & (wkey_s[posc] >= read0)
+
+
+def hazards_reference(step, source, destination, start, stop) -> np.ndarray:
+    """Reference of :func:`hazards`/:func:`all_hazards` on transfer columns: transfer ``i``
+    reads a range that a transfer of its step writes (the obvious double loop)."""
+    n = len(step)
+    out = np.zeros(n, dtype=bool)
+    for i in range(n):
+        for j in range(n):
+            if (step[j] == step[i] and destination[j] == source[i]
+                    and start[j] < stop[i] and start[i] < stop[j]):
+                out[i] = True
+    return out
 
 
 def transfer_columns(s: Schedule, bounds: np.ndarray) -> tuple:

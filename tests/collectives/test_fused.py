@@ -46,8 +46,9 @@ from scwork.collectives._kernels import (
     track_steps_reference,
     transfers_by_block,
 )
-from scwork.collectives._simulate import all_hazards, hazards
+from scwork.collectives._simulate import all_hazards, hazards, hazards_reference
 from scwork.errors import ConfigError, InputError, TopologyError
+from scwork.testing import transfer_lists
 
 execute_module = importlib.import_module("scwork.collectives.execute")
 ALL_REDUCES = {
@@ -58,35 +59,6 @@ ALL_REDUCES = {
     "dim_by_dim": lambda n: multi_dim_all_reduce(n, colors=1),
     "rows_only": lambda n: multi_dim_all_reduce(n, dims=(0,)) if n.ndim > 1 else ring_all_reduce(n),
 }
-
-
-def hazards_by_definition(step, source, destination, start, stop):
-    """Transfer i reads a range that a transfer of its step writes (the obvious double loop)."""
-    n = len(step)
-    out = np.zeros(n, dtype=bool)
-    for i in range(n):
-        for j in range(n):
-            if (step[j] == step[i] and destination[j] == source[i]
-                    and start[j] < stop[i] and start[i] < stop[j]):
-                out[i] = True
-    return out
-
-
-@st.composite
-def transfer_lists(draw, max_nodes=5, max_length=40):
-    """Random transfers on a few nodes: overlaps, self-sends, several writes per range, empty ranges."""
-    nodes = draw(st.integers(1, max_nodes))
-    length = draw(st.integers(1, max_length))
-    rows = []
-    for _ in range(draw(st.integers(0, 25))):
-        a = draw(st.integers(0, length))
-        b = draw(st.integers(a, length))
-        rows.append((draw(st.integers(0, 4)), draw(st.integers(0, nodes - 1)), draw(st.integers(0, nodes - 1)),
-                     a, b, draw(st.booleans())))
-    rows.sort(key=lambda r: r[0])  # schedule order: steps non-decreasing, stable within a step
-    cols = [np.array([r[k] for r in rows], dtype=np.int64) for k in range(5)]
-    combine = np.array([r[5] for r in rows], dtype=bool)
-    return nodes, length, cols, combine
 
 
 def inputs(draw, nodes, length, dtype):
@@ -118,7 +90,7 @@ def run_kernel(data, groups, cols, combine, block, *, check_input=True, exact_ev
     nodes, length = data.shape
     work_dtype = data.dtype if data.dtype.kind == "f" else np.dtype(np.int64)
     _, representative = np.unique(groups, return_index=True)
-    hazard = hazards_by_definition(*cols)
+    hazard = hazards_reference(*cols)
     scratch = np.empty((nodes, block), work_dtype)
     out = np.zeros((len(representative), length), work_dtype)
     starts, entries = transfers_by_block(start, stop, length, block)
@@ -455,7 +427,7 @@ def test_all_hazards_equal_the_per_step_ones(case):
     per_step = [hazards(s, slice(offsets[t], offsets[t + 1])) for t in range(5)]
     want = np.concatenate(per_step) if len(step) else np.zeros(0, bool)
     assert all_hazards(s).tolist() == want.tolist()
-    assert want.tolist() == hazards_by_definition(step, source, destination, start, stop).tolist()
+    assert want.tolist() == hazards_reference(step, source, destination, start, stop).tolist()
 
 
 def _initial_bits(nodes, chunks):
@@ -473,7 +445,7 @@ def test_track_steps_forward_finds_the_same_step_and_sets(case):
     step, source, destination, start, stop, combine = (a[keep] for a in (step, source, destination, start, stop,
                                                                          combine))
     offsets = np.searchsorted(step, np.arange(6)).astype(np.int64)
-    hazard = hazards_by_definition(step, source, destination, start, stop)
+    hazard = hazards_reference(step, source, destination, start, stop)
     cols = (source, destination, start, stop, combine)
     bits, last = _initial_bits(nodes, length), np.full((nodes, length), -1, np.int64)
     got = track_steps_forward(offsets, 0, 5, *cols, hazard, bits, last)
@@ -504,7 +476,7 @@ def test_track_steps_forward_on_mutated_schedules(which, data):
     offsets = np.searchsorted(step, np.arange(s.num_steps + 1)).astype(np.int64)
     cols = (source[keep].astype(np.int64), s.destination[keep].astype(np.int64), s.start[keep].astype(np.int64),
             s.stop[keep].astype(np.int64), op[keep] == 0)
-    hazard = hazards_by_definition(step, *cols[:4])
+    hazard = hazards_reference(step, *cols[:4])
     tracker = execute_module._Tracker(s)
     bits, last = tracker.bits.copy(), tracker.last.copy()
     got = track_steps_forward(offsets, 0, s.num_steps, *cols, hazard, bits, last)

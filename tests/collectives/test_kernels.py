@@ -25,37 +25,9 @@ from scwork.collectives._kernels import (
     track_steps,
     track_steps_reference,
 )
+from scwork.collectives._simulate import hazards_reference
 from scwork.collectives.execute import _hazards, _initial_bits
-
-
-def hazards_by_definition(step, source, destination, start, stop):
-    """Transfer i reads a range that a transfer of its step writes (the obvious double loop)."""
-    n = len(step)
-    out = np.zeros(n, dtype=bool)
-    for i in range(n):
-        for j in range(n):
-            if (step[j] == step[i] and destination[j] == source[i]
-                    and start[j] < stop[i] and start[i] < stop[j]):
-                out[i] = True
-    return out
-
-
-@st.composite
-def transfer_lists(draw):
-    """Random transfers on a few nodes: overlaps, self-sends, several writes per range."""
-    nodes = draw(st.integers(1, 5))
-    length = draw(st.integers(1, 30))
-    count = draw(st.integers(0, 25))
-    rows = []
-    for _ in range(count):
-        a = draw(st.integers(0, length))
-        b = draw(st.integers(a, length))
-        rows.append((draw(st.integers(0, 4)), draw(st.integers(0, nodes - 1)), draw(st.integers(0, nodes - 1)),
-                     a, b, draw(st.booleans())))
-    rows.sort(key=lambda r: r[0])  # schedule order: steps non-decreasing, stable within a step
-    cols = [np.array([r[k] for r in rows], dtype=np.int64) for k in range(5)]
-    combine = np.array([r[5] for r in rows], dtype=bool)
-    return nodes, length, cols, combine
+from scwork.testing import transfer_lists
 
 
 @settings(max_examples=60, deadline=None)
@@ -66,7 +38,7 @@ def test_apply_transfers_equals_its_reference(case, dtype, block, fused, seed):
     initial = np.random.default_rng(seed).integers(-50, 50, size=(nodes, length)).astype(dtype)
     if dtype is not np.int64:
         initial = initial / np.asarray(7, dtype)  # inexact values: additions round
-    hazard = hazards_by_definition(step, source, destination, start, stop)
+    hazard = hazards_reference(step, source, destination, start, stop)
     want = apply_transfers_reference(initial, step, source, destination, start, stop, combine)
     work = np.empty_like(initial) if fused else initial.copy()
     apply_transfers(initial, work, fused, step, source, destination, start, stop, combine, hazard, block)
@@ -82,7 +54,7 @@ def test_execute_hazards_match_the_definition(case):
     s = SimpleNamespace(source=source, destination=destination, start=start, stop=stop, num_chunks=length)
     offsets = np.searchsorted(step, np.arange(6))
     got = np.concatenate([_hazards(s, slice(offsets[t], offsets[t + 1])) for t in range(5)])
-    assert got.tolist() == hazards_by_definition(step, source, destination, start, stop).tolist()
+    assert got.tolist() == hazards_reference(step, source, destination, start, stop).tolist()
 
 
 def _schedules():
