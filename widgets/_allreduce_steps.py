@@ -215,126 +215,164 @@ def _geometry(network: Network, view3d: str) -> _Geometry:
                      notes, labels, show)
 
 
-@dataclass
 class _StepData:
-    """One algorithm's drawing data for every step, precomputed (stepping only slices)."""
+    """One algorithm's drawing data, step by step: what is drawn at a step is computed when first shown.
 
-    num_steps: int
-    node_fill: np.ndarray  # (frames, nodes) colors
-    fractions: np.ndarray  # (frames, nodes, 4) complete, partial, own, empty
-    bar_x: np.ndarray  # (frames, nodes * 4)
-    bar_width: np.ndarray  # (frames, nodes * 4)
-    bar_static: dict
-    arrows: dict  # columns over all steps, sorted by step
-    arrow_offsets: np.ndarray  # (steps + 1,)
-    utilisation: np.ndarray  # (steps, links)
-    link_bytes: np.ndarray  # (steps, links)
-    step_time: np.ndarray
-    cumulative: np.ndarray
-    step_phase: list
-    status_lines: list  # (steps + 1) HTML lines
-    utilisation_titles: list  # (steps + 1)
-    color_phases: dict  # color index -> phases of its transfers (what the legend lists)
+    The whole-run data (step times, link loads, the phase of every step, the colors
+    of the schedule) is arranged at once, with array operations; the drawing of one
+    frame (node fills and buffer bars) and of one step (arrows, status line, chart
+    title) is built when that step is first shown and kept. A topology change then
+    costs one frame's drawing instead of every step's (a ring on 128 nodes has 254
+    steps and 65,000 arrow pieces).
+
+    Parameters
+    ----------
+    run : _EngineRun
+        The engine's schedule, frames and messages.
+    network : Network
+    geom : _Geometry
+        Node positions and link drawing of ``network``.
+    side_label : str
+        How the status lines name the algorithm (``"left (pincer)"``).
+    """
+
+    def __init__(self, run, network: Network, geom: _Geometry, side_label: str):
+        fr, sched = run.frames, run.schedule
+        S = self.num_steps = sched.num_steps
+        self._network, self._geom, self._side_label = network, geom, side_label
+        self._status = fr.status.values  # (frames, nodes, shards)
+        N = network.num_nodes
+        # A stacked bar under every node: complete | partial | own data | empty.
+        self._bar_total_width = 2.3 * geom.radius
+        self.bar_static = {
+            "y": np.repeat(geom.node_y - geom.radius - 0.1, 4),
+            "height": np.full(4 * N, 0.11),
+            "color": np.tile([c for _, _, c in _STATES], N).astype(object),
+        }
+        # One arrow per message (transfers of one step between the same two nodes).
+        msg = self._messages = run.messages
+        n_msg = len(msg["step"])
+        first = np.full(n_msg, np.iinfo(np.int64).max, dtype=np.int64)
+        np.minimum.at(first, msg["index"], np.arange(len(msg["index"])))
+        self._chunks = np.bincount(msg["index"], weights=fr.shard_stop.values - fr.shard_start.values,
+                                   minlength=n_msg).astype(np.int64)
+        self._color = fr.color.values[first].astype(np.int64) if n_msg else np.zeros(0, np.int64)
+        self._phase = np.asarray(fr.phase.values[first] if n_msg else np.zeros(0, dtype=str), dtype=str)
+        self._op = np.asarray(fr.op.values[first] if n_msg else np.zeros(0, dtype=str), dtype=str)
+        self._max_bytes = float(msg["bytes"].max()) if n_msg and msg["bytes"].max() > 0 else 1.0
+        # Messages come sorted by step: one slice per step.
+        self._msg_offsets = np.searchsorted(msg["step"], np.arange(S + 1))
+        self.step_time = fr.step_time.values
+        self.cumulative = fr.cumulative_time.values
+        self.utilisation = fr.utilisation.values
+        self.link_bytes = fr.link_bytes.values
+        self.step_phase = self._step_phases()
+        self._unit, self._scale = _time_unit(float(self.cumulative[-1]) if S else 0.0)
+        self.color_phases = {int(c): sorted(set(self._phase[self._color == c].tolist()), key=_phase_order)
+                             for c in np.unique(self._color)}
+        self._frames: dict[int, tuple] = {}
+        self._arrows: dict[int, dict] = {}
+
+    def _step_phases(self) -> list[str]:
+        """The phase of every step's messages, ``"mixed"`` when they differ."""
+        S, offsets = self.num_steps, self._msg_offsets
+        names, codes = np.unique(self._phase, return_inverse=True)
+        phases = ["mixed"] * S
+        has = np.flatnonzero(offsets[1:] > offsets[:-1])
+        if len(has):
+            low = np.minimum.reduceat(codes, offsets[has])
+            high = np.maximum.reduceat(codes, offsets[has])
+            for s, lo, hi in zip(has.tolist(), low.tolist(), high.tolist()):
+                if lo == hi:
+                    phases[s] = str(names[lo])
+        return phases
+
+    def frame(self, f: int) -> tuple:
+        """Frame ``f`` (state before step ``f + 1``): node fills, state fractions, bar x and widths."""
+        if f not in self._frames:
+            status = self._status[f]  # (nodes, shards)
+            fractions = np.stack([(status == code).mean(axis=1) for code, _, _ in _STATES], axis=1)
+            total_w = self._bar_total_width
+            widths = fractions * total_w  # (N, 4)
+            lefts = self._geom.node_x[:, None] - total_w / 2 + np.cumsum(widths, axis=1) - widths
+            self._frames[f] = (_bokeh.ramp_colors(fractions[:, 0]), fractions,
+                               (lefts + widths / 2).reshape(-1), widths.reshape(-1))
+        return self._frames[f]
+
+    def arrows(self, k: int) -> dict:
+        """The arrow columns of 1-based step ``k``: one per message, two stubs for a wraparound link."""
+        if k not in self._arrows:
+            self._arrows[k] = self._arrows_of(np.arange(self._msg_offsets[k - 1], self._msg_offsets[k]), k)
+        return self._arrows[k]
+
+    def no_arrows(self) -> dict:
+        """The arrow columns, empty (before the first step)."""
+        return self._arrows_of(np.zeros(0, dtype=np.int64), 0)
+
+    def _arrows_of(self, ids: np.ndarray, k: int) -> dict:
+        """Arrow columns of the messages ``ids`` (all of step ``k``)."""
+        network, geom, msg = self._network, self._geom, self._messages
+        src, dst, link = msg["source"][ids], msg["destination"][ids], msg["link"][ids]
+        stub = geom.link_stub[link]
+        on_chip = network.link_kind[link] == "on_chip"
+        offset = np.where(on_chip, 0.035, 0.07)
+        trim = geom.radius + 0.03
+        sx, sy, dx, dy = geom.node_x[src], geom.node_y[src], geom.node_x[dst], geom.node_y[dst]
+        d = geom.link_dir[link] * geom.stub_length
+        # Direct arrows node to node; wraparound (and 3-D slice) links as two stubs: one
+        # leaving the source outwards, one entering the destination from outside.
+        pieces = [
+            (np.flatnonzero(~stub), sx, sy, dx, dy, trim, trim),
+            (np.flatnonzero(stub), sx, sy, sx + d[:, 0], sy + d[:, 1], trim, 0.0),
+            (np.flatnonzero(stub), dx - d[:, 0], dy - d[:, 1], dx, dy, 0.0, trim),
+        ]
+        cols: dict[str, list] = {name: [] for name in ("x0", "y0", "x1", "y1", "m")}
+        for idx, ax, ay, bx, by, t0, t1 in pieces:
+            x0, y0, x1, y1 = _bokeh.arrow_segments(ax[idx], ay[idx], bx[idx], by[idx], offset=offset[idx],
+                                                   trim_start=t0, trim_end=t1)
+            for name, values in zip(("x0", "y0", "x1", "y1", "m"), (x0, y0, x1, y1, idx)):
+                cols[name].append(values)
+        m = np.concatenate(cols["m"]).astype(np.int64)  # piece -> message of the step
+        color, phase = self._color[ids][m], self._phase[ids][m]
+        is_gather = (phase != "reduce_scatter").astype(int)
+        pairs = np.asarray(_COLOR_PAIRS, dtype=object)
+        labels = np.asarray(self._geom.labels, dtype=object)
+        step_bytes = msg["bytes"][ids][m]
+        return {
+            "x0": np.concatenate(cols["x0"]), "y0": np.concatenate(cols["y0"]),
+            "x1": np.concatenate(cols["x1"]), "y1": np.concatenate(cols["y1"]),
+            "color": pairs[color % len(_COLOR_PAIRS), is_gather],
+            "dash": np.array([_PHASE_DASH.get(p, "solid") for p in phase.tolist()], dtype=object),
+            "width": 1.6 + 2.4 * step_bytes / self._max_bytes,
+            "source": src[m], "destination": dst[m], "step": np.full(len(m), k, dtype=np.int64),
+            "transfer": labels[src[m]] + " -> " + labels[dst[m]],
+            "bytes": step_bytes, "chunks": self._chunks[ids][m],
+            "color_index": color,
+            # Dimension of the link carried on (-1 = on chip), for the "show" filter.
+            "dim": np.where(on_chip, -1, network.link_dim[link]).astype(np.int64)[m],
+            "phase": np.array([f"{p} / {o}" for p, o in zip(phase.tolist(), self._op[ids][m].tolist())],
+                              dtype=object),
+        }
+
+    def status_line(self, k: int) -> str:
+        """What step ``k`` does (0: the start), one line of HTML."""
+        label = f"<b>{self._side_label}</b>"
+        if k == 0:
+            return f"{label} start: every node holds its own vector"
+        s, S, unit, scale = k - 1, self.num_steps, self._unit, self._scale
+        n_messages = int(self._msg_offsets[s + 1] - self._msg_offsets[s])
+        return (f"{label} step {k} of {S}: {n_messages} messages ({self.step_phase[s].replace('_', '-')}), "
+                f"busiest link {self.link_bytes[s].max():,.0f} B, step time {self.step_time[s] * scale:.3g} "
+                f"{unit}, cumulative {self.cumulative[s] * scale:.4g} {unit}")
+
+    def utilisation_title(self, k: int) -> str:
+        """Title of the link-utilisation chart at step ``k`` (0: before the first step)."""
+        return "before step 1: no transfers yet" if k == 0 else _utilisation_title(k, self.utilisation[k - 1])
 
 
-def _step_data(run: _EngineRun, network: Network, geom: _Geometry, side_label: str) -> _StepData:
-    """Arrange the engine's frames into per-step columns for the drawings."""
-    fr, sched = run.frames, run.schedule
-    S, N = sched.num_steps, network.num_nodes
-    status = fr.status.values  # (frames, nodes, shards)
-    fractions = np.stack([(status == code).mean(axis=2) for code, _, _ in _STATES], axis=2)
-    node_fill = _bokeh.ramp_colors(fractions[:, :, 0])
-    # A stacked bar under every node: complete | partial | own data | empty.
-    total_w = 2.3 * geom.radius
-    widths = fractions * total_w  # (F, N, 4)
-    lefts = geom.node_x[None, :, None] - total_w / 2 + np.cumsum(widths, axis=2) - widths
-    bar_static = {
-        "y": np.repeat(geom.node_y - geom.radius - 0.1, 4),
-        "height": np.full(4 * N, 0.11),
-        "color": np.tile([c for _, _, c in _STATES], N).astype(object),
-    }
-
-    # One arrow per message (transfers of one step between the same two nodes).
-    msg = run.messages
-    n_msg = len(msg["step"])
-    first = np.full(n_msg, np.iinfo(np.int64).max, dtype=np.int64)
-    np.minimum.at(first, msg["index"], np.arange(len(msg["index"])))
-    chunks = np.bincount(msg["index"], weights=fr.shard_stop.values - fr.shard_start.values,
-                         minlength=n_msg)
-    color = fr.color.values[first].astype(np.int64) if n_msg else np.zeros(0, np.int64)
-    phase = fr.phase.values[first] if n_msg else np.zeros(0, dtype=str)
-    op = fr.op.values[first] if n_msg else np.zeros(0, dtype=str)
-    src, dst, link = msg["source"], msg["destination"], msg["link"]
-    stub = geom.link_stub[link]
-    on_chip = network.link_kind[link] == "on_chip"
-    offset = np.where(on_chip, 0.035, 0.07)
-    trim = geom.radius + 0.03
-    sx, sy, dx, dy = geom.node_x[src], geom.node_y[src], geom.node_x[dst], geom.node_y[dst]
-    d = geom.link_dir[link] * geom.stub_length
-    # Direct arrows node to node; wraparound (and 3-D slice) links as two stubs: one
-    # leaving the source outwards, one entering the destination from outside.
-    pieces = [
-        (np.flatnonzero(~stub), sx, sy, dx, dy, trim, trim),
-        (np.flatnonzero(stub), sx, sy, sx + d[:, 0], sy + d[:, 1], trim, 0.0),
-        (np.flatnonzero(stub), dx - d[:, 0], dy - d[:, 1], dx, dy, 0.0, trim),
-    ]
-    cols: dict[str, list] = {k: [] for k in ("x0", "y0", "x1", "y1", "m")}
-    for idx, ax, ay, bx, by, t0, t1 in pieces:
-        x0, y0, x1, y1 = _bokeh.arrow_segments(ax[idx], ay[idx], bx[idx], by[idx], offset=offset[idx],
-                                               trim_start=t0, trim_end=t1)
-        for name, values in zip(("x0", "y0", "x1", "y1", "m"), (x0, y0, x1, y1, idx)):
-            cols[name].append(values)
-    m = np.concatenate(cols["m"]).astype(np.int64)
-    order = np.argsort(msg["step"][m], kind="stable")
-    m = m[order]
-    labels = np.asarray(geom.labels, dtype=object)
-    pair = np.array([_COLOR_PAIRS[c % len(_COLOR_PAIRS)] for c in range(int(color.max()) + 1)]
-                    if n_msg else np.zeros((0, 2)), dtype=object)
-    is_gather = np.asarray(phase) != "reduce_scatter"
-    max_bytes = float(msg["bytes"].max()) if n_msg and msg["bytes"].max() > 0 else 1.0
-    arrows = {
-        "x0": np.concatenate(cols["x0"])[order], "y0": np.concatenate(cols["y0"])[order],
-        "x1": np.concatenate(cols["x1"])[order], "y1": np.concatenate(cols["y1"])[order],
-        "color": pair[color[m], is_gather[m].astype(int)] if n_msg else np.zeros(0, dtype=object),
-        "dash": np.array([_PHASE_DASH.get(p, "solid") for p in phase], dtype=object)[m],
-        "width": 1.6 + 2.4 * msg["bytes"][m] / max_bytes,
-        "source": src[m], "destination": dst[m], "step": msg["step"][m] + 1,
-        "transfer": labels[src[m]] + " -> " + labels[dst[m]],
-        "bytes": msg["bytes"][m], "chunks": chunks[m].astype(np.int64),
-        "color_index": color[m],
-        # Dimension of the link carried on (-1 = on chip), for the "show" filter.
-        "dim": np.where(on_chip, -1, network.link_dim[link]).astype(np.int64)[m],
-        "phase": np.char.add(np.char.add(np.asarray(phase, dtype=str)[m], " / "),
-                             np.asarray(op, dtype=str)[m]).astype(object),
-    }
-    offsets = np.searchsorted(arrows["step"], np.arange(1, S + 2))
-
-    step_time = fr.step_time.values
-    cumulative = fr.cumulative_time.values
-    # Messages come sorted by step: one slice per step.
-    msg_offsets = np.searchsorted(msg["step"], np.arange(S + 1))
-    phase = np.asarray(phase, dtype=str)
-    step_phase = []
-    for s in range(S):
-        phases = np.unique(phase[msg_offsets[s]:msg_offsets[s + 1]])
-        step_phase.append(str(phases[0]) if len(phases) == 1 else "mixed")
-    util = fr.utilisation.values
-    link_bytes = fr.link_bytes.values
-    unit, scale = _time_unit(float(cumulative[-1]) if S else 0.0)
-    status_lines = [f"<b>{side_label}</b> start: every node holds its own vector"]
-    util_titles = ["before step 1: no transfers yet"]
-    for s in range(S):
-        n_arrows = int(msg_offsets[s + 1] - msg_offsets[s])
-        status_lines.append(
-            f"<b>{side_label}</b> step {s + 1} of {S}: {n_arrows} messages ({step_phase[s].replace('_', '-')}), "
-            f"busiest link {link_bytes[s].max():,.0f} B, step time {step_time[s] * scale:.3g} {unit}, "
-            f"cumulative {cumulative[s] * scale:.4g} {unit}")
-        util_titles.append(_utilisation_title(s + 1, util[s]))
-    color_phases = {int(c): sorted(set(phase[color == c].tolist()), key=_phase_order)
-                    for c in np.unique(color)}
-    return _StepData(S, node_fill, fractions, (lefts + widths / 2).reshape(S + 1, -1),
-                     widths.reshape(S + 1, -1), bar_static, arrows, offsets, util, link_bytes,
-                     step_time, cumulative, step_phase, status_lines, util_titles, color_phases)
+def _step_data(run, network: Network, geom: _Geometry, side_label: str) -> _StepData:
+    """The engine's frames arranged for the drawings (see :class:`_StepData`)."""
+    return _StepData(run, network, geom, side_label)
 
 
 def _percent(fraction: float) -> str:

@@ -25,7 +25,11 @@ kind of figure has its own module; this one re-exports them all, so explorers wr
   bokeh changes of one update sent as one patch), :func:`export_html` (a
   standalone HTML file with inline resources: works offline).
 
-The zoomable grid for views larger than the screen is :mod:`._zoom`.
+The zoomable grid for views larger than the screen is :mod:`._zoom`. An explorer's
+view is composed in :mod:`._panes`: ipywidgets boxes of :class:`~._panes.TextPane`
+texts and separate bokeh views (a text or size change then re-lays out only a
+small part of the page), exported as one bokeh layout by
+:func:`~._panes.export_layout`.
 """
 
 from __future__ import annotations

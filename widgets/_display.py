@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import json
 import logging
 from pathlib import Path
 
@@ -138,10 +137,27 @@ def hold_render_around(events: list) -> list:
     return hold + events + release
 
 
+def _inline_patch(events: list):
+    """A bokeh ``PATCH-DOC`` message of ``events`` with every array inside its content.
+
+    As ``bokeh.protocol.Protocol().create("PATCH-DOC", events)`` builds it, except
+    that the serializer is not deferred: arrays are encoded in the JSON (base64)
+    instead of as separate binary buffers. BokehJS decodes both forms.
+    """
+    from bokeh.core.serialization import Serializer
+    from bokeh.document.json import PatchJson
+    from bokeh.protocol.messages.patch_doc import patch_doc
+
+    [document] = {event.document for event in events}
+    serializer = Serializer(references=document.models.synced_references, deferred=False)
+    content = PatchJson(events=serializer.encode(events))
+    document.models.flush_synced(lambda model: not serializer.has_ref(model))
+    return patch_doc(patch_doc.create_header(), {}, content)
+
+
 @functools.cache
 def _batched_bokeh_model():
     """``jupyter_bokeh.BokehModel`` whose patches :func:`batched_patches` can hold (built on first use)."""
-    from bokeh.protocol import Protocol
     from jupyter_bokeh import BokehModel
 
     class BatchedBokehModel(BokehModel):
@@ -160,14 +176,15 @@ def _batched_bokeh_model():
                 self._send_patch([event])
 
         def _send_patch(self, events) -> None:
-            # As jupyter_bokeh sends one event's patch, for several events at once.
-            msg = Protocol().create("PATCH-DOC", hold_render_around(collapse_patch_events(events)))
+            # As jupyter_bokeh sends one event's patch, for several events at once, and
+            # with the arrays inside the content (base64) instead of as binary buffers:
+            # jupyter_bokeh's page side takes one fragment per comm message, so each
+            # buffer cost two more messages (a topology change sent ~100), each decoded
+            # and dispatched on its own by JupyterLab. Now a patch is three messages.
+            msg = _inline_patch(hold_render_around(collapse_patch_events(events)))
             self.send({"msg": "patch", "payload": msg.header_json})
             self.send({"msg": "patch", "payload": msg.metadata_json})
             self.send({"msg": "patch", "payload": msg.content_json})
-            for buffer in msg.buffers:
-                self.send({"msg": "patch", "payload": json.dumps(buffer.ref)})
-                self.send({"msg": "patch"}, [buffer.to_bytes()])
 
         def _sync_model(self, model, content, buffers) -> None:
             # A change made in the page (a range, a plot size) may redraw: one patch back.
@@ -263,7 +280,10 @@ def export_html(bokeh_layout, path: str | Path, title: str = "scwork") -> Path:
     """Write ``bokeh_layout`` to a standalone HTML file with INLINE resources.
 
     The BokehJS code is embedded in the file, so it opens offline and never fetches
-    anything from a CDN. Returns the path written.
+    anything from a CDN. ``bokeh_layout`` may gather models shown in several live
+    views (documents, see :func:`scwork.widgets._panes.export_layout`): they are
+    copied into one new document for the file and stay where they are. Returns the
+    path written.
     """
     path = Path(path)
     # The export is a snapshot: Python callbacks (e.g. a zoomable view's redraw on
@@ -272,7 +292,9 @@ def export_html(bokeh_layout, path: str | Path, title: str = "scwork") -> Path:
     level = embed_log.level
     embed_log.setLevel(logging.ERROR)
     try:
-        page = file_html(bokeh_layout, resources=INLINE, title=title)
+        # _always_new: a layout gathering models of several documents (the explorers' views)
+        # is re-homed in a temporary document, as bokeh does for models of mixed documents.
+        page = file_html(bokeh_layout, resources=INLINE, title=title, _always_new=True)
     finally:
         embed_log.setLevel(level)
     path.write_text(page, encoding="utf-8")

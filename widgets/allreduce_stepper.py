@@ -41,12 +41,13 @@ import ipywidgets
 import numpy as np
 import traitlets
 from bokeh.layouts import column, row
-from bokeh.models import ColumnDataSource, Div, HoverTool, Range1d
+from bokeh.models import ColumnDataSource, HoverTool, Range1d
 from bokeh.plotting import figure
 
 from scwork.collectives import Network, cost, frames
 from scwork.errors import ConfigError, ScworkError
 from scwork.widgets import _bokeh
+from scwork.widgets._panes import TextPane, export_layout, hbox, vbox
 from scwork.widgets._allreduce_steps import (
     _DIM_COLORS,
     _KIND_NDIM,
@@ -83,6 +84,8 @@ MESSAGE_SIZES: tuple[int, ...] = tuple(2**p for p in range(10, 31, 2))
 MAX_NODES = 512
 
 _SIDES = ("left", "right")
+#: Width of one algorithm's panel (pixels).
+PANEL_WIDTH = 640
 # Engine results kept per (network, algorithm, size); a 16x16 torus frame set is ~80 MB.
 _CACHE_SIZE = 6
 
@@ -112,13 +115,15 @@ class _Panel:
         self.utilisation_figure.add_tools(HoverTool(tooltips=[
             ("link", "@name"), ("busy", "@utilisation{0%}"), ("bytes", "@bytes{0,0}")]))
         self.utilisation_figure.xgrid.visible = False
-        self.caption = Div(text="", width=640)
+        # Texts are HTML panes, not bokeh Divs: BokehJS would lay out the whole
+        # document again for each text change (see scwork.widgets._panes).
+        self.caption = TextPane(width=PANEL_WIDTH)
         # The arrow colors of this panel's schedule (as many entries as it has colors).
-        self.colors = Div(text="", width=640)
-        self.status = Div(text="", width=640)
-        # Own rows: a bokeh column would align the frames of the two figures (axes differ).
-        self.layout = column(self.caption, self.colors, row(self.graph.figure), self.status,
-                             row(self.utilisation_figure))
+        self.colors = TextPane(width=PANEL_WIDTH)
+        self.status = TextPane(width=PANEL_WIDTH)
+        # A fixed-width box: the two drawings (one bokeh view, for their shared ranges)
+        # stay under their captions whatever the aspect of the network.
+        self.graph_box = column(self.graph.figure, width=PANEL_WIDTH)
 
 
 class AllReduceStepper(_bokeh.SyncedDisplay, ipywidgets.VBox):
@@ -279,11 +284,8 @@ class AllReduceStepper(_bokeh.SyncedDisplay, ipywidgets.VBox):
         self._timeline = _bokeh.Gantt(
             title="Cost timeline: every step as its alpha-beta time (outlined: current step)",
             value_names=("step", "time", "cumulative", "phase"), width=1180)
-        self._header = Div(text="", width=1240)
-        self._legend = Div(text=_legend_html(None), width=1240)
-        self._bokeh_layout = column(
-            self._header, row(self._panels["left"].layout, self._panels["right"].layout),
-            self._timeline.figure, self._legend)
+        self._header = TextPane(width=2 * PANEL_WIDTH)
+        self._legend = TextPane(_legend_html(None), width=2 * PANEL_WIDTH)
         self.sources: dict[str, Any] = {}
         self.figures: dict[str, Any] = {}
         for side, panel in self._panels.items():
@@ -332,7 +334,15 @@ class AllReduceStepper(_bokeh.SyncedDisplay, ipywidgets.VBox):
                     *self._algorithm_boxes.values(), self._size_box, self._dim_box, self._color_box):
             box.observe(self._on_control, names="value")
         self._error_area = ipywidgets.HTML()
-        self._view = _bokeh.wrap(self._bokeh_layout)
+        left, right = self._panels["left"], self._panels["right"]
+        # One bokeh view per figure group: a size change re-lays out only its own.
+        self._graphs_view = _bokeh.wrap(row(left.graph_box, right.graph_box))
+        self._views = vbox([
+            self._header,
+            hbox([vbox([left.caption, left.colors]), vbox([right.caption, right.colors])]),
+            self._graphs_view,
+            hbox([vbox([panel.status, _bokeh.wrap(panel.utilisation_figure)]) for panel in (left, right)]),
+            _bokeh.wrap(self._timeline.figure), self._legend])
         self.controls = {
             "kind": self._kind_box, "shape": self._shape_boxes, "wraparound": self._wrap_boxes,
             "cores_per_chip": self._cores_box, "view3d": self._view3d_box,
@@ -346,7 +356,7 @@ class AllReduceStepper(_bokeh.SyncedDisplay, ipywidgets.VBox):
                              self._view3d_box]),
             ipywidgets.HBox([*self._algorithm_boxes.values(), self._size_box]),
             ipywidgets.HBox([self._play, self._slider, self._dim_box, self._color_box]),
-            self._error_area, self._view,
+            self._error_area, self._views,
         ]
 
     # -- trait and control events ------------------------------------------------------
@@ -755,13 +765,12 @@ class AllReduceStepper(_bokeh.SyncedDisplay, ipywidgets.VBox):
             data, panel = self._steps[side], self._panels[side]
             S = data.num_steps
             f = min(k, S)
-            frac = data.fractions[f]
-            panel.graph.update_nodes(fill_color=data.node_fill[f], complete=frac[:, 0],
+            node_fill, frac, bar_x, bar_width = data.frame(f)
+            panel.graph.update_nodes(fill_color=node_fill, complete=frac[:, 0],
                                      partial=frac[:, 1], **{"own data": frac[:, 2]})
-            panel.graph.set_bars({"x": data.bar_x[f], "width": data.bar_width[f], **data.bar_static})
+            panel.graph.set_bars({"x": bar_x, "width": bar_width, **data.bar_static})
             if 1 <= k <= S:
-                sl = slice(int(data.arrow_offsets[k - 1]), int(data.arrow_offsets[k]))
-                step_arrows = {name: values[sl] for name, values in data.arrows.items()}
+                step_arrows = data.arrows(k)
                 shown = self._arrow_filter(step_arrows)
                 panel.graph.set_arrows(shown)
                 util, link_bytes = data.utilisation[k - 1], data.link_bytes[k - 1]
@@ -769,7 +778,7 @@ class AllReduceStepper(_bokeh.SyncedDisplay, ipywidgets.VBox):
                 hl_left.append((data.cumulative[k - 1] - data.step_time[k - 1]) * scale)
                 hl_right.append(data.cumulative[k - 1] * scale)
             else:
-                panel.graph.set_arrows({name: values[:0] for name, values in data.arrows.items()})
+                panel.graph.set_arrows(data.no_arrows())
                 shown = step_arrows = None
                 util = link_bytes = np.zeros(self.network.num_links)
             panel.utilisation.data = {**self._link_static, "utilisation": util, "bytes": link_bytes}
@@ -778,8 +787,8 @@ class AllReduceStepper(_bokeh.SyncedDisplay, ipywidgets.VBox):
                 panel.status.text = (f"<b>{side} ({self.summary[side]['algorithm']})</b> finished after "
                                      f"step {S}: every node holds the result")
             else:
-                panel.status.text = data.status_lines[k]
-            panel.utilisation_figure.title.text = data.utilisation_titles[min(k, S)] if k <= S else \
+                panel.status.text = data.status_line(k)
+            panel.utilisation_figure.title.text = data.utilisation_title(k) if k <= S else \
                 f"finished after step {S}: no transfers"
             panel.graph.figure.title.text = (
                 f"{self.summary[side]['algorithm']}: " + ("start" if k == 0 else
@@ -842,7 +851,7 @@ class AllReduceStepper(_bokeh.SyncedDisplay, ipywidgets.VBox):
         """
         default = (f"scwork all-reduce: {self.algorithm_left} vs {self.algorithm_right} on "
                    f"{self.network.name if self.network is not None else '?'}, step {self.step}")
-        return _bokeh.export_html(self._bokeh_layout, path, title or default)
+        return _bokeh.export_html(export_layout(self._views), path, title or default)
 
 
 class _TooLarge(ConfigError):

@@ -131,6 +131,34 @@ def test_arrows_are_the_engine_transfers_of_the_step(default_stepper, step):
     s.step = 0
 
 
+def test_step_data_of_every_step_follows_the_engine():
+    """Per-step drawing data (built when a step is first shown) against the engine's frames, all steps."""
+    s = AllReduceStepper(Network.torus((4, 3)), ("ring_all_reduce", "multi_color_all_reduce"), cores_per_chip=2)
+    for side in ("left", "right"):
+        data, frames = s._steps[side], s.frames[side]
+        messages = s._drawn_runs[side].messages
+        stub = s._geometry.link_stub[messages["link"]]
+        assert data.num_steps == s.summary[side]["steps"] > 0
+        for k in range(1, data.num_steps + 1):
+            arrows = data.arrows(k)
+            in_step = messages["step"] == k - 1
+            # One arrow per message, two stubs (out of the source, into the destination) for a wraparound.
+            assert len(arrows["x0"]) == int(in_step.sum() + stub[in_step].sum())
+            assert set(zip(arrows["source"].tolist(), arrows["destination"].tolist())) == engine_pairs(frames, k)
+            assert all(len(column) == len(arrows["x0"]) for column in arrows.values())
+            assert set(arrows["step"].tolist()) == {k}
+            phases = set(frames.phase.values[frames.transfer_step.values == k - 1].tolist())
+            assert data.step_phase[k - 1] == (phases.pop() if len(phases) == 1 else "mixed")
+            assert f"step {k} of {data.num_steps}: {int(in_step.sum())} messages" in data.status_line(k)
+            assert data.arrows(k) is arrows  # built once
+        for f in range(data.num_steps + 1):
+            fill, fractions, bar_x, bar_width = data.frame(f)
+            status = frames.status.values[f]
+            assert np.allclose(fractions, np.stack([(status == code).mean(axis=1) for code in (3, 2, 1, 0)], 1))
+            assert len(fill) == s.network.num_nodes and len(bar_x) == len(bar_width) == 4 * s.network.num_nodes
+        assert all(len(column) == 0 for column in data.no_arrows().values())
+
+
 def test_final_state_is_complete_everywhere(default_stepper):
     s = default_stepper
     s.step = s.num_steps

@@ -100,6 +100,9 @@ def test_one_update_is_one_patch_and_the_page_ends_with_the_kernels_state(monkey
     explorer.controls["num_minibatches"].value += 1
     patches = recorder.patches(widget)
     assert len(patches) == 1, f"{len(patches)} patches for one control change"
+    # Arrays travel inside the content: three comm messages, not two more per array.
+    sent = [fragment for fragment in recorder.fragments if fragment[0] is widget]
+    assert len(sent) == 3 and all(buffers is None for _, _, buffers in sent)
     events = patches[0].content["events"]
     assert len(events) > 10
     _replay(widget, page, recorder)

@@ -1,0 +1,85 @@
+"""The explorers' views as boxes of text panes and bokeh views, and their export as one bokeh layout."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+pytest.importorskip("ipywidgets")
+pytest.importorskip("bokeh")
+pytest.importorskip("jupyter_bokeh")
+
+import ipywidgets  # noqa: E402
+from bokeh.layouts import row  # noqa: E402
+from bokeh.models import Column, Div, Range1d, Row  # noqa: E402
+from bokeh.plotting import figure  # noqa: E402
+
+from scwork.widgets import _bokeh  # noqa: E402
+from scwork.widgets._panes import TextPane, export_layout, hbox, pixels, vbox  # noqa: E402
+
+pytestmark = pytest.mark.requires_widgets
+
+
+def _figure(title):
+    fig = figure(width=200, height=150, title=title)
+    fig.scatter([0, 1], [1, 0])
+    return fig
+
+
+def test_text_pane_reads_like_a_div_and_sets_its_box():
+    pane = TextPane("<b>a</b>", width=640, height=120, scroll=True)
+    assert pane.text == pane.value == "<b>a</b>"
+    pane.text = "<i>b</i>"
+    assert pane.value == "<i>b</i>"
+    assert (pane.layout.width, pane.layout.height, pane.layout.overflow) == ("640px", "120px", "auto")
+    assert TextPane().layout.width is None
+
+
+@pytest.mark.parametrize("length, expected", [("640px", 640), (" 12.6px ", 13), (None, None), ("50%", None),
+                                              ("auto", None), ("", None)])
+def test_pixels(length, expected):
+    assert pixels(length) == expected
+
+
+def test_export_layout_mirrors_the_boxes_and_skips_controls_and_hidden_parts():
+    left, right = _figure("left"), _figure("right")
+    shared = Range1d(0, 1)
+    left.x_range = right.x_range = shared  # linked: one bokeh view for both
+    graphs = _bokeh.wrap(row(left, right))
+    timeline = _figure("timeline")
+    hidden = TextPane("not shown", width=100)
+    hidden.layout.display = "none"
+    view = vbox([
+        TextPane("<h3>header</h3>", width=400),
+        hbox([TextPane("left caption", width=200), TextPane("right caption", width=200), hidden]),
+        graphs,
+        ipywidgets.IntSlider(),  # a control: not part of the picture
+        TextPane(""),  # nothing to show
+        _bokeh.wrap(timeline),
+    ])
+    layout = export_layout(view)
+    assert isinstance(layout, Column)
+    header, captions, graphs_row, timeline_model = layout.children
+    assert isinstance(header, Div) and header.text == "<h3>header</h3>" and header.width == 400
+    assert isinstance(captions, Row) and [d.text for d in captions.children] == ["left caption", "right caption"]
+    assert graphs_row is graphs._model and timeline_model is timeline
+    # The live models stay in their own documents.
+    assert left.document is graphs._document and timeline.document is not left.document
+
+
+def test_export_of_views_from_several_documents_is_one_standalone_file(tmp_path):
+    first, second = _figure("first plot"), _figure("second plot")
+    view = vbox([TextPane("<p>between the plots</p>", width=300), _bokeh.wrap(first), _bokeh.wrap(second)])
+    documents = (first.document, second.document)
+    path = _bokeh.export_html(export_layout(view), tmp_path / "view.html", title="two documents")
+    html = path.read_text(encoding="utf-8")
+    assert "<title>two documents</title>" in html and re.search(r"<script[^>]*\bsrc=", html) is None
+    docs_json = json.loads(re.search(r'<script type="application/json" id="[^"]+">\s*(.*?)\s*</script>',
+                                     html, re.S).group(1))
+    [doc] = docs_json.values()
+    texts = json.dumps(doc)
+    assert "first plot" in texts and "second plot" in texts and "between the plots" in texts
+    # Exporting did not move the live models out of their documents.
+    assert (first.document, second.document) == documents
