@@ -194,7 +194,7 @@ def _batched_bokeh_model():
     return BatchedBokehModel
 
 
-def stop_echoes(fig_or_layout) -> None:
+def stop_echoes(fig_or_layout, *, ranges_synced: bool = True) -> None:
     """Mark the models only Python changes as not synced back from the page (``syncable=False``).
 
     jupyter_bokeh's page side sends every change it applies back to the kernel, the
@@ -204,17 +204,23 @@ def stop_echoes(fig_or_layout) -> None:
     computed sizes) need nothing back. Kept synced: selections and ranges (changed
     in the page by a person: Python must know them to reset them) and every model
     with Python callbacks (``on_change``/``on_event``).
+
+    With ``ranges_synced=False`` ranges without Python callbacks are not synced
+    either: for views whose ranges only Python sets from the data drawn (each one a
+    message back per redraw otherwise). A person's zoom in the page then stays until
+    Python sets a range to a value other than its own last one.
     """
     from bokeh.models import Range, Selection
 
+    keep = (Range, Selection) if ranges_synced else (Selection,)
     for model in fig_or_layout.references():
-        if isinstance(model, (Range, Selection)) or model._callbacks or model._event_callbacks:
+        if isinstance(model, keep) or model._callbacks or model._event_callbacks:
             continue
         if model.syncable:
             model.syncable = False
 
 
-def wrap(fig_or_layout):
+def wrap(fig_or_layout, *, ranges_synced: bool = True):
     """A bokeh figure or layout as an ipywidget (a ``jupyter_bokeh.BokehModel``).
 
     Later changes to the bokeh models (source data, ranges, titles) are sent to the
@@ -222,11 +228,13 @@ def wrap(fig_or_layout):
     as one patch at the end); changes made before that are sent by
     :func:`sync_views` when the explorer is displayed (:class:`SyncedDisplay`).
     Loads BokehJS into the notebook page first (:func:`ensure_bokehjs`); changes are
-    not echoed back from the page (:func:`stop_echoes`).
+    not echoed back from the page (:func:`stop_echoes`, with ``ranges_synced``).
     """
     ensure_bokehjs()
-    stop_echoes(fig_or_layout)
-    return _batched_bokeh_model()(fig_or_layout)
+    stop_echoes(fig_or_layout, ranges_synced=ranges_synced)
+    widget = _batched_bokeh_model()(fig_or_layout)
+    widget._ranges_synced = ranges_synced
+    return widget
 
 
 def sync_views(widget) -> None:
@@ -242,7 +250,7 @@ def sync_views(widget) -> None:
     while stack:
         item = stack.pop()
         if isinstance(item, BokehModel):
-            stop_echoes(item._model)  # models added since wrap()
+            stop_echoes(item._model, ranges_synced=getattr(item, "_ranges_synced", True))  # models added since wrap()
             item.update_from_model(item._model)
         stack.extend(getattr(item, "children", ()) or ())
 

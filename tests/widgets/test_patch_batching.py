@@ -169,6 +169,19 @@ def test_only_models_python_sets_stop_echoing():
     assert watched.syncable  # Python listens to it
 
 
+def test_ranges_python_sets_can_stop_echoing_too_unless_python_listens():
+    fig = figure(width=200, height=200, x_range=Range1d(0, 1), y_range=Range1d(0, 1))
+    fig.y_range.on_change("start", lambda attr, old, new: None)
+    source = ColumnDataSource({"x": [0], "y": [0]})
+    fig.scatter("x", "y", source=source)
+    widget = _bokeh.wrap(fig, ranges_synced=False)
+    assert not fig.x_range.syncable and fig.y_range.syncable and source.selected.syncable
+    # Models added later (before display) follow the same rule.
+    fig.extra_x_ranges = {"other": Range1d(0, 2)}
+    _bokeh.sync_views(widget)
+    assert not fig.extra_x_ranges["other"].syncable
+
+
 def test_cell_grid_hatches_with_one_pattern_layer():
     grid = _bokeh.CellGrid(title="t")
     categories = np.array([[0, -1], [1, -1]])
