@@ -5,7 +5,7 @@ Chromium, as the browser tests do) and prints one row per control: the median an
 the worst of ``--repeats`` changes, against the 300 ms target. The explorers are
 built on their notebooks' default data.
 
-    python benchmarks/bench_browser_latency.py [--repeats 3] [--json out.json]
+    python benchmarks/bench_browser_latency.py [--repeats 3] [--json out.json] [--markdown out.md]
 
 The machine matters: on a shared 2-core machine the kernel, JupyterLab's server and
 Chromium compete for the cores; report the load average with the figures.
@@ -30,6 +30,8 @@ def main(argv=None) -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--json", type=Path, default=None, help="also write the results here")
     parser.add_argument("-k", default=None, help="only explorers matching this pytest -k expression")
+    parser.add_argument("--markdown", type=Path, default=None,
+                        help="also write the table as Markdown (as in benchmarks/README.md)")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "latency.json"
@@ -78,7 +80,38 @@ def main(argv=None) -> int:
           "\n(all but worst are medians over the repeats)")
     if args.json:
         args.json.write_text(json.dumps(data, indent=1, sort_keys=True))
+    if args.markdown:
+        args.markdown.write_text(markdown_table(data))
     return run.returncode
+
+
+def markdown_table(data: dict) -> str:
+    """The results as the Markdown table of benchmarks/README.md (ms).
+
+    Medians of the repeats, except "first" (the first repeat: e.g. a topology not seen
+    before also runs the engine, whose results the explorer keeps for the repeats) and
+    "worst".
+    """
+    lines = ["| explorer | control | kind | median | first | worst | kernel | paint | long | trips | load |",
+             "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+    for explorer, controls in sorted(data.items()):
+        load = controls.get("__load_average__", {})
+        load_text = f"{load['before'][0]:.1f}/{load['after'][0]:.1f}" if load else "?"
+        for name, result in sorted(controls.items()):
+            if name.startswith("__"):
+                continue
+            label = f"{name} ({result['state']})" if result.get("state") else name
+            if "median_s" not in result:
+                why = f"skipped: {result['skip']}" if "skip" in result else f"error: {result.get('error')}"
+                lines.append(f"| {explorer} | {label} | {result.get('kind', '')} | {why} | | | | | | | {load_text} |")
+                continue
+            median = round(result["median_s"] * 1e3)
+            cells = [f"{median}" + (" **over**" if result["median_s"] > TARGET_S else ""),
+                     f"{round(result['times_s'][0] * 1e3)}",
+                     *(f"{round(result[key] * 1e3)}" for key in ("max_s", "kernel_s", "paint_s", "long_tasks_s")),
+                     f"{result['round_trips']:.0f}"]
+            lines.append(f"| {explorer} | {label} | {result['kind']} | " + " | ".join(cells) + f" | {load_text} |")
+    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":
