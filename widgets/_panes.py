@@ -29,7 +29,9 @@ class TextPane(ipywidgets.HTML):
 
     ``text`` is the HTML shown (the same name as a bokeh ``Div``'s, so drawing code
     reads the same); ``height`` with ``scroll=True`` gives a fixed-height box that
-    scrolls. Setting ``text`` to the value it has sends nothing to the page.
+    scrolls. Setting ``text`` to the value it has sends nothing to the page. The
+    widget's ``value`` is ``text`` in a block with the normal line height (JupyterLab
+    gives HTML widgets the 28 px line height of a control row).
     """
 
     def __init__(self, text: str = "", width: int | None = None, *, height: int | None = None,
@@ -37,16 +39,19 @@ class TextPane(ipywidgets.HTML):
         layout = ipywidgets.Layout(width=None if width is None else f"{int(width)}px",
                                    height=None if height is None else f"{int(height)}px",
                                    overflow="auto" if scroll else None, flex="0 0 auto")
-        super().__init__(value=text, layout=layout, **kwargs)
+        self._text = ""
+        super().__init__(value="", layout=layout, **kwargs)
         self.add_class("scwork-text")
+        self.text = text
 
     @property
     def text(self) -> str:
-        return self.value
+        return self._text
 
     @text.setter
     def text(self, value: str) -> None:
-        self.value = value
+        self._text = value
+        self.value = f"<div style='line-height:normal'>{value}</div>" if value else ""
 
 
 def vbox(children, **layout) -> ipywidgets.VBox:

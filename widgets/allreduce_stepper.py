@@ -84,8 +84,8 @@ MESSAGE_SIZES: tuple[int, ...] = tuple(2**p for p in range(10, 31, 2))
 MAX_NODES = 512
 
 _SIDES = ("left", "right")
-#: Width of one algorithm's panel (pixels).
-PANEL_WIDTH = 640
+#: Width of one algorithm's panel (pixels): its link-utilisation chart with axes and tools.
+PANEL_WIDTH = 680
 # Engine results kept per (network, algorithm, size); a 16x16 torus frame set is ~80 MB.
 _CACHE_SIZE = 6
 
@@ -344,9 +344,10 @@ class AllReduceStepper(_bokeh.SyncedDisplay, ipywidgets.VBox):
         self._graphs_view = view(row(left.graph_box, right.graph_box))
         self._views = vbox([
             self._header,
-            hbox([vbox([left.caption, left.colors]), vbox([right.caption, right.colors])]),
+            hbox([vbox([panel.caption, panel.colors], width=f"{PANEL_WIDTH}px") for panel in (left, right)]),
             self._graphs_view,
-            hbox([vbox([panel.status, view(panel.utilisation_figure)]) for panel in (left, right)]),
+            hbox([vbox([panel.status, view(panel.utilisation_figure)], width=f"{PANEL_WIDTH}px")
+                  for panel in (left, right)]),
             view(self._timeline.figure), self._legend])
         self.controls = {
             "kind": self._kind_box, "shape": self._shape_boxes, "wraparound": self._wrap_boxes,

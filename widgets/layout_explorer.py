@@ -31,14 +31,13 @@ import ipywidgets
 import numpy as np
 import traitlets
 from bokeh.events import RangesUpdate
-from bokeh.layouts import column, row
-from bokeh.models import Div
 
 from scwork import hardware, layout
 from scwork.errors import LayoutError, ScworkError
 from scwork.layout import npu
 from scwork.layout.view import ViewGeometry, buffer_window, view_overview
 from scwork.widgets import _bokeh
+from scwork.widgets._panes import TextPane, export_layout, hbox, vbox
 from scwork.widgets._zoom import ZoomGrid
 
 __all__ = ["LayoutExplorer", "PRESETS", "MAX_DRAWN_CELLS", "ZOOM_BLOCKS", "STRIP_WINDOW"]
@@ -190,17 +189,27 @@ class LayoutExplorer(_bokeh.SyncedDisplay, ipywidgets.VBox):
         # The zoomable layout view redraws the window in view after a pan or zoom.
         self._zoomable = None
         self._grid.figure.on_event(RangesUpdate, self._on_ranges)
+        # Texts are HTML panes, not bokeh Divs: BokehJS would lay out the whole
+        # document again for each text change (see scwork.widgets._panes).
         # Captions wrap at the plots' width instead of pushing the summary off screen.
-        self._grid_caption = Div(text="", width=self._grid.max_width)
-        self._strip_caption = Div(text="", width=self._grid.max_width)
-        self._xla_summary = Div(text="", width=380)
-        self._lanes_caption = Div(text="")
-        self._npu_summary = Div(text="", width=420)
-        self._xla_bokeh = column(
-            row(column(self._grid_caption, self._grid.figure), self._xla_summary),
-            self._strip_caption, self._strip.figure,
-        )
-        self._npu_bokeh = row(column(self._lanes_caption, self._lanes.figure), self._npu_summary)
+        self._grid_caption = TextPane(width=self._grid.max_width)
+        self._strip_caption = TextPane(width=self._grid.max_width)
+        self._xla_summary = TextPane(width=380)
+        self._lanes_caption = TextPane()
+        self._npu_summary = TextPane(width=420)
+        # One bokeh view per figure: the grid and the strip share no bokeh model (a zoom
+        # of the grid redraws the strip from Python, both changes in one batch), so a
+        # size change re-lays out only its own small document.
+        self._grid_view = _bokeh.wrap(self._grid.figure)
+        self._strip_view = _bokeh.wrap(self._strip.figure)
+        self._lanes_view = _bokeh.wrap(self._lanes.figure)
+        # One box per mode; the mode not shown is hidden (display: none).
+        self._xla_view = vbox([
+            hbox([vbox([self._grid_caption, self._grid_view]), self._xla_summary]),
+            self._strip_caption, self._strip_view,
+        ])
+        self._npu_view = hbox([vbox([self._lanes_caption, self._lanes_view]), self._npu_summary])
+        self._views = vbox([self._xla_view, self._npu_view])
 
         self.sources = {
             "grid_cells": self._grid.cells, "grid_image": self._grid.image,
@@ -261,10 +270,8 @@ class LayoutExplorer(_bokeh.SyncedDisplay, ipywidgets.VBox):
             "dtype": self._dtype, "chip": self._chip, "npu_num": self._lane_count,
             "eu_bytes": self._eu_bytes, "kind": self._kind, "start_lane": self._start_lane,
         }
-        self._xla_view = _bokeh.wrap(self._xla_bokeh)
-        self._npu_view = _bokeh.wrap(self._npu_bokeh)
         self.children = [self._mode_toggle, self._xla_controls, self._npu_controls,
-                         self._error_area, self._xla_view, self._npu_view]
+                         self._error_area, self._views]
         self._sync_controls()
 
     # -- events ---------------------------------------------------------------------
@@ -702,14 +709,13 @@ class LayoutExplorer(_bokeh.SyncedDisplay, ipywidgets.VBox):
             The file written (BokehJS is inlined: no CDN needed).
         """
         if self.mode == "xla":
-            bokeh_layout = self._xla_bokeh
             default_title = f"scwork layout: {self.shape}"
         else:
-            bokeh_layout = self._npu_bokeh
             lay = self.npu_layout
             default_title = (f"scwork NPU layout: {lay.dtype} {lay.shape} ({lay.kind})"
                              if lay is not None else "scwork NPU layout")
-        return _bokeh.export_html(bokeh_layout, path, title or default_title)
+        # The mode not shown is hidden, and export_layout leaves hidden boxes out.
+        return _bokeh.export_html(export_layout(self._views), path, title or default_title)
 
 
 def _readable_frame(grid, *, min_width: int = 480, min_height: int = 180, min_tick_px: int = 24) -> None:

@@ -52,9 +52,10 @@ from typing import Any
 import ipywidgets
 import numpy as np
 import traitlets
-from bokeh.layouts import column, row
-from bokeh.models import ColumnDataSource, Div, HoverTool
+from bokeh.layouts import column
+from bokeh.models import ColumnDataSource, HoverTool
 from scwork.widgets import _bokeh
+from scwork.widgets._panes import TextPane, export_layout, hbox, vbox
 from scwork.widgets._html import SECONDS_SCALE, format_bytes, format_seconds, seconds_unit
 
 from scwork.errors import ScworkError
@@ -645,11 +646,18 @@ class PipelineTimeline(_bokeh.SyncedDisplay, ipywidgets.VBox):
     def _build_views(self) -> None:
         self._views = {"sequential": _ScheduleView("sequential")}
         self._views["pipelined"] = _ScheduleView("pipelined", x_range=self._views["sequential"].gantt.figure.x_range)
-        self._legend = Div(width=_GANTT_WIDTH + 170)
-        self._summary_div = Div(width=_SIDE_WIDTH)
-        self._advice_div = Div(width=_SIDE_WIDTH)
-        gantts = column(self._legend, self._views["sequential"].gantt.figure, self._views["pipelined"].gantt.figure)
-        self._bokeh_layout = row(gantts, column(self._summary_div, self._advice_div))
+        # Texts are HTML panes, not bokeh Divs: BokehJS would lay out the whole
+        # document again for each text change (see scwork.widgets._panes). The `_div`
+        # names are older than the panes (tests of the engine's all-to-all read them).
+        self._legend = TextPane(width=_GANTT_WIDTH + 170)
+        self._summary_div = TextPane(width=_SIDE_WIDTH)
+        self._advice_div = TextPane(width=_SIDE_WIDTH)
+        # Both Gantt charts in one bokeh view: they share their time axis (x_range).
+        self._gantts_view = _bokeh.wrap(column(self._views["sequential"].gantt.figure,
+                                               self._views["pipelined"].gantt.figure))
+        # (`_views` names the schedule views, so the boxes shown are `_view_boxes`.)
+        self._view_boxes = hbox([vbox([self._legend, self._gantts_view]),
+                                 vbox([self._summary_div, self._advice_div])])
         self.sources: dict[str, ColumnDataSource] = {}
         self.figures: dict[str, Any] = {}
         for name, view in self._views.items():
@@ -698,14 +706,13 @@ class PipelineTimeline(_bokeh.SyncedDisplay, ipywidgets.VBox):
             control.observe(self._on_control, names="value")
         self.controls = {name: control for control, name in self._trait_of_control.items()}
         self.controls["apply_fix"] = self._apply
-        self._view = _bokeh.wrap(self._bokeh_layout)
         self.children = [
             ipywidgets.HBox([self._pipelining, self._chip, self._apply, self._apply_hint]),
             ipywidgets.HBox([self._minibatches, self._serialized]),
             ipywidgets.HBox([self._threads, self._hint]),
             ipywidgets.HBox([self._tc_forward, self._tc_backward]),
             self._error_area,
-            self._view,
+            self._view_boxes,
         ]
 
     def _tc_slider_max(self) -> float:
@@ -938,7 +945,7 @@ class PipelineTimeline(_bokeh.SyncedDisplay, ipywidgets.VBox):
         default = (f"scwork step model on {self.model.topology}: sequential "
                    f"{format_seconds(s['sequential_step_time_s'], unit)}, pipelined "
                    f"{format_seconds(s['pipelined_step_time_s'], unit)}")
-        return _bokeh.export_html(self._bokeh_layout, path, title or default)
+        return _bokeh.export_html(export_layout(self._view_boxes), path, title or default)
 
     def to_chrome_trace(self, path, **kwargs: Any):
         """Write the current model as a Chrome / Perfetto trace (:func:`scwork.pipeline.write_chrome_trace`).

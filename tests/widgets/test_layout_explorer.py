@@ -406,6 +406,38 @@ def test_to_html_writes_offline_views(explorer, tmp_path):
     assert "37.5 %" in html  # the summary is part of the exported layout
 
 
+def test_to_html_exports_only_the_mode_shown(explorer, tmp_path):
+    xla = assert_offline_html(explorer.to_html(tmp_path / "xla.html"))
+    assert "Memory in address order" in xla and "NPU local memory" not in xla
+    explorer.mode = "npu"
+    npu_html = assert_offline_html(explorer.to_html(tmp_path / "npu.html"))
+    assert "NPU local memory" in npu_html and "Memory in address order" not in npu_html
+    assert "37.5 %" in xla and "37.5 %" not in npu_html  # the XLA summary goes with its mode
+
+
+def test_texts_are_html_panes_and_figures_separate_views(explorer):
+    """Texts outside bokeh (no whole-document BokehJS layout per text change), one bokeh view per figure."""
+    from jupyter_bokeh import BokehModel
+    from scwork.widgets._panes import TextPane
+
+    assert explorer._views in explorer.children
+    assert explorer._views.children == (explorer._xla_view, explorer._npu_view)
+    for pane in (explorer._grid_caption, explorer._strip_caption, explorer._xla_summary,
+                 explorer._lanes_caption, explorer._npu_summary):
+        assert isinstance(pane, TextPane)
+    assert "Logical view" in explorer._grid_caption.text and "Memory in address order" in explorer._strip_caption.text
+    # XLA mode: grid caption and grid, summary on their right; then the strip caption and strip.
+    top, strip_caption, strip_view = explorer._xla_view.children
+    assert top.children[0].children == (explorer._grid_caption, explorer._grid_view)
+    assert top.children[1] is explorer._xla_summary
+    assert (strip_caption, strip_view) == (explorer._strip_caption, explorer._strip_view)
+    assert explorer._npu_view.children[0].children == (explorer._lanes_caption, explorer._lanes_view)
+    assert explorer._npu_view.children[1] is explorer._npu_summary
+    views = {"grid": explorer._grid_view, "strip": explorer._strip_view, "lanes": explorer._lanes_view}
+    for name, view in views.items():
+        assert isinstance(view, BokehModel) and view._model is explorer.figures[name]
+
+
 def test_to_html_in_npu_mode(tmp_path):
     ex = spec_npu_explorer()
     html = assert_offline_html(ex.to_html(tmp_path / "npu.html"))

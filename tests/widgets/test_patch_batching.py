@@ -94,7 +94,7 @@ def test_one_update_is_one_patch_and_the_page_ends_with_the_kernels_state(monkey
     from scwork.widgets import PipelineTimeline
 
     explorer = PipelineTimeline.demo()
-    widget = explorer._view
+    widget = explorer._gantts_view  # the one bokeh view of both Gantt charts (shared time axis)
     page = _page_copy(widget)
     recorder = _Recorder(monkeypatch)
     explorer.controls["num_minibatches"].value += 1

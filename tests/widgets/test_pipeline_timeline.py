@@ -365,6 +365,23 @@ def test_to_html_writes_an_offline_file(small, tmp_path):
     assert "scwork step model" in text                              # the default title
 
 
+def test_texts_are_html_panes_and_both_gantts_one_bokeh_view(small):
+    """Texts outside bokeh (no whole-document BokehJS layout per text change); the charts share a view and axis."""
+    from scwork.widgets._panes import TextPane
+
+    boxes = small._view_boxes
+    assert boxes in small.children
+    (left, right) = boxes.children
+    assert left.children == (small._legend, small._gantts_view)        # legend above the charts
+    assert right.children == (small._summary_div, small._advice_div)   # summary and advisor on the side
+    for pane in (small._legend, small._summary_div, small._advice_div):
+        assert isinstance(pane, TextPane) and pane.text
+    document = small._gantts_view._document
+    assert {small.figures["sequential"], small.figures["pipelined"]} <= set(document.select({"type": type(
+        small.figures["sequential"])}))
+    assert small.figures["sequential"].x_range is small.figures["pipelined"].x_range
+
+
 def test_to_chrome_trace_delegates_to_the_engine(small, tmp_path):
     small.pipelining = False
     path = small.to_chrome_trace(tmp_path / "trace.json")
