@@ -47,8 +47,6 @@ from typing import Any
 import ipywidgets
 import numpy as np
 import traitlets
-from bokeh.layouts import column, row
-from bokeh.models import Div
 
 from scwork import hardware
 from scwork.errors import InputError, ScworkError
@@ -57,6 +55,7 @@ from scwork.sharding import FeatureBatch, FeatureSpec, Scenario, SparsecoreConfi
 from scwork.sharding.stacking import StackingPlan
 from scwork.widgets import _bokeh
 from scwork.widgets._charts import DistributionBarChart
+from scwork.widgets._panes import TextPane, export_layout, hbox, vbox
 
 __all__ = ["LoadSkewExplorer", "HEATMAP_STATS", "SPLIT_MODES", "MAX_SPLIT_SOURCES"]
 
@@ -350,14 +349,11 @@ class LoadSkewExplorer(_bokeh.SyncedDisplay, ipywidgets.VBox):
         self._heatmap = _bokeh.Heatmap(
             x_axis_label="partition", y_axis_label="device",
             value_name="ids", max_width=_CHART_WIDTH, max_height=240)
-        self._bars_caption = Div(text="", width=_CHART_WIDTH + 40)
-        self._heatmap_caption = Div(text="", width=_CHART_WIDTH + 40)
-        self._panel = Div(text="", width=410)
-        self._bokeh_layout = row(
-            column(self._bars_caption, self._ids_chart.figure, self._unique_chart.figure,
-                   self._heatmap_caption, self._heatmap.figure),
-            self._panel,
-        )
+        # Texts are HTML panes, not bokeh Divs: BokehJS would lay out the whole
+        # document again for each text change (see scwork.widgets._panes).
+        self._bars_caption = TextPane(width=_CHART_WIDTH + 40)
+        self._heatmap_caption = TextPane(width=_CHART_WIDTH + 40)
+        self._panel = TextPane(width=410)
         self.sources = {
             "ids_bars": self._ids_chart.bars, "ids_max": self._ids_chart.marks,
             "ids_limit": self._ids_chart.lines,
@@ -412,7 +408,14 @@ class LoadSkewExplorer(_bokeh.SyncedDisplay, ipywidgets.VBox):
             control.observe(self._on_control, names="value")
 
         self._error_area = ipywidgets.HTML()
-        self._view = _bokeh.wrap(self._bokeh_layout)
+        # One bokeh view per figure (they share no models): a size change (the
+        # heatmap follows the grid's shape) re-lays out only its own document.
+        self._views = hbox([
+            vbox([self._bars_caption, _bokeh.wrap(self._ids_chart.figure),
+                  _bokeh.wrap(self._unique_chart.figure), self._heatmap_caption,
+                  _bokeh.wrap(self._heatmap.figure)]),
+            self._panel,
+        ])
         self._step.layout.display = None if len(self._steps) > 1 else "none"
         self.controls = {
             "chip": self._chip, "num_chips": self._num_chips, "stacking": self._stacking,
@@ -424,7 +427,7 @@ class LoadSkewExplorer(_bokeh.SyncedDisplay, ipywidgets.VBox):
             ipywidgets.HBox([self._chip, self._num_chips, self._stacking, self._rotation, self._stack]),
             ipywidgets.HBox([self._max_ids, self._max_unique, self._limits_hint, self._dropping,
                              self._split, self._heatmap_stat]),
-            self._step, self._error_area, self._view,
+            self._step, self._error_area, self._views,
         ]
 
     @traitlets.validate("step")
@@ -825,7 +828,7 @@ class LoadSkewExplorer(_bokeh.SyncedDisplay, ipywidgets.VBox):
             The file written (BokehJS is inlined: no CDN needed).
         """
         default = f"scwork load skew: stack {self.stack} on {self.summary.get('topology', '')}"
-        return _bokeh.export_html(self._bokeh_layout, path, title or default)
+        return _bokeh.export_html(export_layout(self._views), path, title or default)
 
 
 def _imbalance(counts: np.ndarray) -> float:

@@ -56,6 +56,7 @@ from bokeh.models import (
 )
 from scwork.widgets import _bokeh
 from scwork.widgets._gantt import align_x_axis
+from scwork.widgets._panes import TextPane, export_layout, hbox, vbox
 
 from scwork import memory
 from scwork.errors import InputError, ScworkError
@@ -393,26 +394,38 @@ class MemoryTimeline(_bokeh.SyncedDisplay, ipywidgets.VBox):
                                 source=self._spmem_highlight, fill_color=None, line_color=_HIGHLIGHT_COLOR,
                                 line_width=2.5)
 
-        self._hbm_caption = Div(width=_CHART_WIDTH + 150)
+        # Texts are HTML panes, not bokeh Divs: BokehJS would lay out the whole
+        # document again for each text change (see scwork.widgets._panes).
+        self._hbm_caption = TextPane(width=_CHART_WIDTH + 150)
+        self._spmem_caption = TextPane(width=_CHART_WIDTH)
+        # The verdict beside the HBM chart and the live-at-peak caption above the Gantt
+        # stay bokeh Divs, inside the view of the charts they sit between (see below).
         self._live_caption = Div(width=_CHART_WIDTH + 300)
-        self._spmem_caption = Div(width=_CHART_WIDTH)
         self._verdict = Div(width=_SIDE_WIDTH, height=_VERDICT_HEIGHT_PX, styles={"overflow-y": "auto"})
-        self._spmem_detail = Div(width=_SIDE_WIDTH + 150)
+        self._spmem_detail = TextPane(width=_SIDE_WIDTH + 150)
         measured_rows = []
         if self.measured is not None:
             self._measured_chart = _bokeh.StackedAreaChart(
                 title="Measured: XLA's buffer assignment", x_axis_label="schedule step (XLA's live ranges)",
                 y_axis_label="bytes", value_names=("buffer", "size", "lifetime", "padding", "event"),
                 group_name="allocation", width=_CHART_WIDTH, height=240)
-            self._measured_caption = Div(width=_CHART_WIDTH + 150)
-            measured_rows = [column(self._measured_caption, self._measured_chart.figure)]
-        self._bokeh_layout = column(
-            row(column(self._hbm_caption, self._hbm.figure), self._verdict),
+            self._measured_caption = TextPane(width=_CHART_WIDTH + 150)
+            measured_rows = [self._measured_caption, _bokeh.wrap(self._measured_chart.figure)]
+        # The HBM chart, the Gantt chart and the table are one bokeh view: the Gantt
+        # shares the HBM chart's x range and ticker, the table the Gantt's source, and
+        # a selection in either selects the buffer in the HBM chart (a browser-side
+        # link). The verdict (beside the HBM chart) and the live-at-peak caption
+        # (between the charts) are in that view too: a view is one rectangle, and the
+        # table's rows stand beside the Gantt lanes they describe. Each of their text
+        # changes re-lays out this view only.
+        self._linked_view = _bokeh.wrap(column(row(self._hbm.figure, self._verdict), self._live_caption,
+                                               row(self._gantt.figure, self._live_table)))
+        self._views = vbox([
+            self._hbm_caption,
+            self._linked_view,
             *measured_rows,
-            self._live_caption,
-            row(self._gantt.figure, self._live_table),
-            row(column(self._spmem_caption, self._spmem.figure), self._spmem_detail),
-        )
+            hbox([vbox([self._spmem_caption, _bokeh.wrap(self._spmem.figure)]), self._spmem_detail]),
+        ])
         self.sources = {
             "hbm_segments": self._hbm.segments, "hbm_outline": self._hbm.outline,
             "hbm_lines": self._hbm.lines, "hbm_peak": self._hbm.bands,
@@ -481,7 +494,6 @@ class MemoryTimeline(_bokeh.SyncedDisplay, ipywidgets.VBox):
             control.observe(self._on_control, names="value")
         self.controls = {name: control for control, name in self._trait_of_control.items()}
         self.controls.update({"fix": self._fix, "apply_fix": self._apply})
-        self._view = _bokeh.wrap(self._bokeh_layout)
         self.children = [
             ipywidgets.HBox([self._batch, self._serialized]),
             ipywidgets.HBox([self._max_ids, self._prefetch]),
@@ -489,7 +501,7 @@ class MemoryTimeline(_bokeh.SyncedDisplay, ipywidgets.VBox):
             ipywidgets.HBox([self._x_axis, self._sort, self._stack]),
             ipywidgets.HBox([self._fix, self._apply]),
             self._error_area,
-            self._view,
+            self._views,
         ]
 
     # -- events -----------------------------------------------------------------------
@@ -827,7 +839,7 @@ class MemoryTimeline(_bokeh.SyncedDisplay, ipywidgets.VBox):
         s = self.summary
         default = (f"scwork memory plan: {s['num_tables']} tables on {s['num_chips']} {s['chip']}, batch "
                    f"{s['batch_size']} ({'fits' if s['fits'] else 'does not fit'})")
-        return _bokeh.export_html(self._bokeh_layout, path, title or default)
+        return _bokeh.export_html(export_layout(self._views), path, title or default)
 
 
 # The demo model: (name, vocabulary, width, max_ids_per_partition, max_unique_ids_per_partition).
