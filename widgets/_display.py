@@ -203,7 +203,10 @@ def stop_echoes(fig_or_layout, *, ranges_synced: bool = True) -> None:
     Models whose state only Python sets (sources, texts, axes, glyphs, the figures'
     computed sizes) need nothing back. Kept synced: selections and ranges (changed
     in the page by a person: Python must know them to reset them) and every model
-    with Python callbacks (``on_change``/``on_event``).
+    with Python property callbacks (``on_change``). A model with only ``on_event``
+    callbacks is not synced: BokehJS publishes its events (e.g. ``RangesUpdate``)
+    whatever its ``syncable``, and syncing it would echo every property the kernel
+    sets (a figure's sizes, its ``hold_render`` around each patch).
 
     With ``ranges_synced=False`` ranges without Python callbacks are not synced
     either: for views whose ranges only Python sets from the data drawn (each one a
@@ -214,7 +217,7 @@ def stop_echoes(fig_or_layout, *, ranges_synced: bool = True) -> None:
 
     keep = (Range, Selection) if ranges_synced else (Selection,)
     for model in fig_or_layout.references():
-        if isinstance(model, keep) or model._callbacks or model._event_callbacks:
+        if isinstance(model, keep) or model._callbacks:
             continue
         if model.syncable:
             model.syncable = False

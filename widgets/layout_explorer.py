@@ -200,7 +200,9 @@ class LayoutExplorer(_bokeh.SyncedDisplay, ipywidgets.VBox):
         # One bokeh view per figure: the grid and the strip share no bokeh model (a zoom
         # of the grid redraws the strip from Python, both changes in one batch), so a
         # size change re-lays out only its own small document.
-        self._grid_view = _bokeh.wrap(self._grid.figure)
+        # Python learns the grid's ranges from the RangesUpdate events (_on_ranges) and
+        # sets them on every redraw: not synced back (no echo per redraw).
+        self._grid_view = _bokeh.wrap(self._grid.figure, ranges_synced=False)
         self._strip_view = _bokeh.wrap(self._strip.figure)
         self._lanes_view = _bokeh.wrap(self._lanes.figure)
         # One box per mode; the mode not shown is hidden (display: none).

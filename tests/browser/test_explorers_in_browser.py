@@ -97,6 +97,22 @@ def _layout_explorer(lab):
     _no_error(lab)
     lab.wait_for(lambda: [] if "16,777,216 cells" in lab.page.evaluate(_JS_PAGE_TEXT)
                  else ["the caption of the 4096 x 4096 layout"], "the large layout's caption")
+    # Dragging the large layout (the pan tool) reaches the kernel as a RangesUpdate event
+    # (the figure and its ranges are not synced back, events are), which redraws the
+    # window now in view.
+    whole = lab.kernel_json("list(ex._grid.visible_window())")
+    lab.kernel("ex._grid_view.add_class('scwork-test-grid')")
+    canvas = lab.page.locator(".scwork-test-grid canvas").first
+    canvas.wait_for(timeout=60_000)
+    box = canvas.bounding_box()
+    x, y = box["x"] + box["width"] * 0.4, box["y"] + box["height"] * 0.5
+    lab.page.mouse.move(x, y)
+    lab.page.mouse.down()
+    lab.page.mouse.move(x - box["width"] * 0.25, y, steps=8)
+    lab.page.mouse.up()
+    lab.wait_for(lambda: [] if lab.kernel_json("list(ex._grid.visible_window())")[2] > whole[2]
+                 else [f"the kernel's window is still {whole}"], "the panned window in the kernel")
+    _no_error(lab)
     # A toggle: the NPU mode draws the lane map.
     lab.toggle_button("Sophgo NPU local memory").click()
     lab.wait_kernel("ex.mode", "npu")

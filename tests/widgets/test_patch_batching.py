@@ -162,8 +162,10 @@ def test_only_models_python_sets_stop_echoing():
     renderer = fig.scatter("x", "y", source=source)
     watched = Div(text="")
     watched.on_change("text", lambda attr, old, new: None)
-    _bokeh.wrap(_bokeh_column(fig, watched))
-    assert not source.syncable and not fig.syncable and not renderer.syncable
+    zoomed = figure(width=200, height=200)
+    zoomed.on_event("rangesupdate", lambda event: None)  # events are published whatever syncable says
+    _bokeh.wrap(_bokeh_column(fig, watched, zoomed))
+    assert not source.syncable and not fig.syncable and not renderer.syncable and not zoomed.syncable
     assert fig.x_range.syncable  # a person pans it; Python must know to reset it
     assert isinstance(source.selected, Selection) and source.selected.syncable
     assert watched.syncable  # Python listens to it
