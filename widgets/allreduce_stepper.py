@@ -47,7 +47,7 @@ from bokeh.plotting import figure
 from scwork.collectives import Network, cost, frames
 from scwork.errors import ConfigError, ScworkError
 from scwork.widgets import _bokeh
-from scwork.widgets._panes import TextPane, export_layout, hbox, vbox
+from scwork.widgets._panes import TextPane, export_layout, figure_view, hbox, vbox
 from scwork.widgets._allreduce_steps import (
     _DIM_COLORS,
     _KIND_NDIM,
@@ -336,19 +336,14 @@ class AllReduceStepper(_bokeh.SyncedDisplay, ipywidgets.VBox):
         self._error_area = ipywidgets.HTML()
         left, right = self._panels["left"], self._panels["right"]
         # One bokeh view per figure group: a size change re-lays out only its own.
-        # Their ranges follow the data drawn (Python sets them on every redraw): not
-        # synced back, which saved one round trip per range and redraw.
-        def view(model):
-            return _bokeh.wrap(model, ranges_synced=False)
-
-        self._graphs_view = view(row(left.graph_box, right.graph_box))
+        self._graphs_view = figure_view(row(left.graph_box, right.graph_box))
         self._views = vbox([
             self._header,
             hbox([vbox([panel.caption, panel.colors], width=f"{PANEL_WIDTH}px") for panel in (left, right)]),
             self._graphs_view,
-            hbox([vbox([panel.status, view(panel.utilisation_figure)], width=f"{PANEL_WIDTH}px")
+            hbox([vbox([panel.status, figure_view(panel.utilisation_figure)], width=f"{PANEL_WIDTH}px")
                   for panel in (left, right)]),
-            view(self._timeline.figure), self._legend])
+            figure_view(self._timeline.figure), self._legend])
         self.controls = {
             "kind": self._kind_box, "shape": self._shape_boxes, "wraparound": self._wrap_boxes,
             "cores_per_chip": self._cores_box, "view3d": self._view3d_box,

@@ -37,7 +37,7 @@ from scwork.errors import LayoutError, ScworkError
 from scwork.layout import npu
 from scwork.layout.view import ViewGeometry, buffer_window, view_overview
 from scwork.widgets import _bokeh
-from scwork.widgets._panes import TextPane, export_layout, hbox, vbox
+from scwork.widgets._panes import TextPane, export_layout, figure_view, hbox, vbox
 from scwork.widgets._zoom import ZoomGrid
 
 __all__ = ["LayoutExplorer", "PRESETS", "MAX_DRAWN_CELLS", "ZOOM_BLOCKS", "STRIP_WINDOW"]
@@ -200,11 +200,10 @@ class LayoutExplorer(_bokeh.SyncedDisplay, ipywidgets.VBox):
         # One bokeh view per figure: the grid and the strip share no bokeh model (a zoom
         # of the grid redraws the strip from Python, both changes in one batch), so a
         # size change re-lays out only its own small document.
-        # Python learns the grid's ranges from the RangesUpdate events (_on_ranges) and
-        # sets them on every redraw: not synced back (no echo per redraw).
-        self._grid_view = _bokeh.wrap(self._grid.figure, ranges_synced=False)
-        self._strip_view = _bokeh.wrap(self._strip.figure)
-        self._lanes_view = _bokeh.wrap(self._lanes.figure)
+        # Python learns the grid's ranges from the RangesUpdate events (_on_ranges).
+        self._grid_view = figure_view(self._grid.figure)
+        self._strip_view = figure_view(self._strip.figure)
+        self._lanes_view = figure_view(self._lanes.figure)
         # One box per mode; the mode not shown is hidden (display: none).
         self._xla_view = vbox([
             hbox([vbox([self._grid_caption, self._grid_view]), self._xla_summary]),

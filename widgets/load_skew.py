@@ -55,7 +55,7 @@ from scwork.sharding import FeatureBatch, FeatureSpec, Scenario, SparsecoreConfi
 from scwork.sharding.stacking import StackingPlan
 from scwork.widgets import _bokeh
 from scwork.widgets._charts import DistributionBarChart
-from scwork.widgets._panes import TextPane, export_layout, hbox, vbox
+from scwork.widgets._panes import TextPane, export_layout, figure_view, hbox, vbox
 
 __all__ = ["LoadSkewExplorer", "HEATMAP_STATS", "SPLIT_MODES", "MAX_SPLIT_SOURCES"]
 
@@ -411,9 +411,9 @@ class LoadSkewExplorer(_bokeh.SyncedDisplay, ipywidgets.VBox):
         # One bokeh view per figure (they share no models): a size change (the
         # heatmap follows the grid's shape) re-lays out only its own document.
         self._views = hbox([
-            vbox([self._bars_caption, _bokeh.wrap(self._ids_chart.figure),
-                  _bokeh.wrap(self._unique_chart.figure), self._heatmap_caption,
-                  _bokeh.wrap(self._heatmap.figure)]),
+            vbox([self._bars_caption, figure_view(self._ids_chart.figure),
+                  figure_view(self._unique_chart.figure), self._heatmap_caption,
+                  figure_view(self._heatmap.figure)]),
             self._panel,
         ])
         self._step.layout.display = None if len(self._steps) > 1 else "none"

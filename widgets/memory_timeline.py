@@ -56,7 +56,7 @@ from bokeh.models import (
 )
 from scwork.widgets import _bokeh
 from scwork.widgets._gantt import align_x_axis
-from scwork.widgets._panes import TextPane, export_layout, hbox, vbox
+from scwork.widgets._panes import TextPane, export_layout, figure_view, hbox, vbox
 
 from scwork import memory
 from scwork.errors import InputError, ScworkError
@@ -410,7 +410,7 @@ class MemoryTimeline(_bokeh.SyncedDisplay, ipywidgets.VBox):
                 y_axis_label="bytes", value_names=("buffer", "size", "lifetime", "padding", "event"),
                 group_name="allocation", width=_CHART_WIDTH, height=240)
             self._measured_caption = TextPane(width=_CHART_WIDTH + 150)
-            measured_rows = [self._measured_caption, _bokeh.wrap(self._measured_chart.figure)]
+            measured_rows = [self._measured_caption, figure_view(self._measured_chart.figure)]
         # The HBM chart, the Gantt chart and the table are one bokeh view: the Gantt
         # shares the HBM chart's x range and ticker, the table the Gantt's source, and
         # a selection in either selects the buffer in the HBM chart (a browser-side
@@ -418,13 +418,13 @@ class MemoryTimeline(_bokeh.SyncedDisplay, ipywidgets.VBox):
         # (between the charts) are in that view too: a view is one rectangle, and the
         # table's rows stand beside the Gantt lanes they describe. Each of their text
         # changes re-lays out this view only.
-        self._linked_view = _bokeh.wrap(column(row(self._hbm.figure, self._verdict), self._live_caption,
+        self._linked_view = figure_view(column(row(self._hbm.figure, self._verdict), self._live_caption,
                                                row(self._gantt.figure, self._live_table)))
         self._views = vbox([
             self._hbm_caption,
             self._linked_view,
             *measured_rows,
-            hbox([vbox([self._spmem_caption, _bokeh.wrap(self._spmem.figure)]), self._spmem_detail]),
+            hbox([vbox([self._spmem_caption, figure_view(self._spmem.figure)]), self._spmem_detail]),
         ])
         self.sources = {
             "hbm_segments": self._hbm.segments, "hbm_outline": self._hbm.outline,

@@ -55,7 +55,7 @@ import traitlets
 from bokeh.layouts import column
 from bokeh.models import ColumnDataSource, HoverTool
 from scwork.widgets import _bokeh
-from scwork.widgets._panes import TextPane, export_layout, hbox, vbox
+from scwork.widgets._panes import TextPane, export_layout, figure_view, hbox, vbox
 from scwork.widgets._html import SECONDS_SCALE, format_bytes, format_seconds, seconds_unit
 
 from scwork.errors import ScworkError
@@ -653,7 +653,7 @@ class PipelineTimeline(_bokeh.SyncedDisplay, ipywidgets.VBox):
         self._summary_div = TextPane(width=_SIDE_WIDTH)
         self._advice_div = TextPane(width=_SIDE_WIDTH)
         # Both Gantt charts in one bokeh view: they share their time axis (x_range).
-        self._gantts_view = _bokeh.wrap(column(self._views["sequential"].gantt.figure,
+        self._gantts_view = figure_view(column(self._views["sequential"].gantt.figure,
                                                self._views["pipelined"].gantt.figure))
         # (`_views` names the schedule views, so the boxes shown are `_view_boxes`.)
         self._view_boxes = hbox([vbox([self._legend, self._gantts_view]),

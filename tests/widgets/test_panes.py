@@ -17,7 +17,7 @@ from bokeh.models import Column, Div, Range1d, Row  # noqa: E402
 from bokeh.plotting import figure  # noqa: E402
 
 from scwork.widgets import _bokeh  # noqa: E402
-from scwork.widgets._panes import TextPane, export_layout, hbox, pixels, vbox  # noqa: E402
+from scwork.widgets._panes import TextPane, export_layout, figure_view, hbox, pixels, vbox  # noqa: E402
 
 pytestmark = pytest.mark.requires_widgets
 
@@ -85,3 +85,13 @@ def test_export_of_views_from_several_documents_is_one_standalone_file(tmp_path)
     assert "first plot" in texts and "second plot" in texts and "between the plots" in texts
     # Exporting did not move the live models out of their documents.
     assert (first.document, second.document) == documents
+
+
+def test_figure_view_does_not_sync_ranges_back_but_keeps_selections_and_events():
+    fig = _figure("zoomable")
+    fig.on_event("rangesupdate", lambda event: None)
+    widget = figure_view(fig)
+    source = fig.renderers[0].data_source
+    assert not fig.x_range.syncable and not fig.y_range.syncable and not fig.syncable
+    assert source.selected.syncable  # a person's selection is still sent to Python
+    assert widget._model is fig
