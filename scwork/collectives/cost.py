@@ -216,7 +216,9 @@ def cost(schedule: Schedule, nbytes: int | None = None, *, pipeline_chunks: int 
             # Busy time of a link in a step: every message costs alpha + its bytes / W
             # (its segment's, when pipelined), from integer totals: independent of the
             # order of the transfers.
-            t = np.where(n_on > 0, lat[0] + most / (k * bw[0]), 0.0)
+            # Overflow (absurd bandwidths) is refused below, with a typed error.
+            with np.errstate(over="ignore"):
+                t = np.where(n_on > 0, lat[0] + most / (k * bw[0]), 0.0)
             link_messages[sel] += np.count_nonzero(on, axis=0)
             link_total_bytes[sel] += nbytes_.sum(axis=0)
             step_bytes[s0:s1] = most
@@ -228,7 +230,8 @@ def cost(schedule: Schedule, nbytes: int | None = None, *, pipeline_chunks: int 
                     util_sum[s0:s1] = np.where(t > 0, (lat[0] * n_on + nbytes_.sum(axis=1) / (k * bw[0])) / t, 0.0)
                 busiest[s0:s1] = _busiest(on & (nbytes_ == most[:, None]), used)
         else:
-            busy = lat[sel] * msgs + nbytes_ / (k * bw[sel])
+            with np.errstate(over="ignore"):
+                busy = lat[sel] * msgs + nbytes_ / (k * bw[sel])
             t = busy.max(axis=1)
             step_bytes[s0:s1] = nbytes_.max(axis=1)
             link_busy[sel] += busy.sum(axis=0)
@@ -247,7 +250,8 @@ def cost(schedule: Schedule, nbytes: int | None = None, *, pipeline_chunks: int 
         tau[s0:s1] = t
     used = all_used
     if uniform:
-        link_busy = lat[0] * link_messages + link_total_bytes / (k * bw[0])
+        with np.errstate(over="ignore"):
+            link_busy = lat[0] * link_messages + link_total_bytes / (k * bw[0])
     if not np.isfinite(tau).all():
         # Link times past float64 (a bandwidth of 5e-324 B/s, a latency of 1e300 s).
         raise ConfigError(f"the step times of {schedule.name} on {net.name} overflow float64: check the "

@@ -103,10 +103,13 @@ def test_cost_formulas_check_inputs_and_never_return_negative_or_infinite():
         scaling_book_time("all_gather", 1e308, [4], latency=1e308)
 
 
+@pytest.mark.filterwarnings("error::RuntimeWarning")  # the typed error alone, no numpy warning before it
 def test_cost_refuses_times_past_float64():
     net = Network.ring(4, link_bandwidth=5e-324)
     with pytest.raises(ConfigError, match="overflow float64"):
         cost(build("ring", net))
+    with pytest.raises(ConfigError, match="overflow float64"):
+        cost(build("ring", net), per_link=True)
 
 
 def test_execute_refuses_float_sums_that_overflow():
