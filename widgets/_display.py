@@ -258,6 +258,20 @@ def sync_views(widget) -> None:
         stack.extend(getattr(item, "children", ()) or ())
 
 
+@functools.cache
+def _warm_xarray() -> None:
+    """Pay xarray's one-time work now, while the cell that shows an explorer runs.
+
+    xarray's first object in a process looks for duck-array libraries and imports
+    dask when it is installed (about 0.7 s): without this, an explorer whose first
+    view needs no xarray (LayoutExplorer's XLA mode) paid it on the first change of a
+    control instead (its NPU mode).
+    """
+    import xarray
+
+    xarray.Variable(("x",), [0])
+
+
 class SyncedDisplay:
     """Mixin for explorers (ipywidgets boxes): :func:`sync_views` before every display.
 
@@ -275,6 +289,7 @@ class SyncedDisplay:
 
     def _repr_mimebundle_(self, **kwargs):
         sync_views(self)
+        _warm_xarray()
         return super()._repr_mimebundle_(**kwargs)
 
     @contextlib.contextmanager

@@ -443,3 +443,20 @@ def test_to_html_in_npu_mode(tmp_path):
     html = assert_offline_html(ex.to_html(tmp_path / "npu.html"))
     assert "scwork NPU layout" in html
     assert "n=32, c=32, h=5, w=1" in html
+
+
+def test_first_control_change_after_display_imports_nothing():
+    """One-time imports (xarray's look for dask, ~0.7 s) happen while the cell runs, not on a first click."""
+    import subprocess
+    import sys
+
+    script = (
+        "import sys\n"
+        "from scwork.widgets import LayoutExplorer\n"
+        "ex = LayoutExplorer()\n"
+        "ex._repr_mimebundle_()\n"
+        "before = set(sys.modules)\n"
+        "ex.mode = 'npu'\n"
+        "print(sorted(set(sys.modules) - before))\n")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, check=True)
+    assert out.stdout.strip().splitlines()[-1] == "[]", out.stdout
