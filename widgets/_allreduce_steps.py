@@ -370,11 +370,6 @@ class _StepData:
         return "before step 1: no transfers yet" if k == 0 else _utilisation_title(k, self.utilisation[k - 1])
 
 
-def _step_data(run, network: Network, geom: _Geometry, side_label: str) -> _StepData:
-    """The engine's frames arranged for the drawings (see :class:`_StepData`)."""
-    return _StepData(run, network, geom, side_label)
-
-
 def _percent(fraction: float) -> str:
     """``0.125`` -> ``"12.5%"``: three significant digits, so small shares do not read as 0%."""
     return f"{100 * fraction:.3g}%"

@@ -11,8 +11,10 @@ from pathlib import Path
 from bokeh.embed import file_html
 from bokeh.resources import INLINE
 
-__all__ = ["ensure_bokehjs", "wrap", "sync_views", "SyncedDisplay", "export_html", "batched_patches",
-           "stop_echoes", "collapse_patch_events", "hold_render_around"]
+from scwork.widgets._panes import export_layout
+
+__all__ = ["ensure_bokehjs", "wrap", "figure_view", "sync_views", "SyncedDisplay", "export_html",
+           "batched_patches", "stop_echoes", "collapse_patch_events", "hold_render_around"]
 
 
 _BOKEHJS_LOADED = False
@@ -167,6 +169,16 @@ def _batched_bokeh_model():
         the patches leave the kernel changes.
         """
 
+        def __init__(self, model, *, ranges_synced: bool = True, **kwargs):
+            self._ranges_synced = ranges_synced
+            super().__init__(model, **kwargs)
+
+        def update_from_model(self, model) -> None:
+            # Every serialization (creation, sync_views) first marks the models only
+            # Python sets, those added since the last one included.
+            stop_echoes(model, ranges_synced=self._ranges_synced)
+            super().update_from_model(model)
+
         def _document_patched(self, event) -> None:
             if event.setter is self:
                 return
@@ -234,10 +246,19 @@ def wrap(fig_or_layout, *, ranges_synced: bool = True):
     not echoed back from the page (:func:`stop_echoes`, with ``ranges_synced``).
     """
     ensure_bokehjs()
-    stop_echoes(fig_or_layout, ranges_synced=ranges_synced)
-    widget = _batched_bokeh_model()(fig_or_layout)
-    widget._ranges_synced = ranges_synced
-    return widget
+    return _batched_bokeh_model()(fig_or_layout, ranges_synced=ranges_synced)
+
+
+def figure_view(fig_or_layout):
+    """A bokeh figure or layout of an explorer as a view of its own (a wrapped ``BokehModel``).
+
+    The explorers set their ranges from the data they draw, on every redraw, and never
+    read them back (the layout grid learns a person's zoom from ``RangesUpdate``
+    events): the ranges are not synced back from the page (``ranges_synced=False``),
+    which saves one round trip per range and redraw. A person's zoom stays until a
+    redraw sets another extent.
+    """
+    return wrap(fig_or_layout, ranges_synced=False)
 
 
 def sync_views(widget) -> None:
@@ -253,7 +274,6 @@ def sync_views(widget) -> None:
     while stack:
         item = stack.pop()
         if isinstance(item, BokehModel):
-            stop_echoes(item._model, ranges_synced=getattr(item, "_ranges_synced", True))  # models added since wrap()
             item.update_from_model(item._model)
         stack.extend(getattr(item, "children", ()) or ())
 
@@ -275,6 +295,10 @@ def _warm_xarray() -> None:
 class SyncedDisplay:
     """Mixin for explorers (ipywidgets boxes): :func:`sync_views` before every display.
 
+    An explorer shows its figures and texts in ``self._views`` (boxes of
+    :mod:`scwork.widgets._panes`); ``self._export(path, title)`` writes them to a
+    standalone HTML file for its ``to_html``.
+
     Also gives every explorer one way to set traits and controls without triggering
     its own observers: ``with self._quiet(): ...`` sets ``self._syncing``, which the
     observers check; and sends the bokeh changes made by the observers of one trait
@@ -291,6 +315,10 @@ class SyncedDisplay:
         sync_views(self)
         _warm_xarray()
         return super()._repr_mimebundle_(**kwargs)
+
+    def _export(self, path, title: str) -> Path:
+        """Write what ``self._views`` (the explorer's boxes of panes and views) shows to a standalone HTML file."""
+        return export_html(export_layout(self._views), path, title)
 
     @contextlib.contextmanager
     def _quiet(self):

@@ -8,7 +8,8 @@ one document a control change cost the page 100-400 ms of layout alone. Here:
 
 - texts (captions, summaries, statuses, legends) are :class:`TextPane` widgets,
   plain HTML that the browser lays out without BokehJS;
-- figures are shown as separate views (:func:`figure_view`), one per group of
+- figures are shown as separate views
+  (:func:`scwork.widgets._display.figure_view`), one per group of
   figures that must share a document (linked ranges, a shared selection), so a
   size change re-lays out only its own small document;
 - :func:`export_layout` turns the same boxes back into one bokeh layout for the
@@ -21,7 +22,7 @@ import re
 
 import ipywidgets
 
-__all__ = ["TextPane", "figure_view", "hbox", "vbox", "export_layout", "pixels"]
+__all__ = ["TextPane", "hbox", "vbox", "export_layout", "pixels"]
 
 
 class TextPane(ipywidgets.HTML):
@@ -52,20 +53,6 @@ class TextPane(ipywidgets.HTML):
     def text(self, value: str) -> None:
         self._text = value
         self.value = f"<div style='line-height:normal'>{value}</div>" if value else ""
-
-
-def figure_view(fig_or_layout):
-    """A bokeh figure or layout of an explorer as a view of its own (a wrapped ``BokehModel``).
-
-    The explorers set their ranges from the data they draw, on every redraw, and never
-    read them back (the layout grid learns a person's zoom from ``RangesUpdate``
-    events): the ranges are not synced back from the page (``ranges_synced=False``),
-    which saves one round trip per range and redraw. A person's zoom stays until a
-    redraw sets another extent.
-    """
-    from scwork.widgets._display import wrap
-
-    return wrap(fig_or_layout, ranges_synced=False)
 
 
 def vbox(children, **layout) -> ipywidgets.VBox:

@@ -47,7 +47,8 @@ from bokeh.plotting import figure
 from scwork.collectives import Network, cost, frames
 from scwork.errors import ConfigError, ScworkError
 from scwork.widgets import _bokeh
-from scwork.widgets._panes import TextPane, export_layout, figure_view, hbox, vbox
+from scwork.widgets._display import figure_view
+from scwork.widgets._panes import TextPane, hbox, vbox
 from scwork.widgets._allreduce_steps import (
     _DIM_COLORS,
     _KIND_NDIM,
@@ -64,7 +65,6 @@ from scwork.widgets._allreduce_steps import (
     _kind_of,
     _kind_wraparound,
     _legend_html,
-    _step_data,
     _StepData,
     _time_unit,
     phase_summary_html,
@@ -115,8 +115,7 @@ class _Panel:
         self.utilisation_figure.add_tools(HoverTool(tooltips=[
             ("link", "@name"), ("busy", "@utilisation{0%}"), ("bytes", "@bytes{0,0}")]))
         self.utilisation_figure.xgrid.visible = False
-        # Texts are HTML panes, not bokeh Divs: BokehJS would lay out the whole
-        # document again for each text change (see scwork.widgets._panes).
+        # Texts are HTML panes, not bokeh Divs (see scwork.widgets._panes).
         self.caption = TextPane(width=PANEL_WIDTH)
         # The arrow colors of this panel's schedule (as many entries as it has colors).
         self.colors = TextPane(width=PANEL_WIDTH)
@@ -687,7 +686,7 @@ class AllReduceStepper(_bokeh.SyncedDisplay, ipywidgets.VBox):
     def _prepare_steps(self) -> None:
         """Per-step drawing data of both algorithms (engine results already cached)."""
         runs = self._drawn_runs
-        self._steps = {side: _step_data(run, self.network, self._geometry,
+        self._steps = {side: _StepData(run, self.network, self._geometry,
                                         f"{side} ({getattr(self, f'algorithm_{side}')})")
                        for side, run in runs.items()}
         network = self.network
@@ -852,7 +851,7 @@ class AllReduceStepper(_bokeh.SyncedDisplay, ipywidgets.VBox):
         """
         default = (f"scwork all-reduce: {self.algorithm_left} vs {self.algorithm_right} on "
                    f"{self.network.name if self.network is not None else '?'}, step {self.step}")
-        return _bokeh.export_html(export_layout(self._views), path, title or default)
+        return self._export(path, title or default)
 
 
 class _TooLarge(ConfigError):

@@ -37,7 +37,8 @@ from scwork.errors import LayoutError, ScworkError
 from scwork.layout import npu
 from scwork.layout.view import ViewGeometry, buffer_window, view_overview
 from scwork.widgets import _bokeh
-from scwork.widgets._panes import TextPane, export_layout, figure_view, hbox, vbox
+from scwork.widgets._display import figure_view
+from scwork.widgets._panes import TextPane, hbox, vbox
 from scwork.widgets._zoom import ZoomGrid
 
 __all__ = ["LayoutExplorer", "PRESETS", "MAX_DRAWN_CELLS", "ZOOM_BLOCKS", "STRIP_WINDOW"]
@@ -189,8 +190,7 @@ class LayoutExplorer(_bokeh.SyncedDisplay, ipywidgets.VBox):
         # The zoomable layout view redraws the window in view after a pan or zoom.
         self._zoomable = None
         self._grid.figure.on_event(RangesUpdate, self._on_ranges)
-        # Texts are HTML panes, not bokeh Divs: BokehJS would lay out the whole
-        # document again for each text change (see scwork.widgets._panes).
+        # Texts are HTML panes, not bokeh Divs (see scwork.widgets._panes).
         # Captions wrap at the plots' width instead of pushing the summary off screen.
         self._grid_caption = TextPane(width=self._grid.max_width)
         self._strip_caption = TextPane(width=self._grid.max_width)
@@ -716,7 +716,7 @@ class LayoutExplorer(_bokeh.SyncedDisplay, ipywidgets.VBox):
             default_title = (f"scwork NPU layout: {lay.dtype} {lay.shape} ({lay.kind})"
                              if lay is not None else "scwork NPU layout")
         # The mode not shown is hidden, and export_layout leaves hidden boxes out.
-        return _bokeh.export_html(export_layout(self._views), path, title or default_title)
+        return self._export(path, title or default_title)
 
 
 def _readable_frame(grid, *, min_width: int = 480, min_height: int = 180, min_tick_px: int = 24) -> None:

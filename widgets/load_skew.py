@@ -55,7 +55,8 @@ from scwork.sharding import FeatureBatch, FeatureSpec, Scenario, SparsecoreConfi
 from scwork.sharding.stacking import StackingPlan
 from scwork.widgets import _bokeh
 from scwork.widgets._charts import DistributionBarChart
-from scwork.widgets._panes import TextPane, export_layout, figure_view, hbox, vbox
+from scwork.widgets._display import figure_view
+from scwork.widgets._panes import TextPane, hbox, vbox
 
 __all__ = ["LoadSkewExplorer", "HEATMAP_STATS", "SPLIT_MODES", "MAX_SPLIT_SOURCES"]
 
@@ -349,8 +350,7 @@ class LoadSkewExplorer(_bokeh.SyncedDisplay, ipywidgets.VBox):
         self._heatmap = _bokeh.Heatmap(
             x_axis_label="partition", y_axis_label="device",
             value_name="ids", max_width=_CHART_WIDTH, max_height=240)
-        # Texts are HTML panes, not bokeh Divs: BokehJS would lay out the whole
-        # document again for each text change (see scwork.widgets._panes).
+        # Texts are HTML panes, not bokeh Divs (see scwork.widgets._panes).
         self._bars_caption = TextPane(width=_CHART_WIDTH + 40)
         self._heatmap_caption = TextPane(width=_CHART_WIDTH + 40)
         self._panel = TextPane(width=410)
@@ -828,7 +828,7 @@ class LoadSkewExplorer(_bokeh.SyncedDisplay, ipywidgets.VBox):
             The file written (BokehJS is inlined: no CDN needed).
         """
         default = f"scwork load skew: stack {self.stack} on {self.summary.get('topology', '')}"
-        return _bokeh.export_html(export_layout(self._views), path, title or default)
+        return self._export(path, title or default)
 
 
 def _imbalance(counts: np.ndarray) -> float:

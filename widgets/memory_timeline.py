@@ -56,7 +56,8 @@ from bokeh.models import (
 )
 from scwork.widgets import _bokeh
 from scwork.widgets._gantt import align_x_axis
-from scwork.widgets._panes import TextPane, export_layout, figure_view, hbox, vbox
+from scwork.widgets._display import figure_view
+from scwork.widgets._panes import TextPane, hbox, vbox
 
 from scwork import memory
 from scwork.errors import InputError, ScworkError
@@ -394,8 +395,7 @@ class MemoryTimeline(_bokeh.SyncedDisplay, ipywidgets.VBox):
                                 source=self._spmem_highlight, fill_color=None, line_color=_HIGHLIGHT_COLOR,
                                 line_width=2.5)
 
-        # Texts are HTML panes, not bokeh Divs: BokehJS would lay out the whole
-        # document again for each text change (see scwork.widgets._panes).
+        # Texts are HTML panes, not bokeh Divs (see scwork.widgets._panes).
         self._hbm_caption = TextPane(width=_CHART_WIDTH + 150)
         self._spmem_caption = TextPane(width=_CHART_WIDTH)
         # The verdict beside the HBM chart and the live-at-peak caption above the Gantt
@@ -839,7 +839,7 @@ class MemoryTimeline(_bokeh.SyncedDisplay, ipywidgets.VBox):
         s = self.summary
         default = (f"scwork memory plan: {s['num_tables']} tables on {s['num_chips']} {s['chip']}, batch "
                    f"{s['batch_size']} ({'fits' if s['fits'] else 'does not fit'})")
-        return _bokeh.export_html(export_layout(self._views), path, title or default)
+        return self._export(path, title or default)
 
 
 # The demo model: (name, vocabulary, width, max_ids_per_partition, max_unique_ids_per_partition).

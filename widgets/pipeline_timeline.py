@@ -55,7 +55,8 @@ import traitlets
 from bokeh.layouts import column
 from bokeh.models import ColumnDataSource, HoverTool
 from scwork.widgets import _bokeh
-from scwork.widgets._panes import TextPane, export_layout, figure_view, hbox, vbox
+from scwork.widgets._display import figure_view
+from scwork.widgets._panes import TextPane, hbox, vbox
 from scwork.widgets._html import SECONDS_SCALE, format_bytes, format_seconds, seconds_unit
 
 from scwork.errors import ScworkError
@@ -644,27 +645,26 @@ class PipelineTimeline(_bokeh.SyncedDisplay, ipywidgets.VBox):
     # -- construction -----------------------------------------------------------------
 
     def _build_views(self) -> None:
-        self._views = {"sequential": _ScheduleView("sequential")}
-        self._views["pipelined"] = _ScheduleView("pipelined", x_range=self._views["sequential"].gantt.figure.x_range)
-        # Texts are HTML panes, not bokeh Divs: BokehJS would lay out the whole
-        # document again for each text change (see scwork.widgets._panes). The `_div`
-        # names are older than the panes (tests of the engine's all-to-all read them).
+        self._schedule_views = {"sequential": _ScheduleView("sequential")}
+        # One time axis for both schedules: zooming one zooms the other.
+        shared_time = self._schedule_views["sequential"].gantt.figure.x_range
+        self._schedule_views["pipelined"] = _ScheduleView("pipelined", x_range=shared_time)
+        # Texts are HTML panes, not bokeh Divs (see scwork.widgets._panes); the `_div`
+        # names are older than the panes.
         self._legend = TextPane(width=_GANTT_WIDTH + 170)
         self._summary_div = TextPane(width=_SIDE_WIDTH)
         self._advice_div = TextPane(width=_SIDE_WIDTH)
         # Both Gantt charts in one bokeh view: they share their time axis (x_range).
-        self._gantts_view = figure_view(column(self._views["sequential"].gantt.figure,
-                                               self._views["pipelined"].gantt.figure))
-        # (`_views` names the schedule views, so the boxes shown are `_view_boxes`.)
-        self._view_boxes = hbox([vbox([self._legend, self._gantts_view]),
-                                 vbox([self._summary_div, self._advice_div])])
+        self._gantts_view = figure_view(column(self._schedule_views["sequential"].gantt.figure,
+                                               self._schedule_views["pipelined"].gantt.figure))
+        self._views = hbox([vbox([self._legend, self._gantts_view]), vbox([self._summary_div, self._advice_div])])
         self.sources: dict[str, ColumnDataSource] = {}
         self.figures: dict[str, Any] = {}
-        for name, view in self._views.items():
+        for name, view in self._schedule_views.items():
             self.sources.update({name: view.gantt.bars, f"{name}_parts": view.parts,
                                  f"{name}_steps": view.step_lines})
             self.figures[name] = view.gantt.figure
-        self.sources["pipelined_stages"] = self._views["pipelined"].bands
+        self.sources["pipelined_stages"] = self._schedule_views["pipelined"].bands
 
     def _build_controls(self) -> None:
         W = ipywidgets.Layout
@@ -712,7 +712,7 @@ class PipelineTimeline(_bokeh.SyncedDisplay, ipywidgets.VBox):
             ipywidgets.HBox([self._threads, self._hint]),
             ipywidgets.HBox([self._tc_forward, self._tc_backward]),
             self._error_area,
-            self._view_boxes,
+            self._views,
         ]
 
     def _tc_slider_max(self) -> float:
@@ -803,7 +803,7 @@ class PipelineTimeline(_bokeh.SyncedDisplay, ipywidgets.VBox):
         x_end = max(model.sequential.makespan, model.pipelined.makespan)
         scale, unit = _time_unit(model)
         chips = self._shown_chips()
-        for name, view in self._views.items():
+        for name, view in self._schedule_views.items():
             view.draw(model, chips, x_end=x_end, scale=scale, unit=unit,
                       in_use=(name == "pipelined") == model.pipelining)
         self._legend.text = self._legend_html()
@@ -822,7 +822,7 @@ class PipelineTimeline(_bokeh.SyncedDisplay, ipywidgets.VBox):
         colors = _bokeh.category_colors(np.arange(len(self.model.stacks), dtype=np.int64), palette=STACK_COLORS)
         stacks = "".join(swatch(c, name) for c, name in zip(colors, self.model.stacks))
         chips = "every chip" if self.shown_chip < 0 else f"chip {self.shown_chip} and its host"
-        note = self._views["pipelined"].lane_note
+        note = self._schedule_views["pipelined"].lane_note
         return (f"<div style='font-size:12px;line-height:1.7'><b>Phases</b>:{phases}<br>"
                 f"<b>Stacks</b> (lower half of SparseCore bars; zoom in to read narrow bars):{stacks}<br>"
                 f"Numbers in bars = step; dashed lines = a step completes; gray bands = pre-loop (fill) and "
@@ -945,7 +945,7 @@ class PipelineTimeline(_bokeh.SyncedDisplay, ipywidgets.VBox):
         default = (f"scwork step model on {self.model.topology}: sequential "
                    f"{format_seconds(s['sequential_step_time_s'], unit)}, pipelined "
                    f"{format_seconds(s['pipelined_step_time_s'], unit)}")
-        return _bokeh.export_html(export_layout(self._view_boxes), path, title or default)
+        return self._export(path, title or default)
 
     def to_chrome_trace(self, path, **kwargs: Any):
         """Write the current model as a Chrome / Perfetto trace (:func:`scwork.pipeline.write_chrome_trace`).

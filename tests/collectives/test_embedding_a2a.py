@@ -376,8 +376,8 @@ def test_pipeline_timeline_names_the_hottest_link():
     text = re.sub("<[^>]+>", " ", w._summary_div.text).replace("&gt;", ">")
     # device 1 = chip (0,1) sends every row: (0,1)->(1,1) carries the rows for (1,0) and (1,1), half of all
     assert "ICI forward all-to-all" in text and "hottest link (0,1)->(1,1)" in text and "(50% of all link" in text
-    notes = [n for n, p in zip(w._views["pipelined"].gantt.bars.data["ici_note"],
-                               w._views["pipelined"].gantt.bars.data["phase"]) if p == "ici_backward"]
+    notes = [n for n, p in zip(w._schedule_views["pipelined"].gantt.bars.data["ici_note"],
+                               w._schedule_views["pipelined"].gantt.bars.data["phase"]) if p == "ici_backward"]
     assert notes and all("hottest link (0,0)->(0,1)" in n for n in notes)
     uniform = PipelineTimeline(stats, topology=topo, widths={"u": 64}, tc_forward_s=1e-4)
     assert "uniform all-to-all" in re.sub("<[^>]+>", " ", uniform._summary_div.text)

@@ -17,7 +17,8 @@ from bokeh.models import Column, Div, Range1d, Row  # noqa: E402
 from bokeh.plotting import figure  # noqa: E402
 
 from scwork.widgets import _bokeh  # noqa: E402
-from scwork.widgets._panes import TextPane, export_layout, figure_view, hbox, pixels, vbox  # noqa: E402
+from scwork.widgets._display import figure_view  # noqa: E402
+from scwork.widgets._panes import TextPane, export_layout, hbox, pixels, vbox  # noqa: E402
 
 pytestmark = pytest.mark.requires_widgets
 

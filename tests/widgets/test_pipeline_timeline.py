@@ -369,7 +369,7 @@ def test_texts_are_html_panes_and_both_gantts_one_bokeh_view(small):
     """Texts outside bokeh (no whole-document BokehJS layout per text change); the charts share a view and axis."""
     from scwork.widgets._panes import TextPane
 
-    boxes = small._view_boxes
+    boxes = small._views
     assert boxes in small.children
     (left, right) = boxes.children
     assert left.children == (small._legend, small._gantts_view)        # legend above the charts
