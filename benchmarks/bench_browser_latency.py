@@ -51,27 +51,22 @@ def main(argv=None) -> int:
     print(f"{'explorer':17} {'control':22} {'kind':14} {'median':>7} {'worst':>7} {'painted':>7} "
           f"{'kernel':>7} {'paint':>7} {'long':>7} {'trips':>5}  load        target 300 ms")
     over = errors = 0
-    for explorer, controls in sorted(data.items()):
-        load = controls.get("__load_average__", {})
-        load_text = f"{load['before'][0]:.2f}/{load['after'][0]:.2f}" if load else "?"
-        for name, result in sorted(controls.items()):
-            if name.startswith("__"):
-                continue
-            kind = result.get("kind", "")
-            label = f"{name} ({result['state']})" if result.get("state") else name
-            if "skip" in result or "error" in result:
-                errors += "error" in result
-                word = "skipped" if "skip" in result else "error"
-                print(f"{explorer:17} {label:22} {kind:14} {word:>7} {'':47}  {load_text:10}  "
-                      f"{result.get('skip') or result['error']}")
-                continue
-            ok = result["median_s"] <= TARGET_S
-            over += not ok
-            ms = [result[key] * 1e3 for key in ("median_s", "max_s", "last_paint_s", "kernel_s", "paint_s",
-                                                "long_tasks_s")]
-            print(f"{explorer:17} {label:22} {kind:14} " + " ".join(f"{v:5.0f}ms" for v in ms)
-                  + f" {result['round_trips']:5.0f}  {load_text:10}  {'ok' if ok else 'OVER'}"
-                  + (f"  (restore: {'; '.join(result['restore_problems'])})" if "restore_problems" in result else ""))
+    for explorer, label, result, load in rows(data):
+        kind = result.get("kind", "")
+        load_text = "?" if load is None else f"{load[0]:.2f}/{load[1]:.2f}"
+        if "median_s" not in result:
+            errors += "error" in result
+            word = "skipped" if "skip" in result else "error"
+            print(f"{explorer:17} {label:22} {kind:14} {word:>7} {'':47}  {load_text:10}  "
+                  f"{result.get('skip') or result['error']}")
+            continue
+        ok = result["median_s"] <= TARGET_S
+        over += not ok
+        ms = [result[key] * 1e3 for key in ("median_s", "max_s", "last_paint_s", "kernel_s", "paint_s",
+                                            "long_tasks_s")]
+        print(f"{explorer:17} {label:22} {kind:14} " + " ".join(f"{v:5.0f}ms" for v in ms)
+              + f" {result['round_trips']:5.0f}  {load_text:10}  {'ok' if ok else 'OVER'}"
+              + (f"  (restore: {'; '.join(result['restore_problems'])})" if "restore_problems" in result else ""))
     print(f"\n{over} control(s) over the 300 ms target, {errors} could not be measured")
     print("median/worst: first input event to settled (kernel idle, every BokehJS view finished, last repaint);"
           "\npainted: to the last BokehJS repaint; kernel: the kernel handling comm messages; paint: BokehJS"
@@ -85,6 +80,16 @@ def main(argv=None) -> int:
     return run.returncode
 
 
+def rows(data: dict):
+    """``(explorer, control label, result, (load before, load after) or None)`` per measured control, sorted."""
+    for explorer, controls in sorted(data.items()):
+        load = controls.get("__load_average__")
+        load = None if not load else (load["before"][0], load["after"][0])
+        for name, result in sorted(controls.items()):
+            if not name.startswith("__"):
+                yield explorer, (f"{name} ({result['state']})" if result.get("state") else name), result, load
+
+
 def markdown_table(data: dict) -> str:
     """The results as the Markdown table of benchmarks/README.md (ms).
 
@@ -94,23 +99,18 @@ def markdown_table(data: dict) -> str:
     """
     lines = ["| explorer | control | kind | median | first | worst | kernel | paint | long | trips | load |",
              "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|"]
-    for explorer, controls in sorted(data.items()):
-        load = controls.get("__load_average__", {})
-        load_text = f"{load['before'][0]:.1f}/{load['after'][0]:.1f}" if load else "?"
-        for name, result in sorted(controls.items()):
-            if name.startswith("__"):
-                continue
-            label = f"{name} ({result['state']})" if result.get("state") else name
-            if "median_s" not in result:
-                why = f"skipped: {result['skip']}" if "skip" in result else f"error: {result.get('error')}"
-                lines.append(f"| {explorer} | {label} | {result.get('kind', '')} | {why} | | | | | | | {load_text} |")
-                continue
-            median = round(result["median_s"] * 1e3)
-            cells = [f"{median}" + (" **over**" if result["median_s"] > TARGET_S else ""),
-                     f"{round(result['times_s'][0] * 1e3)}",
-                     *(f"{round(result[key] * 1e3)}" for key in ("max_s", "kernel_s", "paint_s", "long_tasks_s")),
-                     f"{result['round_trips']:.0f}"]
-            lines.append(f"| {explorer} | {label} | {result['kind']} | " + " | ".join(cells) + f" | {load_text} |")
+    for explorer, label, result, load in rows(data):
+        load_text = "?" if load is None else f"{load[0]:.1f}/{load[1]:.1f}"
+        if "median_s" not in result:
+            why = f"skipped: {result['skip']}" if "skip" in result else f"error: {result.get('error')}"
+            lines.append(f"| {explorer} | {label} | {result.get('kind', '')} | {why} | | | | | | | {load_text} |")
+            continue
+        median = round(result["median_s"] * 1e3)
+        cells = [f"{median}" + (" **over**" if result["median_s"] > TARGET_S else ""),
+                 f"{round(result['times_s'][0] * 1e3)}",
+                 *(f"{round(result[key] * 1e3)}" for key in ("max_s", "kernel_s", "paint_s", "long_tasks_s")),
+                 f"{result['round_trips']:.0f}"]
+        lines.append(f"| {explorer} | {label} | {result['kind']} | " + " | ".join(cells) + f" | {load_text} |")
     return "\n".join(lines) + "\n"
 
 
