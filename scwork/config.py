@@ -28,7 +28,7 @@ tree. Every key is optional unless marked *required*::
 
     [sparsecore]                   # SparsecoreConfig (TensorFlow's SparseCoreEmbeddingConfig), defaults shown
     disable_table_stacking = false
-    max_ids_per_chip_per_sample = 64
+    max_ids_per_chip_per_sample = 64  # TensorFlow's per-chip check; default: unset (off, as jax-tpu-embedding)
     max_ids_per_table = 4096       # an int for every table, or { item = 8192 }
     max_unique_ids_per_table = 2048
     allow_id_dropping = false

@@ -29,7 +29,9 @@ import struct
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from scwork.errors import InputError
+from scwork._validate import shown
+from scwork.errors import ConfigError, InputError
+from scwork.interop._numbers import decimal_int
 
 __all__ = ["parse", "format_message"]
 
@@ -86,7 +88,7 @@ class _Tokens:
     def expect(self, symbol: str, where: str) -> None:
         kind, text, line = self.next(f"{symbol!r}")
         if kind != "symbol" or text != symbol:
-            raise InputError(f"{self.source}, line {line}, {where}: expected {symbol!r}, got {text!r}")
+            raise InputError(f"{self.source}, line {line}, {where}: expected {symbol!r}, got {shown(text, 60)}")
 
 
 def _unescape(token: str, where: str) -> bytes:
@@ -129,7 +131,7 @@ def _scalar(tokens: _Tokens, kind: str, where: str, enums: Mapping[str, Sequence
     at = f"{tokens.source}, line {line}, {where}"
     if kind == "string":
         if token_kind != "string":
-            raise InputError(f"{at}: expected a quoted string, got {text!r}")
+            raise InputError(f"{at}: expected a quoted string, got {shown(text, 60)}")
         data = _unescape(text, at)
         while tokens.peek() is not None and tokens.peek()[0] == "string":   # "a" "b" is "ab"
             data += _unescape(tokens.next("a string")[1], at)
@@ -142,31 +144,35 @@ def _scalar(tokens: _Tokens, kind: str, where: str, enums: Mapping[str, Sequence
             return True
         if text in ("false", "False", "f", "0"):
             return False
-        raise InputError(f"{at}: expected true or false, got {text!r}")
+        raise InputError(f"{at}: expected true or false, got {shown(text, 60)}")
     if kind == "float":
         lowered = text.lower().lstrip("-")
         if token_kind == "word" and lowered in ("inf", "infinity", "nan", "inff", "infinityf", "nanf"):
             value = math.nan if lowered.startswith("nan") else math.inf
             return -value if text.startswith("-") else value
         if token_kind != "number" or "x" in text.lower() or re.match(r"[-+]?0[0-9]", text):
-            raise InputError(f"{at}: expected a decimal number (no leading zero), got {text!r}")
+            raise InputError(f"{at}: expected a decimal number (no leading zero), got {shown(text, 60)}")
         return _to_float32(float(text.rstrip("fF")))
     if kind == "int":
         if token_kind != "number" or re.search(r"[.eEfF]", text) and not text.lower().lstrip("-").startswith("0x"):
-            raise InputError(f"{at}: expected an integer, got {text!r}")
+            raise InputError(f"{at}: expected an integer, got {shown(text, 60)}")
         if re.fullmatch(r"[-+]?0[0-9]+", text) and not re.fullmatch(r"[-+]?0[0-7]+", text):
             raise InputError(f"{at}: {text!r} is not a valid octal integer (a leading 0 means octal)")
-        value = int(text, 16) if "x" in text.lower() else int(text, 8) if re.fullmatch(r"[-+]?0[0-7]+", text) \
-            else int(text)
-        if not _INT64[0] <= value <= _INT64[1]:
-            raise InputError(f"{at}: {value} is outside the int64 range")
+        if "x" in text.lower() or re.fullmatch(r"[-+]?0[0-7]+", text):
+            value = int(text, 16 if "x" in text.lower() else 8)     # power-of-two bases: no digit limit
+        else:
+            # decimal_int checks the digit count first: int() refuses texts past 4,300 digits
+            value = decimal_int(text, maximum=2**63)
+        if value is None or not _INT64[0] <= value <= _INT64[1]:
+            raise InputError(f"{at}: {shown(text, 40)} is outside the int64 range of the field")
         return value
     names = enums[kind.split(":", 1)[1]]
     if token_kind == "word" and text in names:
         return text
-    if token_kind == "number" and re.fullmatch(r"[-+]?[0-9]+", text) and -2**31 <= int(text) < 2**31:
-        return names[int(text)] if 0 <= int(text) < len(names) else int(text)   # proto3 enums are open
-    raise InputError(f"{at}: expected one of {', '.join(names)}, got {text!r}")
+    number = decimal_int(text, maximum=2**31) if token_kind == "number" else None
+    if number is not None and -2**31 <= number < 2**31:
+        return names[number] if 0 <= number < len(names) else number   # proto3 enums are open
+    raise InputError(f"{at}: expected one of {', '.join(names)}, got {shown(text, 60)}")
 
 
 def _message(tokens: _Tokens, schema: Schema, enums, name: str, close: str | None, path: str) -> dict:
@@ -184,7 +190,7 @@ def _message(tokens: _Tokens, schema: Schema, enums, name: str, close: str | Non
         kind, text, line = tokens.next("a field name")
         if kind != "word" or text.startswith("-"):
             raise InputError(f"{tokens.source}, line {line}: expected a field name of {name} ({', '.join(fields)}), "
-                             f"got {text!r}" + (" (extensions and Any are not read)" if text == "[" else ""))
+                             f"got {shown(text, 60)}" + (" (extensions and Any are not read)" if text == "[" else ""))
         if text not in fields:
             raise InputError(f"{tokens.source}, line {line}: {name} has no field {text!r}; its fields are "
                              f"{', '.join(fields)}")
@@ -227,7 +233,7 @@ def _message(tokens: _Tokens, schema: Schema, enums, name: str, close: str | Non
 def _block(tokens: _Tokens, schema: Schema, enums, kind: Any, where: str) -> dict:
     token_kind, text, line = tokens.next(f"'{{' opening {where}")
     if token_kind != "symbol" or text not in "{<":
-        raise InputError(f"{tokens.source}, line {line}, {where}: expected '{{' or '<', got {text!r}")
+        raise InputError(f"{tokens.source}, line {line}, {where}: expected '{{' or '<', got {shown(text, 60)}")
     close = "}" if text == "{" else ">"
     if isinstance(kind, tuple):
         entry_schema = {"entry": [("key", kind[1], "optional"), ("value", kind[2], "optional")]}
@@ -303,9 +309,86 @@ def _value_text(kind: str, value: Any) -> str:
     return str(value)
 
 
+def _checked_scalar(kind: str, value: Any, where: str, enums: Mapping[str, Sequence[str]]) -> Any:
+    """``value`` as the writer prints it for a field of ``kind``, or ConfigError naming the field."""
+    import numbers
+
+    def refuse(what: str):
+        raise ConfigError(f"{where} must be {what}, got {shown(value)}")
+
+    if kind == "string":
+        return value if isinstance(value, str) else refuse("a str")
+    if kind == "bool":
+        if isinstance(value, bool) or type(value).__name__ == "bool_":
+            return bool(value)
+        refuse("True or False")
+    if kind == "float":
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
+            refuse("a number")
+        try:
+            return float(value)
+        except OverflowError:                    # an int past float64
+            refuse("a number within the float range")
+    if kind == "int":
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+            refuse("an integer")
+        if not _INT64[0] <= int(value) <= _INT64[1]:
+            refuse("an integer within the int64 range")
+        return int(value)
+    names = enums[kind.split(":", 1)[1]]
+    if isinstance(value, str) and value in names:
+        return value
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool) and -2**31 <= int(value) < 2**31:
+        return int(value)
+    refuse(f"one of {', '.join(names)} (or an int32 enum number)")
+
+
+def _checked_message(message: Any, schema: Schema, root: str, enums: Mapping[str, Sequence[str]],
+                     where: str) -> dict:
+    """A copy of ``message`` whose every value has its field's kind (ConfigError naming the field otherwise).
+
+    Fields the schema does not have are refused rather than left out of the text.
+    """
+    if not isinstance(message, Mapping):
+        raise ConfigError(f"{where or root} must be a dict of {root} fields, got {shown(message)}")
+    fields = {f[0]: f for f in schema[root]}
+    unknown = [k for k in message if k not in fields]
+    if unknown:
+        raise ConfigError(f"{where or root} has no field {shown(unknown[0])}; {root}'s fields are "
+                          f"{', '.join(fields)}")
+    out: dict[str, Any] = {}
+    for name, (_, kind, label) in fields.items():
+        if name not in message:
+            continue
+        value, at = message[name], f"{where}.{name}" if where else name
+        if isinstance(kind, tuple):
+            if not isinstance(value, Mapping):
+                raise ConfigError(f"{at} must be a dict (a map field), got {shown(value)}")
+            entries = {_checked_scalar(kind[1], k, f"{at} key", enums): _checked_scalar(kind[2], v, f"{at}[{k!r}]",
+                                                                                      enums)
+                       for k, v in value.items()}
+            out[name] = entries
+            continue
+        if label == "repeated":
+            if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, Sequence):
+                raise ConfigError(f"{at} is repeated: it must be a list, got {shown(value)}")
+            items = [(item, f"{at}[{i}]") for i, item in enumerate(value)]
+        else:
+            items = [(value, at)]
+        checked = [_checked_message(item, schema, kind, enums, item_at) if kind in schema
+                   else _checked_scalar(kind, item, item_at, enums) for item, item_at in items]
+        out[name] = checked if label == "repeated" else checked[0]
+    return out
+
+
 def format_message(message: Mapping[str, Any], schema: Schema, root: str,
                    enums: Mapping[str, Sequence[str]] | None = None, indent: int = 0) -> str:
     """``message`` as ``text_format.MessageToString`` prints it.
+
+    Every value is checked against its field's kind first: a value of the wrong type,
+    an int past int64 or a field the schema does not have raises
+    :class:`~scwork.errors.ConfigError` naming the field (nothing is printed that
+    :func:`parse` would not read back).
 
     >>> schema = {"P": [("x", "int", "optional"), ("r", "float", "explicit"), ("m", ("map", "string", "bool"),
     ...           "optional")]}
@@ -320,6 +403,11 @@ def format_message(message: Mapping[str, Any], schema: Schema, root: str,
     }
     """
     enums = enums or {}
+    return _format(_checked_message(message, schema, root, enums, ""), schema, root, enums, indent)
+
+
+def _format(message: Mapping[str, Any], schema: Schema, root: str, enums: Mapping[str, Sequence[str]],
+            indent: int) -> str:
     pad = "  " * indent
     lines = []
     for name, kind, label in schema[root]:
@@ -329,12 +417,12 @@ def format_message(message: Mapping[str, Any], schema: Schema, root: str,
         if isinstance(kind, tuple):
             entry_schema = {"entry": [("key", kind[1], "optional"), ("value", kind[2], "optional")]}
             for key in sorted(value):
-                inner = format_message({"key": key, "value": value[key]}, entry_schema, "entry", enums, indent + 1)
+                inner = _format({"key": key, "value": value[key]}, entry_schema, "entry", enums, indent + 1)
                 lines.append(f"{pad}{name} {{\n{inner}{pad}}}\n")
             continue
         for item in value if label == "repeated" else [value]:
             if kind in schema:
-                lines.append(f"{pad}{name} {{\n{format_message(item, schema, kind, enums, indent + 1)}{pad}}}\n")
+                lines.append(f"{pad}{name} {{\n{_format(item, schema, kind, enums, indent + 1)}{pad}}}\n")
             elif label != "optional" or not _is_default(kind, item, enums):
                 lines.append(f"{pad}{name}: {_value_text(kind, item)}\n")
     return "".join(lines)

@@ -43,12 +43,16 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import operator
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from scwork._validate import shown
 from scwork.errors import ConfigError, InputError
 from scwork.hardware.topology import Topology
 from scwork.interop import _pbtxt
@@ -152,6 +156,10 @@ class ImportedModel:
     stack_limits: dict[str, dict[str, int | None]]
     """Per stack: ``max_ids_per_partition``, ``max_unique_ids_per_partition`` and
     ``suggested_coo_buffer_size_per_device`` of the library's ``StackedTableSpec``."""
+    activation_mem_bytes_limit: int = DEFAULT_ACTIVATION_MEM_BYTES_LIMIT
+    """The activation budget the library's stacking functions recorded on the stacks
+    built from ``stacking``'s groups (the ``activation_mem_bytes_limit`` to plan them
+    with again). Unit: bytes."""
 
     def replan(self, **changes: Any) -> StackingPlan:
         """``plan_stacking`` with this model's arguments, ``changes`` overriding them.
@@ -161,7 +169,7 @@ class ImportedModel:
         """
         topology = changes.pop("topology", self.topology)
         kwargs = dict(stacking=self.stacking, batch_size=self.batch_size, rotation=self.rotation,
-                      stack_limits=self.stack_limits)
+                      stack_limits=self.stack_limits, activation_mem_bytes_limit=self.activation_mem_bytes_limit)
         kwargs.update(changes)
         return plan_stacking(self.features, topology, **kwargs)
 
@@ -201,17 +209,51 @@ def _optimizer_name(table_name: str, optimizer: Any, overrides: Mapping[str, str
     else:
         short = getattr(optimizer, "short_name", None)
         name = short() if callable(short) else getattr(optimizer, "name", optimizer)
-    if name not in OPTIMIZERS:
-        raise ConfigError(f"table {table_name!r}: optimizer {name!r} has no SparseCore kernel scwork knows "
+    if not isinstance(name, str) or name not in OPTIMIZERS:
+        raise ConfigError(f"table {table_name!r}: optimizer {shown(name)} has no SparseCore kernel scwork knows "
                           f"({', '.join(OPTIMIZERS)}); pass optimizers={{{table_name!r}: 'sgd'}} (any name: "
                           "only tables with the same optimizer stack)")
     return name
 
 
-def _int(value: Any, where: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) and not hasattr(value, "__index__"):
-        raise ConfigError(f"{where} must be an integer, got {value!r}")
-    return int(value)
+def _int(value: Any, where: str, *, optional: bool = False) -> int | None:
+    """``value`` as an int (Python or numpy integers; never bools, floats or texts), else ConfigError."""
+    if optional and value is None:
+        return None
+    if isinstance(value, bool):
+        raise ConfigError(f"{where} must be an integer, got {shown(value)}")
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise ConfigError(f"{where} must be an integer, got {shown(value)}") from None
+
+
+def _name(value: Any, where: str) -> str:
+    if not isinstance(value, str):
+        raise ConfigError(f"{where} must be a str, got {shown(value)}")
+    return value
+
+
+def _stack_record(stacked: Any, setting: Any, transform: Any, where: str) -> dict:
+    """The stacking facts of one feature, every number an int (ConfigError naming the field otherwise)."""
+    fields = dict(
+        name=(stacked, "stack_name", str), vocab=(stacked, "stack_vocab_size", int),
+        dim=(stacked, "stack_embedding_dim", int), max_ids=(stacked, "max_ids_per_partition", int),
+        max_unique=(stacked, "max_unique_ids_per_partition", int),
+        buffer=(stacked, "suggested_coo_buffer_size_per_device", None),
+        activation_limit=(stacked, "activation_mem_bytes_limit", None),
+        setting_stack=(setting, "stack_name", str), padded_vocab=(setting, "padded_vocab_size", int),
+        table_offset=(setting, "row_offset_in_shard", int), rotation=(setting, "shard_rotation", int),
+        row_offset=(transform, "row_offset", int), col_offset=(transform, "col_offset", int),
+        col_shift=(transform, "col_shift", int))
+    record = {}
+    for key, (obj, attr, kind) in fields.items():
+        value = getattr(obj, attr, None) if kind is None else getattr(obj, attr)
+        at = f"{where}: {attr}"
+        record[key] = _name(value, at) if kind is str else _int(value, at, optional=kind is None)
+    if record["activation_limit"] is None:
+        record["activation_limit"] = DEFAULT_ACTIVATION_MEM_BYTES_LIMIT
+    return record
 
 
 @dataclass
@@ -224,11 +266,14 @@ class _Record:
 
 
 def _table_from_spec(spec: Any, overrides: Mapping[str, str]) -> TableSpec:
-    name = spec.name
+    name = _name(spec.name, "a jax-tpu-embedding TableSpec's name")
     quantization = getattr(spec, "quantization_config", None)
     if quantization is not None:
-        quantization = QuantizationConfig(num_buckets=int(quantization.num_buckets),
-                                          low=float(quantization.min_value), high=float(quantization.max_value))
+        try:
+            quantization = QuantizationConfig(num_buckets=_int(quantization.num_buckets, "num_buckets"),
+                                              low=float(quantization.min_value), high=float(quantization.max_value))
+        except (TypeError, ValueError, OverflowError) as err:
+            raise ConfigError(f"table {name!r}: quantization_config is not usable: {err}") from None
     try:
         return TableSpec(name, _int(spec.vocabulary_size, f"table {name!r}: vocabulary_size"),
                          _int(spec.embedding_dim, f"table {name!r}: embedding_dim"), combiner=spec.combiner,
@@ -243,10 +288,9 @@ def _table_from_spec(spec: Any, overrides: Mapping[str, str]) -> TableSpec:
 
 
 def _samples(shape: Any, feature: str) -> int:
-    try:
-        dims = [int(d) for d in shape]
-    except TypeError:
-        raise ConfigError(f"feature {feature!r}: output_shape must be a sequence of ints, got {shape!r}") from None
+    if isinstance(shape, (str, bytes, Mapping)) or not isinstance(shape, (Sequence, np.ndarray)):
+        raise ConfigError(f"feature {feature!r}: output_shape must be a sequence of ints, got {shown(shape)}")
+    dims = [_int(d, f"feature {feature!r}: output_shape[{i}]") for i, d in enumerate(shape)]
     if len(dims) < 2 or math.prod(dims[:-1]) < 1 or min(dims) < 0:
         raise ConfigError(f"feature {feature!r}: output_shape {dims} needs [batch, ..., embedding_dim] with at "
                           "least one sample")
@@ -298,7 +342,7 @@ def from_jax_tpu_embedding(feature_specs: Any, *, global_device_count: int, num_
     >>> [f.name for f in model.plan.stacks[0].features], model.stacking
     (['a', 'b'], None)
     """
-    overrides = dict(optimizers or {})
+    overrides = _overrides(optimizers)
     topology = _topology(global_device_count, num_sc_per_device)
     leaves = _leaves(feature_specs)
     if not leaves:
@@ -311,22 +355,25 @@ def from_jax_tpu_embedding(feature_specs: Any, *, global_device_count: int, num_
             table = _table_from_spec(spec, overrides)
             if tables.setdefault(table.name, table) != table:
                 raise ConfigError(f"two different tables are named {table.name!r}: {tables[table.name]} and {table}")
-            record = _Record(FeatureSpec(str(leaf.name), table), _samples(leaf.output_shape, leaf.name))
+            feature_name = _name(leaf.name, "a FeatureSpec's name")
+            record = _Record(FeatureSpec(feature_name, table), _samples(leaf.output_shape, feature_name))
             stacked = _stacked_spec(spec)
             if stacked is not None:
-                setting, transform = spec.setting_in_stack, leaf.id_transformation
-                record.stack = dict(
-                    name=stacked.stack_name, vocab=stacked.stack_vocab_size, dim=stacked.stack_embedding_dim,
-                    max_ids=stacked.max_ids_per_partition, max_unique=stacked.max_unique_ids_per_partition,
-                    buffer=getattr(stacked, "suggested_coo_buffer_size_per_device", None),
-                    setting_stack=setting.stack_name, padded_vocab=setting.padded_vocab_size,
-                    table_offset=setting.row_offset_in_shard, rotation=setting.shard_rotation,
-                    row_offset=transform.row_offset, col_offset=transform.col_offset, col_shift=transform.col_shift)
+                record.stack = _stack_record(stacked, spec.setting_in_stack, leaf.id_transformation,
+                                             f"feature {feature_name!r} (table {table.name!r})")
         except AttributeError as err:   # duck typing: say which attribute a spec lacks
-            raise ConfigError(f"feature {getattr(leaf, 'name', leaf)!r} is not a jax-tpu-embedding FeatureSpec "
-                              f"as scwork reads it: {err}") from None
+            raise ConfigError(f"feature {shown(getattr(leaf, 'name', leaf))} is not a jax-tpu-embedding "
+                              f"FeatureSpec as scwork reads it: {err}") from None
         records.append(record)
     return _model(records, topology)
+
+
+def _overrides(optimizers: Any) -> dict[str, str]:
+    if optimizers is None:
+        return {}
+    if not isinstance(optimizers, Mapping):
+        raise ConfigError(f"optimizers must be a dict {{table name: scwork optimizer name}}, got {shown(optimizers)}")
+    return {_name(k, "optimizers key"): _name(v, f"optimizers[{k!r}]") for k, v in optimizers.items()}
 
 
 def _check_stack(name: str, records: list[_Record], P: int, batch: int) -> None:
@@ -334,7 +381,7 @@ def _check_stack(name: str, records: list[_Record], P: int, batch: int) -> None:
     first = records[0].stack
     for r in records:
         s = r.stack
-        for key in ("vocab", "dim", "max_ids", "max_unique", "buffer"):
+        for key in ("vocab", "dim", "max_ids", "max_unique", "buffer", "activation_limit"):
             if s[key] != first[key]:
                 raise ConfigError(f"stack {name!r}: features {records[0].feature.name!r} and {r.feature.name!r} "
                                   f"disagree on the stack's {key} ({first[key]} vs {s[key]})")
@@ -387,9 +434,12 @@ def _stack_from_records(name: str, records: list[_Record], P: int, batch: int) -
     if len({(t.optimizer, t.combiner, t.quantization) for t in tables}) > 1:
         raise ConfigError(f"stack {name!r}: its tables {[t.name for t in tables]} differ in optimizer, combiner "
                           "or quantization")
+    if s["activation_limit"] < 1:
+        raise ConfigError(f"stack {name!r}: activation_mem_bytes_limit is {s['activation_limit']}; it must be a "
+                          "positive number of bytes")
     return Stack(name, tuple(in_stack), tuple(r.feature for r in features), s["dim"], tables[0].optimizer,
                  tables[0].combiner, P, int(s["max_ids"]), int(s["max_unique"]),
-                 None if s["buffer"] is None else int(s["buffer"]))
+                 None if s["buffer"] is None else int(s["buffer"]), s["activation_limit"])
 
 
 def _unstacked_stack(table: TableSpec, features: list[FeatureSpec], P: int) -> Stack:
@@ -431,9 +481,9 @@ def _model(records: list[_Record], topology: Topology) -> ImportedModel:
 
     multi = [s for s in stacks if len(s.tables) > 1]
     rotation = S if not multi or multi[0].tables[1].shard_rotation == S % P else multi[0].tables[1].shard_rotation
-    groups = [list(s.table_names) for s in stacks
-              if len(s.tables) > 1 or s.name != s.tables[0].name
-              or [f.name for f in s.features] != sorted(f.name for f in s.features)]
+    groups = [list(s.table_names) for s in stacks if not _left_to_prepare(s)]
+    budgets = {s.activation_mem_bytes_limit for s in stacks if not _left_to_prepare(s)}
+    budget = budgets.pop() if len(budgets) == 1 else DEFAULT_ACTIVATION_MEM_BYTES_LIMIT
     stack_limits = {s.name: {"max_ids_per_partition": s.max_ids_per_partition,
                              "max_unique_ids_per_partition": s.max_unique_ids_per_partition,
                              "suggested_coo_buffer_size_per_device": s.suggested_coo_buffer_size_per_device}
@@ -444,12 +494,12 @@ def _model(records: list[_Record], topology: Topology) -> ImportedModel:
                       for s in stacks)
     if expressible:
         plan = plan_stacking(features, topology, stacking, batch_size=batch, rotation=rotation,
-                             stack_limits=stack_limits)
+                             stack_limits=stack_limits, activation_mem_bytes_limit=budget)
     if not expressible or {s.name: s for s in plan.stacks} != direct:
         # groups cannot say it (stack names or rotations of the caller's choice): keep the plan itself
         plan = StackingPlan(stacks, topology, rotation, batch)
         stacking = plan
-    return ImportedModel(features, topology, batch, plan, stacking, rotation, stack_limits)
+    return ImportedModel(features, topology, batch, plan, stacking, rotation, stack_limits, budget)
 
 
 # --------------------------------------------------------------------------------------
@@ -468,9 +518,11 @@ def _checked_plan(features: Any, plan: Any, batch_size: int | None) -> tuple[tup
 
 
 def _left_to_prepare(stack: Stack) -> bool:
-    """A stack ``prepare_feature_specs_for_training`` builds itself (one table, features by name)."""
+    """A stack ``prepare_feature_specs_for_training`` builds itself (one table, features by name, the
+    default activation budget: the library's stacking functions record theirs)."""
     names = [f.name for f in stack.features]
-    return len(stack.tables) == 1 and stack.name == stack.tables[0].name and names == sorted(names)
+    return (len(stack.tables) == 1 and stack.name == stack.tables[0].name and names == sorted(names)
+            and stack.activation_mem_bytes_limit == DEFAULT_ACTIVATION_MEM_BYTES_LIMIT)
 
 
 def to_jax_tpu_embedding(features: Any, plan: StackingPlan, *, batch_size: int | None = None,
@@ -540,7 +592,8 @@ def to_jax_tpu_embedding(features: Any, plan: StackingPlan, *, batch_size: int |
             if not _left_to_prepare(stack):
                 rotation = stack.tables[1].shard_rotation if len(stack.tables) > 1 else plan.rotation
                 table_stacking.stack_tables(ordered, list(stack.table_names), global_device_count=D,
-                                            num_sc_per_device=S, rotation=rotation, stack_name=stack.name)
+                                            num_sc_per_device=S, rotation=rotation, stack_name=stack.name,
+                                            activation_mem_bytes_limit=stack.activation_mem_bytes_limit)
         embedding.prepare_feature_specs_for_training(ordered, global_device_count=D, num_sc_per_device=S)
     except ValueError as err:
         raise ConfigError(f"jax-tpu-embedding refused the plan: {err}") from None
@@ -550,7 +603,8 @@ def to_jax_tpu_embedding(features: Any, plan: StackingPlan, *, batch_size: int |
         lib.table_spec.stacked_table_spec = dataclasses.replace(
             spec, max_ids_per_partition=stack.max_ids_per_partition or spec.max_ids_per_partition,
             max_unique_ids_per_partition=stack.max_unique_ids_per_partition or spec.max_unique_ids_per_partition,
-            suggested_coo_buffer_size_per_device=stack.suggested_coo_buffer_size_per_device)
+            suggested_coo_buffer_size_per_device=stack.suggested_coo_buffer_size_per_device,
+            activation_mem_bytes_limit=stack.activation_mem_bytes_limit)
     back = from_jax_tpu_embedding(ordered, global_device_count=D, num_sc_per_device=S,
                                   optimizers={t: f.table.optimizer for t, f in
                                               {f.table.name: f for f in plan.features}.items()})
@@ -564,7 +618,7 @@ def _stack_facts(stack: Stack, limits: bool) -> tuple:
     return (tuple((t.name, t.row_offset_in_shard, t.shard_rotation, t.padded_vocab_size) for t in stack.tables),
             tuple(f.name for f in stack.features), stack.embedding_dim,
             (stack.max_ids_per_partition, stack.max_unique_ids_per_partition) if limits else None,
-            stack.suggested_coo_buffer_size_per_device)
+            stack.suggested_coo_buffer_size_per_device, stack.activation_mem_bytes_limit)
 
 
 def _check_same_stacks(plan: StackingPlan, got: StackingPlan) -> None:
@@ -642,16 +696,21 @@ def write_embedding_spec(message: Mapping[str, Any], path: str | os.PathLike) ->
 def embedding_spec_message(features: Any, plan: StackingPlan, *, batch_size: int | None = None,
                            optimizers: Mapping[str, Mapping[str, Any]] | None = None,
                            input_shapes: Mapping[str, Sequence[int]] | None = None,
-                           activation_mem_bytes_limit: int = DEFAULT_ACTIVATION_MEM_BYTES_LIMIT) -> dict:
+                           activation_mem_bytes_limit: int | None = None) -> dict:
     """The ``EmbeddingSpecProto`` (as a dict) ``create_proto_from_feature_specs`` makes for ``features`` and ``plan``.
 
     The same message the library builds from :func:`to_jax_tpu_embedding`'s specs
     (stacks, tables and features in the flattened order of ``features``), without
     the library. A table's optimizer is ``{"type": ...}`` unless ``optimizers`` gives
     its full message (``learning_rate``, ``float_params``, ...); limits the plan leaves
-    unset are written as the library's default :data:`LIBRARY_DEFAULT_LIMIT`.
+    unset are written as the library's default :data:`LIBRARY_DEFAULT_LIMIT`. Every
+    stack's ``activation_mem_bytes_limit`` is its own
+    (``Stack.activation_mem_bytes_limit``), unless ``activation_mem_bytes_limit``
+    gives one for all.
     """
     normalized, batch = _checked_plan(features, plan, batch_size)
+    if activation_mem_bytes_limit is not None:
+        _positive_budget(activation_mem_bytes_limit, "activation_mem_bytes_limit")
     P = plan.num_partitions
     stacks: dict[str, dict] = {}
     tables: dict[str, dict] = {}
@@ -663,7 +722,9 @@ def embedding_spec_message(features: Any, plan: StackingPlan, *, batch_size: int
                 "stack_embedding_dim": stack.embedding_dim, "total_sample_count": len(stack.features) * batch,
                 "max_ids_per_partition": stack.max_ids_per_partition or LIBRARY_DEFAULT_LIMIT,
                 "max_unique_ids_per_partition": stack.max_unique_ids_per_partition or LIBRARY_DEFAULT_LIMIT,
-                "num_sparsecores": P, "table_specs": [], "activation_mem_bytes_limit": activation_mem_bytes_limit}
+                "num_sparsecores": P, "table_specs": [],
+                "activation_mem_bytes_limit": stack.activation_mem_bytes_limit if activation_mem_bytes_limit is None
+                else activation_mem_bytes_limit}
         if table.name not in tables:
             tables[table.name] = {
                 "table_name": table.name, "vocab_size": table.table.vocab_size,
@@ -678,6 +739,12 @@ def embedding_spec_message(features: Any, plan: StackingPlan, *, batch_size: int
             "output_shape": [batch, f.table.embedding_dim], "row_offset": stack.feature_position(f.name) * batch,
             "col_offset": table.row_offset_in_shard * P, "col_shift": table.shard_rotation})
     return {"stacked_table_specs": list(stacks.values())}
+
+
+def _positive_budget(value: Any, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"{where} must be a positive int (bytes), got {shown(value)}")
+    return value
 
 
 def from_embedding_spec(message: Any, *, num_sc_per_device: int,
@@ -695,7 +762,9 @@ def from_embedding_spec(message: Any, *, num_sc_per_device: int,
         message = read_embedding_spec(message)
     if not isinstance(message, Mapping):
         raise ConfigError(f"message must be a dict, a path or a checkpoint folder, got {type(message).__name__}")
-    overrides = dict(optimizers or {})
+    # Every field must hold its proto kind (ConfigError naming it), so the checks below see ints and strs.
+    message = _pbtxt._checked_message(message, EMBEDDING_PROTO_SCHEMA, "EmbeddingSpecProto", _ENUMS, "")
+    overrides = _overrides(optimizers)
     stacks = message.get("stacked_table_specs", [])
     if not stacks:
         raise InputError("the EmbeddingSpecProto has no stacked_table_specs")
@@ -739,6 +808,7 @@ def from_embedding_spec(message: Any, *, num_sc_per_device: int,
                     name=name, vocab=s.get("stack_vocab_size", 0), dim=s.get("stack_embedding_dim", 0),
                     max_ids=s.get("max_ids_per_partition", 0), max_unique=s.get("max_unique_ids_per_partition", 0),
                     buffer=None, setting_stack=name, padded_vocab=t.get("padded_vocab_size", 0),
+                    activation_limit=s.get("activation_mem_bytes_limit", DEFAULT_ACTIVATION_MEM_BYTES_LIMIT),
                     table_offset=t.get("row_offset_in_shard", 0), rotation=t.get("shard_rotation", 0),
                     row_offset=f.get("row_offset", 0), col_offset=f.get("col_offset", 0),
                     col_shift=f.get("col_shift", 0))

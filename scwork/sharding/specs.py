@@ -19,8 +19,8 @@ Examples
 >>> table = TableSpec("item", vocab_size=1000, embedding_dim=12, combiner="mean")
 >>> FeatureSpec("clicked_items", table).table.padded_embedding_dim()
 16
->>> SparsecoreConfig().max_ids_per_chip_per_sample
-64
+>>> SparsecoreConfig().max_ids_per_chip_per_sample is None   # off, as in jax-tpu-embedding
+True
 >>> SparsecoreConfig(max_ids_per_table={"item": 4096}).max_ids_per_table["item"]
 4096
 """
@@ -34,6 +34,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from scwork._validate import shown
 from scwork.errors import ConfigError
 from scwork.quant import QuantizationConfig
 
@@ -71,11 +72,11 @@ def _check_int(owner: str, name: str, value: Any, *, minimum: int, allow_none: b
     if value is None and allow_none:
         return
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise ConfigError(f"{owner}.{name} must be an integer, got {value!r} ({type(value).__name__})")
+        raise ConfigError(f"{owner}.{name} must be an integer, got {shown(value)} ({type(value).__name__})")
     if value < minimum:
-        raise ConfigError(f"{owner}.{name} must be >= {minimum}, got {value}")
+        raise ConfigError(f"{owner}.{name} must be >= {minimum}, got {shown(value)}")
     if maximum is not None and value > maximum:
-        raise ConfigError(f"{owner}.{name} must be <= {maximum}, got {value}")
+        raise ConfigError(f"{owner}.{name} must be <= {maximum}, got {shown(value)}")
 
 
 def _check_name(owner: str, value: Any) -> None:
@@ -231,7 +232,8 @@ def _frozen_limits(name: str, value: Any) -> Mapping[str, int] | int | None:
 class SparsecoreConfig:
     """SparseCore flags and their defaults (TensorFlow's SparseCoreEmbeddingConfig).
 
-    The same fields and defaults as ``tf.tpu.experimental.embedding.SparseCoreEmbeddingConfig``.
+    The same fields as ``tf.tpu.experimental.embedding.SparseCoreEmbeddingConfig``, with
+    its defaults except ``max_ids_per_chip_per_sample`` (see below).
     Only the first five change what :func:`~scwork.sharding.preprocess` computes;
     the two initialisation flags are carried for completeness (other scwork models
     read them).
@@ -244,6 +246,9 @@ class SparsecoreConfig:
       (``sum over its SparseCores of required_buffer_size_per_sc``), must not exceed
       ``max_ids_per_chip_per_sample * samples_per_device``; otherwise
       :class:`~scwork.errors.LimitExceededError` (TensorFlow raises too, dropping or not).
+      Off by default (None): jax-tpu-embedding, the engine's reference, has no such
+      check and accepts such batches; set it (TensorFlow's default is 64) to model
+      TensorFlow's kernel.
     - ``max_ids_per_table`` / ``max_unique_ids_per_table``: the table-level way to set
       partition limits (the SparseCore guide: "a way to set the partition-level
       limits"): a table without its own ``max_ids_per_partition`` gets
@@ -264,10 +269,10 @@ class SparsecoreConfig:
     """True: every table is its own stack (no table stacking). Default False
     (stacking on)."""
 
-    max_ids_per_chip_per_sample: int | None = 64
+    max_ids_per_chip_per_sample: int | None = None
     """Cap on the ids one chip handles per sample, summed over its SparseCores and
-    padding included (see above). Unit: ids per sample. Default 64; None disables
-    the check."""
+    padding included (see above). Unit: ids per sample. Default None: no check, as
+    in jax-tpu-embedding (TensorFlow's default is 64)."""
 
     max_ids_per_table: Mapping[str, int] | int | None = None
     """Per logical table, the ids summed over all P partitions (duplicates counted);

@@ -60,6 +60,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Union
 
+from scwork._validate import integer
 from scwork.errors import ConfigError
 from scwork.hardware.topology import Topology
 from scwork.sharding.specs import INT32_MAX, FeatureSpec, SparsecoreConfig, TableSpec, round_up
@@ -109,6 +110,15 @@ class TableInStack:
     num_partitions: int
     """``P``, the partitions the table is sharded over."""
 
+    def __post_init__(self) -> None:
+        # jax-tpu-embedding applies the rotation modulo the partitions (its id
+        # transformation puts id i in partition (i + col_shift) % P), so a rotation of P
+        # or more is that rotation reduced; the kernels take 0 <= shard_rotation < P.
+        P = integer("TableInStack.num_partitions", self.num_partitions, minimum=1)
+        rotation = integer("TableInStack.shard_rotation", self.shard_rotation, minimum=0,
+                           context=f"table {self.stack!r}/{getattr(self.table, 'name', self.table)!r}")
+        object.__setattr__(self, "shard_rotation", rotation % P)
+
     @property
     def name(self) -> str:
         return self.table.name
@@ -152,6 +162,12 @@ class Stack:
     a table left unstacked, None for stacks built by stacking (the library drops it
     there), or ``stack_limits[name]["suggested_coo_buffer_size_per_device"]``. Unit:
     CSR entries. None: sized from ``max_ids_per_partition``."""
+    activation_mem_bytes_limit: int = DEFAULT_ACTIVATION_MEM_BYTES_LIMIT
+    """The activation memory budget the stack was built with (jax-tpu-embedding's
+    ``StackedTableSpec.activation_mem_bytes_limit``, saved in the checkpoint's
+    ``EmbeddingSpecProto``): the ``activation_mem_bytes_limit`` of
+    :func:`plan_stacking` for stacks it groups, the library's default (2 MiB) for
+    tables left unstacked. Unit: bytes."""
 
     def static_buffer_size_per_sc(self, sparsecores_per_device: int) -> int | None:
         """CSR entries one SparseCore's buffer holds when the size is static, else None.
@@ -496,7 +512,9 @@ def plan_stacking(features: Any, topology: Topology, stacking: StackingArg = "au
     rotation : int, optional
         Shard rotation step between successive tables of a stack; default ``S``.
     activation_mem_bytes_limit : int
-        Budget of one automatic stack, in bytes. Default 2 MiB.
+        Budget of one automatic stack, in bytes. Default 2 MiB. Recorded on every
+        stack built from groups (``Stack.activation_mem_bytes_limit``, as the
+        library's stacking functions do); tables left unstacked keep the default.
     config : SparsecoreConfig, optional
         For ``disable_table_stacking`` and table-level limits.
     stack_limits : dict, optional
@@ -551,6 +569,9 @@ def plan_stacking(features: Any, topology: Topology, stacking: StackingArg = "au
         raise ConfigError(f"batch_size must be a positive int, got {batch_size!r}")
     if stack_limit_rule not in STACK_LIMIT_RULES:
         raise ConfigError(f"stack_limit_rule must be one of {STACK_LIMIT_RULES}, got {stack_limit_rule!r}")
+    if isinstance(activation_mem_bytes_limit, bool) or not isinstance(activation_mem_bytes_limit, int) \
+            or activation_mem_bytes_limit < 1:
+        raise ConfigError(f"activation_mem_bytes_limit must be a positive int, got {activation_mem_bytes_limit!r}")
 
     tables: dict[str, TableSpec] = {}
     for f in features:
@@ -587,9 +608,6 @@ def plan_stacking(features: Any, topology: Topology, stacking: StackingArg = "au
         if batch_size is None:
             raise ConfigError("stacking='auto' needs batch_size (activation memory per stack); "
                               "pass batch_size=... or give manual groups")
-        if isinstance(activation_mem_bytes_limit, bool) or not isinstance(activation_mem_bytes_limit, int) \
-                or activation_mem_bytes_limit < 1:
-            raise ConfigError(f"activation_mem_bytes_limit must be a positive int, got {activation_mem_bytes_limit!r}")
         groups = _auto_groups(features, tables, P, batch_size, activation_mem_bytes_limit)
     else:
         groups = _manual_groups(stacking, tables)
@@ -631,8 +649,11 @@ def plan_stacking(features: Any, topology: Topology, stacking: StackingArg = "au
         # (prepare_feature_specs_for_training); its stacking functions drop it.
         own_buffer = specs[0].suggested_coo_buffer_size_per_device if group[0] in unstacked else None
         buffer = _stack_buffer(name, own_buffer, stack_limits, max_ids, topology)
+        # The library's stacking functions record the budget on every stack they build;
+        # prepare_feature_specs_for_training leaves its default on the tables it stacks.
+        budget = DEFAULT_ACTIVATION_MEM_BYTES_LIMIT if group[0] in unstacked else activation_mem_bytes_limit
         stacks.append(Stack(name, tuple(in_stack), feats, max(t.padded_embedding_dim() for t in specs),
-                            specs[0].optimizer, specs[0].combiner, P, max_ids, max_uniq, buffer))
+                            specs[0].optimizer, specs[0].combiner, P, max_ids, max_uniq, buffer, budget))
     names = [s.name for s in stacks]
     if len(set(names)) != len(names):
         raise ConfigError(f"stack names collide: {names}")

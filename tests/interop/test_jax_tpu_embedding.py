@@ -453,3 +453,145 @@ def test_unstacked_specs_take_the_feature_order_prepare_gives():
             f.name for f in sorted(feats, key=lambda f: f.id_transformation.row_offset)] == (
             ["q0", "a1"] if stack_first else ["a1", "q0"])
         assert model.stacking == ([["t"]] if stack_first else None)
+
+
+# -- regressions of issue 22 (typed errors, activation budget, rotations) -------------------------------
+def _auto_stacked_with_budget(budget):
+    tables = [es.TableSpec(name=n, vocabulary_size=64 * (i + 1), embedding_dim=8, initializer=lambda *a, **k: None,
+                           optimizer=es.SGDOptimizerSpec(), combiner="sum", max_ids_per_partition=32,
+                           max_unique_ids_per_partition=16) for i, n in enumerate(("b", "a", "c"))]
+    feats = [es.FeatureSpec(name=f"f{i}", table_spec=t, input_shape=[64, 1], output_shape=[64, 8])
+             for i, t in enumerate(tables)]
+    jte.auto_stack_tables(feats, global_device_count=2, num_sc_per_device=4, activation_mem_bytes_limit=budget)
+    jte.prepare_feature_specs_for_training(feats, global_device_count=2, num_sc_per_device=4)
+    return feats
+
+
+@pytest.mark.parametrize("budget", [48 * 1024, 2048 * 1024, 1024])
+def test_activation_budget_survives_every_round_trip(budget):
+    """A non-default activation_mem_bytes_limit is kept per stack through specs, message and text."""
+    feats = _auto_stacked_with_budget(budget)
+    library = {f.table_spec.stacked_table_spec.stack_name: f.table_spec.stacked_table_spec.activation_mem_bytes_limit
+               for f in feats}
+    model = from_jax_tpu_embedding(feats, global_device_count=2, num_sc_per_device=4)
+    assert {s.name: s.activation_mem_bytes_limit for s in model.plan.stacks} == library
+    assert model.replan().stacks == model.plan.stacks
+    back = to_jax_tpu_embedding(model.features, model.plan)
+    assert {f.table_spec.stacked_table_spec.stack_name: f.table_spec.stacked_table_spec.activation_mem_bytes_limit
+            for f in back} == library
+    proto = jte.create_proto_from_feature_specs(feats, global_device_count=2, num_sparsecore_per_device=4)
+    from google.protobuf import text_format
+    message = embedding_spec_message(model.features, model.plan)
+    ours = parse_embedding_spec(format_embedding_spec(message))["stacked_table_specs"]
+    theirs = parse_embedding_spec(text_format.MessageToString(proto))["stacked_table_specs"]
+    without_tables = lambda stacks: [{k: v for k, v in s.items() if k != "table_specs"} for s in stacks]
+    assert without_tables(ours) == without_tables(theirs)
+    assert [s["activation_mem_bytes_limit"] for s in ours] == list(library.values())
+    again = from_embedding_spec(message, num_sc_per_device=4)
+    assert {s.name: s.activation_mem_bytes_limit for s in again.plan.stacks} == library
+
+
+def test_round_trip_self_check_compares_the_activation_budget(monkeypatch):
+    """to_jax_tpu_embedding's read-back check fails if the library's stacks carry another budget."""
+    import dataclasses as dc
+
+    from scwork.interop import jax_tpu_embedding as module
+
+    feats = _auto_stacked_with_budget(48 * 1024)
+    model = from_jax_tpu_embedding(feats, global_device_count=2, num_sc_per_device=4)
+    real_replace = dc.replace
+
+    def drop_budget(obj, **changes):
+        changes.pop("activation_mem_bytes_limit", None)
+        return real_replace(obj, **changes)
+
+    real_stack_tables = table_stacking.stack_tables
+
+    def stack_with_default_budget(*args, **kwargs):
+        kwargs.pop("activation_mem_bytes_limit", None)
+        return real_stack_tables(*args, **kwargs)
+
+    monkeypatch.setattr(module.dataclasses, "replace", drop_budget)
+    monkeypatch.setattr(table_stacking, "stack_tables", stack_with_default_budget)
+    with pytest.raises(ConfigError, match="differently from the plan"):
+        to_jax_tpu_embedding(model.features, model.plan)
+
+
+def test_shard_rotation_of_P_or_more_is_reduced_like_the_library():
+    """col_shift=4 with P=2 is the library's col_shift 0: the same partitions, not all ids in partition 1."""
+    from scwork.sharding import StackingPlan
+    from scwork.sharding.stacking import Stack, TableInStack
+
+    topo = scwork.Topology(1, 2)
+    t = TableSpec("t", 16, 8, max_ids_per_partition=64, max_unique_ids_per_partition=64)
+    assert TableInStack(t, "t", 0, 16, 8, 0, 4, 2).shard_rotation == 0
+    assert TableInStack(t, "t", 0, 16, 8, 0, 5, 2).shard_rotation == 1
+    with pytest.raises(ConfigError, match="shard_rotation"):
+        TableInStack(t, "t", 0, 16, 8, 0, -1, 2)
+    with pytest.raises(ConfigError, match="shard_rotation"):
+        TableInStack(t, "t", 0, 16, 8, 0, 2.0, 2)
+    features = [FeatureSpec("f", t)]
+    ids = np.arange(15, dtype=np.int64)
+    batch = FeatureBatch.from_ragged({"f": (ids, np.array([0, 8, 15]))})
+    stats = {}
+    for shift in (0, 4):
+        stack = Stack("t", (TableInStack(t, "t", 0, 16, 8, 0, shift, 2),), tuple(features), 8, "sgd", "sum", 2,
+                      64, 64)
+        plan = StackingPlan([stack], topo, 0, 2)
+        stats[shift] = compute_stats(batch, features, topo, stacking=plan)["unique_ids"].sum(("device", "sc"))
+    assert stats[4].values.tolist() == stats[0].values.tolist() == [[8, 7]]
+
+
+def test_odd_spec_values_and_optimizers_are_config_errors():
+    from types import SimpleNamespace as NS
+
+    def specs(**table_changes):
+        table = dict(name="t", vocabulary_size=100, embedding_dim=8, combiner="sum", optimizer="sgd",
+                     max_ids_per_partition=64, max_unique_ids_per_partition=32)
+        table.update(table_changes)
+        return [NS(name="a", table_spec=NS(**table), output_shape=[16, 8])]
+
+    for changes in ({"vocabulary_size": "100"}, {"vocabulary_size": 10**5000}, {"embedding_dim": 8.0},
+                    {"name": 5}, {"optimizer": np.array(["sgd", "adam"])}, {"max_ids_per_partition": "x"}):
+        with pytest.raises(ConfigError):
+            from_jax_tpu_embedding(specs(**changes), global_device_count=1, num_sc_per_device=4)
+    for shape in ("16", [16.5, 8], ["9" * 5000, 8], 16):
+        bad = specs()
+        bad[0].output_shape = shape
+        with pytest.raises(ConfigError, match="output_shape"):
+            from_jax_tpu_embedding(bad, global_device_count=1, num_sc_per_device=4)
+    for optimizers in (5, ["sgd"], {"t": 3}):
+        with pytest.raises(ConfigError, match="optimizers"):
+            from_jax_tpu_embedding(specs(), global_device_count=1, num_sc_per_device=4, optimizers=optimizers)
+    stacked = _auto_stacked_with_budget(2048 * 1024)
+    stacked[0].id_transformation = NS(row_offset="0", col_offset=0, col_shift=0)
+    with pytest.raises(ConfigError, match="row_offset"):
+        from_jax_tpu_embedding(stacked, global_device_count=2, num_sc_per_device=4)
+
+
+def test_odd_message_values_are_config_errors_naming_the_field():
+    plan = plan_stacking([FeatureSpec("f", TableSpec("t", 100, 8))], scwork.Topology(1, 4), None, batch_size=8)
+    message = embedding_spec_message(plan.features, plan)
+    for path, value in ((("num_sparsecores",), "4"), (("num_sparsecores",), 2**64), (("stack_name",), 5),
+                        (("table_specs", 0, "vocab_size"), 1.5), (("table_specs", 0, "feature_specs"), "f"),
+                        (("table_specs", 0, "optimizer", "type"), "NOPE"), (("unknown_field",), 1),
+                        (("table_specs", 0, "optimizer", "float_params"), {"lr": "x"})):
+        broken = parse_embedding_spec(format_embedding_spec(message))
+        target = broken["stacked_table_specs"][0]
+        for key in path[:-1]:
+            target = target[key]
+        target[path[-1]] = value
+        with pytest.raises(ConfigError, match=str(path[-1]) if path[-1] != 0 else ""):
+            format_embedding_spec(broken)
+        with pytest.raises(ConfigError, match=str(path[-1]) if path[-1] != 0 else ""):
+            from_embedding_spec(broken, num_sc_per_device=4)
+
+
+@pytest.mark.parametrize("text", [
+    "stacked_table_specs { num_sparsecores: " + "9" * 5000 + " }",
+    "stacked_table_specs { table_specs { optimizer { type: " + "9" * 5000 + " } } }",
+    "stacked_table_specs { num_sparsecores: 9223372036854775808 }",
+])
+def test_integers_past_int64_or_4300_digits_are_input_errors(text):
+    with pytest.raises(InputError, match="line 1"):
+        parse_embedding_spec(text)

@@ -53,7 +53,12 @@ Where scwork deliberately differs (checked here or in tests/sharding):
 - scwork accepts any number of partitions, not only powers of two, and checks ids
   against the vocabulary (the library does not);
 - a static buffer larger than its limits allow (``round_up(max_ids, 8) * S * P``)
-  aborts the library (a CHECK failure); scwork raises a ConfigError when planning.
+  aborts the library (a CHECK failure); scwork raises a ConfigError when planning;
+- TensorFlow's ``max_ids_per_chip_per_sample`` check (the CSR buffer of one device
+  against ``cap * samples_per_device``) does not exist in the library: scwork keeps it
+  as an explicit option of :class:`~scwork.sharding.SparsecoreConfig`, off by default
+  (None), so default settings accept every batch the library accepts
+  (``DELIBERATE_DIFFERENCES`` below lists these items for tests that check them).
 """
 
 from __future__ import annotations
@@ -75,6 +80,29 @@ jte_embedding = pytest.importorskip(
     reason="the oracle needs jax-tpu-embedding (Python >= 3.12: pip install -e '.[oracle]')")
 from jax_tpu_embedding.sparsecore.lib.nn import embedding_spec as es  # noqa: E402
 from jax_tpu_embedding.sparsecore.lib.nn import table_stacking  # noqa: E402
+
+#: Where scwork deliberately differs from the library (the module notes above say why).
+DELIBERATE_DIFFERENCES = {
+    "limit_overflow_without_dropping": "LimitExceededError instead of the library's CHECK failure",
+    "unset_limits": "scwork tables may leave limits unset; the library's TableSpec defaults to 256",
+    "any_partition_count_and_vocabulary_checks": "any P, ids checked against the vocabulary",
+    "oversized_static_buffer": "ConfigError when planning instead of the library's CHECK failure",
+    "max_ids_per_chip_per_sample": "TensorFlow's per-chip check: an explicit option, off by default "
+                                   "(the library has none)",
+}
+
+
+def test_the_tensorflow_per_chip_check_is_an_option_off_by_default():
+    """Listed above, and off unless asked for: default settings accept what the library accepts."""
+    assert "max_ids_per_chip_per_sample" in DELIBERATE_DIFFERENCES
+    assert scwork.sharding.SparsecoreConfig().max_ids_per_chip_per_sample is None
+    batch = FeatureBatch.from_ragged({"f": (np.arange(32) % 16, [0, 16, 32])})   # 16 ids per sample
+    feats = [FeatureSpec("f", TableSpec("t", 64, 8, max_ids_per_partition=256, max_unique_ids_per_partition=256))]
+    compute_stats(batch, feats, scwork.Topology(1, 1))
+    with pytest.raises(LimitExceededError, match="max_ids_per_chip_per_sample"):
+        compute_stats(batch, feats, scwork.Topology(1, 1),
+                      config=scwork.sharding.SparsecoreConfig(max_ids_per_chip_per_sample=8))
+
 
 # Table names drawn so that alphabetical order and appearance order differ; the long
 # ones make stack names longer than 50 characters (the library's hashed short names).

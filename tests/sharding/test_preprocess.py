@@ -326,6 +326,17 @@ def test_max_ids_per_chip_per_sample():
     compute_stats(batch, feats, scwork.Topology(1, 2), config=SparsecoreConfig(max_ids_per_chip_per_sample=None))
 
 
+def test_per_chip_check_is_off_by_default_as_in_jax_tpu_embedding():
+    """16 distinct ids per sample on one SparseCore: 128 CSR slots for 2 samples, past TensorFlow's 64 per
+    sample; jax-tpu-embedding (no such check) accepts it, and so does the default configuration."""
+    batch = FeatureBatch.from_ragged({"f": (np.arange(32) * 8 % 1024, [0, 16, 32])})
+    feats = [FeatureSpec("f", TableSpec("t", 1024, 8))]
+    stats = compute_stats(batch, feats, scwork.Topology(1, 1))
+    assert stats["max_ids_per_partition"].values.max() == 32
+    with pytest.raises(LimitExceededError, match="max_ids_per_chip_per_sample"):
+        compute_stats(batch, feats, scwork.Topology(1, 1), config=SparsecoreConfig(max_ids_per_chip_per_sample=4))
+
+
 def test_zero_weight_sum_with_mean_is_an_input_error():
     batch = FeatureBatch.from_ragged({"f": ([1, 2], [0, 2], [1.0, -1.0])})
     with pytest.raises(InputError, match="sample 0: the weights sum to 0"):
