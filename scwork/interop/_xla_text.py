@@ -18,7 +18,9 @@ from typing import Any
 
 import numpy as np
 
+from scwork._validate import shown
 from scwork.errors import LayoutError, XlaDumpError
+from scwork.interop._numbers import decimal_int
 from scwork.layout import Shape, parse
 from scwork.layout.tiles import DTYPES
 
@@ -156,8 +158,8 @@ def _printed_bytes(text: str, path: str, line: int) -> tuple[float, float, float
     decimals, so the exact byte count lies in ``[low, high]``.
     """
     match = _SIZE.match(text.strip())
-    if match is None:
-        raise XlaDumpError(f"cannot read size {text!r}", path=path, line=line,
+    if match is None or not match.group(1).isascii() or len(match.group(1)) > 40:
+        raise XlaDumpError(f"cannot read size {shown(text, 60)}", path=path, line=line,
                            hint="sizes look like 512B, 1.5K, 124.00M, 2.00G")
     value, unit = float(match.group(1)), match.group(3)
     if not unit:
@@ -386,12 +388,18 @@ def parse_oom_message(text: str, *, source: str = "<text>") -> OomReport:
     head = _OOM_HEAD.search(text)
     utilization = _UTILIZATION.search(text)
     entries: list[dict[str, Any]] = []
+    lines_of: list[dict[str, int]] = []          # per entry: the line each field was read from
     for number, line in enumerate(text.splitlines(), 1):
         start = _ENTRY.search(line)
         if start:
             size, _, _ = _printed_bytes(start.group(2), source, number)
-            entries.append({"rank": int(start.group(1)), "size_text": start.group(2), "size_bytes": size,
+            rank = decimal_int(start.group(1), maximum=2**63 - 1)
+            if rank is None:
+                raise XlaDumpError(f"allocation number {shown(start.group(1), 30)} is not a plain number of at most "
+                                   "19 digits", path=source, line=number)
+            entries.append({"rank": rank, "size_text": start.group(2), "size_bytes": size,
                             "source": source, "line": number})
+            lines_of.append({})
             continue
         if not entries or "_done" in entries[-1]:
             continue
@@ -402,18 +410,26 @@ def parse_oom_message(text: str, *, source: str = "<text>") -> OomReport:
             at = line.find(key)
             if at >= 0 and (at == 0 or line[at - 1].isspace()):
                 entries[-1][name] = line[at + len(key):].strip()
+                lines_of[-1][name] = number
                 break
     allocations = []
-    for entry in entries:
+    for entry, field_lines in zip(entries, lines_of):
         entry.pop("_done", None)
-        number = entry["line"]
+        # A malformed size is reported at the line that holds it, not at the entry's first line.
         if "unpadded_text" in entry:
-            entry["unpadded_bytes"] = _printed_bytes(entry["unpadded_text"], source, number)[0]
+            entry["unpadded_bytes"] = _printed_bytes(entry["unpadded_text"], source, field_lines["unpadded_text"])[0]
         if "padding_text" in entry:
+            at = field_lines["padding_text"]
             padding = re.match(r"^(\S+)\s*(?:\((\d+(?:\.\d+)?)x expansion\))?", entry["padding_text"])
+            if padding is None:
+                raise XlaDumpError("'Extra memory due to padding:' has no size", path=source, line=at,
+                                   hint="the line reads 'Extra memory due to padding: 1.50M (1.0x expansion)'")
             entry["padding_text"] = padding.group(1)
-            entry["padding_bytes"] = _printed_bytes(padding.group(1), source, number)[0]
-            entry["expansion"] = float(padding.group(2)) if padding.group(2) else None
+            entry["padding_bytes"] = _printed_bytes(padding.group(1), source, at)[0]
+            expansion = padding.group(2)
+            if expansion and (not expansion.isascii() or len(expansion) > 40):
+                raise XlaDumpError(f"cannot read the expansion {shown(expansion, 40)}", path=source, line=at)
+            entry["expansion"] = float(expansion) if expansion else None
         allocations.append(OomAllocation(**entry))
     if head is None and not allocations:
         raise XlaDumpError("no 'Ran out of memory in memory space ...' line and no 'N. Size: ...' allocation",

@@ -116,7 +116,9 @@ from pathlib import Path
 
 import numpy as np
 
+from scwork._validate import shown
 from scwork.errors import LayoutError, XlaDumpError
+from scwork.interop._numbers import decimal_int
 from scwork.interop._xla_text import (
     MAX_FILE_BYTES,
     OomAllocation,
@@ -137,6 +139,7 @@ from scwork.memory.timeline import Event, Interval, Timeline
 __all__ = [
     "ALLOCATION_KINDS",
     "MAX_FILE_BYTES",
+    "MAX_SCHEDULE_STEPS",
     "Allocation",
     "BufferValue",
     "HloInstruction",
@@ -150,6 +153,10 @@ __all__ = [
     "read_oom_message",
     "read_xla_dump",
 ]
+
+#: Most schedule steps :meth:`HloModuleDump.timeline` builds events for (one Python object each):
+#: 2**22, far past any real schedule; a larger count comes from a cut or edited file.
+MAX_SCHEDULE_STEPS = 2**22
 
 #: Categories of measured buffers: XLA's allocation kinds, in drawing order.
 ALLOCATION_KINDS = ("parameter", "constant", "output", "temp", "preallocated-temp", "thread-local")
@@ -266,6 +273,15 @@ _TOTAL = re.compile(r"^Total bytes(?: used)?: (\d+)\b")
 _REPORT_ROW = re.compile(r"^\s*([^;]+);\s*([^;]+);\s*(\d+);\s*(\d+);\s*(.*)$")
 
 
+def _number(text: str, what: str, path: str, line: int) -> int:
+    """A count or size of a dump line as an int that fits int64 (XLA prints int64 values), else XlaDumpError."""
+    value = decimal_int(text)
+    if value is None:
+        raise XlaDumpError(f"{what} {shown(text, 30)} is not a number that fits int64 (XLA writes int64 values)",
+                           path=path, line=line, hint="the file is cut or edited; dump it again")
+    return value
+
+
 class HloModuleDump:
     """Everything one module's dump files say (build with :func:`read_xla_dump`).
 
@@ -375,18 +391,18 @@ class HloModuleDump:
                 continue
             total = _TOTAL.match(stripped)
             if total:
-                self.total_bytes = int(total.group(1))
+                self.total_bytes = _number(total.group(1), "total bytes", where, number)
                 continue
             header = _LIVE_MAX.match(stripped)
             if stripped.startswith(("BufferAssignment:", "Used values:", "InstructionSequence:",
                                     "BufferLiveRange:", "Memory Space:")) or header or _PEAK_HEAD.match(line):
                 section = stripped.split(":")[0].split(" (")[0]
                 if header:
-                    self.schedule_end = int(header.group(1))
+                    self.schedule_end = _number(header.group(1), "HloLiveRange max", where, number)
                     self.live_range_source, self.sequence = "HloLiveRange", ()
                 peak = _PEAK_HEAD.match(line)
                 if peak:
-                    section, self.xla_peak_time = "peak", int(peak.group(1))
+                    section, self.xla_peak_time = "peak", _number(peak.group(1), "peak time", where, number)
                 continue
             if stripped.startswith("Stack trace breakdown"):
                 section = "skip"  # XLA's per-op attribution of the peak: not used
@@ -413,17 +429,25 @@ class HloModuleDump:
                 self.sequence += (self._expect(_SEQUENCE, line, "'  N:instruction'", where, number).group(2),)
             elif section == "BufferLiveRange":
                 match = self._expect(_RANGE, line, "'name{index}:start-end'", where, number)
-                self._ranges[(match.group(1), match.group(2))] = (int(match.group(3)), int(match.group(4)))
+                start, end = (_number(match.group(k), "live range time", where, number) for k in (3, 4))
+                if end < start:
+                    raise XlaDumpError(f"live range {match.group(1)}{match.group(2)} ends at {end}, before it "
+                                       f"starts at {start}", path=where, line=number,
+                                       hint="the file is cut or edited; dump it again")
+                self._ranges[(match.group(1), match.group(2))] = (start, end)
             elif section == "peak":
-                self.xla_peak_bytes = int(self._expect(_PEAK_ROW, line, "'name{}: N bytes (cumulative: N bytes)'",
-                                                       where, number).group(3))
+                self.xla_peak_bytes = _number(self._expect(_PEAK_ROW, line, "'name{}: N bytes (cumulative: N "
+                                                           "bytes)'", where, number).group(3), "peak bytes", where,
+                                              number)
             elif section == "Memory Space":
                 if stripped.startswith("cumulative_size"):
                     block += 1
                 elif not stripped.startswith("---"):
                     row = self._expect(_REPORT_ROW, line, "'cumulative; size; offset; n; shapes'", where, number)
                     self.memory_report.append({"block": block, "size": row.group(2).strip(),
-                                               "offset": int(row.group(3)), "used_by_n_values": int(row.group(4)),
+                                               "offset": _number(row.group(3), "offset", where, number),
+                                               "used_by_n_values": _number(row.group(4), "value count", where,
+                                                                           number),
                                                "shapes": row.group(5).strip()})
         self.allocations, self.values = tuple(allocations), tuple(values)
 
@@ -446,10 +470,12 @@ class HloModuleDump:
                                            ("thread-local", "thread-local"), ("output", "maybe-live-out"),
                                            ("preallocated-temp", "preallocated-temp"))
                          if re.search(rf"(^|, ){flag}\b", flags_text)), "temp")
-            allocations.append(Allocation(int(head.group(1)), int(head.group(2)), kind, words,
-                                          int(color.group(1)) if color else 0,
-                                          int(parameter.group(1)) if parameter else None, path, number))
-            return int(head.group(1))
+            index = _number(head.group(1), "allocation number", path, number)
+            allocations.append(Allocation(index, _number(head.group(2), "allocation size", path, number), kind,
+                                          words, _number(color.group(1), "color", path, number) if color else 0,
+                                          _number(parameter.group(1), "parameter number", path, number)
+                                          if parameter else None, path, number))
+            return index
         value = _VALUE_LINE.match(line)
         if value is None or allocation is None:
             raise XlaDumpError("expected 'allocation N: size S, ...:' or ' value: <id name @color> "
@@ -460,8 +486,9 @@ class HloModuleDump:
         except ValueError as error:
             raise XlaDumpError(f"value {value.group(2)!r}: {error}", path=path, line=number) from None
         shape = self._leaf_shape(leaves[0][1], path, number) if len(leaves) == 1 and not leaves[0][0] else None
-        values.append(BufferValue(int(value.group(1)), value.group(2), value.group(3) or "{}", allocation,
-                                  int(value.group(5)), int(value.group(4)), text, shape, path, number))
+        values.append(BufferValue(_number(value.group(1), "value id", path, number), value.group(2),
+                                  value.group(3) or "{}", allocation, _number(value.group(5), "offset", path, number),
+                                  _number(value.group(4), "value size", path, number), text, shape, path, number))
         return allocation
 
     def _resolve_live_ranges(self) -> None:
@@ -596,27 +623,63 @@ class HloModuleDump:
                    else self.total_bytes})
 
     def _peak_time(self) -> int | None:
-        if not any(v.start >= 0 for v in self.values):
+        """The first schedule time of the largest live total (the timeline's peak event), by a sweep over
+        the range ends: no per-step work, so a dump with a huge edited time stays cheap."""
+        live = [v for v in self.values if v.start >= 0]
+        if not live:
             return None
-        return self.timeline().peak_event.index
+        changes: dict[int, int] = {}
+        for v in live:
+            changes[v.start] = changes.get(v.start, 0) + v.bytes
+            changes[v.end + 1] = changes.get(v.end + 1, 0) - v.bytes
+        best_time, best, total = 0, 0, 0
+        for time in sorted(changes):
+            total += changes[time]
+            if total > best:
+                best_time, best = time, total
+        return best_time
 
-    def timeline(self, *, capacity_bytes: int | None = None, usable_bytes: int | None = None) -> MeasuredTimeline:
+    def timeline(self, *, capacity_bytes: int | None = None, usable_bytes: int | None = None,
+                 max_schedule_steps: int = MAX_SCHEDULE_STEPS) -> MeasuredTimeline:
         """The measured memory timeline of this module (see :class:`MeasuredTimeline`).
 
         Parameters
         ----------
         capacity_bytes, usable_bytes : int, optional
             Memory to compare with (e.g. a chip's HBM); default the peak itself.
+        max_schedule_steps : int
+            Most schedule steps (events) the timeline may have; default
+            :data:`MAX_SCHEDULE_STEPS`.
 
         Raises
         ------
         XlaDumpError
-            No value has a live range (the live-range and values files are missing).
+            No value has a live range (the live-range and values files are missing),
+            more steps than ``max_schedule_steps`` (an edited time far past the
+            schedule), or live bytes past int64.
         """
-        if not any(v.start >= 0 for v in self.values):
-            raise XlaDumpError(f"module {self.name!r} has no live ranges", path=str(self.files.get(
-                "buffer-assignment", self.name)), hint="dump with a recent XLA (it writes *-live-range.txt) and "
-                                                       "keep the buffer-assignment files")
+        where = str(self.files.get("live-range", self.files.get("buffer-assignment", self.name)))
+        live = [v for v in self.values if v.start >= 0]
+        if not live:
+            raise XlaDumpError(f"module {self.name!r} has no live ranges", path=where,
+                               hint="dump with a recent XLA (it writes *-live-range.txt) and keep the "
+                                    "buffer-assignment files")
+        # One event per schedule time: refuse before building them when an edited time is huge.
+        steps = max([len(self.sequence), (self.schedule_end or 0) + 1, *(v.end + 1 for v in live)])
+        if steps > max_schedule_steps:
+            raise XlaDumpError(f"the timeline of module {self.name!r} would have {steps:,} schedule steps, more "
+                               f"than max_schedule_steps={max_schedule_steps:,} (the schedule lists "
+                               f"{len(self.sequence):,} instructions)", path=where,
+                               hint="a live range or HloLiveRange's max is far past the schedule: the file is "
+                                    "cut or edited; dump it again, or pass a larger max_schedule_steps")
+        total = sum(v.bytes for v in live)
+        if total > np.iinfo(np.int64).max:
+            raise XlaDumpError(f"the live values of module {self.name!r} add up to {total:,} bytes, past int64",
+                               path=where, hint="the sizes are not real; dump it again")
+        for name, value in (("capacity_bytes", capacity_bytes), ("usable_bytes", usable_bytes)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, np.integer))
+                                      or not 0 <= value <= np.iinfo(np.int64).max):
+                raise XlaDumpError(f"{name} must be an int of bytes >= 0 (or None), got {shown(value)}")
         return MeasuredTimeline(self, capacity_bytes=capacity_bytes, usable_bytes=usable_bytes)
 
 
@@ -767,18 +830,30 @@ def read_xla_dump(folder: str | os.PathLike, *, modules: str | None = None, erro
         The folder has no after-optimizations file, a file is too large, or a line
         of a section these readers parse is malformed (file and line named).
     """
-    if errors not in ("raise", "collect"):
-        raise XlaDumpError(f"errors must be 'raise' or 'collect', got {errors!r}")
+    if not isinstance(errors, str) or errors not in ("raise", "collect"):
+        raise XlaDumpError(f"errors must be 'raise' or 'collect', got {shown(errors)}")
     _check_max_bytes(max_file_bytes)
+    if modules is not None:
+        if not isinstance(modules, str):
+            raise XlaDumpError(f"modules must be a regular expression (a str) or None, got {shown(modules)}")
+        try:
+            module_pattern = re.compile(modules)
+        except re.error as error:
+            raise XlaDumpError(f"modules={shown(modules)} is not a regular expression: {error}",
+                               hint="escape special characters with re.escape(name), e.g. modules='^jit_step$'") \
+                from None
+    if not isinstance(folder, (str, os.PathLike)):
+        raise XlaDumpError(f"folder must be a path (str or os.PathLike), got {shown(folder)}")
     path = Path(folder)
     if not path.is_dir():
         raise XlaDumpError("not a folder", path=str(path), hint="pass the DIR of XLA_FLAGS=--xla_dump_to=DIR")
     grouped: dict[tuple[int, str], dict[str, Path]] = {}
     for file in sorted(path.iterdir()):
         match = _FILE.match(file.name)
-        if match and file.is_file() and (modules is None or re.search(modules, match.group(2))):
+        if match and file.is_file() and (modules is None or module_pattern.search(match.group(2))):
             kind = (match.group(4) or "-hlo")[1:]
-            grouped.setdefault((int(match.group(1)), match.group(2)), {})[kind] = file
+            grouped.setdefault((_number(match.group(1), "module number", str(file), 0), match.group(2)), {})[kind] \
+                = file
     if not grouped:
         raise XlaDumpError("no module_NNNN.<name>.*after_optimizations*.txt file"
                            + ("" if modules is None else f" of a module matching {modules!r}"), path=str(path),

@@ -326,7 +326,7 @@ def test_oom_bad_inputs_are_typed_errors_naming_the_line():
     assert (raised.value.path, raised.value.line) == ("log.txt", 2)
     with pytest.raises(XlaDumpError) as raised:
         parse_oom_message("x\n  1. Size: 1.00G\n     Unpadded size: lots\n", source="log.txt")
-    assert raised.value.line == 2
+    assert raised.value.line == 3             # the line that holds the size, not the entry's first line
     report = parse_oom_message("  1. Size: 29.66M\n     XLA label: register allocator spill slots\n"
                                "  2. Size: 1.0K\n     Shape: f32[8,8]{1,0:T(8,0)}\n", source="log.txt")
     with pytest.raises(XlaDumpError, match="no Shape line"):
@@ -346,3 +346,68 @@ def test_layout_explorer_opens_an_oom_shape_by_text():
     entry = read_oom_message(DATA / "oom_pytorch_xla_issue9524_vmem.txt").allocations[2]
     explorer = LayoutExplorer(text=entry.shape_text)
     assert explorer.error == "" and explorer.shape == entry.shape()
+
+
+# -- regressions of issue 22 ----------------------------------------------------------------------------
+@pytest.mark.parametrize(("text", "line", "what"), [
+    ("x\n  1. Size: 1.00G\n     Shape: f32[8]{0}\n     Extra memory due to padding:\n", 4, "has no size"),
+    ("x\n  1. Size: 1.00G\n     Unpadded size: 1.00G\n     Extra memory due to padding: 2x.0M\n", 4,
+     "cannot read size"),
+    ("  " + "9" * 5000 + ". Size: 1.0K\n", 1, "allocation number"),
+    ("  1. Size: " + "9" * 5000 + "\n", 1, "cannot read size"),
+    ("  1. Size: 1.0K\n  Extra memory due to padding: 1.0K (" + "9" * 5000 + "x expansion)\n", 2, "expansion"),
+])
+def test_oom_sizes_and_numbers_are_refused_at_their_line(text, line, what):
+    with pytest.raises(XlaDumpError, match=what) as raised:
+        parse_oom_message(text, source="log.txt")
+    assert raised.value.line == line
+
+
+@pytest.mark.parametrize(("file", "old", "new", "what"), [
+    ("-buffer-assignment.txt", "allocation 0: size 26624,", "allocation 0: size 9223372036854775808,",
+     "allocation size"),
+    ("-buffer-assignment.txt", "allocation 0: size 26624,", "allocation 0: size 18446744073709551616,",
+     "allocation size"),
+    ("-buffer-assignment.txt", "(size=4096,offset=0): f32[3,5]", "(size=" + "9" * 5000 + ",offset=0): f32[3,5]",
+     "value size"),
+    ("-live-range.txt", "HloLiveRange (max 6)", "HloLiveRange (max " + "9" * 5000 + ")", "HloLiveRange max"),
+    ("-live-range.txt", "copy.2{}:4-6", "copy.2{}:4-99999999999999999999", "live range time"),
+    ("-live-range.txt", "copy.2{}:4-6", "copy.2{}:6-4", "ends at 4, before it starts at 6"),
+    ("-buffer-assignment.txt", "Total bytes used: 61456", "Total bytes used: " + "9" * 30, "total bytes"),
+])
+def test_dump_numbers_past_int64_and_reversed_ranges_name_the_line(tmp_path, file, old, new, what):
+    folder = _copy_tpu_style(tmp_path)
+    path = folder / f"module_0001.jit_step.tpu_after_optimizations{file}"
+    line = _edit(path, old, new)
+    with pytest.raises(XlaDumpError, match=what) as raised:
+        read_xla_dump(folder)
+    assert (raised.value.path, raised.value.line) == (str(path), line)
+
+
+@pytest.mark.parametrize("end", [2**40, 2**63 - 1])
+def test_huge_live_range_end_is_bounded(tmp_path, end):
+    """One edited end: buffers_dataset stays cheap (peak by a sweep), timeline refuses naming the size."""
+    folder = _copy_tpu_style(tmp_path)
+    _edit(folder / "module_0001.jit_step.tpu_after_optimizations-live-range.txt", "copy.2{}:4-6", f"copy.2{{}}:4-{end}")
+    module = read_xla_dump(folder).modules[0]
+    ds = module.buffers_dataset()
+    assert int(ds["end"].sel(buffer="copy.2")) == end
+    assert bool(ds["live_at_peak"].sel(buffer="copy.2"))
+    with pytest.raises(XlaDumpError, match=f"{end + 1:,} schedule steps") as raised:
+        module.timeline()
+    assert "max_schedule_steps" in str(raised.value)
+
+
+def test_peak_time_by_sweep_equals_the_timelines_peak(tmp_path):
+    module = read_xla_dump(TPU_STYLE).modules[0]
+    assert module._peak_time() == module.timeline().peak_event.index == 5
+
+
+def test_modules_pattern_must_be_a_regular_expression():
+    with pytest.raises(XlaDumpError, match="not a regular expression"):
+        read_xla_dump(TPU_STYLE, modules="jit_(")
+    with pytest.raises(XlaDumpError, match="modules must be"):
+        read_xla_dump(TPU_STYLE, modules=5)
+    with pytest.raises(XlaDumpError, match="folder must be a path"):
+        read_xla_dump(5)
+    assert read_xla_dump(TPU_STYLE, modules="^jit_step$").modules[0].name == "jit_step"
