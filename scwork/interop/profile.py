@@ -94,7 +94,7 @@ import numpy as np
 
 from scwork.errors import ConfigError, TraceError
 from scwork.pipeline.phases import PHASE_RESOURCE, PHASES, RESOURCE_KINDS
-from scwork.pipeline.trace import MeasuredTrace, compare, read_trace
+from scwork.pipeline.trace import MeasuredTrace, _unit_number, compare, read_trace
 
 __all__ = [
     "read_jax_profile",
@@ -482,7 +482,7 @@ def read_jax_profile(source, *, patterns=DEFAULT_LANE_PATTERNS, phase_patterns=J
                 continue
             lane, m = hit
             groups = m.groupdict()
-            lane_key = (lane, int(groups.get("chip") or 0), int(groups.get("unit") or 0))
+            lane_key = (lane, _unit_number(groups.get("chip"), lab), _unit_number(groups.get("unit"), lab))
             pid = lanes.setdefault(lane_key, len(lanes) + 1)
             tid = threads.setdefault(key, len(threads) + 1)
             used.add((pid, tid))

@@ -249,10 +249,15 @@ def _thread_id(value) -> bool:
 
 
 def _unit_number(text, label: str) -> int:
+    """The ``chip`` / ``unit`` group of a thread pattern as an int (0 when the group is absent)."""
     if not text:
         return 0
     if len(text) > 18:
         raise TraceError(f"thread {label!r}: the chip or unit number {text[:20]}... is too long to be one")
+    if not (text.isascii() and text.isdigit()):
+        # A user's pattern whose group captures more than digits (e.g. (?P<chip>.+)).
+        raise TraceError(f"thread {label!r}: the chip or unit group captured {text!r}, not a number; make the "
+                         r"pattern's chip / unit groups capture digits only, e.g. (?P<chip>\d+)")
     return int(text)
 
 

@@ -427,3 +427,19 @@ def test_reading_is_bounded(tmp_path, recorded):
         read_jax_profile(bomb, max_bytes=2**20, num_steps=1)
     with pytest.raises(TraceError, match="max_events"):
         read_jax_profile(path, max_events=100)
+
+
+# -- regressions of issue 22 ----------------------------------------------------------------------------
+@pytest.mark.parametrize("group", [r"(?P<chip>\S+)", r"(?P<chip>[^ ]*)", r"(?P<unit>.+)"])
+def test_chip_and_unit_groups_that_capture_non_digits_are_trace_errors(group):
+    from scwork.errors import TraceError
+    from scwork.interop.profile import read_jax_profile
+
+    events = {"traceEvents": [
+        {"ph": "M", "pid": 1, "name": "process_name", "args": {"name": "TPU:x SparseCore 1"}},
+        {"ph": "X", "pid": 1, "tid": 1, "ts": 0, "dur": 5, "name": "op"}]}
+    with pytest.raises(TraceError, match="not a number"):
+        read_jax_profile(events, patterns=[("sc", rf"TPU:{group} SparseCore", "")], steps=None, num_steps=1)
+    ok = read_jax_profile(events, patterns=[("sc", r"TPU:\w SparseCore (?P<unit>\d+)", "")], steps=None,
+                          num_steps=1)
+    assert ok.unit.tolist() == [1]

@@ -132,3 +132,17 @@ def test_read_trace_skips_events_whose_ph_is_not_text(trace):
     events = json.loads(json.dumps(trace))["traceEvents"]
     events[0]["ph"] = np.array([], np.int8)      # '==' on it raised "truth value of an empty array" before
     read_trace({"traceEvents": events})
+
+
+def test_read_trace_chip_group_capturing_non_digits_is_a_trace_error():
+    """A user's resource pattern whose chip / unit group captures text (issue 22)."""
+    from scwork.errors import TraceError
+    from scwork.pipeline import read_trace
+
+    events = {"traceEvents": [
+        {"ph": "M", "pid": 1, "name": "process_name", "args": {"name": "TPU:x SparseCore 1"}},
+        {"ph": "X", "pid": 1, "tid": 1, "ts": 0, "dur": 5, "name": "op"}]}
+    with pytest.raises(TraceError, match="captured 'x', not a number"):
+        read_trace(events, resource_patterns=[("sc", r"TPU:(?P<chip>\S+) SparseCore (?P<unit>\d+)")], num_steps=1)
+    trace = read_trace(events, resource_patterns=[("sc", r"TPU:\S+ SparseCore (?P<unit>\d+)")], num_steps=1)
+    assert trace.unit.tolist() == [1] and trace.chip.tolist() == [0]
