@@ -92,6 +92,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from scwork._validate import shown
 from scwork.collectives.network import ICI_LATENCY_S, ON_CHIP_LATENCY_S, Network
 from scwork.errors import ConfigError, InputError, TopologyError
 
@@ -154,24 +155,44 @@ def _unique_counts(stats, topology) -> tuple[list[str], np.ndarray]:
                          f"topology {topology} has {topology.num_devices} x {topology.sparsecores_per_device}; "
                          "compute the statistics for this topology")
     order = [d for d in ("minibatch", "stack", "device", "sc", "partition") if d in dims]
-    uniq = np.asarray(var.transpose(*order).values)
-    if not np.issubdtype(uniq.dtype, np.number) or (uniq < 0).any():
-        raise InputError("stats['unique_ids'] must hold counts >= 0")
-    uniq = uniq.astype(np.int64)
+    uniq = _counts(var.transpose(*order).values, "stats['unique_ids']")
     if uniq.ndim == 4:
         uniq = uniq[None]
     # Counts above a configured limit were dropped (allow_id_dropping): clip as the step model does.
     K = uniq.shape[1]
     for name in ("configured_max_unique_ids_per_partition", "configured_max_ids_per_partition"):
         if name in stats and stats[name].dims == ("stack",):
-            limits = np.asarray(stats[name].values, dtype=np.int64)
+            limits = _counts(stats[name].values, f"stats[{name!r}]", minimum=-1)
             for k in range(K):
                 if limits[k] >= 0:
                     uniq[:, k] = np.minimum(uniq[:, k], limits[k])
+    # Summing over minibatches (and later over stacks, SparseCores and partitions) stays exact in int64
+    # when the largest count times the number of counts fits.
+    if int(uniq.max(initial=0)) * max(uniq.size, 1) > _INT64_MAX:
+        raise InputError(f"stats['unique_ids'] holds counts up to {int(uniq.max()):,}: their sum over "
+                         f"{uniq.size:,} entries may pass int64; these are not real id counts")
     return [str(s) for s in var["stack"].values], uniq.sum(axis=0)
 
 
-def _per_stack_int(value, stacks: list[str], name: str, minimum: int) -> np.ndarray:
+_INT64_MAX = int(np.iinfo(np.int64).max)
+
+
+def _counts(values, name: str, minimum: int = 0) -> np.ndarray:
+    """Whole counts ``>= minimum`` as int64: NaN, fractions, booleans and values past int64 are refused."""
+    arr = np.asarray(values)
+    if arr.dtype.kind not in "iuf":
+        raise InputError(f"{name} must hold whole counts >= {minimum}, got dtype {arr.dtype}")
+    if arr.size:
+        if arr.dtype.kind == "f" and not (np.isfinite(arr).all() and (arr == np.floor(arr)).all()):
+            raise InputError(f"{name} must hold whole counts >= {minimum}: it holds NaN, infinite or fractional "
+                             "values")
+        if arr.min() < minimum or (arr.dtype.kind in "uf" and arr.max() > 2.0**62):
+            raise InputError(f"{name} must hold whole counts >= {minimum} and below 2**62, got values from "
+                             f"{arr.min()} to {arr.max()}")
+    return arr.astype(np.int64)
+
+
+def _per_stack_int(value, stacks: list[str], name: str, minimum: int) -> list[int]:
     if isinstance(value, Mapping):
         missing = [s for s in stacks if s not in value]
         if missing:
@@ -182,9 +203,9 @@ def _per_stack_int(value, stacks: list[str], name: str, minimum: int) -> np.ndar
     out = []
     for s, v in zip(stacks, values):
         if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < minimum:
-            raise ConfigError(f"{name} of stack {s!r} must be an integer >= {minimum}, got {v!r}")
+            raise ConfigError(f"{name} of stack {s!r} must be an integer >= {minimum}, got {shown(v)}")
         out.append(int(v))
-    return np.array(out, dtype=np.int64)
+    return out          # Python ints: products are formed exactly before anything goes into int64
 
 
 def _requester_owner_rows(uniq_kgsp: np.ndarray, S: int) -> np.ndarray:
@@ -263,12 +284,16 @@ def embedding_all_to_all(stats, topology, *, widths, dtype_bytes=4, gradient_dty
     gb = b if gradient_dtype_bytes is None else _per_stack_int(gradient_dtype_bytes, stacks,
                                                                "gradient_dtype_bytes", 1)
     if isinstance(index_bytes, bool) or not isinstance(index_bytes, numbers.Integral) or index_bytes < 0:
-        raise ConfigError(f"index_bytes must be an integer >= 0, got {index_bytes!r}")
-    row = np.stack([w * b + int(index_bytes), w * gb + int(index_bytes)], axis=1)     # (K, 2)
-    largest = int(uniq.sum()) * int(row.max(initial=0))
-    if largest > np.iinfo(np.int64).max:
-        raise ConfigError(f"{int(uniq.sum()):,} unique ids x {int(row.max())} bytes per row does not fit in int64; "
+        raise ConfigError(f"index_bytes must be an integer >= 0, got {shown(index_bytes)}")
+    # Bytes per row in exact Python integers, bounded before any int64 array holds them (a width of
+    # 2**62 x 4 bytes would wrap to 0 in int64).
+    rows_bytes = [(wk * bk + int(index_bytes), wk * gk + int(index_bytes)) for wk, bk, gk in zip(w, b, gb)]
+    widest = max((max(r) for r in rows_bytes), default=0)
+    largest = int(uniq.sum()) * widest
+    if widest > _INT64_MAX or largest > _INT64_MAX:
+        raise ConfigError(f"{int(uniq.sum()):,} unique ids x up to {widest:,} bytes per row does not fit in int64; "
                           "the widths or byte sizes are not real sizes")
+    row = np.array(rows_bytes, dtype=np.int64).reshape(len(stacks), 2)              # (K, 2)
     S = topology.sparsecores_per_device
     G = topology.num_devices
     rows_k = _requester_owner_rows(uniq, S)                                      # (K, G req, G own)
@@ -459,7 +484,8 @@ class _Router:
     def time(self, loads: np.ndarray, latency: float) -> float:
         if not loads.any():
             return 0.0
-        return float((loads / self.net.link_bandwidth).max()) + latency
+        with np.errstate(over="ignore"):      # an overflow to inf is refused by route_all_to_all
+            return float((loads / self.net.link_bandwidth).max()) + latency
 
     def hops(self) -> np.ndarray:
         """Links crossed by the route of every (device, device) pair."""
@@ -495,8 +521,15 @@ def _router(topology, *, chip=None, link_bandwidth=None, link_latency=ICI_LATENC
         if on_chip_bandwidth is None and topology.devices_per_chip > 1:
             on_chip_bandwidth = float(chip.hbm_bandwidth_bytes_per_s)
         chip = chip.name
-    return _cached_router(tuple(topology.shape), tuple(topology.wraparound), topology.devices_per_chip, chip,
-                          link_bandwidth, link_latency, on_chip_bandwidth, on_chip_latency, tie)
+    key = (tuple(topology.shape), tuple(topology.wraparound), topology.devices_per_chip, chip, link_bandwidth,
+           link_latency, on_chip_bandwidth, on_chip_latency, tie)
+    try:
+        hash(key)
+    except TypeError:
+        # Network checks the values themselves; an unhashable one (a list, an array) is not a number anyway.
+        raise ConfigError(f"chip, link_bandwidth, link_latency, on_chip_bandwidth and on_chip_latency must be a "
+                          f"name and numbers, got {shown(key[3:8])}") from None
+    return _cached_router(*key)
 
 
 def device_hops(topology, **network_kwargs) -> np.ndarray:
@@ -655,5 +688,12 @@ def route_all_to_all(a2a, topology, *, chip=None, link_bandwidth: float | None =
         loads.append(lb)
         latency.append(lat if lb.any() else 0.0)
         time.append(router.time(lb, lat))
+    with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
+        busy_ok = np.isfinite(np.stack(loads, axis=1) / router.net.link_bandwidth[:, None]).all()
+    if not (np.isfinite(time).all() and busy_ok):
+        # A bandwidth near zero (1e-300 B/s) or byte counts near the float64 limit overflow to inf.
+        raise ConfigError(f"the all-to-all time is not a finite number of seconds ({shown(time)}): the link "
+                          f"bandwidths ({shown(sorted(set(router.net.link_bandwidth.tolist())))} B/s) are too "
+                          "small for these bytes; give bandwidths in bytes per second, e.g. 4.5e10")
     return _links_dataset(router, np.stack(loads, axis=1), np.array(latency), np.array(time), directions,
                           {"topology": str(topology)})

@@ -381,3 +381,57 @@ def test_pipeline_timeline_names_the_hottest_link():
     assert notes and all("hottest link (0,0)->(0,1)" in n for n in notes)
     uniform = PipelineTimeline(stats, topology=topo, widths={"u": 64}, tc_forward_s=1e-4)
     assert "uniform all-to-all" in re.sub("<[^>]+>", " ", uniform._summary_div.text)
+
+
+# -- regressions of issue 22 ----------------------------------------------------------------------------
+def _two_device_stats(u, dtype=None):
+    import xarray as xr
+
+    u = np.asarray(u, dtype=dtype)
+    return xr.Dataset({"unique_ids": (("stack", "device", "sc", "partition"), u)}, coords={"stack": ["t"]})
+
+
+@pytest.mark.parametrize("kwargs", [dict(widths=2**62), dict(widths=2**62, dtype_bytes=4), dict(widths=2**63),
+                                    dict(widths=4, dtype_bytes=2**64), dict(widths=1, index_bytes=2**63),
+                                    dict(widths=2**40, dtype_bytes=2**21)])
+def test_byte_sizes_past_int64_are_refused_before_wrapping(kwargs):
+    """widths=2**62 x 4 bytes wrapped to 0 bytes in int64 before the overflow check ran."""
+    from scwork.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="does not fit in int64"):
+        embedding_all_to_all(_two_device_stats([[[[1, 2]], [[0, 5]]]]), scwork.Topology(2, 1), **kwargs)
+
+
+def test_largest_exact_byte_sizes_are_kept_exactly():
+    a2a = embedding_all_to_all(_two_device_stats([[[[1, 0]], [[0, 0]]]]), scwork.Topology(2, 1),
+                               widths=2**61, dtype_bytes=2, index_bytes=2**62 - 1)
+    assert int(a2a["bytes"].sel(source=0, destination=0, direction="forward")) == 2**63 - 1
+
+
+@pytest.mark.parametrize("counts", [[[[[1.5, 2]], [[0, 5]]]], [[[[np.nan, 2]], [[0, 5]]]], [[[[np.inf, 2]], [[0, 5]]]],
+                                    [[[[-1, 2]], [[0, 5]]]], [[[[True, False]], [[False, True]]]],
+                                    [[[[2**62, 2**62]], [[2**62, 5]]]]])
+def test_nan_fractional_and_huge_unique_counts_are_input_errors(counts):
+    from scwork.errors import InputError
+
+    with pytest.raises(InputError, match="unique_ids"):
+        embedding_all_to_all(_two_device_stats(counts), scwork.Topology(2, 1), widths=1)
+
+
+def test_whole_float_counts_are_accepted_as_ints():
+    a2a = embedding_all_to_all(_two_device_stats([[[[1.0, 2.0]], [[0.0, 5.0]]]]), scwork.Topology(2, 1), widths=4,
+                               dtype_bytes=2)
+    assert a2a["bytes"].sel(direction="forward").values.tolist() == [[8, 0], [16, 40]]
+
+
+def test_route_time_must_be_finite():
+    from scwork.errors import ConfigError
+
+    topo = scwork.Topology(4, 1, chip="v5p", shape=(2, 2))
+    m = np.zeros((4, 4))
+    m[0, 3] = 1e10
+    with pytest.raises(ConfigError, match="not a finite number of seconds"):
+        route_all_to_all(m, topo, link_bandwidth=1e-300)
+    with pytest.raises(ConfigError, match="must be a name and numbers"):
+        route_all_to_all(m, topo, link_bandwidth=[1.0])
+    assert np.isfinite(route_all_to_all(m, topo, link_bandwidth=1.0)["time"].values).all()
