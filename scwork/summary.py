@@ -37,11 +37,13 @@ Examples
 from __future__ import annotations
 
 import html
+import math
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from scwork._validate import shown
 from scwork.errors import ConfigError
 
 __all__ = ["PlanSummary", "plan_summary"]
@@ -172,6 +174,29 @@ def _time(seconds: float) -> str:
     return f"{seconds * 1e3:.3f} ms" if seconds >= 1e-3 else f"{seconds * 1e6:.1f} µs"
 
 
+def _check_stats(stats: Any) -> None:
+    """The variables plan_summary reads, with the dims and whole counts compute_stats gives them."""
+    import xarray as xr
+
+    if not isinstance(stats, xr.Dataset):
+        raise ConfigError(f"plan_summary: stats must be the xarray.Dataset of compute_stats, got {shown(stats)}")
+    needed = {"ids": ("stack", "device", "sc", "partition"), "max_ids_per_partition": ("stack", "device", "partition"),
+              "max_unique_ids_per_partition": ("stack", "device", "partition")}
+    for name, dims in needed.items():
+        if name not in stats or "stack" not in stats.coords:
+            raise ConfigError(f"plan_summary: stats has no {name!r} (or no stack coordinate); pass the output of "
+                              "scwork.sharding.compute_stats")
+        var = stats[name]
+        if set(var.dims) != set(dims):
+            raise ConfigError(f"plan_summary: stats[{name!r}] has dims {var.dims}, compute_stats gives {dims}")
+        values = np.asarray(var.values)
+        if values.dtype.kind not in "iu" and not (values.dtype.kind == "f" and np.isfinite(values).all()
+                                                 and (values == np.floor(values)).all()):
+            raise ConfigError(f"plan_summary: stats[{name!r}] must hold whole counts, got {values.dtype} values")
+        if values.size and (values.min() < 0 or values.max() > 2.0**62):
+            raise ConfigError(f"plan_summary: stats[{name!r}] must hold counts between 0 and 2**62")
+
+
 def plan_summary(features: Any, topology: Any, *, batch_size: int, stats: Any = None, stacking: Any = "auto",
                  config: Any = None, tc_forward_s: float | None = None, tc_backward_s: float | None = None,
                  **memory_kwargs: Any) -> PlanSummary:
@@ -199,10 +224,31 @@ def plan_summary(features: Any, topology: Any, *, batch_size: int, stats: Any = 
     -------
     PlanSummary
     """
+    import inspect
+
     import xarray as xr
 
     from scwork import memory
+    from scwork.hardware.topology import Topology
     from scwork.sharding import plan_stacking
+
+    # Keywords go on to memory.plan: name the unknown ones here, so the error says plan_summary.
+    known = set(inspect.signature(memory.plan).parameters) - {"model", "topology", "batch_size", "stacking",
+                                                             "config", "stats"}
+    unknown = sorted(set(memory_kwargs) - known)
+    if unknown:
+        raise ConfigError(f"plan_summary() got unknown keyword {unknown[0]!r}; it takes features, topology, "
+                          f"batch_size, stats, stacking, config, tc_forward_s, tc_backward_s and the keywords of "
+                          f"scwork.memory.plan ({', '.join(sorted(known))})")
+    if not isinstance(topology, Topology):
+        raise ConfigError(f"plan_summary: topology must be a scwork.Topology, got {shown(topology)}")
+    for name, value in (("tc_forward_s", tc_forward_s), ("tc_backward_s", tc_backward_s)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float, np.integer,
+                                                                                   np.floating))
+                                  or not math.isfinite(value) or value < 0):
+            raise ConfigError(f"plan_summary: {name} must be a finite number of seconds >= 0, got {shown(value)}")
+    if stats is not None:
+        _check_stats(stats)
 
     plan = plan_stacking(features, topology, stacking, batch_size=batch_size, config=config,
                          stack_limits=memory_kwargs.pop("stack_limits", None))

@@ -626,3 +626,33 @@ def test_load_table_reads_a_file_whose_name_is_not_utf8(tmp_path, suffix):
             f.write(gzip.compress(text) if suffix.endswith(".gz") else text)
     table = datasets.load_table(os.fsdecode(name))
     assert table.features["a"][0].tolist() == [3, 4]
+
+
+# -- regressions of issue 22 ----------------------------------------------------------------------------
+def test_load_table_odd_arguments_are_config_errors(tmp_path):
+    from scwork.datasets import load_table
+    from scwork.errors import ConfigError
+
+    path = tmp_path / "a.csv"
+    path.write_text("x,y\n1,2\n")
+    for kwargs in ({"columns": 5}, {"columns": [5]}, {"columns": b"x"}, {"columns": {"x": 1}},
+                   {"drop_remainder": "yes"}, {"sep": 5}, {"sep": ""}):
+        with pytest.raises(ConfigError):
+            load_table(path, **kwargs)
+    with pytest.raises(ConfigError, match="path must be"):
+        load_table(5)
+    assert load_table(path, columns=["y"]).features["y"][0].tolist() == [2]
+
+
+def test_load_table_reads_a_csv_whose_name_is_not_utf8(tmp_path):
+    import os
+
+    from scwork.datasets import load_table
+
+    name = os.path.join(os.fsencode(tmp_path), b"\xff\xfe.csv")
+    with open(name, "wb") as handle:
+        handle.write(b"x,y\n1,2\n3,4\n")
+    for path in (name, os.fsdecode(name)):
+        table = load_table(path)
+        assert table.features["x"][0].tolist() == [1, 3] and table.num_samples == 2
+        assert table.path == os.fsdecode(name)

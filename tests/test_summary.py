@@ -74,3 +74,26 @@ def test_stats_of_another_plan_are_a_config_error():
     batch = FeatureBatch.from_ragged({"f": (np.arange(64), np.arange(65))})
     with pytest.raises(ConfigError, match="no stack 't'"):
         plan_summary(FEATURES, TOPO, batch_size=64, stacking=None, stats=compute_stats(batch, other, TOPO))
+
+
+# -- regressions of issue 22 ----------------------------------------------------------------------------
+def test_unknown_keywords_and_odd_arguments_name_plan_summary():
+    import xarray as xr
+
+    from scwork.errors import ConfigError
+    from scwork.sharding import FeatureSpec, TableSpec
+    from scwork.summary import plan_summary
+
+    topo = scwork.Topology.for_chip("v5p", num_chips=2)
+    features = [FeatureSpec("f", TableSpec("t", 4096, 16, max_ids_per_partition=256,
+                                           max_unique_ids_per_partition=256))]
+    with pytest.raises(ConfigError, match=r"plan_summary\(\) got unknown keyword 'bogus'"):
+        plan_summary(features, topo, batch_size=256, bogus=1)
+    for kwargs in ({"tc_forward_s": float("nan")}, {"tc_backward_s": -1.0}, {"tc_forward_s": "1"},
+                   {"stats": 5}, {"stats": xr.Dataset()},
+                   {"stats": xr.Dataset({"ids": (("stack",), [1.5])}, coords={"stack": ["t"]})}):
+        with pytest.raises(ConfigError, match="plan_summary"):
+            plan_summary(features, topo, batch_size=256, **kwargs)
+    with pytest.raises(ConfigError, match="plan_summary: topology"):
+        plan_summary(features, (2, 4), batch_size=256)
+    assert plan_summary(features, topo, batch_size=256, dtype="bf16").fits

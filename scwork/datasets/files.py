@@ -6,13 +6,14 @@ from __future__ import annotations
 import contextlib
 import os
 import zlib
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from scwork._validate import shown as _shown
 from scwork.datasets._checks import _positive_int
 from scwork.datasets.synthetic import synthetic
 from scwork.errors import ConfigError, InputError
@@ -180,17 +181,32 @@ def load_table(
     """
     import pyarrow as pa
 
-    shown = os.fspath(path)
+    if isinstance(path, bytes):
+        # A file name that is not UTF-8 comes as bytes from os.listdir(b"."); fsdecode keeps it
+        # (surrogate escapes) so the file opens under the same name.
+        path = os.fsdecode(path)
+    if not isinstance(path, (str, os.PathLike)):
+        raise ConfigError(f"path must be a file or folder path (str, bytes or os.PathLike), got {_shown(path)}")
+    shown = os.fsdecode(os.fspath(path))
     if batch_size is not None:
         batch_size = _positive_int(batch_size, "batch_size")
+    if not isinstance(drop_remainder, (bool, np.bool_)):
+        raise ConfigError(f"drop_remainder must be True or False, got {_shown(drop_remainder)}")
     if multi_value_sep is not None and (not isinstance(multi_value_sep, str) or not multi_value_sep):
-        raise ConfigError(f"multi_value_sep must be a non-empty string or None, got {multi_value_sep!r}")
+        raise ConfigError(f"multi_value_sep must be a non-empty string or None, got {_shown(multi_value_sep)}")
+    if sep is not None and (not isinstance(sep, str) or not sep):
+        raise ConfigError(f"sep must be a non-empty string or None, got {_shown(sep)}")
     if columns is not None:
         if isinstance(columns, str):
             columns = [columns]
+        if not isinstance(columns, Iterable) or isinstance(columns, (bytes, Mapping)):
+            raise ConfigError(f"columns must be a column name or a list of them, got {_shown(columns)}")
         columns = list(columns)
+        bad = [c for c in columns if not isinstance(c, str)]
+        if bad:
+            raise ConfigError(f"columns must be column names (str), got {_shown(bad[0])} in {_shown(columns)}")
         if len(set(columns)) != len(columns):
-            raise ConfigError(f"columns must be distinct, got {columns}")
+            raise ConfigError(f"columns must be distinct, got {_shown(columns)}")
 
     table = _read_arrow_table(Path(path), shown, columns, sep)
     names = columns if columns is not None else list(table.column_names)
