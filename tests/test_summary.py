@@ -97,3 +97,15 @@ def test_unknown_keywords_and_odd_arguments_name_plan_summary():
     with pytest.raises(ConfigError, match="plan_summary: topology"):
         plan_summary(features, (2, 4), batch_size=256)
     assert plan_summary(features, topo, batch_size=256, dtype="bf16").fits
+
+
+def test_stack_limits_that_are_not_a_dict_are_config_errors():
+    """plan_summary(stack_limits=5) reached plan_stacking's 'stack in 5' (TypeError; found by the fuzz run)."""
+    from scwork.sharding import FeatureSpec, TableSpec
+
+    topo = scwork.Topology.for_chip("v5p", num_chips=2)
+    features = [FeatureSpec("f", TableSpec("t", 4096, 16, max_ids_per_partition=256,
+                                           max_unique_ids_per_partition=256))]
+    for limits in (5, ["t"], np.array([1, 2])):
+        with pytest.raises(ConfigError, match="stack_limits must be a dict"):
+            plan_summary(features, topo, batch_size=256, stack_limits=limits)

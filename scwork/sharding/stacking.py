@@ -572,6 +572,9 @@ def plan_stacking(features: Any, topology: Topology, stacking: StackingArg = "au
     if isinstance(activation_mem_bytes_limit, bool) or not isinstance(activation_mem_bytes_limit, int) \
             or activation_mem_bytes_limit < 1:
         raise ConfigError(f"activation_mem_bytes_limit must be a positive int, got {activation_mem_bytes_limit!r}")
+    if stack_limits is not None and not isinstance(stack_limits, Mapping):
+        raise ConfigError("stack_limits must be a dict {stack name: (max_ids, max_unique_ids) or a dict of "
+                          f"limits}}, got {type(stack_limits).__name__}")
 
     tables: dict[str, TableSpec] = {}
     for f in features:
