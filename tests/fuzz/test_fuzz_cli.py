@@ -54,6 +54,19 @@ ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "model.toml"
 EXAMPLE_IDS = ROOT / "examples" / "ids.csv.gz"
 
+#: Subcommands this module drives (as "scwork <command>"), and the surface label of their cases
+#: (tests/fuzz/test_surface_coverage.py).
+SURFACES = {
+    "scwork stats": "cli.stats",
+    "scwork memory": "cli.memory",
+    "scwork summary": "cli.summary",
+    "scwork allreduce": "cli.allreduce",
+    "scwork layout": "cli.layout",
+    "scwork hardware": "cli.hardware",
+    "scwork warmup": "cli.warmup",
+    "scwork lab": "cli.lab",
+}
+
 _SETTINGS = fuzz_settings()
 
 #: A valid model that does not fit in SPMEM (eight large tables in one stack).

@@ -42,6 +42,33 @@ from scwork.testing import (
     weighted,
 )
 
+#: Public callables this module drives, and the surface label of their cases
+#: (tests/fuzz/test_surface_coverage.py).
+SURFACES = {
+    "scwork.collectives.Network": "collectives.Network.ring",
+    "scwork.collectives.LinkClass": ("collectives.Network.grid", "reached through the link_bandwidth / "
+                                     "link_latency arguments of the Network constructors"),
+    "scwork.collectives.build": "collectives.build.ring",
+    "scwork.collectives.single_path": ("collectives.build.single_path", "reached through build('single_path')"),
+    "scwork.collectives.pincer": ("collectives.build.pincer", "reached through build('pincer')"),
+    "scwork.collectives.rotated_pincer": ("collectives.build.rotated_pincer", "reached through build('rotated_pincer')"),
+    "scwork.collectives.improved_rotated_pincer": ("collectives.build.improved_rotated_pincer", "reached through build('improved_rotated_pincer')"),
+    "scwork.collectives.ring_all_reduce": ("collectives.build.ring", "reached through build('ring')"),
+    "scwork.collectives.multi_dim_all_reduce": ("collectives.build.dimension_by_dimension", "reached through build('dimension_by_dimension')"),
+    "scwork.collectives.multi_color_all_reduce": ("collectives.build.multi_color", "reached through build('multi_color')"),
+    "scwork.collectives.mesh_loop_all_reduce": ("collectives.build.mesh_loops", "reached through build('mesh_loops')"),
+    "scwork.collectives.reduce_scatter": ("collectives.build.reduce_scatter", "reached through build('reduce_scatter')"),
+    "scwork.collectives.all_gather": ("collectives.build.all_gather", "reached through build('all_gather')"),
+    "scwork.collectives.all_to_all": ("collectives.build.all_to_all", "reached through build('all_to_all')"),
+    "scwork.collectives.Schedule": "collectives.Schedule.conflicts",
+    "scwork.collectives.execute": "collectives.execute.all_reduce",
+    "scwork.collectives.cost": "collectives.cost",
+    "scwork.collectives.frames": "collectives.frames",
+    "scwork.collectives.bus_factor": "collectives.bus_factor",
+    "scwork.collectives.bandwidths": "collectives.bandwidths",
+    "scwork.collectives.scaling_book_time": "collectives.scaling_book_time",
+}
+
 _SETTINGS = fuzz_settings()
 
 

@@ -31,6 +31,16 @@ from scwork.testing import (
     weighted,
 )
 
+#: Public callables this module drives, and the surface label of their cases
+#: (tests/fuzz/test_surface_coverage.py).
+SURFACES = {
+    "scwork.config.parse_config": "config.parse_config",
+    "scwork.config.load_config": "config.load_config.path",
+    "scwork.config.parse_size": "config.parse_size",
+    "scwork.config.ModelConfig": ("config.parse_config", "reached through parse_config (it builds one)"),
+    "scwork.config.MemoryOptions": ("config.parse_config", "reached through parse_config's [memory] table"),
+}
+
 _SETTINGS = fuzz_settings()
 
 

@@ -65,12 +65,14 @@ SURFACES = {
     "scwork.interop.jax_tpu_embedding.ImportedModel": "interop.ImportedModel.replan",
     "scwork.interop.xla_dump.read_xla_dump": "interop.read_xla_dump",
     "scwork.interop.xla_dump.HloModuleDump": "interop.HloModuleDump.views",
-    "scwork.interop.xla_dump.MeasuredTimeline": "interop.HloModuleDump.timeline",
+    "scwork.interop.xla_dump.MeasuredTimeline": ("interop.HloModuleDump.timeline", "reached through "
+                                                 "HloModuleDump.timeline (its result)"),
     "scwork.interop.xla_dump.XlaDump": "interop.XlaDump.buffers_dataset",
     "scwork.interop.xla_dump.parse_oom_message": "interop.parse_oom_message",
     "scwork.interop.xla_dump.read_oom_message": "interop.read_oom_message",
     "scwork.interop.xla_dump.OomReport": "interop.OomReport.views",
-    "scwork.interop.xla_dump.OomAllocation": "interop.OomReport.views",
+    "scwork.interop.xla_dump.OomAllocation": ("interop.OomReport.views", "reached through parse_oom_message "
+                                              "(the report's allocations)"),
     "scwork.interop.profile.read_jax_profile": "interop.read_jax_profile",
 }
 

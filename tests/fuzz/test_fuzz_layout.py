@@ -32,6 +32,23 @@ from scwork.testing import (
     weighted,
 )
 
+#: Public callables this module drives, and the surface label of their cases
+#: (tests/fuzz/test_surface_coverage.py).
+SURFACES = {
+    "scwork.layout.parse": "layout.parse",
+    "scwork.layout.Shape": "layout.Shape",
+    "scwork.layout.Tile": ("layout.parse", "reached through parse (the T(...) tiles of a layout)"),
+    "scwork.layout.view.view_window": "layout.view.view_window",
+    "scwork.layout.view.view_overview": "layout.view.view_overview",
+    "scwork.layout.view.buffer_window": "layout.view.buffer_window",
+    "scwork.layout.npu.local_layout": "npu.local_layout",
+    "scwork.layout.npu.LocalLayout": ("npu.occupancy", "reached through local_layout (its result's methods)"),
+    "scwork.layout.embedding.table_padding": "embedding.table_padding",
+    "scwork.layout.embedding.TablePadding": ("embedding.summary", "reached through table_padding (its result)"),
+    "scwork.layout.embedding.packing_whatif": "embedding.packing_whatif",
+    "scwork.layout.embedding.padding_report": "embedding.padding_report",
+}
+
 _SETTINGS = fuzz_settings()
 
 #: Element counts up to which a case also builds the whole index map to check it.

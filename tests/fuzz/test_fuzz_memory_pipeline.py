@@ -46,6 +46,20 @@ from scwork.testing import (
     weighted,
 )
 
+#: Public callables this module drives, and the surface label of their cases
+#: (tests/fuzz/test_surface_coverage.py).
+SURFACES = {
+    "scwork.memory.plan": "memory.plan",
+    "scwork.memory.MemoryReport": ("memory.plan", "reached through memory.plan (its result's summary)"),
+    "scwork.memory.sweep": "memory.sweep",
+    "scwork.pipeline.expected_stats": "pipeline.expected_stats",
+    "scwork.pipeline.step_model": "pipeline.step_model",
+    "scwork.pipeline.StepModelParams": "pipeline.step_model",
+    "scwork.pipeline.to_chrome_trace": "pipeline.to_chrome_trace",
+    "scwork.pipeline.validate_chrome_trace": "pipeline.validate_chrome_trace",
+    "scwork.pipeline.read_trace": "pipeline.read_trace",
+}
+
 _SETTINGS = fuzz_settings()
 
 

@@ -35,6 +35,22 @@ from scwork.testing import (
     sharding_engine_cases,
 )
 
+#: Public callables this module drives, and the surface label of their cases
+#: (tests/fuzz/test_surface_coverage.py).
+SURFACES = {
+    "scwork.sharding.FeatureBatch": "FeatureBatch.from_ragged",
+    "scwork.sharding.compute_stats": "sharding.compute_stats",
+    "scwork.sharding.preprocess": "sharding.preprocess",
+    "scwork.sharding.TableSpec": "sharding.compute_stats",
+    "scwork.sharding.FeatureSpec": "sharding.compute_stats",
+    "scwork.sharding.SparsecoreConfig": "sharding.compute_stats",
+    "scwork.sharding.plan_stacking": ("sharding.compute_stats", "reached through compute_stats' stacking and "
+                                      "stack_limits arguments"),
+    "scwork.hardware.Topology": "sharding.compute_stats",
+    "scwork.sharding.sok.dispatch": "sok.dispatch",
+    "scwork.sharding.sok.DispatchPlan": ("sok.traffic", "reached through sok.dispatch (its result)"),
+}
+
 _SETTINGS = fuzz_settings()
 
 

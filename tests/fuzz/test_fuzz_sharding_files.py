@@ -37,6 +37,18 @@ from scwork.testing import (
     report_wrong,
 )
 
+#: Public callables this module drives, and the surface label of their cases
+#: (tests/fuzz/test_surface_coverage.py).
+SURFACES = {
+    "scwork.sharding.write_limits": "limits.write_json",
+    "scwork.sharding.read_limits": "limits.read_json",
+    "scwork.sharding.Limits": "limits.read_json",
+    "scwork.sharding.write_fdo_stats": "fdo.write",
+    "scwork.sharding.read_fdo_stats": "fdo.read",
+    "scwork.sharding.FdoStats": "fdo.to_limits",
+    "scwork.sharding.stats_over_dataset": "shards.read_npz",
+}
+
 _SETTINGS = fuzz_settings(HealthCheck.function_scoped_fixture)
 
 
