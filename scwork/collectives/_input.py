@@ -20,6 +20,9 @@ __all__ = ["as_data", "check_values", "work_dtype"]
 
 def as_data(schedule: Schedule, data, *, check: bool = True) -> np.ndarray:
     """``data`` as an array of shape (nodes, L), numeric (bool as int64); ``check``: :func:`check_values` too."""
+    if not isinstance(schedule, Schedule):
+        raise ConfigError(f"schedule must be a Schedule (from scwork.collectives.build), got "
+                          f"{type(schedule).__name__}")
     try:
         arr = np.asarray(data)
     except (ValueError, TypeError) as error:       # ragged lists

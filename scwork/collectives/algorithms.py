@@ -566,6 +566,8 @@ def all_gather(net: Network, *, dims=None, colors: int = 1, bidirectional: bool 
 # ---------------------------------------------------------------------------------------
 def _ring_lanes(net: Network, collective: str, bidirectional: bool, algorithm: str,
                 nbytes: int, itemsize: int, name: str, description: str) -> Schedule:
+    if not isinstance(net, Network):
+        raise TopologyError(f"{name} needs a Network (e.g. Network.ring(8)), got {shown(net)}")
     _check_size(nbytes, itemsize)
     if not isinstance(bidirectional, (bool, np.bool_)):
         raise ConfigError(f"bidirectional must be True or False, got {shown(bidirectional)}")

@@ -364,6 +364,8 @@ def phase_summary(schedule: Schedule, nbytes: int | None = None):
 
     from scwork.collectives.schedule import PHASES
 
+    if not isinstance(schedule, Schedule):
+        raise ConfigError(f"phase_summary needs a Schedule (from scwork.collectives.build), got {shown(schedule)}")
     if nbytes is not None:
         schedule = schedule.with_size(nbytes)
     net = schedule.network

@@ -34,7 +34,7 @@ from scwork.collectives import _program
 from scwork.collectives.network import Network
 from scwork.errors import ConfigError
 
-__all__ = ["COLLECTIVES", "MAX_EXPLICIT_TRANSFERS", "MAX_NBYTES", "MAX_STREAM_RECORDS", "OPS", "PHASES",
+__all__ = ["COLLECTIVES", "MAX_CHUNK_BOUNDS", "MAX_EXPLICIT_TRANSFERS", "MAX_NBYTES", "MAX_STREAM_RECORDS", "OPS", "PHASES",
            "Schedule", "Transfer", "chunk_bounds"]
 
 #: Most transfers a schedule writes out as explicit columns (``schedule.source`` ...,
@@ -57,6 +57,10 @@ OPS = ("combine", "copy")
 COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all")
 
 
+#: Most chunks :func:`chunk_bounds` splits into (its bounds array takes 8 bytes per chunk: 512 MiB).
+MAX_CHUNK_BOUNDS = 2**26
+
+
 def chunk_bounds(num_elements: int, num_chunks: int) -> np.ndarray:
     """Element offsets of the ``num_chunks + 1`` chunk boundaries (near-equal split).
 
@@ -66,9 +70,17 @@ def chunk_bounds(num_elements: int, num_chunks: int) -> np.ndarray:
     >>> chunk_bounds(10, 4).tolist()
     [0, 2, 5, 7, 10]
     """
+    from scwork._validate import integer
+
+    num_elements = integer("num_elements", num_elements, minimum=0)
+    num_chunks = integer("num_chunks", num_chunks, minimum=1)
+    # The bounds array has num_chunks + 1 int64 entries; offsets must fit int64.
+    if num_chunks > MAX_CHUNK_BOUNDS or num_elements > 2**63 - 1:
+        raise ConfigError(f"chunk_bounds({num_elements:,}, {num_chunks:,}): at most {MAX_CHUNK_BOUNDS:,} chunks "
+                          "(the bounds array is allocated) and 2**63 - 1 elements")
     c = np.arange(num_chunks + 1, dtype=np.int64)
     # c * n // C without overflowing int64 for large n: n = q C + r.
-    q, r = divmod(int(num_elements), int(num_chunks))
+    q, r = divmod(num_elements, num_chunks)
     return c * q + (c * r) // int(num_chunks)
 
 

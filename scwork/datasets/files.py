@@ -435,6 +435,10 @@ def _check_non_negative(ids: np.ndarray, parents: np.ndarray) -> None:
         )
 
 
+#: Most rows (samples) one :func:`write_synthetic_parquet` call builds: 2**24.
+MAX_SYNTHETIC_ROWS = 2**24
+
+
 def write_synthetic_parquet(
     directory: str | os.PathLike,
     num_shards: int,
@@ -485,6 +489,12 @@ def write_synthetic_parquet(
     import pyarrow.parquet as pq
 
     num_shards = _positive_int(num_shards, "num_shards")
+    rows_per_shard = _positive_int(rows_per_shard, "rows_per_shard")
+    # Every shard is built in memory before the first is written (all or nothing): bound the rows.
+    if num_shards * rows_per_shard > MAX_SYNTHETIC_ROWS:
+        raise ConfigError(f"{num_shards:,} shards x {rows_per_shard:,} rows is more than "
+                          f"scwork.datasets.files.MAX_SYNTHETIC_ROWS={MAX_SYNTHETIC_ROWS:,} rows, which are built in "
+                          "memory before writing; write the data set in several folders")
     data = synthetic(rows_per_shard, num_steps=num_shards, features=features, vocab_size=vocab_size,
                      valency=valency, zipf_exponent=zipf_exponent, hashed=hashed, seed=seed)
     if compression is not None and (not isinstance(compression, str)

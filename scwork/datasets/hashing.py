@@ -57,7 +57,12 @@ def hash_ids(ids, vocab_size: int, *, key: int = 0) -> np.ndarray:
     True
     """
     vocab_size = _check_vocab(vocab_size, "vocab_size")
-    values = np.asarray(ids)
+    if isinstance(key, bool) or not isinstance(key, (int, np.integer)):
+        raise InputError(f"hash_ids: key must be an int, got {type(key).__name__}")
+    try:
+        values = np.asarray(ids)
+    except (ValueError, TypeError) as error:       # ragged or mixed lists
+        raise InputError(f"hash_ids: ids must be an array of integers: {error}") from None
     if values.size and values.dtype.kind not in "iu":
         raise InputError(f"ids must be integers, got dtype {values.dtype}")
     values = values.astype(np.int64, copy=False)

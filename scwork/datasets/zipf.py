@@ -54,6 +54,10 @@ def zipf_pmf(vocab_size: int, exponent: float) -> np.ndarray:
     return weights / weights.sum()
 
 
+#: Most ids one :func:`sample_zipf` call draws (2**27: 1 GiB of int64 ranks plus temporaries).
+MAX_SAMPLE_SIZE = 2**27
+
+
 def sample_zipf(size: int, vocab_size: int, exponent: float, *, rng=None) -> np.ndarray:
     """Draw Zipf ranks in ``1..vocab_size`` (exact rejection-inversion, see module doc).
 
@@ -102,6 +106,10 @@ def _zipf_ranks(rng: np.random.Generator, size: int, vocab_size: int, s: float) 
     or ``u >= H(k + 0.5) - h(k)``. Rejected positions are redrawn until none is
     left, so the output does not depend on how the work is chunked.
     """
+    if size > MAX_SAMPLE_SIZE:      # every caller (sample_zipf, synthetic steps) comes through here
+        raise ConfigError(f"{size:,} ids would take {8 * size / 2**30:,.1f} GiB, more than "
+                          f"scwork.datasets.zipf.MAX_SAMPLE_SIZE={MAX_SAMPLE_SIZE:,} ids in one draw; draw "
+                          "smaller batches (or a smaller valency)")
     if vocab_size == 1 or size == 0:
         return np.ones(size, dtype=np.int64)
     if s == 0.0:

@@ -10,6 +10,7 @@ import dataclasses
 import difflib
 from typing import Any
 
+from scwork._validate import shown
 from scwork.errors import HardwareError
 from scwork.hardware._sophgo_catalog import NPU_CHIPS
 from scwork.hardware._tpu_catalog import TPU_CHIPS
@@ -36,8 +37,8 @@ def names(kind: str | None = None) -> list[str]:
 
 def chips(kind: str | None = None) -> list[TpuChip | NpuChip]:
     """Catalog entries, optionally only ``kind="tpu"`` or ``kind="npu"``."""
-    if kind not in (None, "tpu", "npu"):
-        raise HardwareError(f"kind must be 'tpu', 'npu' or None, got {kind!r}")
+    if kind is not None and (not isinstance(kind, str) or kind not in ("tpu", "npu")):
+        raise HardwareError(f"kind must be 'tpu', 'npu' or None, got {shown(kind)}")
     return [c for c in _CATALOG.values() if kind is None or c.kind == kind]
 
 
@@ -72,8 +73,8 @@ def source(chip: str | TpuChip | NpuChip, field_name: str) -> str:
     """Where the value of ``field_name`` on ``chip`` comes from."""
     chip = get(chip)
     valid = {f.name for f in dataclasses.fields(chip)} - {"sources"}
-    if field_name not in valid:
-        raise HardwareError(f"{type(chip).__name__} has no field {field_name!r}; fields: {sorted(valid)}")
+    if not isinstance(field_name, str) or field_name not in valid:
+        raise HardwareError(f"{type(chip).__name__} has no field {shown(field_name)}; fields: {sorted(valid)}")
     return chip.sources.get(field_name, "not recorded")
 
 

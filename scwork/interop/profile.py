@@ -83,6 +83,7 @@ from __future__ import annotations
 
 import gzip
 import itertools
+import os
 import json
 import math
 import re
@@ -182,9 +183,17 @@ def find_profile(path) -> Path:
         Nothing there, no profile in the folder, or several hosts' traces in one run
         (then the message lists them: pass one).
     """
+    if isinstance(path, bytes):
+        path = os.fsdecode(path)
+    if not isinstance(path, (str, os.PathLike)):
+        raise TraceError(f"path must be a file or folder path (str or os.PathLike), got {type(path).__name__}")
     path = Path(path)
-    if not path.exists():
-        raise TraceError(f"no profile at {str(path)!r}: give a jax.profiler logdir, a run folder "
+    try:
+        exists = path.exists()
+    except OSError as error:          # a name too long for the file system, ...
+        raise TraceError(f"cannot look at {str(path)[:200]!r}: {error.strerror or error}") from None
+    if not exists:
+        raise TraceError(f"no profile at {str(path)[:200]!r}: give a jax.profiler logdir, a run folder "
                          f"(logdir/plugins/profile/<run>) or a .trace.json.gz / .xplane.pb file")
     if path.is_file():
         return path

@@ -418,14 +418,30 @@ def write_chrome_trace(obj, path, **kwargs) -> Path:
 
     A name ending in ``.gz`` is gzip-compressed. Returns the path.
     """
+    import contextlib
+    import os
+
+    if not isinstance(path, (str, os.PathLike)):
+        raise ConfigError(f"path must be a file path (str or os.PathLike), got {type(path).__name__}")
     trace = obj if isinstance(obj, dict) and "traceEvents" in obj else to_chrome_trace(obj, **kwargs)
     path = Path(path)
-    text = json.dumps(trace, allow_nan=False)
-    if path.suffix == ".gz":
-        with gzip.open(path, "wt", encoding="utf-8") as fh:
-            fh.write(text)
-    else:
-        path.write_text(text, encoding="utf-8")
+    try:
+        text = json.dumps(trace, allow_nan=False)
+    except (TypeError, ValueError) as error:       # a hand-made dict with NaN or objects JSON cannot hold
+        raise ConfigError(f"the trace cannot be written as JSON: {error}") from None
+    # Written under a temporary name and renamed: a failure leaves no file (and no half file) behind.
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        if path.suffix == ".gz":
+            with gzip.open(temporary, "wt", encoding="utf-8") as fh:
+                fh.write(text)
+        else:
+            temporary.write_text(text, encoding="utf-8")
+        os.replace(temporary, path)
+    except OSError as error:
+        with contextlib.suppress(OSError):
+            temporary.unlink()
+        raise ConfigError(f"cannot write the Chrome trace to {str(path)!r}: {error.strerror or error}") from None
     return path
 
 

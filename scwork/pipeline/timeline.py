@@ -469,6 +469,10 @@ def simulate(durations: Mapping[str, Sequence[float]], units: Units, *, num_step
         raise ConfigError(f"num_steps must be an integer >= 1, got {num_steps!r}")
     if isinstance(input_buffers, bool) or not isinstance(input_buffers, (int, np.integer)) or input_buffers < 1:
         raise ConfigError(f"input_buffers must be an integer >= 1, got {input_buffers!r}")
+    if not isinstance(durations, Mapping):
+        raise ConfigError(f"durations must be a dict {{phase: seconds per unit}}, got {type(durations).__name__}")
+    if not isinstance(units, Units):
+        raise ConfigError(f"units must be a scwork.pipeline.Units, got {type(units).__name__}")
     dur: dict[str, np.ndarray] = {}
     for phase in PHASES:
         if phase not in durations:

@@ -244,9 +244,14 @@ on_out_of_vocabulary, num_threads, backend
     """
     import xarray as xr
 
+    from collections.abc import Iterable as _Iterable
+
     from scwork.sharding.engine import compute_stats
     from scwork.sharding.stacking import normalize_features
 
+    if isinstance(batches, (str, bytes)) or not isinstance(batches, _Iterable):
+        raise ConfigError(f"batches must be an iterable of FeatureBatch (or dicts of ragged features), got "
+                          f"{type(batches).__name__}")
     config = SparsecoreConfig() if config is None else config
     if not isinstance(config, SparsecoreConfig):
         raise ConfigError(f"config must be a SparsecoreConfig, got {type(config).__name__}")

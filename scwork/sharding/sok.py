@@ -62,6 +62,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
+from scwork._validate import shown
 from scwork.errors import ConfigError, InputError, OutOfVocabularyError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -419,6 +420,9 @@ def dispatch(keys_per_gpu: Sequence, num_gpus: int, *, vocab_size: int | None = 
     ([[0, 2], [1, 3]], [[0, 1], [0, 1]])
     """
     num_gpus = _check_num_gpus(num_gpus)
+    if isinstance(keys_per_gpu, (str, bytes)) or not isinstance(keys_per_gpu, (Sequence, np.ndarray)):
+        raise InputError(f"keys_per_gpu must be a sequence of {num_gpus} 1-D key arrays (one per GPU), got "
+                         f"{type(keys_per_gpu).__name__}")
     if isinstance(keys_per_gpu, np.ndarray) and keys_per_gpu.ndim != 2 and keys_per_gpu.dtype != object:
         raise InputError(
             f"keys_per_gpu must be a sequence of {num_gpus} 1-D key arrays (one per GPU), "
@@ -634,7 +638,10 @@ def reduce_gradients(keys, gradients) -> tuple[np.ndarray, np.ndarray]:
     ([1, 5], [[3.0, 4.0], [11.0, 22.0]])
     """
     keys = _as_keys(keys, gpu=None)
-    gradients = np.asarray(gradients)
+    try:
+        gradients = np.asarray(gradients)
+    except (ValueError, TypeError) as error:          # ragged lists
+        raise InputError(f"gradients must be a [len(keys), dim] array: {error}") from None
     if gradients.ndim != 2 or gradients.shape[0] != keys.shape[0]:
         raise InputError(
             f"gradients must have shape [len(keys), dim] = [{keys.shape[0]}, dim], got {gradients.shape}"
@@ -670,7 +677,10 @@ def shard_table(table, num_gpus: int) -> list[np.ndarray]:
     [[0, 2, 4], [1, 3]]
     """
     num_gpus = _check_num_gpus(num_gpus)
-    table = np.asarray(table)
+    try:
+        table = np.asarray(table)
+    except (ValueError, TypeError) as error:          # ragged lists
+        raise InputError(f"table must be a 2-D array [vocab_size, dim]: {error}") from None
     if table.ndim != 2:
         raise InputError(f"table must be 2-D [vocab_size, dim], got shape {table.shape}")
     return [table[g::num_gpus] for g in range(num_gpus)]
@@ -718,9 +728,16 @@ def forward(keys_per_gpu: Sequence, table, num_gpus: int, *, return_plan: bool =
 
 # --- helpers ------------------------------------------------------------------------
 
+#: Most GPUs a dispatch plans for: 2**17 (every per-GPU list is built), past the largest clusters.
+MAX_GPUS = 2**17
+
+
 def _check_num_gpus(num_gpus) -> int:
     if isinstance(num_gpus, bool) or not isinstance(num_gpus, numbers.Integral) or num_gpus < 1:
-        raise ConfigError(f"num_gpus must be a positive integer, got {num_gpus!r}")
+        raise ConfigError(f"num_gpus must be a positive integer, got {shown(num_gpus)}")
+    if num_gpus > MAX_GPUS:
+        raise ConfigError(f"num_gpus={shown(num_gpus)} is more than scwork.sharding.sok.MAX_GPUS={MAX_GPUS:,} "
+                          "(one list per GPU is built); raise MAX_GPUS for a what-if")
     return int(num_gpus)
 
 
@@ -781,9 +798,14 @@ def _check_plan(plan) -> None:
 
 def _check_row_arrays(arrays: Sequence, num_gpus: int, name: str, rows: list[int] | None) -> list[np.ndarray]:
     """Validate one ``[rows, dim]`` array per GPU with a common ``dim``."""
+    if isinstance(arrays, (str, bytes)) or not isinstance(arrays, (Sequence, np.ndarray)):
+        raise InputError(f"{name} must be a list of {num_gpus} [rows, dim] arrays, got {type(arrays).__name__}")
     if len(arrays) != num_gpus:
         raise InputError(f"{name} has {len(arrays)} entries but the plan has {num_gpus} GPUs")
-    arrays = [np.asarray(a) for a in arrays]
+    try:
+        arrays = [np.asarray(a) for a in arrays]
+    except (ValueError, TypeError) as error:          # ragged lists
+        raise InputError(f"{name} must hold [rows, dim] arrays: {error}") from None
     dims = set()
     for gpu, array in enumerate(arrays):
         if array.ndim != 2:
@@ -892,10 +914,13 @@ def all_to_all_time(plan: DispatchPlan, embedding_dim: int, dtype="f32", *, band
     import xarray as xr
 
     for name, value, positive in (("bandwidth", bandwidth, True), ("latency", latency, False)):
-        if isinstance(value, bool) or not isinstance(value, numbers.Real) or not np.isfinite(value) \
-                or value < 0 or (positive and value == 0):
+        try:        # float() of an int past float64 overflows: not a finite number either
+            number = float(value) if isinstance(value, numbers.Real) and not isinstance(value, bool) else None
+        except OverflowError:
+            number = None
+        if number is None or not np.isfinite(number) or number < 0 or (positive and number == 0):
             need = "> 0 (bytes/s per GPU, one direction)" if positive else ">= 0 (seconds)"
-            raise ConfigError(f"{name} must be a finite number {need}, got {value!r}")
+            raise ConfigError(f"{name} must be a finite number {need}, got {shown(value)}")
     _check_plan(plan)
     traffic = plan.traffic(embedding_dim, dtype, key_itemsize=key_itemsize)
     G = plan.num_gpus

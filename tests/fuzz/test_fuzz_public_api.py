@@ -234,7 +234,7 @@ def _check_hash_ids(kwargs, ids):
 
 
 def _check_sample_zipf(kwargs, ids):
-    if len(ids) != kwargs["size"] or (len(ids) and (ids.min() < 0 or ids.max() >= kwargs["vocab_size"])):
+    if len(ids) != kwargs["size"] or (len(ids) and (ids.min() < 1 or ids.max() > kwargs["vocab_size"])):   # ranks
         report_wrong("api.datasets.sample_zipf", f"{kwargs} -> {ids[:8]}")
 
 
@@ -267,7 +267,8 @@ def test_public_call(name):
         with tempfile.TemporaryDirectory() as folder:
             if name == "datasets.write_synthetic_parquet":
                 target = Path(folder) / "out"
-                result, error = check_surface(f"api.{name}", lambda: function(target, **kwargs), seconds=20)
+                # legitimately large requests (8 rows x a valency of 2**20) take seconds under load
+                result, error = check_surface(f"api.{name}", lambda: function(target, **kwargs), seconds=60)
                 if error is not None and target.exists() and any(target.iterdir()):
                     report_wrong(f"api.{name}", f"refused ({error}) but wrote {sorted(target.iterdir())[:3]}")
                 return
