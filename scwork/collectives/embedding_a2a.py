@@ -510,8 +510,8 @@ def _cached_router(shape, wraparound, devices_per_chip, chip, link_bandwidth, li
 def _router(topology, *, chip=None, link_bandwidth=None, link_latency=ICI_LATENCY_S, on_chip_bandwidth=None,
             on_chip_latency=ON_CHIP_LATENCY_S, tie="split") -> _Router:
     _check_topology(topology)
-    if tie not in TIE_RULES:
-        raise ConfigError(f"tie must be one of {TIE_RULES}, got {tie!r}")
+    if not isinstance(tie, str) or tie not in TIE_RULES:
+        raise ConfigError(f"tie must be one of {TIE_RULES}, got {shown(tie)}")
     if chip is None:
         chip = topology.chip
     if chip is not None and not isinstance(chip, str):

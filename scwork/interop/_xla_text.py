@@ -48,15 +48,20 @@ def _read_text(path: Path, max_bytes: int) -> str:
     """The file's text, refused above ``max_bytes`` (a dump of a large model can be huge)."""
     too_big = "pass a larger max_file_bytes, or dump fewer modules (XLA_FLAGS=--xla_dump_hlo_module_re=NAME)"
     try:
-        if path.stat().st_size > max_bytes:  # refuse before reading anything
-            raise XlaDumpError(f"file is {path.stat().st_size:,} bytes, more than max_file_bytes={max_bytes:,}",
+        size = path.stat().st_size
+        if size > max_bytes:  # refuse before reading anything
+            raise XlaDumpError(f"file is {size:,} bytes, more than max_file_bytes={max_bytes:,}",
                                path=str(path), hint=too_big)
         with open(path, "rb") as handle:
-            data = handle.read(max_bytes + 1)  # bounded even if the file grows meanwhile
+            # Bounded even if the file grows meanwhile; never asks read() for more than the file
+            # (a max_file_bytes of 2**64 would not fit the read size).
+            data = handle.read(min(max_bytes, size) + 1)
     except OSError as error:
         raise XlaDumpError(f"cannot read: {error.strerror or error}", path=str(path)) from None
     if len(data) > max_bytes:
         raise XlaDumpError(f"file is more than max_file_bytes={max_bytes:,} bytes", path=str(path), hint=too_big)
+    if len(data) > size:
+        raise XlaDumpError("the file grew while it was read", path=str(path), hint="read it once XLA has finished")
     return data.decode("utf-8", errors="replace")
 
 

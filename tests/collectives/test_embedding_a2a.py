@@ -435,3 +435,12 @@ def test_route_time_must_be_finite():
     with pytest.raises(ConfigError, match="must be a name and numbers"):
         route_all_to_all(m, topo, link_bandwidth=[1.0])
     assert np.isfinite(route_all_to_all(m, topo, link_bandwidth=1.0)["time"].values).all()
+
+
+def test_tie_that_is_not_a_name_is_a_config_error():
+    """An array as tie made 'tie not in TIE_RULES' raise ValueError (found by the fuzz run)."""
+    from scwork.errors import ConfigError
+
+    for tie in (np.array([]), np.array(["split", "split"]), 5, None):
+        with pytest.raises(ConfigError, match="tie must be one of"):
+            route_all_to_all(np.zeros((2, 2)), scwork.Topology(2, 1), tie=tie)

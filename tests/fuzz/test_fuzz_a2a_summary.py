@@ -153,7 +153,8 @@ def test_embedding_all_to_all(case, data):
 def _check_bytes(stats, topology, stacks, kwargs, a2a) -> None:
     """Recompute every pair's bytes in Python integers."""
     G, S = topology.num_devices, topology.sparsecores_per_device
-    counts = stats["unique_ids"].values.astype(np.int64)
+    order = [d for d in ("minibatch", "stack", "device", "sc", "partition") if d in stats["unique_ids"].dims]
+    counts = stats["unique_ids"].transpose(*order).values.astype(np.int64)
     if counts.ndim == 4:
         counts = counts[None]
     name = "configured_max_unique_ids_per_partition"

@@ -411,3 +411,10 @@ def test_modules_pattern_must_be_a_regular_expression():
     with pytest.raises(XlaDumpError, match="folder must be a path"):
         read_xla_dump(5)
     assert read_xla_dump(TPU_STYLE, modules="^jit_step$").modules[0].name == "jit_step"
+
+
+def test_max_file_bytes_past_the_read_size_reads_the_file():
+    """max_file_bytes=2**64 made read() overflow (found by the 10,000-case run)."""
+    dump = read_xla_dump(TPU_STYLE, max_file_bytes=2**64)
+    assert dump.modules[0].name == "jit_step"
+    assert read_oom_message(DATA / "oom_flowpm_issue27_hbm.txt", max_file_bytes=10**30).allocations
