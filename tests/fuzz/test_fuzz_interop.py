@@ -35,6 +35,7 @@ from scwork.interop.jax_tpu_embedding import (
     from_jax_tpu_embedding,
     parse_embedding_spec,
     read_embedding_spec,
+    to_jax_tpu_embedding,
     write_embedding_spec,
 )
 from scwork.interop.profile import read_jax_profile
@@ -74,6 +75,7 @@ SURFACES = {
     "scwork.interop.xla_dump.OomAllocation": ("interop.OomReport.views", "reached through parse_oom_message "
                                               "(the report's allocations)"),
     "scwork.interop.profile.read_jax_profile": "interop.read_jax_profile",
+    "scwork.interop.jax_tpu_embedding.to_jax_tpu_embedding": "interop.to_jax_tpu_embedding",
 }
 
 _SETTINGS = fuzz_settings(HealthCheck.function_scoped_fixture)
@@ -232,6 +234,29 @@ def test_embedding_spec_messages_with_odd_values(case, data):
         back, error = check_surface("interop.read_embedding_spec", lambda: read_embedding_spec(Path(folder) / "step"))
         if error is not None or format_embedding_spec(back) != text:
             report_wrong("interop.read_embedding_spec", f"written file does not read back: {error}")
+
+
+@settings(**{**_SETTINGS, "max_examples": max(2, _SETTINGS["max_examples"] // 10)})
+@given(case=plans(), data=st.data())
+def test_plans_applied_in_the_library(case, data):
+    """to_jax_tpu_embedding (the real library, when installed): its own read-back check must hold, and the
+    specs must convert back to the plan (round trip); one argument odd in about half the cases."""
+    import pytest
+
+    pytest.importorskip("jax_tpu_embedding.sparsecore.lib.nn.embedding")
+    features, plan, topology = case
+    kwargs = arguments(data, {"features": st.just(features), "plan": st.just(plan),
+                              "batch_size": weighted((4, st.none()), (1, st.just(plan.batch_size)))},
+                       odd=weighted((3, odd_scalars()), (1, odd_arrays())))
+    specs, error = check_surface("interop.to_jax_tpu_embedding", lambda: to_jax_tpu_embedding(**kwargs),
+                                 seconds=120)        # the first case imports jax
+    if error is not None:
+        return
+    back, error = check_surface("interop.from_jax_tpu_embedding", lambda: from_jax_tpu_embedding(
+        specs, global_device_count=topology.num_devices, num_sc_per_device=topology.sparsecores_per_device))
+    if error is not None or not _same_stacks(back.plan, plan):
+        report_wrong("interop.to_jax_tpu_embedding", f"specs of {plan!r} read back as {back and back.plan!r}: "
+                                                     f"{error}")
 
 
 # -- library specs by duck typing -----------------------------------------------------------------------

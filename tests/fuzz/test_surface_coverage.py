@@ -76,6 +76,9 @@ NO_SURFACE: dict[str, str] = {
     "scwork.sharding.TableInStack": _RESULT.format("scwork.sharding.plan_stacking; hand-built ones check "
                                                    "num_partitions and reduce shard_rotation mod P"),
     "scwork.sharding.sok.OwnerGradients": _RESULT.format("scwork.sharding.sok.backward"),
+    "scwork.sharding.MiniBatchPlan": _RESULT.format("scwork.sharding.minibatch"),
+    "scwork.sharding.TunedLimits": _RESULT.format("scwork.sharding.tune_limits"),
+    "scwork.sharding.release_buffers": "takes no arguments (frees the engine's cached scratch buffers)",
     "scwork.hardware.TpuChip": "catalog entries: built from scwork's own catalog; user changes go through "
                                "scwork.hardware.override",
     "scwork.hardware.NpuChip": "catalog entries: built from scwork's own catalog",
