@@ -656,3 +656,24 @@ def test_load_table_reads_a_csv_whose_name_is_not_utf8(tmp_path):
         table = load_table(path)
         assert table.features["x"][0].tolist() == [1, 3] and table.num_samples == 2
         assert table.path == os.fsdecode(name)
+
+
+def test_public_dataset_helpers_bound_their_work_and_type_their_errors(tmp_path):
+    """Found by the public-API argument surface (issue 22)."""
+    from scwork.datasets import hash_ids, sample_zipf, write_synthetic_parquet
+    from scwork.datasets.files import MAX_SYNTHETIC_ROWS
+    from scwork.datasets.zipf import MAX_SAMPLE_SIZE
+    from scwork.errors import ConfigError, InputError
+
+    for key in ("x", 1.5, None):
+        with pytest.raises(InputError, match="key"):
+            hash_ids([1, 2], 10, key=key)
+    with pytest.raises(InputError, match="ids"):
+        hash_ids([[1, 2], [3]], 10)
+    with pytest.raises(ConfigError, match="MAX_SAMPLE_SIZE"):
+        sample_zipf(MAX_SAMPLE_SIZE + 1, 100, 1.0)
+    with pytest.raises(ConfigError, match="MAX_SAMPLE_SIZE"):
+        write_synthetic_parquet(tmp_path / "v", 1, rows_per_shard=8, valency=2**31 - 1)
+    with pytest.raises(ConfigError, match="MAX_SYNTHETIC_ROWS"):
+        write_synthetic_parquet(tmp_path / "r", 2, rows_per_shard=MAX_SYNTHETIC_ROWS)
+    assert not (tmp_path / "v").exists() and not (tmp_path / "r").exists()

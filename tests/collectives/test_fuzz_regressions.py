@@ -228,3 +228,33 @@ def test_infinite_shape_and_overflowing_bandwidth_are_typed():
 def test_a_5000_digit_dimension_with_mismatched_flags_is_named_briefly():
     with pytest.raises(TopologyError, match=r"wraparound has 2 flags but shape \(30000.*\.\.\. has 1 dimensions"):
         Network.grid((3 * 10**4000,), (False, False))     # str() of the shape raised ValueError before
+
+
+# -- found by the public-API argument surface (issue 22) ------------------------------------------------
+def test_public_collective_helpers_refuse_odd_arguments_with_typed_errors():
+    from scwork.collectives import (
+        Network,
+        build,
+        chunk_bounds,
+        phase_summary,
+        reference_result,
+        ring_all_gather,
+        ring_reduce_scatter,
+    )
+    from scwork.collectives.schedule import MAX_CHUNK_BOUNDS
+    from scwork.errors import ConfigError, ScworkError
+
+    for args in ((10, 0), (10, -1), (10, 1e19), ("10", 2), (10, MAX_CHUNK_BOUNDS + 1), (2**63, 2), (-1, 2)):
+        with pytest.raises(ConfigError):
+            chunk_bounds(*args)
+    assert chunk_bounds(10, 4).tolist() == [0, 2, 5, 7, 10]
+    for schedule in (5, None, "ring"):
+        with pytest.raises(ConfigError, match="Schedule"):
+            phase_summary(schedule)
+        with pytest.raises(ConfigError, match="Schedule"):
+            reference_result(schedule, np.zeros((4, 2)))
+    for builder in (ring_all_gather, ring_reduce_scatter):
+        with pytest.raises(ScworkError, match="needs a Network"):
+            builder(5)
+    s = build("ring", Network.ring(4))
+    assert reference_result(s, np.ones((4, 2))).tolist() == [[4.0, 4.0]] * 4

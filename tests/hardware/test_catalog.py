@@ -295,3 +295,20 @@ def test_topology_is_frozen_and_hashable():
     with pytest.raises(dataclasses.FrozenInstanceError):
         t.num_chips = 3
     assert len({t, Topology(2, 4)}) == 1
+
+
+def test_kind_and_field_that_are_not_names_are_hardware_errors():
+    """An array as kind, a list as field name (found by the public-API argument surface, issue 22)."""
+    import numpy as np
+
+    from scwork.errors import HardwareError
+    from scwork.hardware import chips, names, source
+
+    for kind in (np.array(["tpu", "npu"]), np.array([]), 5):
+        with pytest.raises(HardwareError, match="kind must be"):
+            chips(kind)
+        with pytest.raises(HardwareError, match="kind must be"):
+            names(kind)
+    for field in (["hbm_bytes"], {"a": 1}, 5):
+        with pytest.raises(HardwareError, match="has no field"):
+            source("v5p", field)

@@ -443,3 +443,14 @@ def test_chip_and_unit_groups_that_capture_non_digits_are_trace_errors(group):
     ok = read_jax_profile(events, patterns=[("sc", r"TPU:\w SparseCore (?P<unit>\d+)", "")], steps=None,
                           num_steps=1)
     assert ok.unit.tolist() == [1]
+
+
+def test_find_profile_paths_that_are_not_paths_or_too_long():
+    from scwork.errors import TraceError
+    from scwork.interop.profile import find_profile
+
+    for path in (5, None, 1.5, ["a"]):
+        with pytest.raises(TraceError, match="path must be"):
+            find_profile(path)
+    with pytest.raises(TraceError, match="cannot look at|no profile"):
+        find_profile("9" * 5000)

@@ -146,3 +146,24 @@ def test_read_trace_chip_group_capturing_non_digits_is_a_trace_error():
         read_trace(events, resource_patterns=[("sc", r"TPU:(?P<chip>\S+) SparseCore (?P<unit>\d+)")], num_steps=1)
     trace = read_trace(events, resource_patterns=[("sc", r"TPU:\S+ SparseCore (?P<unit>\d+)")], num_steps=1)
     assert trace.unit.tolist() == [1] and trace.chip.tolist() == [0]
+
+
+def test_simulate_and_write_chrome_trace_type_their_errors(tmp_path):
+    """Found by the public-API argument surface (issue 22): simulate with durations / units that are not a
+    dict / Units; write_chrome_trace to a folder or into a missing folder leaves nothing behind."""
+    from scwork.pipeline import PHASES, simulate, write_chrome_trace
+    from scwork.pipeline.timeline import Units
+
+    units = Units(num_chips=1, sparsecores_per_chip=1, tensorcores_per_chip=1, num_hosts=1)
+    with pytest.raises(ConfigError, match="durations must be a dict"):
+        simulate(5, units, num_steps=1, pipelined=False)
+    with pytest.raises(ConfigError, match="units must be"):
+        simulate({p: [1e-3] for p in PHASES}, "units", num_steps=1, pipelined=False)
+    trace = {"traceEvents": [{"ph": "X", "pid": 1, "tid": 1, "ts": 0, "dur": 1, "name": "x"}]}
+    for path in (tmp_path, tmp_path / "missing" / "t.json", tmp_path / "missing" / "t.json.gz"):
+        with pytest.raises(ConfigError, match="cannot write the Chrome trace"):
+            write_chrome_trace(trace, path)
+    assert sorted(tmp_path.rglob("*")) == []
+    with pytest.raises(ConfigError, match="path must be"):
+        write_chrome_trace(trace, 5)
+    assert write_chrome_trace(trace, tmp_path / "t.json").read_text().startswith("{")

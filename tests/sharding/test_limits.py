@@ -255,3 +255,12 @@ def test_tradeoff_default_candidates_and_bytes_helpers():
     assert coo_buffer_bytes_per_device(100, topo) == 104 * 4 * 16 * 12
     assert coo_buffer_bytes_per_device([8, 9], topo, bytes_per_entry=4).tolist() == [8 * 64 * 4, 16 * 64 * 4]
     assert static_partition_buffer_bytes(1) == 96
+
+
+def test_collect_stats_needs_an_iterable_of_batches():
+    """collect_stats(5, ...) reached tqdm's iter() (TypeError; found by the public-API surface, issue 22)."""
+    from scwork.sharding import FeatureSpec, TableSpec, collect_stats
+
+    for batches in (5, None, 1.5, "batches"):
+        with pytest.raises(ConfigError, match="batches must be an iterable"):
+            collect_stats(batches, [FeatureSpec("f", TableSpec("t", 10, 8))], scwork.Topology(1, 1))

@@ -381,3 +381,24 @@ def test_owner_gpu_and_repr():
     assert gpu.tolist() == [0, 1, 1] and row.tolist() == [0, 1, 2]
     plan = sok.dispatch([np.array([0, 1]), np.array([1])], 2)
     assert repr(plan) == "DispatchPlan(num_gpus=2, keys_per_gpu=[2, 1], count_matrix=[[1, 1], [0, 1]])"
+
+
+def test_odd_sok_arguments_are_typed_errors():
+    """Found by the public-API argument surface (issue 22)."""
+    plan = sok.dispatch([np.array([1, 5]), np.array([2])], 2, vocab_size=8)
+    with pytest.raises(ConfigError, match="MAX_GPUS"):
+        sok.shard_table(np.zeros((4, 2)), sok.MAX_GPUS + 1)
+    with pytest.raises(InputError, match="table"):
+        sok.shard_table([[1, 2], [3]], 2)
+    for bandwidth in (10**400, np.array([1.0]), "1e9", float("nan")):
+        with pytest.raises(ConfigError, match="bandwidth must be"):
+            sok.all_to_all_time(plan, 8, bandwidth=bandwidth)
+    with pytest.raises(InputError, match="gradients"):
+        sok.reduce_gradients([1, 2], [[1.0], [2.0, 3.0]])
+    for odd in (5, 1.5, None, "keys"):
+        with pytest.raises(InputError, match="keys_per_gpu"):
+            sok.forward(odd, np.zeros((8, 2)), 2)
+        with pytest.raises(InputError, match="vectors"):
+            sok.combine(plan, odd)
+    with pytest.raises(InputError, match="shards"):
+        sok.lookup(plan, [[[1.0]], [[1.0], [2.0, 3.0]]])
