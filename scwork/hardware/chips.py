@@ -69,7 +69,7 @@ class TpuChip:
 
     @property
     def sparsecores_per_device(self) -> int:
-        """SparseCores one JAX device owns (the ``S`` of jax-tpu-embedding's preprocess_sparse_dense_matmul_input)."""
+        """SparseCores one JAX device owns (the ``S`` of [jte] preprocess_sparse_dense_matmul_input)."""
         return self.sparsecores_per_chip // self.jax_devices_per_chip
 
     @property
@@ -83,7 +83,7 @@ class TpuChip:
 
 @dataclass(frozen=True)
 class NpuChip:
-    """A Sophgo NPU, described by the constants of its local memory (tpu-mlir's local memory layout)."""
+    """A Sophgo NPU, described by the constants of its local memory ([tpu-mlir], local-memory layout)."""
 
     name: str = _f("", "Catalog key, e.g. 'bm1684x'.")
     marketing_name: str = _f("", "Public name, e.g. 'BM1684X'.")

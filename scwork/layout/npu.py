@@ -1,4 +1,4 @@
-"""Sophgo NPU local memory: where each element of an NCHW tensor lives (tpu-mlir's local memory layout).
+"""Sophgo NPU local memory: where each element of an NCHW tensor lives ([tpu-mlir], local-memory layout).
 
 A Sophgo TPU (BM168x, CV18xx) computes on *local memory*: ``NPU_NUM`` lanes, each
 with its own memory. Channel ``c`` of a tensor goes to lane
@@ -31,7 +31,7 @@ those chips.
 
 Not modelled: BM1684 stores 1- and 2-byte tensors in *4N mode* (four batches packed
 into one 32-bit word, tpu-mlir ``ALIGN_4N``); this module gives the plain (1N)
-layout of tpu-mlir's local memory layout for every chip. Neither are bank conflicts nor the allocator that
+layout of [tpu-mlir] for every chip. Neither are bank conflicts nor the allocator that
 picks a tensor's start address: offsets are relative to the tensor's start, which
 an aligned layout places on an ``EU_BYTES`` boundary.
 
@@ -74,7 +74,7 @@ __all__ = [
     "DTYPE_BITS",
 ]
 
-#: Local-memory layout kinds (tpu-mlir's local memory layout).
+#: Local-memory layout kinds ([tpu-mlir], local-memory layout).
 LAYOUT_KINDS: tuple[str, ...] = ("aligned", "compact", "line_aligned")
 
 #: Canonical dtype name -> size in bytes (tpu-mlir's ``getFmtBytes``: 0.5 for the
@@ -232,7 +232,7 @@ class NpuStrides:
 def global_strides(nchw) -> NpuStrides:
     """Strides of a contiguous NCHW tensor in global memory (DDR), in elements.
 
-    ``w = 1``, ``h = W``, ``c = H*W``, ``n = C*H*W`` (tpu-mlir's local memory layout).
+    ``w = 1``, ``h = W``, ``c = H*W``, ``n = C*H*W`` ([tpu-mlir], local-memory layout).
 
     Parameters
     ----------
@@ -260,7 +260,7 @@ def global_strides(nchw) -> NpuStrides:
 
 @dataclass(frozen=True)
 class LocalLayout:
-    """An NCHW tensor laid out in Sophgo NPU local memory (tpu-mlir's local memory layout).
+    """An NCHW tensor laid out in Sophgo NPU local memory ([tpu-mlir], local-memory layout).
 
     Build one with :func:`local_layout`, which resolves chip names and dtype
     aliases; constructing it directly validates the same way.
@@ -783,7 +783,7 @@ def local_layout(
     kind: str = "aligned",
     start_lane: int = 0,
 ) -> LocalLayout:
-    """Lay an NCHW tensor out in Sophgo NPU local memory (tpu-mlir's local memory layout).
+    """Lay an NCHW tensor out in Sophgo NPU local memory ([tpu-mlir], local-memory layout).
 
     Parameters
     ----------

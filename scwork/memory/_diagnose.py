@@ -400,7 +400,7 @@ def input_findings(model: Model, knobs: Knobs, hbm: HbmNumbers | None, spm: Spme
             for kind in ("estimate", "stats", "max_ids"):
                 if kind in numbers.limit_source[i].split("/"):
                     srcs.setdefault(kind, []).append(st.name)
-        notes = {"estimate": "estimated with the jax-tpu-embedding's preprocess_sparse_dense_matmul_input closed form from ids_per_sample",
+        notes = {"estimate": "estimated with the closed-form estimate behind xla_sparse_core_estimate_max_ids ([sc-guide] §6) from ids_per_sample",
                  "stats": "taken from the observed statistics (stats=)",
                  "max_ids": "not configured for unique ids: max_unique_ids_per_partition = max_ids_per_partition"}
         for kind, names in srcs.items():
