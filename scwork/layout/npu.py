@@ -56,6 +56,7 @@ import operator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from scwork._bisect import last_true
 from scwork._validate import integer, positive_int, shown
 from scwork.errors import ConfigError, HardwareError, LayoutError
 
@@ -535,15 +536,7 @@ class LocalLayout:
                                     self.kind, self.start_lane, self.chip)
                 return trial.bytes_per_lane <= capacity
 
-            max_h, too_many = 0, h + 1
-            if fits_rows(1):
-                max_h = 1
-                while too_many - max_h > 1:
-                    mid = (max_h + too_many) // 2
-                    if fits_rows(mid):
-                        max_h = mid
-                    else:
-                        too_many = mid
+            max_h = last_true(1, h + 1, fits_rows) if fits_rows(1) else 0
             if max_h:
                 fixes.append(f"slice H: N=1 with at most H={max_h} rows per tile fits")
             else:

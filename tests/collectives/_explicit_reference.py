@@ -171,10 +171,10 @@ def _emit_phase(b: _Builder | None, fams, R0, R1, phase: int, t0: int, color: in
             continue
         lr0, lr1 = R0[loops[:, 0]], R1[loops[:, 0]]
         if not ((R0[loops] == lr0[:, None]).all() and (R1[loops] == lr1[:, None]).all()):
-            raise ConfigError(f"internal: loop members of {where} do not share one data region")
+            raise InternalError(f"loop members of {where} do not share one data region")
         width = lr1 - lr0
         if (width % L).any():
-            raise ConfigError(f"internal: region of {where} does not split into {L} pieces")
+            raise InternalError(f"region of {where} does not split into {L} pieces")
         w = width // L
         if b is not None:
             src, dst, piece, step, steps = _pattern(kind, phase, L)
