@@ -45,7 +45,7 @@ from scwork._progress import progress as _progress
 from scwork.errors import ConfigError, InputError
 from scwork.hardware.topology import Topology
 from scwork.sharding.batch import FeatureBatch
-from scwork.sharding.limits_files import Limits, StackLimits
+from scwork.sharding.limits_json_csv import Limits, StackLimits
 from scwork.sharding.specs import SparsecoreConfig
 from scwork.sharding.stacking import (
     DEFAULT_ACTIVATION_MEM_BYTES_LIMIT,
