@@ -1,5 +1,4 @@
-"""The advisor's checks on per-partition limits: too low (dropped ids, mini-batches) or too high.
-"""
+"""The advisor's checks on per-partition limits: too low (dropped ids, mini-batches) or too high."""
 
 from __future__ import annotations
 

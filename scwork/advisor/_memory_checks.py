@@ -1,5 +1,4 @@
-"""The advisor's checks on memory and stacking: SPMEM, HBM stack and heap, stacks too small or large.
-"""
+"""The advisor's checks on memory and stacking: SPMEM, HBM stack and heap, stacks too small or large."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""The advisor's checks on step time: host, pipelining, partition skew, precision, HBM bandwidth.
-"""
+"""The advisor's checks on step time: host, pipelining, partition skew, precision, HBM bandwidth."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""The all-to-all schedule: a personalised exchange along the ring (or path) through all nodes.
-"""
+"""The all-to-all schedule: a personalised exchange along the ring (or path) through all nodes."""
 
 from __future__ import annotations
 

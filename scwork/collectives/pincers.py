@@ -1,5 +1,4 @@
-"""The 1-D all-reduces of [md-allreduce]: single path, pincer, rotated and improved rotated pincer.
-"""
+"""The 1-D all-reduces of [md-allreduce]: single path, pincer, rotated and improved rotated pincer."""
 
 from __future__ import annotations
 
