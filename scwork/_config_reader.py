@@ -158,7 +158,8 @@ class _Reader:
                 raise self.fail("topology.wraparound", f"has {len(wrap)} flags but shape has {len(shape)} "
                                 "dimensions", "give one flag per dimension of shape")
         if "chip" in value:
-            chip = self.string(value["chip"], "topology.chip", f"use a catalog chip: {', '.join(hardware.names('tpu'))}")
+            chip = self.string(value["chip"], "topology.chip",
+                               f"use a catalog chip: {', '.join(hardware.names('tpu'))}")
             for generic in ("sparsecores_per_chip", "devices_per_chip"):
                 if generic in value:
                     raise self.fail(f"topology.{generic}", "comes from the catalog when chip is given",
@@ -237,7 +238,8 @@ class _Reader:
                 kwargs["suggested_coo_buffer_size_per_device"] = self.integer(
                     entry["suggested_coo_buffer_size_per_device"], f"{key}.suggested_coo_buffer_size_per_device",
                     minimum=1, fix="give the static CSR buffer of one device in entries, e.g. "
-                                   "suggested_coo_buffer_size_per_device = 4096, or leave it out (sized from the limits)")
+                                   "suggested_coo_buffer_size_per_device = 4096, or leave it out "
+                                   "(sized from the limits)")
             try:
                 out.append(TableSpec(**kwargs))
             except ScworkError as err:  # checked above already; kept so nothing escapes unnamed
@@ -327,7 +329,8 @@ class _Reader:
             if name not in tables:
                 close = difflib.get_close_matches(name, list(tables), n=1, cutoff=0.5)
                 hint = f"did you mean {shown(close[0])}? " if close else ""
-                raise self.fail(f"{key}.{name}", f"no table named {shown(name)}", f"{hint}tables are: {', '.join(tables)}")
+                raise self.fail(f"{key}.{name}", f"no table named {shown(name)}",
+                                f"{hint}tables are: {', '.join(tables)}")
             self.integer(v, f"{key}.{name}", minimum=1, fix=fix)
         return dict(value)
 

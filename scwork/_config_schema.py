@@ -86,7 +86,8 @@ def parse_size(value: Any, name: str = "size") -> int:
     try:
         number = fractions.Fraction(digits)
     except (ValueError, ZeroDivisionError):
-        raise ConfigError(f"{name} must be a size such as 4096, '64 MiB', '1.5GB' or '512KiB', got {shown(value)}") from None
+        raise ConfigError(f"{name} must be a size such as 4096, '64 MiB', '1.5GB' or '512KiB', "
+                          f"got {shown(value)}") from None
     mantissa_exponent = re.search(r"[eE]([+-]?\d+)$", digits)
     if mantissa_exponent and abs(int(mantissa_exponent.group(1))) > 30:
         raise ConfigError(f"{name} {shown(value)} is out of range: sizes are at most {_MAX_SIZE:,} bytes")

@@ -21,7 +21,8 @@ output):
     divergence, the observed counts against the limits and the critical path, from
     the first full batch. Exit status 1 when the plan does not fit.
 ``scwork allreduce --topology torus:16x16``
-    Cost of all-reduce algorithms (the multi-dimensional all-reduce patent [md-allreduce]) on a ring, torus, mesh or grid.
+    Cost of all-reduce algorithms (the multi-dimensional all-reduce patent [md-allreduce]) on a ring,
+    torus, mesh or grid.
 ``scwork layout TEXT``
     Physical and tiled shape of an XLA layout, bytes, padding and a map of
     addresses.
@@ -95,7 +96,10 @@ _REEXPORTED = (ALL_REDUCE_ALGORITHMS, _network_text, EXIT_DOES_NOT_FIT, EXIT_OK,
 
 
 def _printable(text: str) -> str:
-    """``text`` with control characters escaped (``\\n``, ``\\x1b``...): an argument holding a newline stays on one line."""
+    """``text`` with control characters escaped (``\\n``, ``\\x1b``...).
+
+    An argument holding a newline then stays on one line.
+    """
     return "".join(ch if ch.isprintable() else ch.encode("unicode_escape", "backslashreplace").decode("ascii")
                    for ch in text)
 

@@ -65,7 +65,8 @@ tree. Every key is optional unless marked *required*::
 
 A feature's ``column`` is the column of an ids file it reads (``scwork stats``;
 default: the feature's name); ``ids_per_sample`` (mean ids per sample) lets the
-memory model estimate limits for stacks that configure none (the closed-form estimate behind xla_sparse_core_estimate_max_ids ([sc-guide] §6)).
+memory model estimate limits for stacks that configure none (the closed-form estimate
+behind ``xla_sparse_core_estimate_max_ids``, [sc-guide] §6).
 Sizes are integers (bytes) or text such as ``"64 MiB"``, ``"1.5GB"``, ``"512KiB"``
 (``k``/``M``/``G``/``T``/``P`` are powers of 1000, ``Ki``/``Mi``/... of 1024).
 
@@ -90,10 +91,11 @@ Examples
 >>> [f.name for f in cfg.features], cfg.topology.num_partitions, dict(cfg.ids_per_sample)
 (['clicked', 'viewed'], 8, {'viewed': 4.0})
 >>> parse_config({"topology": {"chip": "v5p", "num_chips": 2},
-...               "tables": [{"name": "item", "vocab_size": -3, "embedding_dim": 16}]}, source="m.toml")
+...               "tables": [{"name": "item", "vocab_size": -3, "embedding_dim": 16}]},
+...              source="m.toml")  # doctest: +ELLIPSIS
 Traceback (most recent call last):
 ...
-scwork.errors.ConfigError: m.toml: tables[0].vocab_size: must be >= 1, got -3. How to fix: give the number of rows of the table, e.g. vocab_size = 1000000
+scwork.errors.ConfigError: m.toml: tables[0].vocab_size: must be >= 1, got -3. How to fix: ... vocab_size = 1000000
 >>> parse_size("64 MiB"), parse_size("1.5GB"), parse_size(4096)
 (67108864, 1500000000, 4096)
 """

@@ -1,4 +1,4 @@
-"""What every check of the advisor reads: the inputs of ``advise`` and the views of them they share."""
+"""What every check of the advisor reads: the inputs of ``advise`` and views they share."""
 
 from __future__ import annotations
 

@@ -138,7 +138,8 @@ def check_limits_high(c: Context):
             lower = sum(hbm_stack_bytes(st.embedding_dim, min(new[1], cfg_uniq), P))
             per_chip = c.plan.topology.sparsecores_per_chip
             gain_bytes = int((now - lower) * per_chip)
-            basis = ("the HBM stack formulas of [sc-guide] §9 (forward + backward, logical_replica_count = P) x SparseCores "
+            basis = ("the HBM stack formulas of [sc-guide] §9 (forward + backward, logical_replica_count = P) "
+                     "x SparseCores "
                      "per chip, configured vs observed max_unique_ids_per_partition")
         c.add(id="limits_too_high", title=f"Limits of stack {stack!r} are far above what the data needs",
               severity="info",

@@ -1,4 +1,4 @@
-"""The advisor's checks on memory and stacking: SPMEM, HBM stack and heap, stacks too small or large."""
+"""The advisor's checks on memory and stacking: SPMEM, HBM stack and heap, stack sizes."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""What the advisor returns: findings, the advice that lists them, and the thresholds that fire them."""
+"""What the advisor returns: findings, the advice listing them, the thresholds that fire them."""
 
 from __future__ import annotations
 

@@ -1,9 +1,10 @@
 """Alpha-beta cost of a schedule, with nccl-tests bandwidths ([nccl-tests], [scaling-book]).
 
-Model ([scaling-book], "Sharded Matrices"; [nccl-tests] PERFORMANCE.md): a message of ``m`` bytes on a link of bandwidth ``W`` (bytes/s,
-one direction) and latency ``alpha`` takes ``alpha + m / W``. Messages that share
-a directed link in one step serialize; a step lasts as long as its busiest link;
-steps run one after the other (bulk-synchronous).
+Model ([scaling-book], "Sharded Matrices"; [nccl-tests] PERFORMANCE.md): a message of
+``m`` bytes on a link of bandwidth ``W`` (bytes/s, one direction) and latency ``alpha``
+takes ``alpha + m / W``. Messages that share a directed link in one step serialize; a
+step lasts as long as its busiest link; steps run one after the other
+(bulk-synchronous).
 
 Pipelining ([md-allreduce]): with ``pipeline_chunks = k`` every transfer is cut into
 ``k`` segments and step ``s+1`` may start on a segment as soon as step ``s`` has

@@ -1,4 +1,6 @@
-"""Checking and normalising what :func:`~scwork.pipeline.step_model` is given: statistics or a plan, per-stack widths, optimizers, dtypes, counts.
+"""What ``step_model`` is given, checked and normalised: statistics or a plan, widths, dtypes.
+
+Also the per-stack optimizers and counts of :func:`~scwork.pipeline.step_model`.
 """
 
 from __future__ import annotations

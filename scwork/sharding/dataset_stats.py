@@ -1,4 +1,6 @@
-"""Limit statistics over datasets larger than memory, locally or on a Dask cluster ([jte] preprocess_sparse_dense_matmul_input).
+"""Limit statistics over datasets larger than memory, locally or on a Dask cluster.
+
+The statistics are those of [jte] preprocess_sparse_dense_matmul_input.
 
 :func:`stats_over_dataset` computes what :func:`~scwork.sharding.collect_stats`
 computes over in-memory batches -- the per-step statistics of [jte] preprocess_sparse_dense_matmul_input, the

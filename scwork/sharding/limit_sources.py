@@ -88,10 +88,10 @@ def apply_limits(target: Any, limits: Any, *, topology: Any = None, stacking: An
     >>> plan = plan_stacking([FeatureSpec("f", TableSpec("t", 100, 8))], scwork.Topology(1, 2), stacking=None)
     >>> apply_limits(plan, {"t": (16, 8)})
     {'t': (16, 8)}
-    >>> apply_limits(plan, {"u": (16, 8)})
+    >>> apply_limits(plan, {"u": (16, 8)})  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    scwork.errors.ConfigError: limits names unknown stacks ['u']; the model's stacks are ['t']. Plan the stacks the same way (stacking=...) or fix the names
+    scwork.errors.ConfigError: limits names unknown stacks ['u']; the model's stacks are ['t']. Plan the stacks ...
     """
     lim = _coerce_limits(limits)
     if getattr(target, "plan", None) is None and getattr(target, "stacks", None) is None:

@@ -47,7 +47,8 @@ import numpy as np
 from scwork.errors import ConfigError, InputError
 from scwork.sharding.specs import INT32_MAX
 
-__all__ = ["StackLimits", "Limits", "LIMITS_FORMAT", "LIMITS_FORMAT_VERSION", "CSV_COLUMNS", "read_limits", "write_limits_file"]
+__all__ = ["StackLimits", "Limits", "LIMITS_FORMAT", "LIMITS_FORMAT_VERSION", "CSV_COLUMNS", "read_limits",
+           "write_limits_file"]
 
 
 #: ``format`` value of scwork JSON limits files.
