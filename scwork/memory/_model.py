@@ -427,7 +427,7 @@ def stack_limits(knobs: Knobs, stack: StackInfo) -> tuple[int, int, str]:
             "limits. Set TableSpec(max_ids_per_partition=..., max_unique_ids_per_partition=...), pass "
             "stack_limits={stack: (max_ids, max_unique)} or limits=(max_ids, max_unique), "
             "stats=scwork.sharding.compute_stats(...) (observed limits), or ids_per_sample=... "
-            "(the closed-form estimate behind xla_sparse_core_estimate_max_ids ([sc-guide] §6))"
+            "(the closed-form estimate of [sc-guide] §6, xla_sparse_core_estimate_max_ids)"
         )
     if uniq is None:
         uniq, src_uniq = ids, "max_ids"
