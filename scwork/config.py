@@ -63,6 +63,11 @@ tree. Every key is optional unless marked *required*::
     item_id = "item"               # feature -> table
     clicked = { table = "item", column = "clicks", ids_per_sample = 20 }
 
+    [stacks.item]                  # per-stack limits and static CSR buffer (scwork plan writes these)
+    max_ids_per_partition = 512    # beat the tables' limits and limits_file
+    max_unique_ids_per_partition = 256
+    suggested_coo_buffer_size_per_device = 8192
+
 A feature's ``column`` is the column of an ids file it reads (``scwork stats``;
 default: the feature's name); ``ids_per_sample`` (mean ids per sample) lets the
 memory model estimate limits for stacks that configure none (jax-tpu-embedding's preprocess_sparse_dense_matmul_input closed form).
@@ -128,7 +133,8 @@ __all__ = [
 
 #: Keys allowed at the top of a config file.
 TOP_LEVEL_KEYS: tuple[str, ...] = ("batch_size", "stacking", "limits_file", "topology", "sparsecore",
-                                   "memory", "tables", "features")
+                                   "memory", "tables", "features", "stacks")
+_STACK_KEYS = ("max_ids_per_partition", "max_unique_ids_per_partition", "suggested_coo_buffer_size_per_device")
 _TOPOLOGY_KEYS = ("chip", "num_chips", "shape", "wraparound", "sparsecores_per_chip", "devices_per_chip")
 _SPARSECORE_KEYS = ("disable_table_stacking", "max_ids_per_chip_per_sample", "max_ids_per_table",
                     "max_unique_ids_per_table", "allow_id_dropping", "initialize_tables_on_host",
@@ -284,6 +290,10 @@ class ModelConfig:
         Per-stack limits read from ``limits_file``.
     limits_file : str or None
         That file, resolved against the config file's folder.
+    stacks : mapping of str to mapping
+        ``[stacks.NAME]``: per stack ``max_ids_per_partition``,
+        ``max_unique_ids_per_partition``, ``suggested_coo_buffer_size_per_device``
+        (those given); they beat ``limits_file`` and the tables' limits.
     """
 
     source: str
@@ -298,9 +308,12 @@ class ModelConfig:
     memory: MemoryOptions = field(default_factory=MemoryOptions)
     limits: Any = None
     limits_file: str | None = None
+    stacks: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         # Read-only views: a frozen config must not change through its mappings either.
+        object.__setattr__(self, "stacks", types.MappingProxyType(
+            {k: types.MappingProxyType(dict(v)) for k, v in dict(self.stacks).items()}))
         object.__setattr__(self, "columns", types.MappingProxyType(dict(self.columns)))
         object.__setattr__(self, "ids_per_sample", types.MappingProxyType(dict(self.ids_per_sample)))
 
@@ -310,8 +323,14 @@ class ModelConfig:
     # -- what the engines take --------------------------------------------------------
     @property
     def stack_limits(self) -> dict[str, tuple[int, int]] | None:
-        """``{stack: (max_ids, max_unique_ids)}`` from ``limits_file`` (None without one)."""
-        return None if self.limits is None else self.limits.stack_limits()
+        """``{stack: (max_ids, max_unique_ids)}`` from ``limits_file`` and ``[stacks]`` (None without either)."""
+        if self.limits is None and not self.stacks:
+            return None
+        out = {} if self.limits is None else dict(self.limits.stack_limits())
+        for name, entry in self.stacks.items():
+            old = out.get(name, (None, None))
+            out[name] = (entry.get("max_ids_per_partition", old[0]), entry.get("max_unique_ids_per_partition", old[1]))
+        return out
 
     def require_batch_size(self, batch_size: int | None = None) -> int:
         """``batch_size`` if given, else the file's; ConfigError when neither exists."""
@@ -326,8 +345,13 @@ class ModelConfig:
         """:func:`scwork.sharding.plan_stacking` of the features with the file's stacking, config and limits."""
         from scwork.sharding import plan_stacking
 
+        limits = self.stack_limits
+        if limits is not None:
+            # plan_stacking also takes each stack's static CSR buffer from [stacks].
+            limits = {name: dict(zip(_STACK_KEYS[:2], pair), **{
+                k: v for k, v in self.stacks.get(name, {}).items() if k == _STACK_KEYS[2]}) for name, pair in limits.items()}
         return plan_stacking(self.features, self.topology, self.stacking, batch_size=self.require_batch_size(
-            batch_size), config=self.sparsecore_config, stack_limits=self.stack_limits)
+            batch_size), config=self.sparsecore_config, stack_limits=limits)
 
     def memory_kwargs(self, **overrides: Any) -> dict[str, Any]:
         """Keywords of :func:`scwork.memory.plan` for this model, ``overrides`` applied last."""
@@ -397,6 +421,8 @@ class ModelConfig:
             out["batch_size"] = self.batch_size
         if self.limits_file is not None:
             out["limits_file"] = self.limits_file
+        if self.stacks:
+            out["stacks"] = {name: dict(entry) for name, entry in self.stacks.items()}
         return out
 
     def __repr__(self) -> str:
@@ -627,9 +653,24 @@ class _Reader:
         config = self.sparsecore(data.get("sparsecore", {}), by_name)
         memory = self.memory(data.get("memory", {}), by_name)
         limits, limits_file = self.limits(data.get("limits_file"))
+        stacks = self.stacks(data.get("stacks", {}))
         return ModelConfig(source=self.source, tables=tables, features=features, topology=topology,
                            sparsecore_config=config, batch_size=batch_size, stacking=stacking, columns=columns,
-                           ids_per_sample=ids_per_sample, memory=memory, limits=limits, limits_file=limits_file)
+                           ids_per_sample=ids_per_sample, memory=memory, limits=limits, limits_file=limits_file,
+                           stacks=stacks)
+
+    def stacks(self, value: Any) -> dict[str, dict[str, int]]:
+        example = "e.g. [stacks.item] max_ids_per_partition = 512"
+        value = self.mapping(value, "stacks", example)
+        out = {}
+        for name, entry in value.items():
+            key = f"stacks.{name}"
+            entry = self.mapping(entry, key, example)
+            self.keys(entry, key, _STACK_KEYS)
+            out[str(name)] = {k: self.integer(entry[k], f"{key}.{k}", minimum=1,
+                                              fix="give a positive count (ids or CSR entries)")
+                              for k in _STACK_KEYS if k in entry}
+        return out
 
     def topology(self, value: Any):
         from scwork import hardware
