@@ -182,8 +182,9 @@ class PlanCandidate:
                      "suggested_coo_buffer_size_per_device": st.suggested_coo_buffer_size_per_device}
             stacks[st.name] = {k: v for k, v in entry.items() if v is not None}
         return ModelConfig(source=source, tables=tables, features=self.features, topology=self.topology,
-                           sparsecore_config=SparsecoreConfig(allow_id_dropping=self.allow_id_dropping,
-                                                              max_ids_per_chip_per_sample=None),
+                           # TOML has no null, so the TensorFlow-only per-chip cap keeps its
+                           # default here; jax-tpu-embedding, which the search models, has none.
+                           sparsecore_config=SparsecoreConfig(allow_id_dropping=self.allow_id_dropping),
                            batch_size=self.batch_size, stacking=stacking,
                            memory=memory if memory is not None else MemoryOptions(), stacks=stacks)
 
