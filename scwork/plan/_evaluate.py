@@ -146,6 +146,11 @@ class _Evaluator:
             "max_unique_ids_per_partition": st.max_unique_ids_per_partition,
             "suggested_coo_buffer_size_per_device": st.suggested_coo_buffer_size_per_device})]
         n = len(ctx.held_out_batches)
+        if not minibatching:
+            closed = [self._dropped_in_closed_form(ctx, st) for st in over]
+            if all(c is not None for c in closed):
+                dropped = [int(sum(c[k] for c in closed)) for k in range(n)]
+                return dropped, [dict.fromkeys((st.name for st in plan.stacks), 1) for _ in range(n)]
         if not over:
             return [0] * n, [dict.fromkeys((st.name for st in plan.stacks), 1) for _ in range(n)]
         key = (id(ctx), tuple((_stack_key(st), st.max_ids_per_partition, st.max_unique_ids_per_partition,
@@ -156,6 +161,30 @@ class _Evaluator:
         dropped, per_step = hit
         counts = [{**dict.fromkeys((st.name for st in plan.stacks), 1), **mb} for mb in per_step]
         return dropped, counts
+
+    def _dropped_in_closed_form(self, ctx: _Context, st) -> np.ndarray | None:
+        """Per held-out step, the ids a stack drops, when the prefix cut reduces to ``ids - max_ids``.
+
+        That is when no stream of the stack exceeds its distinct-id limit (the rank
+        condition of the prefix cut never binds, so a stream keeps its first
+        ``max_ids`` pairs), the kept ids fit the static buffer, and every (device,
+        source SparseCore) slice with an overflowing stream has no id twice in one
+        sample (each dropped pair is one raw id). Otherwise None: the engine decides.
+        """
+        counts = ctx.stack_counts(_stack_key(st))
+        ids, uniq = counts["held_ids"], counts["held_uniq"]
+        if (uniq > st.max_unique_ids_per_partition).any():
+            return None
+        kept = np.minimum(ids, st.max_ids_per_partition)
+        if st.suggested_coo_buffer_size_per_device is not None:
+            per_sc = ((kept + 7) // 8 * 8).sum(axis=-1)
+            if (per_sc > st.static_buffer_size_per_sc(ctx.topology.sparsecores_per_device)).any():
+                return None
+        excess = ids - kept
+        overflowing = excess.sum(axis=-1) > 0                       # (step, device, sc)
+        if (counts["held_input"][overflowing] != ids.sum(axis=-1)[overflowing]).any():
+            return None
+        return excess.reshape(excess.shape[0], -1).sum(axis=1)
 
     def _run_engine(self, ctx, plan, over, minibatching):
         from scwork.sharding.engine import compute_stats
@@ -226,9 +255,11 @@ class _Evaluator:
     def step_time(self, ctx: _Context, grouping, plan: StackingPlan, limits, minibatches):
         from scwork.pipeline import step_model
 
-        key = (id(ctx), grouping, tuple((n, v["max_ids_per_partition"], v["max_unique_ids_per_partition"])
-                                        for n, v in limits.items()),
-               tuple(tuple(sorted(mb.items())) for mb in minibatches))
+        # The step model reads the limits only to clip the counts of streams above
+        # them; for the other stacks the limits do not change its answer.
+        clipped = tuple((st.name, st.max_ids_per_partition, st.max_unique_ids_per_partition)
+                        for st in plan.stacks if self._clipped(ctx, st))
+        key = (id(ctx), grouping, clipped, tuple(tuple(sorted(mb.items())) for mb in minibatches))
         hit = self._steps.get(key)
         if hit is None:
             times, parts = [], {}
@@ -244,6 +275,11 @@ class _Evaluator:
                     parts[phase] = parts.get(phase, 0.0) + seconds / len(minibatches)
             hit = self._steps[key] = (float(np.mean(times)), parts)
         return hit
+
+    def _clipped(self, ctx: _Context, st) -> bool:
+        counts = ctx.stack_counts(_stack_key(st))
+        return bool((counts["held_ids"] > st.max_ids_per_partition).any()
+                    or (counts["held_uniq"] > st.max_unique_ids_per_partition).any())
 
     # -- one candidate --------------------------------------------------------------------
     def evaluate(self, ctx: _Context, grouping, rule: LimitRule, static_buffer: bool,

@@ -215,3 +215,32 @@ def test_search_does_not_keep_plans_it_did_not_evaluate(result):
         assert isinstance(rec.plan, StackingPlan)
         tables = [t for st in rec.plan.stacks for t in st.table_names]
         assert sorted(tables) == sorted(f"t_{n}" for n in VOCAB)
+
+
+@pytest.mark.parametrize("fraction", [0.5, 0.7, 0.9])
+def test_dropped_ids_in_closed_form_equal_the_engine(fraction):
+    from scwork.plan._evaluate import _Evaluator
+
+    feats = bare_features(_features())
+    batches = _batches(num_steps=2, seed=5)
+    names = [f.name for f in feats]
+    topo = scwork.Topology.for_chip("v5p", num_chips=4)
+    ctx = _Context(feats, samples_of(batches[:1], names), samples_of(batches[1:], names), topo, 64, None)
+    ev = _Evaluator(feats, {}, {}, None, 2**21, True)
+    config = scwork.sharding.SparsecoreConfig(allow_id_dropping=True, max_ids_per_chip_per_sample=None)
+    checked = 0
+    for stacking in ("auto", None, [["t_a", "t_b", "t_c"]]):
+        bare = plan_stacking(feats, topo, stacking, batch_size=256)
+        limits = {}
+        for st in bare.stacks:
+            counts = ctx.stack_counts(tuple((t.table.name, t.shard_rotation) for t in st.tables))
+            top = int(counts["held_ids"].max())
+            limits[st.name] = (max(1, int(top * fraction)), 10**6)   # only the ids limit binds
+        plan = plan_stacking(feats, topo, bare, stack_limits=limits)
+        exact = compute_stats(batches[1], feats, topo, plan, config)
+        for st in plan.stacks:
+            got = ev._dropped_in_closed_form(ctx, st)
+            if got is not None:
+                checked += 1
+                assert int(got[0]) == int(exact["dropped_ids"].sel(stack=st.name)), st.name
+    assert checked >= 3
