@@ -222,8 +222,11 @@ def test_dropped_ids_in_closed_form_equal_the_engine(fraction):
     from scwork.plan._evaluate import _Evaluator
 
     feats = bare_features(_features())
-    batches = _batches(num_steps=2, seed=5)
     names = [f.name for f in feats]
+    # One id per sample: no id repeats inside a sample, so every overflow has the closed form.
+    data = scwork.datasets.synthetic(256, num_steps=2, features=names, vocab_size={
+        n: f.table.vocab_size for n, f in zip(names, feats)}, valency="fixed(1)", seed=5)
+    batches = [FeatureBatch.from_ragged(data.step(k)) for k in range(2)]
     topo = scwork.Topology.for_chip("v5p", num_chips=4)
     ctx = _Context(feats, samples_of(batches[:1], names), samples_of(batches[1:], names), topo, 64, None)
     ev = _Evaluator(feats, {}, {}, None, 2**21, True)
