@@ -162,8 +162,13 @@ class PlanCandidate:
 
         return to_jax_tpu_embedding(list(self.features), self.plan, batch_size=self.batch_size, **kwargs)
 
-    def to_config(self, *, memory: Any = None, source: str = "<plan>"):
-        """This plan as a :class:`scwork.config.ModelConfig` (stacking groups, ``[stacks]`` limits and buffers)."""
+    def to_config(self, *, memory: Any = None, columns: Mapping[str, str] | None = None,
+                  ids_per_sample: Mapping[str, float] | None = None, source: str = "<plan>"):
+        """This plan as a :class:`scwork.config.ModelConfig` (stacking groups, ``[stacks]`` limits and buffers).
+
+        ``memory`` (:class:`scwork.config.MemoryOptions`), ``columns`` and
+        ``ids_per_sample`` carry over from the config the search started from.
+        """
         from scwork.config import MemoryOptions, ModelConfig
         from scwork.sharding.specs import SparsecoreConfig
 
@@ -186,9 +191,11 @@ class PlanCandidate:
                            # default here; jax-tpu-embedding, which the search models, has none.
                            sparsecore_config=SparsecoreConfig(allow_id_dropping=self.allow_id_dropping),
                            batch_size=self.batch_size, stacking=stacking,
-                           memory=memory if memory is not None else MemoryOptions(), stacks=stacks)
+                           memory=memory if memory is not None else MemoryOptions(), stacks=stacks,
+                           columns=dict(columns or {}), ids_per_sample=dict(ids_per_sample or {}))
 
-    def write_toml(self, path: str | os.PathLike, *, memory: Any = None) -> Path:
+    def write_toml(self, path: str | os.PathLike, *, memory: Any = None, columns: Mapping[str, str] | None = None,
+                   ids_per_sample: Mapping[str, float] | None = None) -> Path:
         """Write :meth:`to_config` as a TOML config file, all or nothing (a temporary file renamed).
 
         The file is checked by reading it back before it replaces ``path``: its
@@ -197,7 +204,7 @@ class PlanCandidate:
         path = Path(path)
         if path.suffix.lower() != ".toml":
             raise ConfigError(f"{path}: a plan is written as TOML. How to fix: name the file .toml")
-        cfg = self.to_config(memory=memory)
+        cfg = self.to_config(memory=memory, columns=columns, ids_per_sample=ids_per_sample)
         text = self.toml_header() + to_toml(cfg.to_dict())
         from scwork.config import parse_config
 
