@@ -21,11 +21,12 @@ from typing import Any
 
 import numpy as np
 
-from scwork.errors import ConfigError
+from scwork.errors import ConfigError, NoFeasiblePlanError
 from scwork.plan._groupings import label
 from scwork.plan.constraints import LIBRARY_LIMIT_RULE, Constraints
 
-__all__ = ["PlanSearchResult", "PlanCandidate", "constraint_failures", "objective_value", "to_toml"]
+__all__ = ["PlanSearchResult", "PlanCandidate", "constraint_failures", "objective_value", "pareto_front",
+           "no_feasible_error", "to_toml"]
 
 
 def objective_value(rec, objective: str) -> float:
@@ -56,6 +57,28 @@ def constraint_failures(rec, constraints: Constraints) -> list[str]:
             and rec.max_spmem_bytes_per_tile > constraints.max_spmem_bytes_per_tile:
         out.append("max_spmem_bytes_per_tile")
     return out
+
+
+def pareto_front(points: np.ndarray) -> np.ndarray:
+    """Boolean mask of the rows of ``points`` (n, k) that no other row dominates (all objectives minimised).
+
+    A row dominates another when it is no worse in every column and better in one;
+    equal rows do not dominate each other (both stay on the front).
+
+    Examples
+    --------
+    >>> pareto_front(np.array([[1, 2], [2, 1], [2, 2], [1, 2]])).tolist()
+    [True, True, False, True]
+    """
+    points = np.asarray(points, dtype=float)
+    n = points.shape[0]
+    keep = np.ones(n, bool)
+    for i in range(n):
+        le = (points <= points[i]).all(axis=1)
+        lt = (points < points[i]).any(axis=1)
+        if (le & lt).any():
+            keep[i] = False
+    return keep
 
 
 def _is_default(rec) -> bool:
@@ -301,8 +324,6 @@ class PlanSearchResult:
         return fails, feasible
 
     def _front(self, feasible: np.ndarray) -> np.ndarray:
-        from scwork.plan.search import pareto_front
-
         time_values = np.array([objective_value(r, "time_per_sample" if self.time_axis == "time_per_sample_s"
                                                 else "step_time") for r in self.records])
         points = np.stack([time_values, [r.peak_hbm_bytes for r in self.records],
@@ -387,9 +408,7 @@ class PlanSearchResult:
         """The feasible candidate with the lowest objective (ties: step time, peak HBM, drop rate, index)."""
         feasible = np.flatnonzero(self.dataset["feasible"].values)
         if not feasible.size:
-            from scwork.plan.search import _no_feasible
-
-            raise _no_feasible(self)
+            raise no_feasible_error(self)
         keys = [(objective_value(self.records[i], self.objective), self.records[i].step_time_s,
                  self.records[i].peak_hbm_bytes, self.records[i].drop_rate, i) for i in feasible]
         return self.candidate(min(keys)[-1])
@@ -488,3 +507,23 @@ def to_toml(tree: Mapping[str, Any]) -> str:
     for table in tree.get("tables", []):
         lines += ["", "[[tables]]"] + [f"{_toml_key(a)} = {_toml_value(b)}" for a, b in table.items()]
     return "\n".join(lines) + "\n"
+
+
+def no_feasible_error(result: PlanSearchResult) -> NoFeasiblePlanError:
+    """The typed error of a search with no feasible candidate: the tightest constraint and the closest candidate."""
+    ds = result.dataset
+    shortfall = {name: int(ds[f"fails_{name}"].sum()) for name in result.constraints.checks()}
+    tightest = max(shortfall, key=lambda n: (shortfall[n], -list(shortfall).index(n)))
+    failures = [len(constraint_failures(r, result.constraints)) for r in result.records]
+    closest = int(np.lexsort((ds["peak_hbm_bytes"].values, ds["step_time_s"].values, np.array(failures)))[0])
+    cand = result.candidate(closest)
+    failed = ", ".join(constraint_failures(result.records[closest], result.constraints))
+    return NoFeasiblePlanError(
+        f"no plan of the {ds.sizes['candidate']} candidates meets the constraints; the tightest is {tightest} "
+        f"({shortfall[tightest]} of {ds.sizes['candidate']} candidates fail it). Closest candidate #{closest}: "
+        f"{result._evaluator.describe(result.records[closest])}: fails {failed} (drop rate "
+        f"{cand.metrics['drop_rate']:.3g}, peak HBM {cand.metrics['peak_hbm_bytes'] / 2**30:.2f} GiB of "
+        f"{cand.metrics['usable_hbm_bytes'] / 2**30:.2f}, SPMEM {cand.metrics['max_spmem_bytes_per_tile']} of "
+        f"{cand.metrics['tile_spmem_bytes']} B per tile). How to fix: relax {tightest}, or search more topologies, "
+        "smaller batch sizes or limit rules with headroom",
+        constraint=tightest, closest={**cand.knobs, **cand.metrics}, shortfall=shortfall)

@@ -14,13 +14,13 @@ from typing import Any
 
 import numpy as np
 
-from scwork.errors import ConfigError, InputError, NoFeasiblePlanError
+from scwork.errors import ConfigError, InputError
 from scwork.hardware.topology import Topology
 from scwork.plan._context import _Context, bare_features, samples_of
 from scwork.plan._evaluate import _Evaluator, _Record
 from scwork.plan._groupings import activation_bytes, label, neighbours, normalize, table_keys
 from scwork.plan.constraints import DEFAULT_LIMIT_RULES, LIBRARY_LIMIT_RULE, OBJECTIVES, Constraints, LimitRule
-from scwork.plan.result import PlanSearchResult
+from scwork.plan.result import PlanSearchResult, no_feasible_error, pareto_front
 from scwork.sharding.batch import FeatureBatch
 from scwork.sharding.stacking import DEFAULT_ACTIVATION_MEM_BYTES_LIMIT, normalize_features
 
@@ -81,28 +81,6 @@ def parse_topologies(value: Any) -> list[Topology]:
         return list(value)
     raise ConfigError(f"topologies must be a scwork.Topology, a list of them, or text such as 'v5p:4,8,16', got "
                       f"{type(value).__name__}")
-
-
-def pareto_front(points: np.ndarray) -> np.ndarray:
-    """Boolean mask of the rows of ``points`` (n, k) that no other row dominates (all objectives minimised).
-
-    A row dominates another when it is no worse in every column and better in one;
-    equal rows do not dominate each other (both stay on the front).
-
-    Examples
-    --------
-    >>> pareto_front(np.array([[1, 2], [2, 1], [2, 2], [1, 2]])).tolist()
-    [True, True, False, True]
-    """
-    points = np.asarray(points, dtype=float)
-    n = points.shape[0]
-    keep = np.ones(n, bool)
-    for i in range(n):
-        le = (points <= points[i]).all(axis=1)
-        lt = (points < points[i]).any(axis=1)
-        if (le & lt).any():
-            keep[i] = False
-    return keep
 
 
 def _check_int_list(name: str, value: Any, example: str) -> list[int]:
@@ -309,7 +287,7 @@ def search(features: Any, batches: Any, topologies: Any, *, objective: str = "st
                                   "local_search_evaluations": len(moves)})
     result.attrs["seconds"] = time.perf_counter() - started
     if not result.dataset["feasible"].values.any():
-        raise _no_feasible(result)
+        raise no_feasible_error(result)
     return result
 
 
@@ -366,24 +344,3 @@ def _local_search(evaluator, contexts, features, rules, constraints, objective, 
     # it is the same plan as "auto" but for the feature order of single-table stacks.
     groupings += ranked[:max_groupings - 2]
     return groupings, moves
-
-
-def _no_feasible(result: PlanSearchResult) -> NoFeasiblePlanError:
-    from scwork.plan.result import constraint_failures
-
-    ds = result.dataset
-    shortfall = {name: int(ds[f"fails_{name}"].sum()) for name in result.constraints.checks()}
-    tightest = max(shortfall, key=lambda n: (shortfall[n], -list(shortfall).index(n)))
-    failures = [len(constraint_failures(r, result.constraints)) for r in result.records]
-    closest = int(np.lexsort((ds["peak_hbm_bytes"].values, ds["step_time_s"].values, np.array(failures)))[0])
-    cand = result.candidate(closest)
-    failed = ", ".join(constraint_failures(result.records[closest], result.constraints))
-    return NoFeasiblePlanError(
-        f"no plan of the {ds.sizes['candidate']} candidates meets the constraints; the tightest is {tightest} "
-        f"({shortfall[tightest]} of {ds.sizes['candidate']} candidates fail it). Closest candidate #{closest}: "
-        f"{result._evaluator.describe(result.records[closest])}: fails {failed} (drop rate "
-        f"{cand.metrics['drop_rate']:.3g}, peak HBM {cand.metrics['peak_hbm_bytes'] / 2**30:.2f} GiB of "
-        f"{cand.metrics['usable_hbm_bytes'] / 2**30:.2f}, SPMEM {cand.metrics['max_spmem_bytes_per_tile']} of "
-        f"{cand.metrics['tile_spmem_bytes']} B per tile). How to fix: relax {tightest}, or search more topologies, "
-        "smaller batch sizes or limit rules with headroom",
-        constraint=tightest, closest={**cand.knobs, **cand.metrics}, shortfall=shortfall)
