@@ -91,6 +91,7 @@ class _Evaluator:
         self._memory: dict = {}
         self._engine: dict = {}
         self._steps: dict = {}
+        self._step_stats: dict = {}
         self.counts = {"candidates": 0, "memory_plans": 0, "engine_runs": 0, "step_models": 0,
                        "stack_sums": 0}
 
@@ -230,7 +231,24 @@ class _Evaluator:
         return hit
 
     def step_stats(self, ctx: _Context, plan: StackingPlan, step: int):
-        """A :func:`~scwork.sharding.compute_stats`-shaped Dataset of one held-out step (for the step model)."""
+        """A :func:`~scwork.sharding.compute_stats`-shaped Dataset of one held-out step (for the step model).
+
+        The counts depend on the stacking only; the configured limits are set on a
+        copy of the cached counts.
+        """
+        key = (id(ctx), tuple(_stack_key(st) for st in plan.stacks), step)
+        base = self._step_stats.get(key)
+        if base is None:
+            base = self._step_stats[key] = self._counts_dataset(ctx, plan, step)
+
+        def cfg(v):
+            return ("stack", np.array([-1 if x is None else x for x in v], np.int64))
+
+        return base.assign(configured_max_ids_per_partition=cfg(st.max_ids_per_partition for st in plan.stacks),
+                           configured_max_unique_ids_per_partition=cfg(st.max_unique_ids_per_partition
+                                                                       for st in plan.stacks))
+
+    def _counts_dataset(self, ctx: _Context, plan: StackingPlan, step: int):
         import xarray as xr
 
         names = [st.name for st in plan.stacks]
@@ -238,16 +256,10 @@ class _Evaluator:
         G, S, P = ctx.topology.num_devices, ctx.topology.sparsecores_per_device, ctx.topology.num_partitions
         dims4 = ("stack", "device", "sc", "partition")
 
-        def cfg(v):
-            return np.array([-1 if x is None else x for x in v], np.int64)
-
         return xr.Dataset(
             {"ids": (dims4, np.stack([a["held_ids"][step] for a in arrays])),
              "unique_ids": (dims4, np.stack([a["held_uniq"][step] for a in arrays])),
-             "input_ids": (("stack", "device", "sc"), np.stack([a["held_input"][step] for a in arrays])),
-             "configured_max_ids_per_partition": ("stack", cfg(st.max_ids_per_partition for st in plan.stacks)),
-             "configured_max_unique_ids_per_partition": ("stack", cfg(st.max_unique_ids_per_partition
-                                                                      for st in plan.stacks))},
+             "input_ids": (("stack", "device", "sc"), np.stack([a["held_input"][step] for a in arrays]))},
             coords={"stack": np.array(names, dtype=object), "device": np.arange(G), "sc": np.arange(S),
                     "partition": np.arange(P)},
             attrs={"batch_size": ctx.batch_size, "samples_per_sc": ctx.batch_size // P})
@@ -263,7 +275,9 @@ class _Evaluator:
         hit = self._steps.get(key)
         if hit is None:
             times, parts = [], {}
-            kwargs = dict(self.step_kwargs)
+            # The steady-state step time does not depend on how many steps the
+            # timelines lay out; three is the fewest step_model takes.
+            kwargs = {"num_steps": 3, **self.step_kwargs}
             if self.tc is not None:
                 kwargs.setdefault("tc_forward_s", self.tc[0] * ctx.per_chip_batch)
                 kwargs.setdefault("tc_backward_s", self.tc[1] * ctx.per_chip_batch)
