@@ -32,11 +32,11 @@ import ipywidgets
 import numpy as np
 import traitlets
 
-from scwork.errors import InputError
+from scwork.errors import InputError, ScworkError
 from scwork.plan import Constraints, PlanSearchResult
 from scwork.widgets import _bokeh
 from scwork.widgets._display import figure_view
-from scwork.widgets._html import columns_table_html, format_bytes, summary_table_html
+from scwork.widgets._html import columns_table_html, format_bytes, message_html, summary_table_html
 from scwork.widgets._panes import TextPane, hbox, vbox
 from scwork.widgets._scatter import ScatterChart
 
@@ -69,6 +69,8 @@ class PlanExplorer(_bokeh.SyncedDisplay, ipywidgets.VBox):
         The candidate shown in detail (-1: none); starts at the best plan.
     best : int
         The best candidate under the current constraints (-1 when none is feasible).
+    error : str
+        Why the current constraints are rejected (read-only); empty when they are not.
     result : PlanSearchResult
         The result ranked under the current constraints.
     sources : dict of str to ColumnDataSource
@@ -85,6 +87,7 @@ class PlanExplorer(_bokeh.SyncedDisplay, ipywidgets.VBox):
     fits_memory = traitlets.Bool(True)
     selected = traitlets.Int(-1)
     best = traitlets.Int(-1, read_only=True)
+    error = traitlets.Unicode("", read_only=True)
 
     _CONSTRAINT_TRAITS = ("max_drop_rate", "max_step_time_ms", "max_peak_hbm_gib", "fits_memory")
 
@@ -115,7 +118,7 @@ class PlanExplorer(_bokeh.SyncedDisplay, ipywidgets.VBox):
         self._draw()
 
     @classmethod
-    def demo(cls, *, batch_size: int = 2048, num_steps: int = 8, seed: int = 0, **kwargs: Any) -> PlanExplorer:
+    def demo(cls, *, batch_size: int = 1024, num_steps: int = 6, seed: int = 0, **kwargs: Any) -> PlanExplorer:
         """An explorer on a small search: 8 synthetic Zipf features of mixed widths on v5p slices of 4 and 8 chips."""
         import scwork
         from scwork.plan import search
@@ -129,7 +132,7 @@ class PlanExplorer(_bokeh.SyncedDisplay, ipywidgets.VBox):
                  for i, (n, v) in enumerate(zip(names, vocab))]
         batches = [FeatureBatch.from_ragged(data.step(k)) for k in range(num_steps)]
         result = search(feats, batches, "v5p:4,8", per_chip_batch_sizes=[batch_size // 16, batch_size // 8],
-                        local_search_steps=20, budget=400, tc_seconds_per_sample=(2e-7, 4e-7), progress=False,
+                        local_search_steps=10, budget=200, tc_seconds_per_sample=(2e-7, 4e-7), progress=False,
                         constraints=Constraints(max_drop_rate=1e-3))
         return cls(result, **kwargs)
 
@@ -170,7 +173,13 @@ class PlanExplorer(_bokeh.SyncedDisplay, ipywidgets.VBox):
                            else None)
 
     def _rerank(self) -> None:
-        self.result = self._base_result.with_constraints(self._constraints())
+        try:
+            constraints = self._constraints()
+        except ScworkError as err:      # e.g. a drop budget above 1 typed into the box
+            self.set_trait("error", str(err))
+            return
+        self.set_trait("error", "")
+        self.result = self._base_result.with_constraints(constraints)
         feasible = self.result.dataset["feasible"].values
         self.set_trait("best", self.result.best.index if feasible.any() else -1)
 
@@ -201,7 +210,7 @@ class PlanExplorer(_bokeh.SyncedDisplay, ipywidgets.VBox):
                    "num_chips": ds["num_chips"].values, "per_chip_batch": ds["per_chip_batch"].values},
             front=self.result.front, marked=[(i, "library default") for i in defaults],
             selected=self.selected if self.selected >= 0 else None)
-        self.summary_pane.text = self._summary_html()
+        self.summary_pane.text = self._summary_html() + (message_html(self.error, "error") if self.error else "")
         self.detail_pane.text = self._detail_html()
 
     def _summary_html(self) -> str:
