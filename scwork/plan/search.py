@@ -220,7 +220,11 @@ def search(features: Any, batches: Any, topologies: Any, *, objective: str = "st
             or activation_mem_bytes_limit < 1:
         raise ConfigError(f"activation_mem_bytes_limit must be a positive number of bytes, got "
                           f"{activation_mem_bytes_limit!r}")
-    rules = list(limit_rules) if not isinstance(limit_rules, LimitRule) else [limit_rules]
+    if isinstance(limit_rules, LimitRule):
+        limit_rules = [limit_rules]
+    if isinstance(limit_rules, (str, bytes, Mapping)) or not isinstance(limit_rules, Sequence):
+        raise ConfigError(f"limit_rules must be a list of scwork.plan.LimitRule, got {type(limit_rules).__name__}")
+    rules = list(limit_rules)
     if not rules or not all(isinstance(r, LimitRule) for r in rules):
         raise ConfigError("limit_rules must be a non-empty list of scwork.plan.LimitRule")
     if LIBRARY_LIMIT_RULE not in rules:
