@@ -29,9 +29,11 @@ Where the figures are models, not measurements: the step time is
 :class:`scwork.pipeline.StepModelParams`), and HBM/SPMEM are :func:`scwork.memory.plan`'s;
 dropped ids and mini-batches hold for the held-out batches, not for every future batch.
 
-- :mod:`~scwork.plan.search`: :func:`search`, :func:`parse_topologies`, :func:`pareto_front`.
+- ``scwork/plan/search.py``: :func:`search`, :func:`parse_topologies`. The function shadows
+  the module's name as an attribute of this package (as ``scwork.sharding.minibatch``
+  does); import the module with ``importlib.import_module("scwork.plan.search")`` if needed.
 - :mod:`~scwork.plan.constraints`: :class:`Constraints`, :class:`LimitRule`.
-- :mod:`~scwork.plan.result`: :class:`PlanSearchResult`, :class:`PlanCandidate`.
+- :mod:`~scwork.plan.result`: :class:`PlanSearchResult`, :class:`PlanCandidate`, :func:`pareto_front`.
 
 Examples
 --------
