@@ -9,6 +9,7 @@ The target is under 60 s for 1,000 candidates on 2 cores.
 from __future__ import annotations
 
 import argparse
+import os
 import resource
 import sys
 import time
@@ -42,15 +43,20 @@ def main(argv=None) -> int:
                                      valency="fixed(1)", seed=0)
     batches = [FeatureBatch.from_ragged(data.step(k)) for k in range(args.steps)]
     scwork.warmup()     # compile the kernels first: the timing is the search's, not numba's
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), time.process_time()
     result = search(feats, batches, "v5p:4,8", per_chip_batch_sizes=[1024, 2048], budget=args.candidates,
                     tc_seconds_per_sample=(2e-7, 4e-7), progress=False)
     seconds = time.perf_counter() - t0
+    cpu = time.process_time() - cpu0
     n = result.dataset.sizes["candidate"]
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     a = result.attrs
     print(f"{n} candidates in {seconds:.1f} s: {seconds / n * 1e3:.1f} ms per candidate "
           f"(local search: {a['local_search_evaluations']} stackings)")
+    # CPU seconds of this process (all its threads): on a shared machine the wall time
+    # also counts other processes' turns; the load average says how busy it was.
+    print(f"CPU time {cpu:.1f} s ({cpu / n * 1e3:.1f} ms per candidate); load average "
+          f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     print(f"computed: {a['computed_engine_runs']} engine runs on held-out batches, {a['computed_memory_plans']} "
           f"memory plans, {a['computed_step_models']} step models for {a['evaluations']} evaluations; per-table "
           "statistics once per (topology, batch size), stack statistics summed from them")
