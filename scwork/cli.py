@@ -26,7 +26,7 @@ output):
     default and the Pareto front; ``--out`` writes the best plan as a config file.
     Exit status 1 when no plan meets the constraints.
 ``scwork allreduce --topology torus:16x16``
-    Cost of all-reduce algorithms (the multi-dimensional all-reduce patent) on a ring, torus, mesh or grid.
+    Cost of all-reduce algorithms (the multi-dimensional all-reduce patent [md-allreduce]) on a ring, torus, mesh or grid.
 ``scwork layout TEXT``
     Physical and tiled shape of an XLA layout, bytes, padding and a map of
     addresses.

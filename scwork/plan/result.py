@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from scwork.errors import ConfigError, NoFeasiblePlanError
+from scwork.errors import ConfigError, InternalError, NoFeasiblePlanError
 from scwork.plan._groupings import label
 from scwork.plan.constraints import LIBRARY_LIMIT_RULE, Constraints
 
@@ -233,8 +233,8 @@ class PlanCandidate:
 
         back = parse_config(__import__("tomllib").loads(text), source=str(path), base_dir=path.parent)
         if not same_plan(back.stacking_plan(), self.plan):
-            raise ConfigError(f"{path}: the written config would plan differently from the searched plan "
-                              "(an internal error: please report it)")
+            raise InternalError(f"{path}: the config written for candidate #{self.index} reads back to a different "
+                                "plan than the one searched (scwork.plan.result.PlanCandidate.write_toml)")
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent if str(path.parent) else ".")
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as fh:
