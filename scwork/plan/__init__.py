@@ -6,7 +6,7 @@ my step slow" together; each scwork model answers one of them
 :func:`scwork.memory.plan`, :func:`scwork.pipeline.step_model`). :func:`search` asks
 them of every candidate plan at once:
 
-- stackings: none, jax-tpu-embedding's automatic grouping (``auto_stack_tables``:
+- stackings: none, jax-tpu-embedding's automatic grouping ([jte] ``auto_stack_tables``:
   greedy by an activation-memory budget), and a local search of merge / split / move
   moves over the tables the library lets share a stack;
 - per-stack limits from the observed statistics (:class:`LimitRule`: max,

@@ -7,7 +7,7 @@ global batch size, not on the stacking, because of one exact identity:
     the counts of a stack are the sums of its tables' counts, each table's counts
     rotated by its shard rotation along the partition axis.
 
-Why it is exact (jax-tpu-embedding's table stacking and preprocess_sparse_dense_matmul_input):
+Why it is exact ([jte] ``table_stacking.py`` and ``preprocess_sparse_dense_matmul_input``):
 a table at rotation ``c`` sends id ``i`` to partition ``(i + c) % P``, so its counts
 at rotation ``c`` are its counts at rotation 0 rolled by ``c`` partitions; tables of a
 stack occupy disjoint row ranges of every shard, so no id of one table equals an id

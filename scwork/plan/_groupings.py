@@ -2,8 +2,8 @@
 
 A stacking is written as a tuple of groups of table names (tables in no group stay
 alone, as :func:`~scwork.sharding.plan_stacking` takes manual groups). Tables may
-share a stack only when jax-tpu-embedding's automatic stacking would let them (the
-key of ``_group_tables_for_stacking``: padded dim, optimizer, combiner, and
+share a stack only when jax-tpu-embedding's automatic stacking would let them ([jte]
+``_group_tables_for_stacking``: its key: padded dim, optimizer, combiner, and
 scwork's quantization setting), and a stack's activation memory (``sum over its
 features of padded_dim * samples_per_sc * 4 B``) stays within the budget of
 ``auto_stack_tables`` (2 MiB by default).
@@ -36,7 +36,7 @@ def table_keys(features: Sequence[FeatureSpec]) -> dict[str, tuple]:
 
 
 def activation_bytes(features: Sequence[FeatureSpec], samples_per_sc: int) -> dict[str, int]:
-    """Per table, ``padded_dim * samples_per_sc * 4`` summed over its features (jax-tpu-embedding's measure)."""
+    """Per table, ``padded_dim * samples_per_sc * 4`` summed over its features ([jte] ``auto_stack_tables``' measure)."""
     out: dict[str, int] = {}
     for f in features:
         out[f.table.name] = out.get(f.table.name, 0) + f.table.padded_embedding_dim() * samples_per_sc * 4

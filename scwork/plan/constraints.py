@@ -6,7 +6,7 @@
   ``max_unique_ids_per_partition`` (and, when a static buffer is asked for, its
   ``suggested_coo_buffer_size_per_device``) follow from the per-step statistics of
   the observation batches: the maximum over steps (what jax-tpu-embedding's FDO
-  client records), a percentile of the per-step maxima, times a headroom factor,
+  client records, [jte] ``NPZFileFDOClient``), a percentile of the per-step maxima, times a headroom factor,
   rounded up.
 
 Examples
@@ -171,7 +171,7 @@ class LimitRule:
         return -(-v // self.round_to) * self.round_to
 
 
-#: The library's own rule (jax-tpu-embedding's FDO client): the largest count observed, as is.
+#: The library's own rule ([jte] FDO clients): the largest count observed, as is.
 LIBRARY_LIMIT_RULE = LimitRule("max", round_to=1)
 
 #: Limit rules searched by default: the library's, the maximum rounded to a line, the
