@@ -32,7 +32,8 @@ def criteo_model():
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--candidates", type=int, default=1000)
+    parser.add_argument("--candidates", type=int, default=1008,
+                        help="budget (the grid comes in steps of 48 candidates per stacking: 1008 = 21 stackings)")
     parser.add_argument("--batch", type=int, default=16384)
     parser.add_argument("--steps", type=int, default=8)
     args = parser.parse_args(argv)

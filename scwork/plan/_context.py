@@ -143,6 +143,8 @@ class _Context:
         self.held_ids, self.held_uniq, self.held_input = self._per_table(self.held_out_batches, config, num_threads,
                                                                          compute_stats)
         self.num_threads = num_threads
+        #: The held-out step with the most raw ids: the step the step model times.
+        self.heaviest_held_out_step = int(self.held_input.reshape(len(self.held_out_batches), -1).sum(axis=1).argmax())
         self._stacks: dict[tuple, dict[str, np.ndarray]] = {}
 
     def _per_table(self, batches, config, num_threads, compute_stats):

@@ -13,8 +13,9 @@ buffer on/off, mini-batching on/off). Its figures:
   ``allow_id_dropping``, or :func:`~scwork.sharding.minibatch` with mini-batching on);
 - **SPMEM and HBM**: :func:`scwork.memory.plan` of the stacking plan with those limits
   and buffers;
-- **step time**: :func:`scwork.pipeline.step_model` on every held-out step's statistics
-  (with its mini-batch counts), averaged over the held-out steps.
+- **step time**: :func:`scwork.pipeline.step_model` on the statistics of the held-out step
+  with the most ids (with its mini-batch counts): the same step for every plan of a
+  context, and the slowest steps bound a pipelined steady state.
 
 Caches (per evaluator): stacking plans per (context, stacking); memory reports per
 (context, stacking, limits, buffers) (mini-batching does not change them); engine runs
@@ -269,31 +270,28 @@ class _Evaluator:
 
         # The step model reads the limits only to clip the counts of streams above
         # them; for the other stacks the limits do not change its answer.
+        step = ctx.heaviest_held_out_step
         clipped = tuple((st.name, st.max_ids_per_partition, st.max_unique_ids_per_partition)
-                        for st in plan.stacks if self._clipped(ctx, st))
-        key = (id(ctx), grouping, clipped, tuple(tuple(sorted(mb.items())) for mb in minibatches))
+                        for st in plan.stacks if self._clipped(ctx, st, step))
+        mb = minibatches[step]
+        key = (id(ctx), grouping, clipped, tuple(sorted(mb.items())))
         hit = self._steps.get(key)
         if hit is None:
-            times, parts = [], {}
             # The steady-state step time does not depend on how many steps the
             # timelines lay out; three is the fewest step_model takes.
             kwargs = {"num_steps": 3, **self.step_kwargs}
             if self.tc is not None:
                 kwargs.setdefault("tc_forward_s", self.tc[0] * ctx.per_chip_batch)
                 kwargs.setdefault("tc_backward_s", self.tc[1] * ctx.per_chip_batch)
-            for step, mb in enumerate(minibatches):
-                self.counts["step_models"] += 1
-                model = step_model(self.step_stats(ctx, plan, step), plan, num_minibatches=mb, **kwargs)
-                times.append(float(model.step_time))
-                for phase, seconds in _phase_times(model).items():
-                    parts[phase] = parts.get(phase, 0.0) + seconds / len(minibatches)
-            hit = self._steps[key] = (float(np.mean(times)), parts)
+            self.counts["step_models"] += 1
+            model = step_model(self.step_stats(ctx, plan, step), plan, num_minibatches=mb, **kwargs)
+            hit = self._steps[key] = (float(model.step_time), _phase_times(model))
         return hit
 
-    def _clipped(self, ctx: _Context, st) -> bool:
+    def _clipped(self, ctx: _Context, st, step: int) -> bool:
         counts = ctx.stack_counts(_stack_key(st))
-        return bool((counts["held_ids"] > st.max_ids_per_partition).any()
-                    or (counts["held_uniq"] > st.max_unique_ids_per_partition).any())
+        return bool((counts["held_ids"][step] > st.max_ids_per_partition).any()
+                    or (counts["held_uniq"][step] > st.max_unique_ids_per_partition).any())
 
     # -- one candidate --------------------------------------------------------------------
     def evaluate(self, ctx: _Context, grouping, rule: LimitRule, static_buffer: bool,

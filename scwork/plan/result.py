@@ -354,7 +354,7 @@ class PlanSearchResult:
             "limit_rule": var([r.rule.name for r in recs], "rule setting the per-stack limits", "", object),
             "static_buffer": var([r.static_buffer for r in recs], "static CSR buffer size set"),
             "minibatching": var([r.minibatching for r in recs], "vocabulary mini-batching on"),
-            "step_time_s": var([r.step_time_s for r in recs], "modelled step time (mean over held-out steps)", "s"),
+            "step_time_s": var([r.step_time_s for r in recs], "modelled step time of the heaviest held-out step", "s"),
             "time_per_sample_s": var([r.step_time_s / r.context.batch_size for r in recs],
                                      "modelled step time per global sample", "s"),
             "peak_hbm_bytes": var([r.peak_hbm_bytes for r in recs], "HBM peak per chip", "bytes"),

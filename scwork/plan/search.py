@@ -156,7 +156,8 @@ def search(features: Any, batches: Any, topologies: Any, *, objective: str = "st
     per_chip_batch_sizes : int or list of int, optional
         Default: the first batch's size over the first topology's chips.
     held_out : sequence of FeatureBatch, optional
-        Ids the plans are checked on (dropped ids, mini-batches, step time). Default:
+        Ids the plans are checked on (dropped ids, mini-batches; the step time on the one
+        with the most ids). Default:
         the last quarter of ``batches`` (at least one), or the batch itself when only
         one is given (``attrs["held_out"]`` says which).
     limit_rules : sequence of LimitRule
