@@ -12,15 +12,19 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import numpy as np
-
 from scwork.errors import ConfigError, InputError
 from scwork.hardware.topology import Topology
 from scwork.plan._context import _Context, bare_features, samples_of
 from scwork.plan._evaluate import _Evaluator, _Record
 from scwork.plan._groupings import activation_bytes, label, neighbours, normalize, table_keys
 from scwork.plan.constraints import DEFAULT_LIMIT_RULES, LIBRARY_LIMIT_RULE, OBJECTIVES, Constraints, LimitRule
-from scwork.plan.result import PlanSearchResult, no_feasible_error, pareto_front
+from scwork.plan.result import (
+    PlanSearchResult,
+    constraint_failures,
+    no_feasible_error,
+    objective_value,
+    pareto_front,
+)
 from scwork.sharding.batch import FeatureBatch
 from scwork.sharding.stacking import DEFAULT_ACTIVATION_MEM_BYTES_LIMIT, normalize_features
 
@@ -297,8 +301,6 @@ def search(features: Any, batches: Any, topologies: Any, *, objective: str = "st
 
 
 def _score(rec: _Record, constraints: Constraints, objective: str) -> tuple:
-    from scwork.plan.result import constraint_failures, objective_value
-
     return (len(constraint_failures(rec, constraints)), objective_value(rec, objective), rec.peak_hbm_bytes)
 
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import scwork
 from scwork.plan import Constraints, search
 from scwork.sharding import FeatureBatch, FeatureSpec, SparsecoreConfig, TableSpec, compute_stats
 from scwork.sharding.specs import round_up
