@@ -247,3 +247,15 @@ def test_dropped_ids_in_closed_form_equal_the_engine(fraction):
                 checked += 1
                 assert int(got[0]) == int(exact["dropped_ids"].sel(stack=st.name)), st.name
     assert checked >= 3
+
+
+def test_budget_bounds_the_grid_and_local_search_adds_stackings():
+    # 1 context x 4 limit rules x 3 flag pairs = 12 candidates per stacking.
+    few = search(_features(), _batches(), "v5p:4", progress=False, local_search_steps=10,
+                 per_chip_batch_sizes=[64], budget=12 * 3 + 5)
+    assert few.dataset.sizes["candidate"] == 36
+    assert set(few.dataset["stacking"].values) - {"none", "auto"}       # one stacking from the local search
+    assert few.attrs["local_search_evaluations"] >= 1
+    many = search(_features(), _batches(), "v5p:4", progress=False, local_search_steps=0,
+                  per_chip_batch_sizes=[64], budget=1000)
+    assert set(many.dataset["stacking"].values) == {"none", "auto"}    # no local search: the two fixed ones
