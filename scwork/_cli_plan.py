@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -67,15 +68,17 @@ def plan_json(result, out: str | None) -> dict[str, Any]:
     }
 
 
-def _batches(cfg, paths: list[str], batch_size: int) -> list:
+def _batches(cfg, paths: list[str], batch_size: int) -> tuple[list, int]:
+    """The full batches of every file, and how many rows after the last full batch of each were not used."""
     from scwork._cli_stats import _file_batches
     from scwork.sharding import FeatureBatch
 
-    out = []
+    out, unused = [], 0
     for path in paths:
-        full, _, _ = _file_batches(cfg, path, batch_size)
+        full, _, table = _file_batches(cfg, path, batch_size)
         out += [FeatureBatch.from_ragged(b) for b in full]
-    return out
+        unused += table.num_samples % batch_size
+    return out, unused
 
 
 def _cmd_plan(args: argparse.Namespace) -> int:
@@ -97,7 +100,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     topologies = parse_topologies(args.chips) if args.chips else [cfg.topology]
     batch_size = cfg.require_batch_size()
     per_chip = args.per_chip_batch or [max(1, batch_size // topologies[0].num_chips)]
-    batches = _batches(cfg, args.ids, batch_size)
+    batches, unused_rows = _batches(cfg, args.ids, batch_size)
     try:
         result = search(list(cfg.features), batches, topologies, objective=args.objective,
                         constraints=Constraints(max_drop_rate=args.max_drop_rate), budget=args.budget,
@@ -111,8 +114,16 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         return EXIT_DOES_NOT_FIT
     if args.out is not None:
         result.best.write_toml(args.out, memory=cfg.memory, columns=cfg.columns, ids_per_sample=cfg.ids_per_sample)
+    # Notes only once the search succeeded: a bad input ends with its one error line alone.
+    if unused_rows:
+        print(f"scwork plan: note: {unused_rows:,} rows after the last full batch of {batch_size:,} (per file) are "
+              "not used", file=sys.stderr)
+    unused_samples = max(result.attrs.get("unused_samples", [0]))
+    if unused_samples:
+        print(f"scwork plan: note: up to {unused_samples:,} samples after the last full global batch of a "
+              "topology and per-chip batch size are not used", file=sys.stderr)
     if args.json:
-        _print_json(plan_json(result, args.out))
+        _print_json({**plan_json(result, args.out), "unused_rows": unused_rows})
         return EXIT_OK
     print(result.summary())
     print()

@@ -103,3 +103,18 @@ def test_progress_bar_goes_to_stderr(capsys, monkeypatch):
     assert status == 0
     assert "evaluating plans" in err and "evaluating plans" not in out
     json.loads(out)
+
+
+def test_rows_left_over_are_noted_on_stderr(capsys, tmp_path):
+    import gzip
+
+    lines = gzip.decompress(EXAMPLE_IDS.read_bytes()).decode().splitlines(keepends=True)
+    ids = tmp_path / "ids.csv"
+    ids.write_text("".join(lines[:4096 + 1 - 96]))          # 4000 rows: no full batch of 4096
+    config = tmp_path / "m.toml"
+    config.write_text(EXAMPLE.read_text().replace("batch_size = 4096", "batch_size = 1024"))
+    status, out, err = _run(capsys, "--config", str(config), str(ids), "--chips", "v5p:4", "--per-chip-batch", "128",
+                            "--json", "--no-progress")
+    assert status == 0
+    assert json.loads(out)["unused_rows"] == 4000 - 3 * 1024
+    assert "928 rows after the last full batch" in err
