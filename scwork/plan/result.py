@@ -106,8 +106,10 @@ class PlanCandidate:
         The model's features (tables without their own limits: the plan's stacks set them).
     """
 
-    def __init__(self, index: int, record, features, feasible: bool, allow_id_dropping: bool):
+    def __init__(self, index: int, record, features, feasible: bool, allow_id_dropping: bool,
+                 memory_kwargs: Mapping[str, Any] | None = None):
         self.index = index
+        self._memory_kwargs = dict(memory_kwargs or {})
         self._record = record
         self.plan = record.plan
         self.features = tuple(features)
@@ -147,11 +149,16 @@ class PlanCandidate:
                  "minibatches": self.minibatches.get(st.name, 1)} for st in self.plan.stacks]
 
     def memory(self, **kwargs: Any):
-        """:func:`scwork.memory.plan` of this plan (a :class:`~scwork.memory.MemoryReport`)."""
-        from scwork.memory import plan as memory_plan
+        """:func:`scwork.memory.plan` of this plan as the search evaluated it (a :class:`~scwork.memory.MemoryReport`).
 
-        ev = self._record.context
-        return memory_plan(self.plan, ev.topology, batch_size=self.batch_size, **kwargs)
+        ``kwargs`` override the search's ``memory_kwargs``.
+        """
+        from scwork.memory import plan as memory_plan
+        from scwork.sharding.specs import SparsecoreConfig
+
+        config = SparsecoreConfig(allow_id_dropping=self.allow_id_dropping, max_ids_per_chip_per_sample=None)
+        return memory_plan(self.plan, self.topology, **{"batch_size": self.batch_size, "config": config,
+                                                        **self._memory_kwargs, **kwargs})
 
     def diff(self, other: PlanCandidate) -> dict[str, tuple[Any, Any]]:
         """What differs from ``other``: knobs, figures and per-stack limits, as ``{name: (this, other)}``."""
@@ -401,7 +408,8 @@ class PlanSearchResult:
             raise ConfigError(f"candidate index must be an integer in [0, {len(self.records)}), got {index!r}")
         index = int(index)
         return PlanCandidate(index, self.records[index], self._evaluator.features,
-                             bool(self.dataset["feasible"].values[index]), self._evaluator.config.allow_id_dropping)
+                             bool(self.dataset["feasible"].values[index]), self._evaluator.config.allow_id_dropping,
+                             self._evaluator.memory_kwargs)
 
     @property
     def best(self) -> PlanCandidate:

@@ -259,3 +259,11 @@ def test_budget_bounds_the_grid_and_local_search_adds_stackings():
     many = search(_features(), _batches(), "v5p:4", progress=False, local_search_steps=0,
                   per_chip_batch_sizes=[64], budget=1000)
     assert set(many.dataset["stacking"].values) == {"none", "auto"}    # no local search: the two fixed ones
+
+
+def test_a_candidates_memory_report_is_the_one_the_search_used(result):
+    for cand in (result.best, result.baseline):
+        report = cand.memory()
+        assert report.peak_hbm_bytes == cand.metrics["peak_hbm_bytes"]
+        assert int(report.spmem.total.max()) == cand.metrics["max_spmem_bytes_per_tile"]
+    assert result.best.memory(num_serialized_tables=4).peak_hbm_bytes <= result.best.metrics["peak_hbm_bytes"]
