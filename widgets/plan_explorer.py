@@ -33,6 +33,7 @@ import numpy as np
 import traitlets
 
 from scwork.errors import InputError, ScworkError
+from scwork.memory import CATEGORIES
 from scwork.plan import Constraints, PlanSearchResult
 from scwork.widgets import _bokeh
 from scwork.widgets._display import figure_view
@@ -244,6 +245,10 @@ class PlanExplorer(_bokeh.SyncedDisplay, ipywidgets.VBox):
             [(s["stack"], ", ".join(s["tables"]), s["max_ids_per_partition"], s["max_unique_ids_per_partition"],
               s["suggested_coo_buffer_size_per_device"] or "-", s["minibatches"]) for s in cand.stacks()],
             title="stacks and limits"))
+        report = cand.memory()
+        at_peak = report.hbm.usage_by_category[report.hbm.peak_event]
+        parts.append(summary_table_html({c: format_bytes(int(b)) for c, b in zip(CATEGORIES, at_peak) if b},
+                                        title="HBM per chip at the peak"))
         if cand.step_breakdown:
             parts.append(summary_table_html({k: f"{v * 1e6:.1f} us" for k, v in cand.step_breakdown.items()},
                                             title="step phases (slowest unit)"))

@@ -84,3 +84,17 @@ def test_export_and_bad_input(explorer, tmp_path):
     assert "Bokeh" in page and "plan search" in page
     with pytest.raises(InputError, match="PlanSearchResult"):
         PlanExplorer({"not": "a result"})
+
+
+def test_detail_shows_the_hbm_at_the_peak_by_category(explorer, result):
+    from scwork.memory import CATEGORIES
+    from scwork.widgets._html import format_bytes
+
+    cand = result.candidate(explorer.selected)
+    report = cand.memory()
+    at_peak = report.hbm.usage_by_category[report.hbm.peak_event]
+    text = explorer.detail_pane.text
+    assert "HBM per chip at the peak" in text
+    for category, value in zip(CATEGORIES, at_peak):
+        if value:
+            assert category in text and format_bytes(int(value)) in text
