@@ -79,6 +79,10 @@ def test_every_plan_on_the_front_runs_in_the_library(budget):
                 [by_name[n] for n in order], D, D, num_sc_per_device=S,
                 allow_id_dropping=cand.allow_id_dropping, enable_minibatching=cand.knobs["minibatching"])
             total_ids += sum(ids[n].size for n in order)
+            # One mini-batch count for the whole step, as the search models it.
+            lib_minibatches = set(np.asarray(lib_out.num_minibatches).ravel().tolist())
+            assert lib_minibatches == {max(cand.minibatches.values())} or (
+                not cand.knobs["minibatching"] and lib_minibatches == {1}), (cand, lib_minibatches)
             for st in cand.plan.stacks:
                 name = st.name
                 lib_drop = int(np.asarray(lib_stats.id_drop_counters[name]).sum()) \
