@@ -18,6 +18,7 @@ from scwork._config_schema import (
     _MEMORY_KEYS,
     _SIZE_KNOBS,
     _SPARSECORE_KEYS,
+    _STACK_KEYS,
     _TABLE_KEYS,
     _TOPOLOGY_KEYS,
     parse_size,
@@ -116,9 +117,24 @@ class _Reader:
         config = self.sparsecore(data.get("sparsecore", {}), by_name)
         memory = self.memory(data.get("memory", {}), by_name)
         limits, limits_file = self.limits(data.get("limits_file"))
+        stacks = self.stacks(data.get("stacks", {}))
         return ModelConfig(source=self.source, tables=tables, features=features, topology=topology,
                            sparsecore_config=config, batch_size=batch_size, stacking=stacking, columns=columns,
-                           ids_per_sample=ids_per_sample, memory=memory, limits=limits, limits_file=limits_file)
+                           ids_per_sample=ids_per_sample, memory=memory, limits=limits, limits_file=limits_file,
+                           stacks=stacks)
+
+    def stacks(self, value: Any) -> dict[str, dict[str, int]]:
+        example = "e.g. [stacks.item] max_ids_per_partition = 512"
+        value = self.mapping(value, "stacks", example)
+        out = {}
+        for name, entry in value.items():
+            key = f"stacks.{name}"
+            entry = self.mapping(entry, key, example)
+            self.keys(entry, key, _STACK_KEYS)
+            out[str(name)] = {k: self.integer(entry[k], f"{key}.{k}", minimum=1,
+                                              fix="give a positive count (ids or CSR entries)")
+                              for k in _STACK_KEYS if k in entry}
+        return out
 
     def topology(self, value: Any):
         from scwork import hardware

@@ -17,7 +17,8 @@ __all__ = ["TOP_LEVEL_KEYS", "parse_size"]
 
 #: Keys allowed at the top of a config file.
 TOP_LEVEL_KEYS: tuple[str, ...] = ("batch_size", "stacking", "limits_file", "topology", "sparsecore",
-                                   "memory", "tables", "features")
+                                   "memory", "tables", "features", "stacks")
+_STACK_KEYS = ("max_ids_per_partition", "max_unique_ids_per_partition", "suggested_coo_buffer_size_per_device")
 _TOPOLOGY_KEYS = ("chip", "num_chips", "shape", "wraparound", "sparsecores_per_chip", "devices_per_chip")
 _SPARSECORE_KEYS = ("disable_table_stacking", "max_ids_per_chip_per_sample", "max_ids_per_table",
                     "max_unique_ids_per_table", "allow_id_dropping", "initialize_tables_on_host",

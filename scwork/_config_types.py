@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from scwork._config_schema import _TABLE_KEYS, _check_batch
+from scwork._config_schema import _STACK_KEYS, _TABLE_KEYS, _check_batch
 from scwork._validate import shown
 from scwork.errors import ConfigError
 
@@ -89,6 +89,10 @@ class ModelConfig:
         Per-stack limits read from ``limits_file``.
     limits_file : str or None
         That file, resolved against the config file's folder.
+    stacks : mapping of str to mapping
+        ``[stacks.NAME]``: per stack ``max_ids_per_partition``,
+        ``max_unique_ids_per_partition``, ``suggested_coo_buffer_size_per_device``
+        (those given); they beat ``limits_file`` and the tables' limits.
     """
 
     source: str
@@ -103,9 +107,12 @@ class ModelConfig:
     memory: MemoryOptions = field(default_factory=MemoryOptions)
     limits: Any = None
     limits_file: str | None = None
+    stacks: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         # Read-only views: a frozen config must not change through its mappings either.
+        object.__setattr__(self, "stacks", types.MappingProxyType(
+            {k: types.MappingProxyType(dict(v)) for k, v in dict(self.stacks).items()}))
         object.__setattr__(self, "columns", types.MappingProxyType(dict(self.columns)))
         object.__setattr__(self, "ids_per_sample", types.MappingProxyType(dict(self.ids_per_sample)))
 
@@ -115,8 +122,14 @@ class ModelConfig:
     # -- what the engines take --------------------------------------------------------
     @property
     def stack_limits(self) -> dict[str, tuple[int, int]] | None:
-        """``{stack: (max_ids, max_unique_ids)}`` from ``limits_file`` (None without one)."""
-        return None if self.limits is None else self.limits.stack_limits()
+        """``{stack: (max_ids, max_unique_ids)}`` from ``limits_file`` and ``[stacks]`` (None without either)."""
+        if self.limits is None and not self.stacks:
+            return None
+        out = {} if self.limits is None else dict(self.limits.stack_limits())
+        for name, entry in self.stacks.items():
+            old = out.get(name, (None, None))
+            out[name] = (entry.get("max_ids_per_partition", old[0]), entry.get("max_unique_ids_per_partition", old[1]))
+        return out
 
     def require_batch_size(self, batch_size: int | None = None) -> int:
         """``batch_size`` if given, else the file's; ConfigError when neither exists."""
@@ -131,8 +144,14 @@ class ModelConfig:
         """:func:`scwork.sharding.plan_stacking` of the features with the file's stacking, config and limits."""
         from scwork.sharding import plan_stacking
 
+        limits = self.stack_limits
+        if limits is not None:
+            # plan_stacking also takes each stack's static CSR buffer from [stacks].
+            limits = {name: dict(zip(_STACK_KEYS[:2], pair), **{
+                k: v for k, v in self.stacks.get(name, {}).items() if k == _STACK_KEYS[2]})
+                for name, pair in limits.items()}
         return plan_stacking(self.features, self.topology, self.stacking, batch_size=self.require_batch_size(
-            batch_size), config=self.sparsecore_config, stack_limits=self.stack_limits)
+            batch_size), config=self.sparsecore_config, stack_limits=limits)
 
     def memory_kwargs(self, **overrides: Any) -> dict[str, Any]:
         """Keywords of :func:`scwork.memory.plan` for this model, ``overrides`` applied last."""
@@ -203,6 +222,8 @@ class ModelConfig:
             out["batch_size"] = self.batch_size
         if self.limits_file is not None:
             out["limits_file"] = self.limits_file
+        if self.stacks:
+            out["stacks"] = {name: dict(entry) for name, entry in self.stacks.items()}
         return out
 
     def __repr__(self) -> str:

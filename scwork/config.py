@@ -63,6 +63,11 @@ tree. Every key is optional unless marked *required*::
     item_id = "item"               # feature -> table
     clicked = { table = "item", column = "clicks", ids_per_sample = 20 }
 
+    [stacks.item]                  # per-stack limits and static CSR buffer (scwork plan writes these)
+    max_ids_per_partition = 512    # beat the tables' limits and limits_file
+    max_unique_ids_per_partition = 256
+    suggested_coo_buffer_size_per_device = 8192
+
 A feature's ``column`` is the column of an ids file it reads (``scwork stats``;
 default: the feature's name); ``ids_per_sample`` (mean ids per sample) lets the
 memory model estimate limits for stacks that configure none (the closed-form estimate
