@@ -33,11 +33,23 @@ __all__ = [
     "ScworkWarning",
     "StaticBufferWarning",
     "XlaDumpError",
+    "NoFeasiblePlanError",
+    "InternalError",
 ]
 
 
 class ScworkError(Exception):
     """Base class of every error raised by scwork on purpose."""
+
+
+class InternalError(RuntimeError):
+    """One of scwork's own invariants failed: a bug in scwork, not a problem with your input.
+
+    Nothing you pass should ever cause it; if you see one, please report it to scwork's
+    maintainers with the call that raised it. It is deliberately *not* a :class:`ScworkError` (and not a
+    :class:`ConfigError`): code that catches scwork's input errors to show them to a
+    user must not swallow a bug. The message names the invariant and where it broke.
+    """
 
 
 class ConfigError(ScworkError, ValueError):
@@ -206,6 +218,27 @@ class MemoryFitError(ScworkError):
         self.available_bytes = int(available_bytes)
         self.stack = stack
         self.report = report
+        super().__init__(message)
+
+
+class NoFeasiblePlanError(ScworkError):
+    """No candidate of a plan search meets the constraints (:func:`scwork.plan.search`).
+
+    Attributes
+    ----------
+    constraint : str
+        The tightest constraint: the one the fewest candidates meet (e.g.
+        ``"max_drop_rate"``, ``"fits_spmem"``).
+    closest : dict
+        The knobs and figures of the candidate closest to meeting every constraint.
+    shortfall : dict
+        Per constraint, how many candidates fail it.
+    """
+
+    def __init__(self, message: str, *, constraint: str, closest=None, shortfall=None):
+        self.constraint = constraint
+        self.closest = dict(closest or {})
+        self.shortfall = dict(shortfall or {})
         super().__init__(message)
 
 

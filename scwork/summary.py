@@ -1,4 +1,4 @@
-"""One table for a sharding plan, in the spirit of TorchRec's planner summary.
+"""One table for a sharding plan, in the spirit of TorchRec's planner summary ([torchrec]).
 
 TorchRec's ``EmbeddingShardingPlanner`` prints, per rank, the memory each rank uses
 against its capacity, the shards and the estimated cost, so a user sees at once
@@ -314,7 +314,8 @@ def plan_summary(features: Any, topology: Any, *, batch_size: int, stats: Any = 
         observed_unique = sel["max_unique_ids_per_partition"].max(dim=("device", "partition")).values
         limit_ids = per_stack["max_ids_per_partition"][1]
         limit_unique = per_stack["max_unique_ids_per_partition"][1]
-        within = ((limit_ids < 0) | (observed_ids <= limit_ids)) & ((limit_unique < 0) | (observed_unique <= limit_unique))
+        within = (((limit_ids < 0) | (observed_ids <= limit_ids))
+                  & ((limit_unique < 0) | (observed_unique <= limit_unique)))
         per_stack["observed_max_ids"] = ("stack", observed_ids.astype(np.int64),
                                          {"long_name": "largest ids per (source SC, partition)", "units": "ids"})
         per_stack["observed_max_unique_ids"] = ("stack", observed_unique.astype(np.int64),

@@ -2,7 +2,7 @@
 
 ``jax.profiler.trace(logdir, create_perfetto_trace=True)`` writes, under
 ``logdir/plugins/profile/<run>/``, one ``<host>.xplane.pb`` (the XSpace protobuf the
-XProf tools read), one ``<host>.trace.json.gz`` (the same events as a Chrome trace)
+[xprof] tools read), one ``<host>.trace.json.gz`` (the same events as a Chrome trace)
 and a ``perfetto_trace.json.gz``. :func:`read_jax_profile` reads any of them (or the
 ``logdir`` / run folder itself) into a :class:`~scwork.pipeline.MeasuredTrace`, ready
 for :func:`~scwork.pipeline.compare` and :func:`overlay`.
@@ -504,8 +504,10 @@ def read_jax_profile(source, *, patterns=DEFAULT_LANE_PATTERNS, phase_patterns=J
     if markers:
         meta += [{"ph": "M", "pid": 0, "name": "process_name", "args": {"name": _STEPS_PROCESS}},
                  {"ph": "M", "pid": 0, "tid": 0, "name": "thread_name", "args": {"name": "Steps"}}]
-        out += [{"ph": "X", "pid": 0, "tid": 0, "ts": s, "dur": e - s, "name": str(i)} for i, (s, e) in enumerate(markers)]
-    resource_patterns = tuple((lane, rf"^scwork:{lane} chip (?P<chip>\d+) unit (?P<unit>\d+) \|") for lane in RESOURCE_KINDS)
+        out += [{"ph": "X", "pid": 0, "tid": 0, "ts": s, "dur": e - s, "name": str(i)}
+                for i, (s, e) in enumerate(markers)]
+    resource_patterns = tuple((lane, rf"^scwork:{lane} chip (?P<chip>\d+) unit (?P<unit>\d+) \|")
+                              for lane in RESOURCE_KINDS)
     measured = read_trace({"traceEvents": meta + out}, resource_patterns=resource_patterns,
                           phase_patterns=phase_patterns,
                           step_pattern=rf"^{_STEPS_PROCESS} \| Steps$" if markers else None,
