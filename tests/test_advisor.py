@@ -452,3 +452,18 @@ def test_typed_errors():
         AdvisorThresholds(skew_ratio=-1.0)
     with pytest.raises(ConfigError):
         AdvisorThresholds(min_tables_per_stack=200)
+
+
+def test_advise_refuses_statistics_and_batch_sizes_of_the_wrong_kind():
+    """stats=5 reached stats['ids'] (TypeError); found by the public-API argument surface (issue 22)."""
+    import pytest
+
+    from scwork.advisor import advise
+    from scwork.errors import ConfigError
+
+    for stats in (5, "stats", [1, 2]):
+        with pytest.raises(ConfigError, match="stats must be"):
+            advise(stats=stats)
+    for batch_size in (1.5, "16", 0, True):
+        with pytest.raises(ConfigError, match="batch_size must be"):
+            advise(batch_size=batch_size)

@@ -158,6 +158,14 @@ def advise(*, config=None, plan=None, stats=None, memory=None, model=None, minib
             stats = s.stats if hasattr(s, "num_minibatches") else s
         elif minibatch is not None:
             stats = minibatch.stats
+    import xarray as xr
+
+    if stats is not None and (not isinstance(stats, xr.Dataset) or "ids" not in stats):
+        raise ConfigError(f"stats must be the xarray.Dataset of scwork.sharding.compute_stats, got "
+                          f"{type(stats).__name__}")
+    if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, int)
+                                   or batch_size < 1):
+        raise ConfigError(f"batch_size must be a positive int, got {type(batch_size).__name__} {batch_size!r}"[:200])
     if memory is None and model is not None and model.memory is not None:
         memory = model.memory
     skipped_memory = None

@@ -72,7 +72,12 @@ def pareto_front(points: np.ndarray) -> np.ndarray:
     >>> pareto_front(np.array([[1, 2], [2, 1], [2, 2], [1, 2]])).tolist()
     [True, True, False, True]
     """
-    points = np.asarray(points, dtype=float)
+    try:
+        points = np.asarray(points, dtype=float)
+    except (TypeError, ValueError) as error:       # ragged lists, texts, complex numbers
+        raise ConfigError(f"points must be an (n, k) array of numbers: {error}") from None
+    if points.ndim != 2 or np.isnan(points).any():
+        raise ConfigError(f"points must be an (n, k) array of numbers without NaN, got shape {points.shape}")
     n = points.shape[0]
     keep = np.ones(n, bool)
     for i in range(n):
@@ -505,6 +510,8 @@ def to_toml(tree: Mapping[str, Any]) -> str:
     num_chips = 4
     <BLANKLINE>
     """
+    if not isinstance(tree, Mapping):
+        raise ConfigError(f"to_toml writes a dict of config keys, got {type(tree).__name__}")
     lines = []
     for k, v in tree.items():
         if not isinstance(v, Mapping) and k != "tables":

@@ -47,6 +47,16 @@ ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "model.toml"
 EXAMPLE_IDS = ROOT / "examples" / "ids.csv.gz"
 
+#: Public callables this module drives, and the surface label of their cases
+#: (tests/fuzz/test_surface_coverage.py).
+SURFACES = {
+    "scwork.plan.search": "plan.search",
+    "scwork.plan.Constraints": "plan.Constraints",
+    "scwork.plan.LimitRule": "plan.LimitRule",
+    "scwork.plan.parse_topologies": "plan.parse_topologies",
+    "scwork plan": "cli.plan",
+}
+
 _SETTINGS = fuzz_settings()
 _ODD = weighted((4, odd_scalars()), (1, st.sampled_from(EDGE_FLOATS)),
                 (1, st.sampled_from([10**30, 2**63, -1, "v5p:4", [], {}, ["a"], (1, 2)])))

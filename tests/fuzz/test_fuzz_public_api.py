@@ -24,7 +24,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import scwork
-from scwork import collectives, datasets, hardware, memory, pipeline, sharding
+from scwork import advisor, collectives, datasets, hardware, memory, pipeline, sharding
+from scwork import plan as plan_search
 from scwork.interop import keras_rs, profile
 from scwork.layout import SplitConfig, npu
 from scwork.sharding import sok
@@ -152,6 +153,12 @@ def _valid(name: str) -> dict:
         "sharding.sok.owner_gpu": {"keys": just(np.array([0, 5, 7])), "num_gpus": st.integers(1, 4)},
         "sharding.sok.reduce_gradients": {"keys": just(np.array([1, 1, 2])), "gradients": just(np.ones((3, 2)))},
         "sharding.sok.shard_table": {"table": just(c.table), "num_gpus": st.integers(1, 4)},
+        "plan.pareto_front": {"points": st.lists(st.tuples(st.floats(0, 10), st.floats(0, 10)), max_size=6).map(
+            lambda rows: np.array(rows, dtype=float).reshape(-1, 2))},
+        "plan.to_toml": {"tree": just({"model": {"batch_size": 16}, "tables": [{"name": "t", "vocab_size": 10}]})},
+        "advisor.advise": {"plan": just(c.plan), "stats": just(c.stats), "batch_size": just(16)},
+        "advisor.AdvisorThresholds": {"min_gain_fraction": st.sampled_from([0.0, 0.02, 0.5]),
+                                      "skew_ratio": st.sampled_from([1.0, 1.25, 3.0])},
     }
     return table[name]
 
@@ -215,6 +222,10 @@ CALLS = {
     "sharding.sok.owner_gpu": sok.owner_gpu,
     "sharding.sok.reduce_gradients": sok.reduce_gradients,
     "sharding.sok.shard_table": sok.shard_table,
+    "plan.pareto_front": plan_search.pareto_front,
+    "plan.to_toml": plan_search.to_toml,
+    "advisor.advise": advisor.advise,
+    "advisor.AdvisorThresholds": advisor.AdvisorThresholds,
 }
 
 #: Public callables this module drives, and the surface label of their cases (tests/fuzz/test_surface_coverage.py).
@@ -270,6 +281,10 @@ SURFACES = {
     "scwork.sharding.sok.owner_gpu": "api.sharding.sok.owner_gpu",
     "scwork.sharding.sok.reduce_gradients": "api.sharding.sok.reduce_gradients",
     "scwork.sharding.sok.shard_table": "api.sharding.sok.shard_table",
+    "scwork.plan.pareto_front": "api.plan.pareto_front",
+    "scwork.plan.to_toml": "api.plan.to_toml",
+    "scwork.advisor.advise": "api.advisor.advise",
+    "scwork.advisor.AdvisorThresholds": "api.advisor.AdvisorThresholds",
     "scwork.pipeline.write_chrome_trace": "api.pipeline.write_chrome_trace",
 }
 

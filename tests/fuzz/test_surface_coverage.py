@@ -77,6 +77,10 @@ NO_SURFACE: dict[str, str] = {
                                                    "num_partitions and reduce shard_rotation mod P"),
     "scwork.sharding.sok.OwnerGradients": _RESULT.format("scwork.sharding.sok.backward"),
     "scwork.sharding.MiniBatchPlan": _RESULT.format("scwork.sharding.minibatch"),
+    "scwork.plan.PlanCandidate": _RESULT.format("scwork.plan.search"),
+    "scwork.plan.PlanSearchResult": _RESULT.format("scwork.plan.search"),
+    "scwork.advisor.Advice": _RESULT.format("scwork.advisor.advise"),
+    "scwork.advisor.Finding": _RESULT.format("scwork.advisor.advise"),
     "scwork.sharding.TunedLimits": _RESULT.format("scwork.sharding.tune_limits"),
     "scwork.sharding.release_buffers": "takes no arguments (frees the engine's cached scratch buffers)",
     "scwork.hardware.TpuChip": "catalog entries: built from scwork's own catalog; user changes go through "

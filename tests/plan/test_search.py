@@ -267,3 +267,20 @@ def test_a_candidates_memory_report_is_the_one_the_search_used(result):
         assert report.peak_hbm_bytes == cand.metrics["peak_hbm_bytes"]
         assert int(report.spmem.total.max()) == cand.metrics["max_spmem_bytes_per_tile"]
     assert result.best.memory(num_serialized_tables=4).peak_hbm_bytes <= result.best.metrics["peak_hbm_bytes"]
+
+
+def test_pareto_front_and_to_toml_refuse_odd_inputs_with_config_errors():
+    """Found by the public-API argument surface (issue 22): ragged or 1-D points, a tree that is not a dict."""
+    import numpy as np
+    import pytest
+
+    from scwork.errors import ConfigError
+    from scwork.plan import pareto_front, to_toml
+
+    for points in ([[1, 2], [3]], [1.0, 2.0], [["a", "b"]], [[float("nan"), 1.0]], 5):
+        with pytest.raises(ConfigError, match="points must be"):
+            pareto_front(points)
+    assert pareto_front(np.zeros((0, 2))).tolist() == []
+    for tree in (5, [("a", 1)], "a = 1"):
+        with pytest.raises(ConfigError, match="to_toml writes a dict"):
+            to_toml(tree)
