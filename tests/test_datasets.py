@@ -677,3 +677,11 @@ def test_public_dataset_helpers_bound_their_work_and_type_their_errors(tmp_path)
     with pytest.raises(ConfigError, match="MAX_SYNTHETIC_ROWS"):
         write_synthetic_parquet(tmp_path / "r", 2, rows_per_shard=MAX_SYNTHETIC_ROWS)
     assert not (tmp_path / "v").exists() and not (tmp_path / "r").exists()
+
+
+def test_load_table_with_a_name_too_long_for_the_file_system():
+    from scwork.datasets import load_table
+    from scwork.errors import InputError
+
+    with pytest.raises(InputError, match="cannot look at the path"):
+        load_table("9" * 5000)

@@ -248,9 +248,13 @@ def _read_arrow_table(path: Path, shown: str, columns: list[str] | None, sep: st
     """Read the file with pyarrow; every failure becomes an InputError naming the file."""
     import pyarrow as pa
 
-    if not path.exists():
-        raise InputError(f"{shown}: no such file or directory")
-    if path.is_dir():
+    try:
+        exists, is_dir = path.exists(), path.is_dir()
+    except OSError as error:          # a name too long for the file system, ...
+        raise InputError(f"{shown[:200]}: cannot look at the path ({error.strerror or error})") from None
+    if not exists:
+        raise InputError(f"{shown[:200]}: no such file or directory")
+    if is_dir:
         files = sorted(p for p in path.iterdir() if p.suffix.lower() in _PARQUET)
         if not files:
             raise InputError(f"{shown}: directory holds no .parquet files")

@@ -102,7 +102,10 @@ def tokenize(text: str) -> list[Token]:
                                   text, start, hint="write sizes as plain integers such as 128")
             # A 64-bit number has at most 19 digits; checking the length first also keeps
             # int() away from texts longer than its conversion limit (4300 digits).
-            value = int(word) if len(digits.lstrip("0")) <= 19 else _INT64_MAX + 1
+            # (leading zeros stripped first: "000...01" with 5,000 zeros is 1, but int() refuses the text)
+            significant = digits.lstrip("0") or "0"
+            value = (-1 if word.startswith("-") else 1) * int(significant) if len(significant) <= 19 \
+                else _INT64_MAX + 1
             if abs(value) > _INT64_MAX:
                 shown = word if len(word) <= 40 else f"{word[:20]}... ({len(digits)} digits)"
                 raise LayoutError(f"number {shown} does not fit in a signed 64-bit integer", text, start)

@@ -418,3 +418,10 @@ def test_max_file_bytes_past_the_read_size_reads_the_file():
     dump = read_xla_dump(TPU_STYLE, max_file_bytes=2**64)
     assert dump.modules[0].name == "jit_step"
     assert read_oom_message(DATA / "oom_flowpm_issue27_hbm.txt", max_file_bytes=10**30).allocations
+
+
+def test_oom_shape_with_thousands_of_leading_zeros_reads():
+    """u8[000...01] (5,000 zeros) made int() refuse the text (found by the 1,000-case run)."""
+    report = parse_oom_message("  1. Size: 4.0K\n     Shape: u8[" + "0" * 5000 + "1]{0}\n")
+    assert report.allocations[0].shape().dims == (1,)
+    assert len(report.checks()) == 1
