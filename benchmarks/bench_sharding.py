@@ -182,6 +182,89 @@ def _jte_side_by_side(batch, features, topo, modes, repeats):
     return out
 
 
+#: Thread counts of the projection (``--project``) and its design targets.
+PROJECT_THREADS = (16, 64, 208)
+SERIAL_SHARE_TARGET = 0.01
+
+
+def _project(fn, batch, features, topo, stacking, repeats: int) -> dict:
+    """Projected speedups of ``fn`` at PROJECT_THREADS from one-thread profiles (scwork.sharding._profile).
+
+    ``one_thread_s``: median of ``repeats`` real calls with ``num_threads=1``. Per
+    thread count T: ``repeats`` calls with the work cut for T threads but every task
+    run on this thread, timed; the projected time is the median over those calls of
+    serial seconds + every task batch's LPT makespan on T workers. ``serial_share``
+    is the serial seconds over the one-thread time (target <= 1%),
+    ``largest_task_share`` the longest task over all task seconds (target at T:
+    <= 1 / (4 T)).
+    """
+    from scwork.sharding._profile import profiled
+
+    fn(batch, features, topo, stacking, num_threads=1)
+    one = statistics.median(timed_runs(lambda: fn(batch, features, topo, stacking, num_threads=1), repeats))
+    out = {"one_thread_s": one, "threads": {}}
+    for T in PROJECT_THREADS:
+        with profiled(T) as profiles:
+            for _ in range(repeats):
+                fn(batch, features, topo, stacking)
+        crit = statistics.median(p.critical_path_s(T) for p in profiles)
+        serial = statistics.median(p.serial_s for p in profiles)
+        out["threads"][T] = {
+            "projected_s": crit, "projected_speedup": one / crit, "serial_s": serial,
+            "serial_share": serial / one, "one_thread_total_s": statistics.median(p.total_s for p in profiles),
+            "largest_task_share": statistics.median(p.largest_task_share() for p in profiles),
+            "largest_task_target": 1 / (4 * T),
+            "tasks": {name: len(ts) for name, ts in profiles[0].batches}}
+    return out
+
+
+def _print_projection(proj: dict) -> None:
+    for key, r in proj.items():
+        print(f"  {key}: one thread {r['one_thread_s'] * 1e3:.1f} ms")
+        for T, x in r["threads"].items():
+            tasks = ", ".join(f"{n} {c}" for n, c in x["tasks"].items())
+            print(f"    T={T:>3}: projected {x['projected_s'] * 1e3:7.2f} ms, speedup x{x['projected_speedup']:5.1f}; "
+                  f"serial {x['serial_s'] * 1e3:.2f} ms = {x['serial_share'] * 100:.2f}% (target <= 1%: "
+                  f"{'ok' if x['serial_share'] <= SERIAL_SHARE_TARGET else 'MISSED'}); largest task "
+                  f"{x['largest_task_share'] * 100:.3f}% of the task time (target <= {x['largest_task_target'] * 100:.3f}%: "
+                  f"{'ok' if x['largest_task_share'] <= x['largest_task_target'] else 'MISSED'}); tasks: {tasks}")
+
+
+def project_main(args) -> int:
+    """``--project``: the projection of speedups at 16, 64 and 208 threads, computed on this machine."""
+    import scwork
+    from scwork.sharding import compute_stats, preprocess
+    from scwork.sharding._synthetic import synthetic_batch
+
+    scwork.warmup()
+    inputs = {"standard": (dict(batch_size=16384, num_features=26, vocab_size=1_000_000), scwork.Topology(4, 4))}
+    if args.large:
+        inputs["large"] = (dict(batch_size=131072, num_features=26, vocab_size=1_000_000), scwork.Topology(16, 4))
+    modes = [m for m in args.stacking.split(",") if m]
+    result = {"machine": {"cpus": os.cpu_count(), "loadavg_start": os.getloadavg()}, "inputs": {}}
+    for label, (params, topo) in inputs.items():
+        batch, features = synthetic_batch(**params, valency=20.0, zipf_s=1.05, embedding_dim=args.dim, seed=0)
+        proj = {}
+        for mode in modes:
+            for name, fn in (("preprocess", preprocess), ("compute_stats", compute_stats)):
+                proj[f"{mode}/{name}"] = _project(fn, batch, features, topo, STACKING[mode], max(3, args.repeats))
+        result["inputs"][label] = {"batch_size": params["batch_size"], "topology": str(topo),
+                                   "num_ids": batch.num_ids, "projection": proj}
+        del batch, features
+    result["machine"]["loadavg_end"] = os.getloadavg()
+    if args.json:
+        print(json.dumps(result, indent=1))
+        return 0
+    print(f"projection from one-thread profiles on this machine ({result['machine']['cpus']} CPUs, load "
+          f"{result['machine']['loadavg_start'][0]:.2f} -> {result['machine']['loadavg_end'][0]:.2f}); projected time "
+          "at T = serial + LPT makespan of each task batch on T workers (no memory-bandwidth limit: an upper bound "
+          "of the speedup)")
+    for label, r in result["inputs"].items():
+        print(f"\n{label} input: batch {r['batch_size']}, {r['num_ids']} ids, {r['topology']}")
+        _print_projection(r["projection"])
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="small input (batch 2048, 8 features)")
@@ -193,7 +276,13 @@ def main() -> int:
                         help="batch size of the numpy-reference subset (default 1024, quick 256)")
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     parser.add_argument("--no-jte", action="store_true", help="skip the jax-tpu-embedding side-by-side run")
+    parser.add_argument("--project", action="store_true",
+                        help="only the projection: speedups at 16, 64, 208 threads from one-thread profiles")
+    parser.add_argument("--large", action="store_true",
+                        help="with --project: also the large input (131072 samples, 16 x 4 SparseCores)")
     args = parser.parse_args()
+    if args.project:
+        return project_main(args)
     repeats = max(5, args.repeats)
     threads = [int(t) for t in args.threads.split(",") if t]
     modes = [m for m in args.stacking.split(",") if m]

@@ -108,6 +108,7 @@ from scwork.sharding._scratch import (
     release_buffers,
     scratch_limit_bytes,
 )
+from scwork.sharding import _profile
 from scwork.sharding._threads import _TASKS_PER_THREAD, _run_tasks, resolve_num_threads
 from scwork.sharding.batch import FeatureBatch, _check_gains
 from scwork.sharding.results import (
@@ -668,7 +669,7 @@ def _execute_jobs(jobs, ranges, work, sizes, scratch, batch, G, S, kern, config,
 
     for j, rs in zip(jobs, ranges):
         j.pending = len(rs)
-    _run_tasks(slices, work, sizes, num_threads)
+    _run_tasks(slices, work, sizes, num_threads, "slices")
     # errors in stack order, as a stack-by-stack run would raise them
     B = batch.batch_size
     # errors in the order compute_stats (which computes no gains) meets them:
@@ -756,8 +757,14 @@ def _check_gain_inputs(batch: FeatureBatch, plan: StackingPlan) -> None:
             _check_gains(batch, f.name, st.combiner)
 
 
-def _run(batch, features, topology, stacking, config, on_out_of_vocabulary, stack_limits, rotation,
-         activation_mem_bytes_limit, num_threads, backend, want_csr):
+def _run(*args, **kwargs):
+    """:func:`_run_call`, recorded as one call while profiling (:mod:`scwork.sharding._profile`)."""
+    with _profile.call():
+        return _run_call(*args, **kwargs)
+
+
+def _run_call(batch, features, topology, stacking, config, on_out_of_vocabulary, stack_limits, rotation,
+              activation_mem_bytes_limit, num_threads, backend, want_csr):
     features = _check_inputs(batch, features, topology, config, on_out_of_vocabulary)
     num_threads = resolve_num_threads(num_threads)
     G, S = topology.num_devices, topology.sparsecores_per_device

@@ -1,0 +1,181 @@
+"""Where a call of the sharding engine spends its time: serial parts and parallel tasks, and what that projects at T threads.
+
+The engine runs its work as batches of independent tasks (:func:`_run_tasks`)
+separated by serial code (planning, checks, result building). On a machine with
+few cores the speedup at many threads cannot be measured, but it can be bounded
+from one thread: run the call once with the task lists cut as they would be for
+``T`` threads, but execute every task on the calling thread, timing each task from
+the dispatcher (never inside a numba kernel) and the call as a whole. Then
+
+    time(T) >= serial + sum over task batches of LPT makespan(batch's tasks, T)
+
+where ``serial`` is the call's wall time minus the time inside tasks, and the
+makespan is that of longest-processing-time-first list scheduling on ``T``
+workers (what the dispatcher does: it hands out tasks largest first). The bound
+ignores what more threads cost (memory bandwidth shared by the cores, thread
+start-up), so it is a projection, not a measurement.
+
+Profiling is off unless :func:`profiled` is active in the calling thread: then the
+dispatcher checks one attribute per batch of tasks, nothing per task.
+
+Examples
+--------
+>>> from scwork.sharding._profile import lpt_makespan
+>>> lpt_makespan([5.0, 4.0, 3.0, 3.0, 3.0], 2)       # {5, 3, 3} and {4, 3}: LPT is not optimal
+11.0
+>>> lpt_makespan([1.0, 1.0, 1.0], 8)
+1.0
+"""
+
+from __future__ import annotations
+
+import contextlib
+import heapq
+import threading
+import time
+from dataclasses import dataclass, field
+
+__all__ = ["CallProfile", "lpt_makespan", "profiled"]
+
+
+def lpt_makespan(durations, num_workers: int) -> float:
+    """Makespan of longest-processing-time-first list scheduling of ``durations`` on ``num_workers``.
+
+    Tasks are taken largest first, each by the worker that is free earliest.
+    """
+    if num_workers < 1:
+        raise ValueError(f"num_workers must be >= 1, got {num_workers}")
+    loads = [0.0] * min(num_workers, max(1, len(durations)))
+    for d in sorted(durations, reverse=True):
+        heapq.heapreplace(loads, loads[0] + float(d))
+    return max(loads)
+
+
+@dataclass
+class CallProfile:
+    """Timings of one profiled engine call.
+
+    ``plan_threads`` is the thread count the task lists were cut for; ``batches``
+    holds, per batch of tasks (in call order), its name and each task's seconds;
+    ``total_s`` is the call's wall time (every task ran on the calling thread).
+    """
+
+    plan_threads: int
+    batches: list[tuple[str, list[float]]] = field(default_factory=list)
+    total_s: float = 0.0
+
+    @property
+    def task_s(self) -> float:
+        """Seconds inside tasks (all batches)."""
+        return float(sum(sum(ts) for _, ts in self.batches))
+
+    @property
+    def serial_s(self) -> float:
+        """Seconds outside every task: what no thread count shortens."""
+        return max(0.0, self.total_s - self.task_s)
+
+    def critical_path_s(self, num_threads: int) -> float:
+        """Serial seconds plus every batch's LPT makespan on ``num_threads`` workers."""
+        return self.serial_s + float(sum(lpt_makespan(ts, num_threads) for _, ts in self.batches if ts))
+
+    def largest_task_share(self) -> float:
+        """The longest task's share of all task seconds (0 without tasks)."""
+        longest = max((max(ts) for _, ts in self.batches if ts), default=0.0)
+        return longest / self.task_s if self.task_s > 0 else 0.0
+
+    def summary(self) -> dict:
+        """Plain numbers: totals, serial share, tasks per batch, largest task share."""
+        return {
+            "plan_threads": self.plan_threads,
+            "total_s": self.total_s,
+            "serial_s": self.serial_s,
+            "serial_share": self.serial_s / self.total_s if self.total_s > 0 else 0.0,
+            "tasks": {name: len(ts) for name, ts in self.batches},
+            "largest_task_share": self.largest_task_share(),
+            "critical_path_s": self.critical_path_s(self.plan_threads),
+        }
+
+
+_STATE = threading.local()
+
+
+def active() -> CallProfile | None:
+    """The profile being recorded in this thread, if any."""
+    return getattr(_STATE, "profile", None)
+
+
+@contextlib.contextmanager
+def profiled(plan_threads: int):
+    """Record the engine calls made inside the block as :class:`CallProfile` objects (a list).
+
+    Inside, ``num_threads`` of the engine is replaced by ``plan_threads`` for cutting
+    the work, and every task runs on the calling thread, timed. Each engine call
+    appends one profile to the yielded list.
+    """
+    if isinstance(plan_threads, bool) or not isinstance(plan_threads, int) or plan_threads < 1:
+        raise ValueError(f"plan_threads must be a positive int, got {plan_threads!r}")
+    outer = getattr(_STATE, "profile", None)
+    profiles: list[CallProfile] = []
+    _STATE.sink = profiles
+    _STATE.plan_threads = plan_threads
+    try:
+        yield profiles
+    finally:
+        _STATE.sink = None
+        _STATE.plan_threads = None
+        _STATE.profile = outer
+
+
+def plan_threads() -> int | None:
+    """The thread count to cut work for while :func:`profiled` is active, else None."""
+    return getattr(_STATE, "plan_threads", None)
+
+
+@contextlib.contextmanager
+def call():
+    """Wrap one engine call: a new :class:`CallProfile` while profiling, else nothing.
+
+    Nested engine calls (a path built on the engine calling it) land in the
+    outermost call's profile.
+    """
+    sink = getattr(_STATE, "sink", None)
+    if sink is None or getattr(_STATE, "profile", None) is not None:
+        yield
+        return
+    prof = CallProfile(_STATE.plan_threads)
+    _STATE.profile = prof
+    start = time.perf_counter()
+    try:
+        yield
+    finally:
+        prof.total_s = time.perf_counter() - start
+        _STATE.profile = None
+        sink.append(prof)
+
+
+def run_serially(prof: CallProfile, name: str, fn, items, sizes, num_workers: int) -> list:
+    """Run ``fn(item, worker)`` for every item on this thread, in dispatch order, timing each.
+
+    Items are taken in the dispatcher's order (largest ``sizes`` first) and given the
+    worker that would be free first if they took their measured time, so per-worker
+    scratch is used as a threaded run uses it. Results come back in item order; the
+    first exception in item order is raised after all ran.
+    """
+    order = sorted(range(len(items)), key=lambda i: -sizes[i])
+    loads = [(0.0, w) for w in range(max(1, min(num_workers, len(items))))]
+    results: list = [None] * len(items)
+    times = [0.0] * len(items)
+    errors: dict[int, Exception] = {}
+    for i in order:
+        load, worker = heapq.heappop(loads)
+        start = time.perf_counter()
+        try:
+            results[i] = fn(items[i], worker)
+        except Exception as err:  # noqa: BLE001 - re-raised below, as _run_tasks does
+            errors[i] = err
+        times[i] = time.perf_counter() - start
+        heapq.heappush(loads, (load + times[i], worker))
+    prof.batches.append((name, times))
+    if errors:
+        raise errors[min(errors)]
+    return results
