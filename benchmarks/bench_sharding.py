@@ -190,7 +190,9 @@ SERIAL_SHARE_TARGET = 0.01
 def _project(fn, batch, features, topo, stacking, repeats: int) -> dict:
     """Projected speedups of ``fn`` at PROJECT_THREADS from one-thread profiles (scwork.sharding._profile).
 
-    ``one_thread_s``: median of ``repeats`` real calls with ``num_threads=1``. Per
+    ``one_thread_s``: median CPU time (the thread's CPU clock, which a shared
+    machine's load does not inflate) of ``repeats`` real calls with
+    ``num_threads=1``; ``one_thread_wall_s`` their median wall time. Per
     thread count T: ``repeats`` calls with the work cut for T threads but every task
     run on this thread, timed; the projected time is the median over those calls of
     serial seconds + every task batch's LPT makespan on T workers. ``serial_share``
@@ -198,11 +200,17 @@ def _project(fn, batch, features, topo, stacking, repeats: int) -> dict:
     ``largest_task_share`` the longest task over all task seconds (target at T:
     <= 1 / (4 T)).
     """
-    from scwork.sharding._profile import profiled
+    from scwork.sharding._profile import profiled, thread_cpu_s
 
     fn(batch, features, topo, stacking, num_threads=1)
-    one = statistics.median(timed_runs(lambda: fn(batch, features, topo, stacking, num_threads=1), repeats))
-    out = {"one_thread_s": one, "threads": {}}
+    cpu, wall = [], []
+    for _ in range(repeats):
+        c, w = thread_cpu_s(), time.perf_counter()
+        fn(batch, features, topo, stacking, num_threads=1)
+        cpu.append(thread_cpu_s() - c)
+        wall.append(time.perf_counter() - w)
+    one = statistics.median(cpu)
+    out = {"one_thread_s": one, "one_thread_wall_s": statistics.median(wall), "threads": {}}
     for T in PROJECT_THREADS:
         with profiled(T) as profiles:
             for _ in range(repeats):
@@ -220,7 +228,7 @@ def _project(fn, batch, features, topo, stacking, repeats: int) -> dict:
 
 def _print_projection(proj: dict) -> None:
     for key, r in proj.items():
-        print(f"  {key}: one thread {r['one_thread_s'] * 1e3:.1f} ms")
+        print(f"  {key}: one thread {r['one_thread_s'] * 1e3:.1f} ms CPU ({r['one_thread_wall_s'] * 1e3:.1f} ms wall)")
         for T, x in r["threads"].items():
             tasks = ", ".join(f"{n} {c}" for n, c in x["tasks"].items())
             print(f"    T={T:>3}: projected {x['projected_s'] * 1e3:7.2f} ms, speedup x{x['projected_speedup']:5.1f}; "
@@ -257,8 +265,9 @@ def project_main(args) -> int:
         return 0
     print(f"projection from one-thread profiles on this machine ({result['machine']['cpus']} CPUs, load "
           f"{result['machine']['loadavg_start'][0]:.2f} -> {result['machine']['loadavg_end'][0]:.2f}); projected time "
-          "at T = serial + LPT makespan of each task batch on T workers (no memory-bandwidth limit: an upper bound "
-          "of the speedup)")
+          "at T = serial + LPT makespan of each task batch on T workers, in thread CPU time (no memory-bandwidth "
+          "limit: an upper bound of the speedup); design targets: serial <= 1% of one thread, at T = 64 no task "
+          "over 1/(4T) = 0.39% of the task time")
     for label, r in result["inputs"].items():
         print(f"\n{label} input: batch {r['batch_size']}, {r['num_ids']} ids, {r['topology']}")
         _print_projection(r["projection"])

@@ -21,12 +21,6 @@ from scwork.errors import ConfigError
 __all__ = ["release_buffers", "SCRATCH_LIMIT_ENV", "scratch_limit_bytes"]
 
 
-# Naive view: a bitmap over the ``P << qbits`` keys ``u`` of a group (one row per
-# worker thread) when it costs at most this many bytes per id of the group (or
-# _BITMAP_MIN_BYTES), else the sorted lists of each slice's distinct ids (memory
-# linear in the ids, never in the vocabulary).
-_BITMAP_BYTES_PER_ID = 8
-_BITMAP_MIN_BYTES = 1 << 16
 # Large buffers come from _POOL (see _BufferPool), aligned to a huge page.
 _HUGE_PAGE = 1 << 21
 _POOL_MAX_BYTES = 1 << 29

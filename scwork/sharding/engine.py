@@ -99,8 +99,6 @@ from scwork.errors import (
 )
 from scwork.hardware.topology import Topology
 from scwork.sharding._scratch import (
-    _BITMAP_BYTES_PER_ID,
-    _BITMAP_MIN_BYTES,
     _POOL,
     SCRATCH_LIMIT_ENV,
     _carve,
@@ -132,6 +130,8 @@ __all__ = ["preprocess", "compute_stats", "PreprocessResult", "CsrBuffers", "rel
 
 
 _COMBINER_CODE = {"sum": 0, "mean": 1, "sqrtn": 2}
+# stack_slices takes a bitmap for the naive view; the engine always uses lists
+_NO_BITMAP = np.zeros(1, np.int64)
 _NO_LIMIT = 2**62
 _HIST_SIZE = 3 * 2048
 
@@ -219,13 +219,14 @@ class _Backend:
     """The kernels of one backend: numba, or the slow numpy references (same signatures)."""
 
     def __init__(self, backend: str):
-        from scwork.sharding import _kernels, _naive_kernels
+        from scwork.sharding import _kernels, _naive_kernels, _split_kernels
 
         if backend not in ("numba", "numpy"):
             raise ConfigError(f"backend must be 'numba' or 'numpy', got {backend!r}")
         ref = "_reference" if backend == "numpy" else ""
         for module, names in ((_kernels, ("sort_group", "stack_slices", "compact_slices")),
-                              (_naive_kernels, ("naive_from_bitmaps", "naive_from_lists"))):
+                              (_split_kernels, ("count_groups", "slice_pairs", "write_groups")),
+                              (_naive_kernels, ("naive_from_slice_lists",))):
             for name in names:
                 setattr(self, name, getattr(module, name + ref))
 
@@ -324,7 +325,21 @@ class _StackJob:
         self.g_mode = np.array([(2 if w else (1 if self.combiner else 0)) if want_csr else 0 for w in weighted],
                                np.int64)
         self.g_sloff = sloff
-        self.naive_view(1)
+        # naive view: every (group, slice) run appends its sorted distinct ids to
+        # ulist (carved by _execute); tasks over partition ranges merge them
+        self.g_bitmap = np.zeros(ng, np.int8)
+        self.g_bmoff = np.zeros(ng, np.int64)
+        self.g_uloff = np.zeros(ng, np.int64)
+        np.cumsum([g.num_ids for g in groups[:-1]], out=self.g_uloff[1:])
+        self.ulist_size = max(1, self.num_ids)
+        self.ulist = None
+        self.ul_cnt = np.zeros(ng * nsl, np.int64)
+        # statistics-only stacks count each (group, slice) run into its group's
+        # counters, so that tasks may split a slice by groups
+        self.by_group = not self.keep_all
+        self.pairs_g = np.zeros(ng * nsl * P if self.by_group else 1, np.int64)
+        self.distinct_g = np.zeros(ng * nsl * P if self.by_group else 1, np.int64)
+        self.naive_g = np.zeros((ng, P), np.int64)
 
         self.pairs = np.zeros(nsl * P, np.int64)
         self.distinct = np.zeros(nsl * P, np.int64)
@@ -353,34 +368,96 @@ class _StackJob:
                 self.stride = max(_ALIGN, int((self.slice_ids + (_ALIGN - 1) * P).max()))
                 self.base = np.arange(nsl, dtype=np.int64) * self.stride
                 self.out_size = nsl * self.stride
-        self.staged = want_csr and self.C is None
-        self.bitmaps = self.emb = self.smp = self.gout = None
+        # Without a configured C, C (the longest slice) is counted first (slice_pairs,
+        # no sort) so that slices are written in place at once. Only a prefix cut
+        # (limits with allow_id_dropping) needs the sort to know a slice's size: then
+        # slices are written at a bounding stride and moved left afterwards.
+        self.counted = want_csr and self.C is None and not (limited and self.allow_cut)
+        self.count_pairs = np.zeros(ng * nsl * P if self.counted else 1, np.int64)
+        # Without limits the count also fixes where each group's ids of each stream
+        # go, so that tasks may split a slice by groups (write_groups)
+        self.split_csr = self.counted and not limited
+        if self.split_csr:
+            self.distinct_g = np.zeros(ng * nsl * P, np.int64)
+        self.staged = want_csr and self.C is None and not self.counted
+        self.emb = self.smp = self.gout = None
         self.tasks: list[dict] = []
-        self.pending = 0                        # slice tasks not finished yet
         self.lock = threading.Lock()
-        self.workers: set[int] = set()          # bitmap rows written
         self.naive_counts: np.ndarray | None = None
 
-    def naive_view(self, nworkers: int) -> None:
-        """Per group: the naive view in bitmap rows (one per worker) or per-slice lists."""
+    def set_counted_size(self) -> None:
+        """``C`` from the counted pairs (:func:`~scwork.sharding._split_kernels.slice_pairs`): slices in place.
+
+        Without limits also the layout :func:`~scwork.sharding._split_kernels.write_groups`
+        writes: each group's first slot in each stream, the row pointers, the padding.
+        """
         ng, nsl, P = len(self.groups), self.nsl, self.P
-        words = [((P << g.qbits) + 63) >> 6 for g in self.groups]
-        use_bitmap = [8 * w * nworkers <= max(_BITMAP_MIN_BYTES, _BITMAP_BYTES_PER_ID * g.num_ids)
-                      for w, g in zip(words, self.groups)]
-        self.g_bitmap = np.array(use_bitmap, np.int8)
-        self.g_bmoff = np.zeros(ng, np.int64)
-        self.g_uloff = np.zeros(ng, np.int64)
-        nbits = nlist = 0
-        for i, (w, g) in enumerate(zip(words, self.groups)):
-            if use_bitmap[i]:
-                self.g_bmoff[i] = nbits
-                nbits += w
-            else:
-                self.g_uloff[i] = nlist
-                nlist += g.num_ids
-        self.bitmap_words = max(1, nbits)
-        self.ulist = np.empty(max(1, nlist), np.int64)
-        self.ul_cnt = np.zeros(ng * nsl, np.int64)
+        per_group = self.count_pairs.reshape(ng, nsl, P)
+        pairs = per_group.sum(axis=0)
+        aligned = round_up_array(pairs)
+        used = aligned.sum(axis=1)
+        self.C = self.cap = max(_ALIGN, int(used.max()) if used.size else _ALIGN)
+        self.base = np.arange(nsl, dtype=np.int64) * self.C
+        self.out_size = nsl * self.C
+        if not self.split_csr:
+            return
+        pstart = np.cumsum(aligned, axis=1) - aligned + self.base[:, None]      # (nsl, P), absolute
+        self.offs = (np.cumsum(per_group, axis=0) - per_group + pstart[None]).ravel()
+        rp = self.row_pointers.reshape(nsl, self.R)
+        rp[:, :P] = pstart - self.base[:, None] + pairs
+        rp[:, P:] = used[:, None]
+        self.pad_lo = np.concatenate([pstart + pairs, (self.base + used)[:, None]], axis=1).ravel()
+        self.pad_hi = np.concatenate([pstart + aligned, (self.base + self.C)[:, None]], axis=1).ravel()
+        self.used[:] = used
+
+    def count_task(self, kern: _Backend, batch: FeatureBatch, s0: int, s1: int) -> None:
+        """Task: pairs per (group, slice, partition) of slices ``[s0, s1)`` (for ``C`` and the layout)."""
+        kern.slice_pairs(batch._ids, batch._splits, self.n, self.P, self.gptr, self.feat_rows, self.g_vocab,
+                         self.g_shift, s0, s1, self.count_pairs)
+
+    def work_units(self, target: float) -> list[tuple[int, int, int, int]]:
+        """Tasks ``(s0, s1, g0, g1)`` of about ``target`` raw ids (one if ``target`` is inf).
+
+        Slice ranges; a stack counted by groups (statistics only, or CSR without
+        limits) whose single slice is larger than ``target`` is cut further into
+        ranges of its groups (tables).
+        """
+        ng = len(self.groups)
+        by_group = self.by_group or self.split_csr
+        if not np.isfinite(target) or not by_group or ng == 1 or self.stack_slice_max <= target:
+            return [(s0, s1, 0, ng) for s0, s1 in self.ranges(target)]
+        counts = np.array([g.slice_ids for g in self.groups], np.int64)          # (ng, nsl)
+        out = []
+        for sl in range(self.nsl):
+            col = counts[:, sl]
+            parts = int(min(ng, max(1, round(int(col.sum()) / max(target, 1.0)))))
+            cum = np.cumsum(col)
+            cuts = np.searchsorted(cum, cum[-1] * np.arange(1, parts) / parts, side="left") + 1
+            edges = np.unique(np.concatenate([[0], np.clip(cuts, 1, ng - 1), [ng]]))
+            out += [(sl, sl + 1, int(a), int(b)) for a, b in itertools.pairwise(edges)]
+        return out
+
+    def unit_size(self, s0: int, s1: int, g0: int, g1: int) -> int:
+        """Raw ids of a task."""
+        if g0 == 0 and g1 == len(self.groups):
+            return int(self.slice_ids[s0:s1].sum())
+        return int(sum(int(g.slice_ids[s0:s1].sum()) for g in self.groups[g0:g1]))
+
+    def naive_units(self, target: float) -> list[tuple[int, int, int]]:
+        """Naive-view tasks ``(group, p0, p1)``: partition ranges of about ``target`` ids."""
+        out = []
+        for i, g in enumerate(self.groups):
+            parts = 1 if not np.isfinite(target) else int(min(self.P, max(1, round(g.num_ids / max(target, 1.0)))))
+            edges = np.unique(np.linspace(0, self.P, parts + 1).round().astype(np.int64))
+            out += [(i, int(a), int(b)) for a, b in itertools.pairwise(edges)]
+        return out
+
+    def naive_task(self, kern: _Backend, g: int, p0: int, p1: int) -> None:
+        """Task: the naive view of group ``g`` over partitions ``[p0, p1)``."""
+        nsl = self.nsl
+        starts = self.g_uloff[g] + self.g_sloff[g, :-1]
+        kern.naive_from_slice_lists(self.ulist, starts, self.ul_cnt[g * nsl:(g + 1) * nsl], self.groups[g].qbits,
+                                    p0, p1, self.naive_g[g])
 
     def ranges(self, target: float) -> list[tuple[int, int]]:
         """Contiguous slice ranges of about ``target`` raw ids each (one if ``target`` is inf)."""
@@ -401,10 +478,35 @@ class _StackJob:
                 "ag": gmax if self.any_gains else 1, "bg": gmax if self.any_gains else 1,
                 "hist": _HIST_SIZE, "gm": len(self.groups), "bounds": len(self.groups) * (self.P + 1)}
 
+    def run_groups(self, kern: _Backend, batch: FeatureBatch, weights, has_w, s0: int, s1: int, g0: int, g1: int,
+                   sc: dict) -> dict:
+        """Task: :func:`~scwork.sharding._split_kernels.count_groups` on slices ``[s0, s1)`` x groups ``[g0, g1)``."""
+        g_oov = np.full(len(self.groups), -1, np.int64)
+        kern.count_groups(batch._ids, batch._splits, weights, has_w, self.n, self.P, self.lbits, self.gptr,
+                          self.feat_rows, self.feat_k, self.g_vocab, self.g_shift, self.g_qbits, self.g_uloff,
+                          self.g_sloff, s0, s1, g0, g1, sc["sk"], sc["ak"], sc["bk"], sc["hist"], self.pairs_g,
+                          self.distinct_g, self.ulist, self.ul_cnt, g_oov)
+        return {"s0": s0, "oov": g_oov, "bad": np.full(len(self.groups), -1, np.int64),
+                "drops": np.zeros((0, 4), np.int64), "drop_g": np.zeros(0, np.int64)}
+
+    def run_write_groups(self, kern: _Backend, batch: FeatureBatch, weights, has_w, s0: int, s1: int, g0: int,
+                         g1: int, sc: dict) -> dict:
+        """Task: :func:`~scwork.sharding._split_kernels.write_groups` on slices ``[s0, s1)`` x groups ``[g0, g1)``."""
+        ng = len(self.groups)
+        g_oov = np.full(ng, -1, np.int64)
+        g_bad = np.full(ng, -1, np.int64)
+        kern.write_groups(batch._ids, batch._splits, weights, has_w, self.combiner, self.n, self.P, self.lbits,
+                          self.gptr, self.feat_rows, self.feat_k, self.g_vocab, self.g_shift, self.g_qbits,
+                          self.g_rowoff, self.g_mode, self.g_uloff, self.g_sloff, s0, s1, g0, g1, sc["sk"], sc["sg"],
+                          sc["ak"], sc["ag"], sc["bk"], sc["bg"], sc["hist"], self.offs, self.pad_lo, self.pad_hi,
+                          self.rowgain, self.emb, self.smp, self.gout, self.distinct_g, self.ulist, self.ul_cnt,
+                          g_oov, g_bad)
+        return {"s0": s0, "oov": g_oov, "bad": g_bad, "drops": np.zeros((0, 4), np.int64),
+                "drop_g": np.zeros(0, np.int64)}
+
     def run_slices(self, kern: _Backend, batch: FeatureBatch, weights, has_w, s0: int, s1: int, worker: int,
                    sc: dict) -> dict:
         """Task: :func:`~scwork.sharding._kernels.stack_slices` on slices ``[s0, s1)``."""
-        self.workers.add(worker)
         ng = len(self.groups)
         g_oov = np.full(ng, -1, np.int64)
         g_bad = np.full(ng, -1, np.int64)
@@ -416,7 +518,7 @@ class _StackJob:
             self.g_mode, self.g_bitmap, self.g_bmoff, self.g_uloff, self.g_sloff, s0, s1, self.keep_all,
             self.max_ids, self.max_uniq, self.allow_cut,
             sc["sk"], sc["sg"], sc["ak"], sc["ag"], sc["bk"], sc["bg"], sc["hist"], sc["gm"], sc["bounds"],
-            self.pairs, self.distinct, self.kept, self.dropped, self.used, g_oov, g_bad, self.bitmaps[worker],
+            self.pairs, self.distinct, self.kept, self.dropped, self.used, g_oov, g_bad, _NO_BITMAP,
             self.ulist, self.ul_cnt,
             self.want_csr, self.cap, self.base, self.R, self.rowgain, self.emb, self.smp, self.gout,
             self.row_pointers, drops, drop_g)
@@ -436,41 +538,27 @@ class _StackJob:
                         return kind, int(t[kind][g])
         return None
 
-    def naive(self, kern: _Backend) -> np.ndarray:
-        """Naive distinct ids per partition: bitmaps ORed over workers, or merged lists."""
-        out = np.zeros(self.P, np.int64)
-        nsl = self.nsl
-        rows = sorted(self.workers)
-        # only the rows of the workers that ran a task of this stack (usually one)
-        bitmaps = self.bitmaps[rows[0]:rows[0] + 1] if len(rows) == 1 else self.bitmaps[rows]
-        for i, g in enumerate(self.groups):
-            if self.g_bitmap[i]:
-                kern.naive_from_bitmaps(bitmaps, int(self.g_bmoff[i]), g.qbits, self.P, out)
-            else:
-                starts = self.g_uloff[i] + self.g_sloff[i, :-1]
-                kern.naive_from_lists(self.ulist, starts, self.ul_cnt[i * nsl:(i + 1) * nsl].copy(), g.qbits, out)
-        return out
-
-    def task_done(self, kern: _Backend, out: dict) -> None:
-        """Record a slice task; the last one of the stack finishes the stack at once.
-
-        Finishing (naive view; staged stacks: ``C``, slices moved to ``sl * C`` and
-        padded) in whichever thread ends the stack overlaps it with the other stacks'
-        slice tasks instead of waiting for all of them. On a failing stack (the caller
-        raises afterwards) it is wasted but harmless: every slice stays in its region.
-        """
+    def task_done(self, out: dict) -> None:
+        """Record a slice task's errors and dropped pairs."""
         with self.lock:
             self.tasks.append(out)
-            self.pending -= 1
-            last = self.pending == 0
-        if not last:
-            return
-        self.naive_counts = self.naive(kern)
-        if self.staged:
-            self.C = max(_ALIGN, int(self.used.max()) if self.used.size else _ALIGN)
-            kern.compact_slices(self.emb, self.smp, self.gout, self.stride, self.used, self.nsl, self.C)
-            size = self.nsl * self.C
-            self.emb, self.smp, self.gout = self.emb[:size], self.smp[:size], self.gout[:size]
+
+    def compact(self, kern: _Backend) -> None:
+        """Task (staged stacks): ``C``, then slices moved from ``sl * stride`` to ``sl * C`` and padded."""
+        self.C = max(_ALIGN, int(self.used.max()) if self.used.size else _ALIGN)
+        kern.compact_slices(self.emb, self.smp, self.gout, self.stride, self.used, self.nsl, self.C)
+        size = self.nsl * self.C
+        self.emb, self.smp, self.gout = self.emb[:size], self.smp[:size], self.gout[:size]
+
+    def finish_counts(self) -> None:
+        """Per-group counters summed (statistics-only stacks) and the naive view."""
+        if self.by_group or self.split_csr:
+            ng, nsl, P = len(self.groups), self.nsl, self.P
+            per_group = self.count_pairs if self.split_csr else self.pairs_g
+            self.pairs[:] = per_group.reshape(ng, nsl * P).sum(axis=0)
+            self.distinct[:] = self.distinct_g.reshape(ng, nsl * P).sum(axis=0)
+            self.kept[:] = self.pairs
+        self.naive_counts = self.naive_g.sum(axis=0)
 
     def result(self) -> dict:
         out = {"pairs": self.pairs, "distinct": self.distinct, "naive": self.naive_counts, "kept": self.kept,
@@ -617,21 +705,31 @@ def _raise_oov(batch: FeatureBatch, plan: StackingPlan, position: int) -> None:
 
 def _execute(plan: StackingPlan, batch: FeatureBatch, G: int, S: int, kern: _Backend, config: SparsecoreConfig,
              want_csr: bool, num_threads: int) -> list[dict]:
-    """Run every stack: slice tasks, error and limit checks, naive view, CSR assembly."""
-    _, has_w = _weights_of(batch)
+    """Run every stack: task batches (counts for C, slices, naive view and compaction), checks, results.
+
+    Every step that grows with the input runs as tasks of about ``total ids /
+    (threads * _TASKS_PER_THREAD)`` ids, so that the threads finish together; with one
+    thread each batch has one task per stack.
+    """
+    weights, has_w = _weights_of(batch)
     jobs = [_StackJob(st, batch, G, S, want_csr, config, has_w) for st in plan.stacks]
     total = sum(j.num_ids for j in jobs)
     target = total / (num_threads * _TASKS_PER_THREAD) if num_threads > 1 else np.inf
-    ranges = [j.ranges(target) for j in jobs]
-    work = [(j, s0, s1) for j, rs in zip(jobs, ranges) for s0, s1 in rs]
-    sizes = [int(j.slice_ids[s0:s1].sum()) for j, s0, s1 in work]
-    num_threads = min(num_threads, len(work))          # no scratch for threads without work
-    if num_threads > 1:
-        for j in jobs:
-            j.naive_view(num_threads)
 
-    # buffers: scratch per worker, bitmaps per stack (internal, back to the pool at
-    # the end); the CSR buffers handed to the caller (back when they are dropped)
+    counted = [j for j in jobs if j.counted]
+    if counted:
+        units = [(j, s0, s1) for j in counted for s0, s1 in j.ranges(target)]
+        _run_tasks(lambda item, worker: item[0].count_task(kern, batch, item[1], item[2]), units,
+                   [int(j.slice_ids[s0:s1].sum()) for j, s0, s1 in units], num_threads, "count")
+        for j in counted:
+            j.set_counted_size()
+
+    work = [(j, *unit) for j in jobs for unit in j.work_units(target)]
+    sizes = [j.unit_size(*unit) for j, *unit in work]
+    num_threads = min(num_threads, len(work))          # no scratch for threads without work
+
+    # buffers: scratch per worker and the naive-view lists (internal, back to the pool
+    # at the end); the CSR buffers handed to the caller (back when they are dropped)
     needs: dict[str, int] = {}
     for j in jobs:
         for name, length in j.scratch_needs().items():
@@ -640,44 +738,63 @@ def _execute(plan: StackingPlan, batch: FeatureBatch, G: int, S: int, kern: _Bac
     dtypes = [np.float32 if name in ("sg", "ag", "bg") else np.int64 for name in names]
     flat, scratch_buf = _carve([(needs[name], dt) for _ in range(num_threads) for name, dt in zip(names, dtypes)])
     scratch = [dict(zip(names, flat[w * len(names):(w + 1) * len(names)])) for w in range(num_threads)]
-    bitmaps, bitmap_buf = _carve([(num_threads * j.bitmap_words, np.int64) for j in jobs], zero=True)
+    ulists, ulist_buf = _carve([(j.ulist_size, np.int64) for j in jobs])
     try:
-        for j, bm in zip(jobs, bitmaps):
-            j.bitmaps = bm.reshape(num_threads, j.bitmap_words)
+        for j, ul in zip(jobs, ulists):
+            j.ulist = ul
         if want_csr:
             for j, (e, s, g) in zip(jobs, _csr_views([j.out_size for j in jobs])):
                 j.emb, j.smp, j.gout = e, s, g
         else:
             for j in jobs:
                 j.emb, j.smp, j.gout = np.zeros(1, np.int32), np.zeros(1, np.int32), np.zeros(1, np.float32)
-        return _execute_jobs(jobs, ranges, work, sizes, scratch, batch, G, S, kern, config, want_csr, num_threads)
-    finally:
-        del flat, scratch, bitmaps
+
+        def slices(item, worker):
+            j, s0, s1, g0, g1 = item
+            if j.by_group:
+                j.task_done(j.run_groups(kern, batch, weights, has_w, s0, s1, g0, g1, scratch[worker]))
+            elif j.split_csr:
+                j.task_done(j.run_write_groups(kern, batch, weights, has_w, s0, s1, g0, g1, scratch[worker]))
+            else:
+                j.task_done(j.run_slices(kern, batch, weights, has_w, s0, s1, worker, scratch[worker]))
+
+        _run_tasks(slices, work, sizes, num_threads, "slices")
+        # errors in stack order, as a stack-by-stack run would raise them
         for j in jobs:
-            j.bitmaps = None
+            err = j.first_error(("oov",))
+            if err is not None:
+                raise _Oov(err[1])
+        # naive view (per group and partition range) and the compaction of staged stacks
+        finish = [(j, unit) for j in jobs for unit in j.naive_units(target)] + [(j, None) for j in jobs if j.staged]
+        _run_tasks(_finish_task(kern), finish,
+                   [j.num_ids * (u[2] - u[1]) // max(1, j.P * len(j.groups)) if u else 4 * j.num_ids
+                    for j, u in finish], num_threads, "finish")
+        for j in jobs:
+            j.finish_counts()
+        return _check_jobs(jobs, batch, G, S, config, want_csr)
+    finally:
+        del flat, scratch, ulists
+        for j in jobs:
+            j.ulist = None
         _POOL.give(scratch_buf)
-        _POOL.give(bitmap_buf)
+        _POOL.give(ulist_buf)
 
 
-def _execute_jobs(jobs, ranges, work, sizes, scratch, batch, G, S, kern, config, want_csr, num_threads):
-    """:func:`_execute` once the buffers are there."""
-    weights, has_w = _weights_of(batch)
+def _finish_task(kern: _Backend):
+    def run(item, worker):
+        j, unit = item
+        if unit is None:
+            j.compact(kern)
+        else:
+            j.naive_task(kern, *unit)
+    return run
 
-    def slices(item, worker):
-        j, s0, s1 = item
-        j.task_done(kern, j.run_slices(kern, batch, weights, has_w, s0, s1, worker, scratch[worker]))
 
-    for j, rs in zip(jobs, ranges):
-        j.pending = len(rs)
-    _run_tasks(slices, work, sizes, num_threads, "slices")
-    # errors in stack order, as a stack-by-stack run would raise them
+def _check_jobs(jobs, batch, G, S, config, want_csr):
+    """Limit and gain errors, in the order compute_stats meets them; then the results."""
     B = batch.batch_size
     # errors in the order compute_stats (which computes no gains) meets them:
-    # out-of-vocabulary ids, then the limits, then the gains' zero divisors
-    for j in jobs:
-        err = j.first_error(("oov",))
-        if err is not None:
-            raise _Oov(err[1])
+    # out-of-vocabulary ids (checked by the caller), then the limits, then the gains' zero divisors
     if want_csr:
         for j in jobs:
             _check_limits(j.stack, {"pairs": j.pairs, "distinct": j.distinct, "kept": j.kept}, G, S, config, B)
