@@ -190,17 +190,18 @@ SERIAL_SHARE_TARGET = 0.01
 def _project(fn, batch, features, topo, stacking, repeats: int) -> dict:
     """Projected speedups of ``fn`` at PROJECT_THREADS from one-thread profiles (scwork.sharding._profile).
 
-    ``one_thread_s``: median CPU time (the thread's CPU clock, which a shared
+    ``one_thread_s``: least CPU time (the thread's CPU clock, which a shared
     machine's load does not inflate) of ``repeats`` real calls with
     ``num_threads=1``; ``one_thread_wall_s`` their median wall time. Per
     thread count T: ``repeats`` calls with the work cut for T threads but every task
-    run on this thread, timed; the projected time is the median over those calls of
-    serial seconds + every task batch's LPT makespan on T workers. ``serial_share``
+    run on this thread, timed; each task's time is its least over the repeats (a
+    shared machine slows tasks at random), the serial time likewise; the projected
+    time is serial seconds + every task batch's LPT makespan on T workers. ``serial_share``
     is the serial seconds over the one-thread time (target <= 1%),
     ``largest_task_share`` the longest task over all task seconds (target at T:
     <= 1 / (4 T)).
     """
-    from scwork.sharding._profile import profiled, thread_cpu_s
+    from scwork.sharding._profile import CallProfile, profiled, thread_cpu_s
 
     fn(batch, features, topo, stacking, num_threads=1)
     cpu, wall = [], []
@@ -209,20 +210,19 @@ def _project(fn, batch, features, topo, stacking, repeats: int) -> dict:
         fn(batch, features, topo, stacking, num_threads=1)
         cpu.append(thread_cpu_s() - c)
         wall.append(time.perf_counter() - w)
-    one = statistics.median(cpu)
-    out = {"one_thread_s": one, "one_thread_wall_s": statistics.median(wall), "threads": {}}
+    one = min(cpu)                       # the least, as the projection's task times
+    out = {"one_thread_s": one, "one_thread_median_s": statistics.median(cpu), "one_thread_wall_s": statistics.median(wall), "threads": {}}
     for T in PROJECT_THREADS:
         with profiled(T) as profiles:
             for _ in range(repeats):
                 fn(batch, features, topo, stacking)
-        crit = statistics.median(p.critical_path_s(T) for p in profiles)
-        serial = statistics.median(p.serial_s for p in profiles)
+        best = CallProfile.best_of(profiles)
+        crit = best.critical_path_s(T)
         out["threads"][T] = {
-            "projected_s": crit, "projected_speedup": one / crit, "serial_s": serial,
-            "serial_share": serial / one, "one_thread_total_s": statistics.median(p.total_s for p in profiles),
-            "largest_task_share": statistics.median(p.largest_task_share() for p in profiles),
-            "largest_task_target": 1 / (4 * T),
-            "tasks": {name: len(ts) for name, ts in profiles[0].batches}}
+            "projected_s": crit, "projected_speedup": one / crit, "serial_s": best.serial_s,
+            "serial_share": best.serial_s / one, "one_thread_total_s": statistics.median(p.total_s for p in profiles),
+            "largest_task_share": best.largest_task_share(), "largest_task_target": 1 / (4 * T),
+            "tasks": {name: len(ts) for name, ts in best.batches}}
     return out
 
 

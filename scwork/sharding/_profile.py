@@ -36,6 +36,7 @@ Examples
 from __future__ import annotations
 
 import contextlib
+import functools
 import heapq
 import threading
 import time
@@ -79,6 +80,9 @@ class CallProfile:
     plan_threads: int
     batches: list[tuple[str, list[float]]] = field(default_factory=list)
     total_s: float = 0.0
+    profiler_s: float = 0.0
+    """Seconds the profiling itself spent between tasks (clock reads, bookkeeping):
+    not part of the call's serial time."""
 
     @property
     def task_s(self) -> float:
@@ -87,8 +91,8 @@ class CallProfile:
 
     @property
     def serial_s(self) -> float:
-        """Seconds outside every task: what no thread count shortens."""
-        return max(0.0, self.total_s - self.task_s)
+        """Seconds outside every task (the profiler's own time left out): what no thread count shortens."""
+        return max(0.0, self.total_s - self.task_s - self.profiler_s)
 
     def critical_path_s(self, num_threads: int) -> float:
         """Serial seconds plus every batch's LPT makespan on ``num_threads`` workers."""
@@ -98,6 +102,25 @@ class CallProfile:
         """The longest task's share of all task seconds (0 without tasks)."""
         longest = max((max(ts) for _, ts in self.batches if ts), default=0.0)
         return longest / self.task_s if self.task_s > 0 else 0.0
+
+    @classmethod
+    def best_of(cls, profiles: list["CallProfile"]) -> "CallProfile":
+        """Task by task, the least time over repeated profiles of the same call.
+
+        A shared machine slows some tasks at random (another process evicts the
+        cache); the minimum over repeats is the task's own cost. Serial and
+        profiler time are minimised the same way. The profiles must have the
+        same batches of the same tasks (the same call, repeated).
+        """
+        first = profiles[0]
+        shapes = [[(name, len(ts)) for name, ts in p.batches] for p in profiles]
+        if any(shape != shapes[0] for shape in shapes):
+            raise ValueError("profiles of different calls (batches or task counts differ)")
+        batches = [(name, [min(p.batches[b][1][i] for p in profiles) for i in range(len(ts))])
+                   for b, (name, ts) in enumerate(first.batches)]
+        best = cls(first.plan_threads, batches)
+        best.total_s = best.task_s + min(p.serial_s for p in profiles)
+        return best
 
     def summary(self) -> dict:
         """Plain numbers: totals, serial share, tasks per batch, largest task share."""
@@ -169,29 +192,41 @@ def call():
         sink.append(prof)
 
 
-def run_serially(prof: CallProfile, name: str, fn, items, sizes, num_workers: int) -> list:
-    """Run ``fn(item, worker)`` for every item on this thread, in dispatch order, timing each.
+def one_call(fn):
+    """Decorator: each call of ``fn`` is one :func:`call` (the engine calls it makes land in it)."""
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        with call():
+            return fn(*args, **kwargs)
+    return wrapper
 
-    Items are taken in the dispatcher's order (largest ``sizes`` first) and given the
-    worker that would be free first if they took their measured time, so per-worker
-    scratch is used as a threaded run uses it. Results come back in item order; the
+
+def run_serially(prof: CallProfile, name: str, fn, items, sizes) -> list:
+    """Run ``fn(item, 0)`` for every item on this thread, in dispatch order, timing each.
+
+    Items are taken in the dispatcher's order (largest ``sizes`` first). Each runs as
+    worker 0: a worker's scratch stays in its core's cache from one task to the next
+    in a threaded run, and running every task with one scratch keeps that so here
+    (cycling through ``num_workers`` scratch areas on one core would charge cache
+    misses a threaded run does not have). Results come back in item order; the
     first exception in item order is raised after all ran.
     """
+    entry = thread_cpu_s()
     order = sorted(range(len(items)), key=lambda i: -sizes[i])
-    loads = [(0.0, w) for w in range(max(1, min(num_workers, len(items))))]
     results: list = [None] * len(items)
     times = [0.0] * len(items)
     errors: dict[int, Exception] = {}
     for i in order:
-        load, worker = heapq.heappop(loads)
         start = thread_cpu_s()
         try:
-            results[i] = fn(items[i], worker)
+            results[i] = fn(items[i], 0)
         except Exception as err:  # noqa: BLE001 - re-raised below, as _run_tasks does
             errors[i] = err
         times[i] = thread_cpu_s() - start
-        heapq.heappush(loads, (load + times[i], worker))
     prof.batches.append((name, times))
+    # everything here outside the tasks is the profiler's (the threaded dispatcher
+    # does none of it), so it is not charged to the call's serial time
+    prof.profiler_s += thread_cpu_s() - entry - sum(times)
     if errors:
         raise errors[min(errors)]
     return results

@@ -115,10 +115,10 @@ def count_groups_reference(ids, splits, weights, has_w, n, P, lbits, gptr, feat_
 # slice_pairs
 # --------------------------------------------------------------------------------------
 @jit(error_model="numpy")
-def slice_pairs(ids, splits, n, P, gptr, feat_rows, g_vocab, g_shift, s0, s1, pairs):
+def slice_pairs(ids, splits, n, P, gptr, feat_rows, g_vocab, g_shift, s0, s1, g0, g1, pairs):
     """``pairs[g * nsl * P + sl * P + p]`` += ids of group ``g`` slice ``sl`` sends to partition ``p``, after per-sample dedup.
 
-    Over every group of the stack (``feat_rows[gptr[g]:gptr[g + 1]]``, partition
+    Over groups ``[g0, g1)`` of the stack (``feat_rows[gptr[g]:gptr[g + 1]]``, partition
     ``(x + g_shift[g]) % P``) and slices ``[s0, s1)`` (``nsl = pairs.size // (ng * P)``).
     An id is counted unless the same row (feature, sample) had it before. Ids
     ``>= g_vocab[g]`` are skipped (the sorting pass reports them).
@@ -127,7 +127,7 @@ def slice_pairs(ids, splits, n, P, gptr, feat_rows, g_vocab, g_shift, s0, s1, pa
     nsl = pairs.shape[0] // (ng * P)
     pow2 = (P & (P - 1)) == 0
     longest = 1
-    for g in range(ng):
+    for g in range(g0, g1):
         for a in range(gptr[g], gptr[g + 1]):
             f = feat_rows[a]
             for b in range(s0 * n, s1 * n):
@@ -135,7 +135,7 @@ def slice_pairs(ids, splits, n, P, gptr, feat_rows, g_vocab, g_shift, s0, s1, pa
                 if L > longest:
                     longest = L
     row = np.empty(longest, np.int64)
-    for g in range(ng):
+    for g in range(g0, g1):
         vocab = g_vocab[g]
         shift = g_shift[g]
         for a in range(gptr[g], gptr[g + 1]):
@@ -168,11 +168,11 @@ def slice_pairs(ids, splits, n, P, gptr, feat_rows, g_vocab, g_shift, s0, s1, pa
                             prev = x
 
 
-def slice_pairs_reference(ids, splits, n, P, gptr, feat_rows, g_vocab, g_shift, s0, s1, pairs):
+def slice_pairs_reference(ids, splits, n, P, gptr, feat_rows, g_vocab, g_shift, s0, s1, g0, g1, pairs):
     """Numpy reference of :func:`slice_pairs`: ``np.unique`` of each row."""
     ng = len(gptr) - 1
     nsl = pairs.size // (ng * P)
-    for g in range(ng):
+    for g in range(g0, g1):
         for a in range(gptr[g], gptr[g + 1]):
             f = feat_rows[a]
             for sl in range(s0, s1):
@@ -340,7 +340,7 @@ def warmup() -> None:
     zero = np.zeros(1, np.int64)
     gptr = np.array([0, 1], np.int64)
     pairs = np.zeros(4, np.int64)
-    slice_pairs(ids, splits, 1, 2, gptr, zero, np.array([4], np.int64), one, 0, 2, pairs)
+    slice_pairs(ids, splits, 1, 2, gptr, zero, np.array([4], np.int64), one, 0, 2, 0, 1, pairs)
     sloff = np.array([[0, 3, 6]], np.int64)
     ulist = np.zeros(6, np.int64)
     ul_cnt = np.zeros(2, np.int64)

@@ -12,9 +12,11 @@ from scwork.sharding import _profile
 __all__ = ["available_cores", "resolve_num_threads"]
 
 
-# With several threads a stack is cut into slice ranges of about
-# total ids / (threads * _TASKS_PER_THREAD) ids, so that the threads finish together.
-_TASKS_PER_THREAD = 4
+# With several threads the work is cut into tasks of about
+# total ids / (threads * _TASKS_PER_THREAD) ids, so that the threads finish together:
+# the longest task then holds about 1 / (8 T) of the work, within the design bound
+# of 1 / (4 T) even when whole slices or tables round a task up to twice its target.
+_TASKS_PER_THREAD = 8
 
 
 def _run_tasks(fn, items, sizes, num_threads: int, name: str = "tasks") -> list:
@@ -33,7 +35,7 @@ def _run_tasks(fn, items, sizes, num_threads: int, name: str = "tasks") -> list:
     """
     prof = _profile.active()
     if prof is not None:
-        return _profile.run_serially(prof, name, fn, items, sizes, num_threads)
+        return _profile.run_serially(prof, name, fn, items, sizes)
     if num_threads == 1 or len(items) <= 1:
         return [fn(item, 0) for item in items]
     order = iter(sorted(range(len(items)), key=lambda i: -sizes[i]))

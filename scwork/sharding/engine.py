@@ -92,21 +92,28 @@ import numpy as np
 from scwork.errors import (
     ConfigError,
     InputError,
-    LimitExceededError,
-    OutOfVocabularyError,
     StaticBufferWarning,
     TopologyError,
 )
 from scwork.hardware.topology import Topology
+from scwork.sharding import _profile
+from scwork.sharding._checks import (
+    _check_gain_inputs,
+    _check_limits,
+    _lbits,
+    _check_scratch,
+    _oov_masks,
+    _raise_oov,
+    estimate_scratch_bytes,
+)
 from scwork.sharding._scratch import (
     _POOL,
-    SCRATCH_LIMIT_ENV,
     _carve,
     _carve_owned,
+    _layout,
+    _views,
     release_buffers,
-    scratch_limit_bytes,
 )
-from scwork.sharding import _profile
 from scwork.sharding._threads import _TASKS_PER_THREAD, _run_tasks, resolve_num_threads
 from scwork.sharding.batch import FeatureBatch, _check_gains
 from scwork.sharding.results import (
@@ -209,10 +216,6 @@ def _groups(stack: Stack, batch: FeatureBatch, nsl: int = 1) -> list[_Group]:
                           t.row_offset_in_shard, vocab, int((vocab - 1) // P).bit_length(), int(per_slice.sum()),
                           per_slice))
     return out
-
-
-def _lbits(K: int, n: int) -> int:
-    return int(K * n - 1).bit_length()
 
 
 class _Backend:
@@ -410,46 +413,44 @@ class _StackJob:
         self.pad_hi = np.concatenate([pstart + aligned, (self.base + self.C)[:, None]], axis=1).ravel()
         self.used[:] = used
 
-    def count_task(self, kern: _Backend, batch: FeatureBatch, s0: int, s1: int) -> None:
-        """Task: pairs per (group, slice, partition) of slices ``[s0, s1)`` (for ``C`` and the layout)."""
+    def count_task(self, kern: _Backend, batch: FeatureBatch, s0: int, s1: int, g0: int = 0,
+                   g1: int | None = None) -> None:
+        """Task: pairs per (group, slice, partition) of slices ``[s0, s1)`` x groups ``[g0, g1)`` (for ``C``, the layout)."""
         kern.slice_pairs(batch._ids, batch._splits, self.n, self.P, self.gptr, self.feat_rows, self.g_vocab,
-                         self.g_shift, s0, s1, self.count_pairs)
+                         self.g_shift, s0, s1, g0, len(self.groups) if g1 is None else g1, self.count_pairs)
 
-    def work_units(self, target: float) -> list[tuple[int, int, int, int]]:
-        """Tasks ``(s0, s1, g0, g1)`` of about ``target`` raw ids (one if ``target`` is inf).
+    def work_units(self, target: float, by_group: bool) -> tuple[list[tuple[int, int, int, int]], list[int]]:
+        """Tasks ``(s0, s1, g0, g1)`` of about ``target`` raw ids (one if ``target`` is inf), and their sizes.
 
-        Slice ranges; a stack counted by groups (statistics only, or CSR without
-        limits) whose single slice is larger than ``target`` is cut further into
-        ranges of its groups (tables).
+        Slice ranges; with ``by_group`` (a stack counted per group: statistics only,
+        CSR without limits, or the count of a CSR size) a slice larger than
+        ``target`` is cut further into ranges of its groups (tables).
         """
         ng = len(self.groups)
-        by_group = self.by_group or self.split_csr
         if not np.isfinite(target) or not by_group or ng == 1 or self.stack_slice_max <= target:
-            return [(s0, s1, 0, ng) for s0, s1 in self.ranges(target)]
-        counts = np.array([g.slice_ids for g in self.groups], np.int64)          # (ng, nsl)
-        out = []
+            units = [(s0, s1, 0, ng) for s0, s1 in self.ranges(target)]
+            return units, [int(self.slice_ids[s0:s1].sum()) for s0, s1, _, _ in units]
+        counts = [g.slice_ids.tolist() for g in self.groups]                     # (ng, nsl) ints
+        units, sizes = [], []
         for sl in range(self.nsl):
-            col = counts[:, sl]
-            parts = int(min(ng, max(1, round(int(col.sum()) / max(target, 1.0)))))
-            cum = np.cumsum(col)
-            cuts = np.searchsorted(cum, cum[-1] * np.arange(1, parts) / parts, side="left") + 1
-            edges = np.unique(np.concatenate([[0], np.clip(cuts, 1, ng - 1), [ng]]))
-            out += [(sl, sl + 1, int(a), int(b)) for a, b in itertools.pairwise(edges)]
-        return out
-
-    def unit_size(self, s0: int, s1: int, g0: int, g1: int) -> int:
-        """Raw ids of a task."""
-        if g0 == 0 and g1 == len(self.groups):
-            return int(self.slice_ids[s0:s1].sum())
-        return int(sum(int(g.slice_ids[s0:s1].sum()) for g in self.groups[g0:g1]))
+            # contiguous groups, a new task once the current one holds target ids
+            g0, acc = 0, 0
+            for g in range(ng):
+                acc += counts[g][sl]
+                if acc >= target or g == ng - 1:
+                    units.append((sl, sl + 1, g0, g + 1))
+                    sizes.append(acc)
+                    g0, acc = g + 1, 0
+        return units, sizes
 
     def naive_units(self, target: float) -> list[tuple[int, int, int]]:
         """Naive-view tasks ``(group, p0, p1)``: partition ranges of about ``target`` ids."""
         out = []
+        P = self.P
         for i, g in enumerate(self.groups):
-            parts = 1 if not np.isfinite(target) else int(min(self.P, max(1, round(g.num_ids / max(target, 1.0)))))
-            edges = np.unique(np.linspace(0, self.P, parts + 1).round().astype(np.int64))
-            out += [(i, int(a), int(b)) for a, b in itertools.pairwise(edges)]
+            parts = 1 if not np.isfinite(target) else min(P, max(1, round(g.num_ids / max(target, 1.0))))
+            edges = sorted({P * k // parts for k in range(parts + 1)})
+            out += [(i, a, b) for a, b in itertools.pairwise(edges)]
         return out
 
     def naive_task(self, kern: _Backend, g: int, p0: int, p1: int) -> None:
@@ -529,6 +530,7 @@ class _StackJob:
 
         As a whole-group sort would report it: the first out-of-vocabulary id of the
         group in (slice, feature, sample) order, else its first zero-divisor sample.
+        (Only tasks with an error or a dropped pair were kept.)
         """
         tasks = sorted(self.tasks, key=lambda t: t["s0"])
         for g in range(len(self.groups)):
@@ -539,9 +541,10 @@ class _StackJob:
         return None
 
     def task_done(self, out: dict) -> None:
-        """Record a slice task's errors and dropped pairs."""
-        with self.lock:
-            self.tasks.append(out)
+        """Record a slice task's errors and dropped pairs (tasks with neither need no record)."""
+        if out["drops"].shape[0] or out["oov"].max(initial=-1) >= 0 or out["bad"].max(initial=-1) >= 0:
+            with self.lock:
+                self.tasks.append(out)
 
     def compact(self, kern: _Backend) -> None:
         """Task (staged stacks): ``C``, then slices moved from ``sl * stride`` to ``sl * C`` and padded."""
@@ -562,6 +565,7 @@ class _StackJob:
 
     def result(self) -> dict:
         out = {"pairs": self.pairs, "distinct": self.distinct, "naive": self.naive_counts, "kept": self.kept,
+               "input": self.slice_ids,
                "dropped": int(self.dropped.sum()), "static_dropped": 0}
         capacity = self.stack.static_buffer_size_per_sc(self.S)
         if capacity is not None:
@@ -633,76 +637,8 @@ def _row_gains(stack: Stack, batch: FeatureBatch, nsl: int, n: int, lbits: int) 
 
 
 # --------------------------------------------------------------------------------------
-# limit checks
-# --------------------------------------------------------------------------------------
-def _check_limits(stack: Stack, res: dict, G: int, S: int, config: SparsecoreConfig, B: int) -> None:
-    P = stack.num_partitions
-    tables = ", ".join(stack.table_names)
-    table_attr = stack.table_names[0] if len(stack.tables) == 1 else tables
-    if not config.allow_id_dropping:
-        for limit, observed, configured in (
-                ("max_ids_per_partition", res["pairs"], stack.max_ids_per_partition),
-                ("max_unique_ids_per_partition", res["distinct"], stack.max_unique_ids_per_partition)):
-            if configured is None:
-                continue
-            over = observed > configured
-            if over.any():
-                c = int(np.argmax(observed))
-                d, s, p = c // (S * P), (c // P) % S, c % P
-                raise LimitExceededError(
-                    f"stack {stack.name!r} (tables: {tables}): source SparseCore {s} of device {d} sends "
-                    f"{int(observed[c])} {'distinct ' if 'unique' in limit else ''}ids to partition {p}, "
-                    f"above {limit}={configured} ({int(over.sum())} of {observed.size} (device, SC, "
-                    f"partition) streams exceed it). Raise the limit (TableSpec.{limit} or "
-                    "stack_limits=...), set SparsecoreConfig(allow_id_dropping=True), or use a smaller batch.",
-                    limit=limit, observed=int(observed[c]), configured=int(configured), stack=stack.name,
-                    table=table_attr, device=d, sc=s, partition=p)
-    cap = config.max_ids_per_chip_per_sample
-    if cap is not None:
-        per_sc = round_up_array(res["kept"].reshape(G, S, P)).sum(axis=2)
-        per_device = per_sc.sum(axis=1)
-        samples = len(stack.features) * B // G
-        configured = cap * samples
-        if (per_device > configured).any():
-            d = int(np.argmax(per_device))
-            raise LimitExceededError(
-                f"stack {stack.name!r} (tables: {tables}): device {d} fills {int(per_device[d])} CSR slots "
-                f"(padding included) for {samples} samples, above max_ids_per_chip_per_sample={cap} x "
-                f"{samples} = {configured} ({per_device[d] / samples:.1f} per sample). Raise "
-                "SparsecoreConfig.max_ids_per_chip_per_sample (or set it to None).",
-                limit="max_ids_per_chip_per_sample", observed=int(per_device[d]), configured=int(configured),
-                stack=stack.name, table=table_attr, device=d)
-
-
-# --------------------------------------------------------------------------------------
 # driver
 # --------------------------------------------------------------------------------------
-def _oov_masks(batch: FeatureBatch, plan: StackingPlan) -> dict[str, np.ndarray]:
-    masks = {}
-    for f in plan.features:
-        ids = batch.ids(f.name)
-        masks[f.name] = ids >= f.table.vocab_size
-    return masks
-
-
-def _raise_oov(batch: FeatureBatch, plan: StackingPlan, position: int) -> None:
-    masks = _oov_masks(batch, plan)
-    total = int(sum(m.sum() for m in masks.values()))
-    f = next(i for i, name in enumerate(batch.feature_names)
-             if batch._splits[i, 0] <= position < batch._splits[i, -1] and name in masks)
-    name = batch.feature_names[f]
-    spec = next(s for s in plan.features if s.name == name)
-    rs = batch._splits[f]
-    sample = int(np.searchsorted(rs, position, side="right") - 1)
-    bad = int(batch._ids[position])
-    raise OutOfVocabularyError(
-        f"feature {name!r}, sample {sample}: id {bad} is outside the vocabulary of table "
-        f"{spec.table.name!r} (vocab_size={spec.table.vocab_size}, ids 0..{spec.table.vocab_size - 1}); "
-        f"{total} id(s) of the batch are out of vocabulary. Fix the ids, enlarge the table, or pass "
-        "on_out_of_vocabulary='drop' to drop and count them.",
-        feature=name, sample=sample, id=bad, vocab_size=spec.table.vocab_size, count=total)
-
-
 def _execute(plan: StackingPlan, batch: FeatureBatch, G: int, S: int, kern: _Backend, config: SparsecoreConfig,
              want_csr: bool, num_threads: int) -> list[dict]:
     """Run every stack: task batches (counts for C, slices, naive view and compaction), checks, results.
@@ -718,14 +654,13 @@ def _execute(plan: StackingPlan, batch: FeatureBatch, G: int, S: int, kern: _Bac
 
     counted = [j for j in jobs if j.counted]
     if counted:
-        units = [(j, s0, s1) for j in counted for s0, s1 in j.ranges(target)]
-        _run_tasks(lambda item, worker: item[0].count_task(kern, batch, item[1], item[2]), units,
-                   [int(j.slice_ids[s0:s1].sum()) for j, s0, s1 in units], num_threads, "count")
+        units, sizes = _units(counted, target, lambda j: True)
+        _run_tasks(lambda item, worker: item[0].count_task(kern, batch, *item[1:]), units, sizes, num_threads,
+                   "count")
         for j in counted:
             j.set_counted_size()
 
-    work = [(j, *unit) for j in jobs for unit in j.work_units(target)]
-    sizes = [j.unit_size(*unit) for j, *unit in work]
+    work, sizes = _units(jobs, target, lambda j: j.by_group or j.split_csr)
     num_threads = min(num_threads, len(work))          # no scratch for threads without work
 
     # buffers: scratch per worker and the naive-view lists (internal, back to the pool
@@ -735,9 +670,20 @@ def _execute(plan: StackingPlan, batch: FeatureBatch, G: int, S: int, kern: _Bac
         for name, length in j.scratch_needs().items():
             needs[name] = max(needs.get(name, 1), length)
     names = list(needs)
-    dtypes = [np.float32 if name in ("sg", "ag", "bg") else np.int64 for name in names]
-    flat, scratch_buf = _carve([(needs[name], dt) for _ in range(num_threads) for name, dt in zip(names, dtypes)])
-    scratch = [dict(zip(names, flat[w * len(names):(w + 1) * len(names)])) for w in range(num_threads)]
+    specs = [(needs[name], np.float32 if name in ("sg", "ag", "bg") else np.int64) for name in names]
+    # one pooled buffer for every worker (recycled by the next call: no fresh pages);
+    # each worker makes its own views at its first task, so that this costs no serial time
+    offsets, per_worker = _layout(specs)
+    per_worker = (per_worker + 63) // 64 * 64
+    scratch_buf = _POOL.take(per_worker * num_threads)
+    scratch: list[dict | None] = [None] * num_threads
+
+    def scratch_of(worker: int) -> dict:
+        if scratch[worker] is None:                       # only this worker touches its entry
+            mine = scratch_buf[worker * per_worker:(worker + 1) * per_worker]
+            scratch[worker] = dict(zip(names, _views(mine, specs, offsets)))
+        return scratch[worker]
+
     ulists, ulist_buf = _carve([(j.ulist_size, np.int64) for j in jobs])
     try:
         for j, ul in zip(jobs, ulists):
@@ -752,11 +698,11 @@ def _execute(plan: StackingPlan, batch: FeatureBatch, G: int, S: int, kern: _Bac
         def slices(item, worker):
             j, s0, s1, g0, g1 = item
             if j.by_group:
-                j.task_done(j.run_groups(kern, batch, weights, has_w, s0, s1, g0, g1, scratch[worker]))
+                j.task_done(j.run_groups(kern, batch, weights, has_w, s0, s1, g0, g1, scratch_of(worker)))
             elif j.split_csr:
-                j.task_done(j.run_write_groups(kern, batch, weights, has_w, s0, s1, g0, g1, scratch[worker]))
+                j.task_done(j.run_write_groups(kern, batch, weights, has_w, s0, s1, g0, g1, scratch_of(worker)))
             else:
-                j.task_done(j.run_slices(kern, batch, weights, has_w, s0, s1, worker, scratch[worker]))
+                j.task_done(j.run_slices(kern, batch, weights, has_w, s0, s1, worker, scratch_of(worker)))
 
         _run_tasks(slices, work, sizes, num_threads, "slices")
         # errors in stack order, as a stack-by-stack run would raise them
@@ -773,11 +719,21 @@ def _execute(plan: StackingPlan, batch: FeatureBatch, G: int, S: int, kern: _Bac
             j.finish_counts()
         return _check_jobs(jobs, batch, G, S, config, want_csr)
     finally:
-        del flat, scratch, ulists
+        del scratch, ulists
         for j in jobs:
             j.ulist = None
         _POOL.give(scratch_buf)
         _POOL.give(ulist_buf)
+
+
+def _units(jobs, target: float, by_group) -> tuple[list, list[int]]:
+    """``(job, s0, s1, g0, g1)`` tasks of every job and their sizes (raw ids)."""
+    work, sizes = [], []
+    for j in jobs:
+        units, unit_sizes = j.work_units(target, by_group(j))
+        work += [(j, *u) for u in units]
+        sizes += unit_sizes
+    return work, sizes
 
 
 def _finish_task(kern: _Backend):
@@ -814,64 +770,6 @@ def _check_jobs(jobs, batch, G, S, config, want_csr):
                 "that sample non-zero weights or use combiner='sum'"
             )
     return [j.result() for j in jobs]
-
-
-def estimate_scratch_bytes(plan: StackingPlan, batch: FeatureBatch, G: int, S: int, want_csr: bool,
-                           num_threads: int = 1) -> int:
-    """Upper estimate (exact integers) of the bytes one call allocates.
-
-    Per stack: the per-(device, SC, partition) counters and their copies in the
-    statistics Dataset (about 8 int64 arrays of ``G * S * P``), the naive-view
-    lists (8 bytes per id), per-worker sort scratch (about 40 bytes per id of the
-    largest slice), and with CSR the row pointers, the stacked-row gains and the
-    ``emb``/``smp``/``gout`` buffers (12 bytes per slot, padding included).
-    """
-    nsl = G * S
-    n = batch.batch_size // nsl
-    # the engine starts at most one worker per slice range, at most nsl per stack
-    workers = min(num_threads, nsl * max(1, len(plan.stacks)))
-    total = 0
-    for st in plan.stacks:
-        P = st.num_partitions
-        per_slice = np.zeros(nsl, np.int64)
-        for f in st.features:
-            rs = batch._splits[batch._feature_index(f.name)]
-            per_slice += rs[n::n] - rs[:-1:n]
-        ids = int(per_slice.sum())
-        total += 8 * 8 * nsl * P + 8 * ids + 48 * int(per_slice.max(initial=0)) * workers
-        if want_csr:
-            total += 4 * nsl * max(P, _ALIGN) + 4 * nsl * (1 << _lbits(len(st.features), n))
-            if st.max_ids_per_partition is not None:
-                slots = nsl * round_up(st.max_ids_per_partition, _ALIGN) * P
-            else:
-                slots = ids + nsl * (_ALIGN - 1) * P + nsl * _ALIGN
-            total += 12 * slots
-    return total
-
-
-def _check_scratch(plan: StackingPlan, batch: FeatureBatch, G: int, S: int, want_csr: bool,
-                   num_threads: int) -> None:
-    need = estimate_scratch_bytes(plan, batch, G, S, want_csr, num_threads)
-    limit = scratch_limit_bytes()
-    if need > limit:
-        P = plan.stacks[0].num_partitions if plan.stacks else 0
-        raise ConfigError(
-            f"this call would allocate about {need:,} bytes ({need / 2**30:,.1f} GiB) of scratch for "
-            f"{len(plan.stacks)} stack(s) on {G} devices x {S} SparseCores x {P} partitions, above the limit "
-            f"of {limit:,} bytes ({SCRATCH_LIMIT_ENV} or the machine's memory). Use a smaller topology or "
-            f"batch, lower max_ids_per_partition, or raise {SCRATCH_LIMIT_ENV} if the machine has the memory."
-        )
-
-
-def _check_gain_inputs(batch: FeatureBatch, plan: StackingPlan) -> None:
-    """Reject weights whose float32 gains overflow, underflow or cancel (preprocess only).
-
-    Runs on the batch the kernels used (out-of-vocabulary ids already dropped) after
-    the out-of-vocabulary and limit checks, the errors :func:`compute_stats` raises.
-    """
-    for st in plan.stacks:
-        for f in st.features:
-            _check_gains(batch, f.name, st.combiner)
 
 
 def _run(*args, **kwargs):

@@ -77,7 +77,8 @@ import numpy as np
 from scwork.errors import ConfigError, LimitExceededError
 from scwork.hardware.topology import Topology
 from scwork.sharding import engine as _engine
-from scwork.sharding._threads import resolve_num_threads
+from scwork.sharding import _profile
+from scwork.sharding._threads import _run_tasks, resolve_num_threads
 from scwork.sharding.batch import FeatureBatch
 from scwork.sharding.results import stats_coords
 from scwork.sharding.specs import SparsecoreConfig
@@ -378,6 +379,7 @@ def _hash_mode(bucket_hash: Any) -> int:
 # --------------------------------------------------------------------------------------
 # driver
 # --------------------------------------------------------------------------------------
+@_profile.one_call
 def minibatch(batch: FeatureBatch, features: Any, topology: Topology, *, strategy: str = "vocabulary",
               stacking: Any = "auto", config: SparsecoreConfig | None = None,
               stack_limits: Mapping[str, Any] | None = None, num_buckets: int = 64,
@@ -408,8 +410,8 @@ on_out_of_vocabulary
     num_threads : int or None
         Threads of the engine runs the plan makes (:meth:`MiniBatchPlan.preprocess`
         of each mini-batch); None (default): every available core, as for
-        :func:`~scwork.sharding.compute_stats`. The bucket assignment itself runs on
-        one thread.
+        :func:`~scwork.sharding.compute_stats`. The bucket assignment runs on as
+        many threads, one stack per task (results do not depend on it).
 
     Returns
     -------
@@ -479,22 +481,33 @@ on_out_of_vocabulary
     from scwork.sharding import _minibatch_kernels as K
 
     G, S = topology.num_devices, topology.sparsecores_per_device
-    per_stack = []
-    run_of_sample = {}
-    for st in plan.stacks:
+    num_threads = resolve_num_threads(num_threads)
+
+    def one_stack(st, worker):
         if strategy == "vocabulary":
-            per_stack.append(_vocabulary_stack(st, batch, G, S, nb, mode, config, backend, K))
-        else:
-            res = _sample_stack(st, batch, G, S, config, backend, K)
+            return _vocabulary_stack(st, batch, G, S, nb, mode, config, backend, K)
+        return _sample_stack(st, batch, G, S, config, backend, K)
+
+    # stacks are independent: one task each, on the engine's worker threads (the
+    # kernels release the GIL); results and errors come back in stack order
+    per_stack = _run_tasks(one_stack, list(plan.stacks), [_stack_ids(st, batch) for st in plan.stacks],
+                           num_threads, "stacks")
+    run_of_sample = {}
+    if strategy != "vocabulary":
+        for st, res in zip(plan.stacks, per_stack):
             run_of_sample[st.name] = res.pop("run_of_sample")
-            per_stack.append(res)
     stats = _stats_dataset(plan, topology, batch, per_stack, oov_counts)
     assignment = _assignment_dataset(plan, topology, per_stack, strategy, nb, batch.batch_size)
     return MiniBatchPlan(strategy=strategy, plan=plan, topology=topology, batch=batch, config=config,
                          num_minibatches=stats["num_minibatches"], stats=stats, assignment=assignment,
                          bucket_hash=bucket_hash, num_buckets=nb, hash_key=K.HIGHWAY_KEY,
-                         run_of_sample=run_of_sample, features=features,
-                         num_threads=resolve_num_threads(num_threads))
+                         run_of_sample=run_of_sample, features=features, num_threads=num_threads)
+
+
+def _stack_ids(st, batch: FeatureBatch) -> int:
+    """Raw ids of a stack (the size of its task)."""
+    return int(sum(batch._splits[batch._feature_index(f.name), -1] - batch._splits[batch._feature_index(f.name), 0]
+                   for f in st.features))
 
 
 def _handle_oov(batch: FeatureBatch, plan: StackingPlan, on_out_of_vocabulary: str):

@@ -58,7 +58,7 @@ def test_slice_pairs_matches_reference_and_the_sorted_count(seed):
     for fn in (SK.slice_pairs, SK.slice_pairs_reference):
         pairs = np.full(ng * job.nsl * job.P, 3, np.int64)
         fn(batch._ids, batch._splits, job.n, job.P, job.gptr, job.feat_rows, job.g_vocab, job.g_shift, s0, s1,
-           pairs)
+           0, ng, pairs)
         outs.append(pairs)
     assert np.array_equal(outs[0], outs[1])
     # the engine's sorted count of the same slices
