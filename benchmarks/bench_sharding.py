@@ -109,7 +109,7 @@ def _jte_side_by_side(batch, features, topo, modes, repeats):
         import jax_tpu_embedding
     except ImportError:
         return None
-    from scwork.sharding import compute_stats, plan_stacking, preprocess
+    from scwork.sharding import compute_stats, plan_stacking, preprocess, release_buffers
     from scwork.sharding._threads import available_cores
 
     absl_logging.set_verbosity(absl_logging.ERROR)
@@ -173,7 +173,18 @@ def _jte_side_by_side(batch, features, topo, modes, repeats):
             for key, fn in (("jte", run_jte), ("preprocess", run_pre), ("compute_stats", run_stats)):
                 times[key] += timed_runs(fn, 1)
         med = {k: statistics.median(v) for k, v in times.items()}
+        # peak allocation of one call at the defaults (numpy reports to tracemalloc;
+        # recycled buffers dropped first, so this is a call that gets none)
+        peak = {}
+        for key, fn in (("preprocess", run_pre), ("compute_stats", run_stats)):
+            release_buffers()
+            tracemalloc.start()
+            kept = fn()
+            peak[key] = tracemalloc.get_traced_memory()[1] / 2**20
+            tracemalloc.stop()
+            del kept
         out["modes"][mode] = {
+            "preprocess_peak_alloc_mb": peak["preprocess"], "compute_stats_peak_alloc_mb": peak["compute_stats"],
             "jte_s": med["jte"], "preprocess_s": med["preprocess"], "compute_stats_s": med["compute_stats"],
             "preprocess_ratio": med["jte"] / med["preprocess"],
             "compute_stats_ratio": med["jte"] / med["compute_stats"],
@@ -238,6 +249,22 @@ def _print_projection(proj: dict) -> None:
                   f"{'ok' if x['largest_task_share'] <= x['largest_task_target'] else 'MISSED'}); tasks: {tasks}")
 
 
+def _collect_8(batch, features, topo, stacking, num_threads=None):
+    from scwork.sharding import collect_stats
+
+    return collect_stats([batch] * 8, features, topo, stacking=stacking, num_threads=num_threads)
+
+
+def _minibatch(batch, features, topo, stacking, num_threads=None):
+    from scwork.sharding import minibatch
+
+    return minibatch(batch, features, topo, stacking=stacking, num_threads=num_threads)
+
+
+#: Paths built on the engine, projected with ``--project --paths``.
+PATHS = {"collect_stats_8_batches": _collect_8, "minibatch": _minibatch}
+
+
 def project_main(args) -> int:
     """``--project``: the projection of speedups at 16, 64 and 208 threads, computed on this machine."""
     import scwork
@@ -256,6 +283,11 @@ def project_main(args) -> int:
         for mode in modes:
             for name, fn in (("preprocess", preprocess), ("compute_stats", compute_stats)):
                 proj[f"{mode}/{name}"] = _project(fn, batch, features, topo, STACKING[mode], max(3, args.repeats))
+        if args.paths and label == "standard":
+            # the paths built on the engine (standard input only: they repeat its calls)
+            for mode in modes:
+                for name, fn in PATHS.items():
+                    proj[f"{mode}/{name}"] = _project(fn, batch, features, topo, STACKING[mode], 3)
         result["inputs"][label] = {"batch_size": params["batch_size"], "topology": str(topo),
                                    "num_ids": batch.num_ids, "projection": proj}
         del batch, features
@@ -287,8 +319,13 @@ def main() -> int:
     parser.add_argument("--no-jte", action="store_true", help="skip the jax-tpu-embedding side-by-side run")
     parser.add_argument("--project", action="store_true",
                         help="only the projection: speedups at 16, 64, 208 threads from one-thread profiles")
+    parser.add_argument("--paths", action="store_true",
+                        help="with --project: also collect_stats over 8 batches and minibatch (standard input)")
     parser.add_argument("--large", action="store_true",
-                        help="with --project: also the large input (131072 samples, 16 x 4 SparseCores)")
+                        help="the large input (131072 samples, 16 x 4 SparseCores); with --project: as well as "
+                             "the standard one")
+    parser.add_argument("--jte-only", action="store_true",
+                        help="only the side-by-side run with jax-tpu-embedding (no thread sweep, no numpy subset)")
     args = parser.parse_args()
     if args.project:
         return project_main(args)
@@ -306,6 +343,8 @@ def main() -> int:
     fns = {"compute_stats": compute_stats, "preprocess": preprocess}
     if args.quick:
         params = dict(batch_size=2048, num_features=8, vocab_size=100_000)
+    elif args.large:
+        params = dict(batch_size=131072, num_features=26, vocab_size=1_000_000)
     else:
         params = dict(batch_size=16384, num_features=26, vocab_size=1_000_000)
     params.update(valency=20.0, zipf_s=1.05, embedding_dim=args.dim, seed=0)
@@ -317,7 +356,7 @@ def main() -> int:
     t0 = time.perf_counter()
     batch, features = synthetic_batch(**params)
     gen_s = time.perf_counter() - t0
-    topo = scwork.Topology(4, 4)
+    topo = scwork.Topology(16, 4) if args.large else scwork.Topology(4, 4)
     rss_input = _peak_rss_mb()
     small = _subset(batch, subset)
 
@@ -331,7 +370,7 @@ def main() -> int:
         "modes": {},
     }
     ok = True
-    for mode in modes:
+    for mode in ([] if args.jte_only else modes):
         stacking = STACKING[mode]
         plan = plan_stacking(features, topo, stacking, batch_size=batch.batch_size)
         res_mode: dict = {"stacks": [len(s.tables) for s in plan.stacks], "runs": {}}
@@ -396,7 +435,7 @@ def main() -> int:
     result["kernel_modules"] = compiled
 
     verdict = {}
-    if not args.quick:
+    if not args.quick and not args.large:
         for mode, r in result["modes"].items():
             for (name, nt), target in TARGETS.items():
                 run = r["runs"].get(f"{name}_{nt}thread")
@@ -447,7 +486,9 @@ def main() -> int:
                   f"{r['preprocess_s'] * 1e3:.1f} ms (x{r['preprocess_ratio']:.2f}, target x2: "
                   f"{'ok' if r['preprocess_ratio'] >= 2 else 'MISSED'}), compute_stats {r['compute_stats_s'] * 1e3:.1f} ms "
                   f"(x{r['compute_stats_ratio']:.2f}, target x3: {'ok' if r['compute_stats_ratio'] >= 3 else 'MISSED'}); "
-                  f"statistics identical: {r['stats_identical']}; load {r['loadavg'][0]:.2f}")
+                  f"statistics identical: {r['stats_identical']}; load {r['loadavg'][0]:.2f}; peak allocation of one "
+                  f"call: preprocess {r['preprocess_peak_alloc_mb']:.0f} MB, compute_stats "
+                  f"{r['compute_stats_peak_alloc_mb']:.0f} MB")
     elif not args.no_jte:
         print("\njax-tpu-embedding is not installed (pip install -e '.[oracle]', Python >= 3.12): no side-by-side run")
     print(f"\npeak RSS {result['peak_rss_mb']:.0f} MB (after input generation {rss_input:.0f} MB)")

@@ -199,17 +199,21 @@ class _Group:
     slice_ids: np.ndarray   # raw ids of the group in each (device, source SC) slice
 
 
-def _groups(stack: Stack, batch: FeatureBatch, nsl: int = 1) -> list[_Group]:
+def _slice_counts(batch: FeatureBatch, nsl: int) -> np.ndarray:
+    """Raw ids of every feature (row of ``batch._splits``) in every slice: ``(features, nsl)``."""
+    n = batch.batch_size // nsl
+    return batch._splits[:, n::n] - batch._splits[:, :-1:n]
+
+
+def _groups(stack: Stack, batch: FeatureBatch, nsl: int = 1, slice_counts: np.ndarray | None = None) -> list[_Group]:
     out = []
     P = stack.num_partitions
-    n = batch.batch_size // nsl
+    if slice_counts is None:
+        slice_counts = _slice_counts(batch, nsl)
     for t in stack.tables:
         ks = [k for k, f in enumerate(stack.features) if f.table.name == t.table.name]
         rows = np.array([batch._feature_index(stack.features[k].name) for k in ks], np.int64)
-        per_slice = np.zeros(nsl, np.int64)
-        for r in rows:
-            rs = batch._splits[r]
-            per_slice += rs[n::n] - rs[:-1:n]
+        per_slice = slice_counts[rows[0]].copy() if rows.size == 1 else slice_counts[rows].sum(axis=0)
         vocab = t.table.vocab_size
         out.append(_Group(t.table.name, rows, np.array(ks, np.int64),
                           tuple(stack.features[k].name for k in ks), t.shard_rotation,
@@ -290,14 +294,14 @@ class _StackJob:
     """One stack: group tables for the kernels, per-slice outputs, buffer sizes."""
 
     def __init__(self, stack: Stack, batch: FeatureBatch, G: int, S: int, want_csr: bool,
-                 config: SparsecoreConfig, has_w: np.ndarray | None = None):
+                 config: SparsecoreConfig, has_w: np.ndarray | None = None, slice_counts: np.ndarray | None = None):
         P = stack.num_partitions
         nsl = G * S
         n = batch.batch_size // nsl
         K = len(stack.features)
         self.stack, self.G, self.S, self.P, self.nsl, self.n = stack, G, S, P, nsl, n
         self.lbits = _lbits(K, n)
-        self.groups = groups = _groups(stack, batch, nsl)
+        self.groups = groups = _groups(stack, batch, nsl, slice_counts)
         ng = len(groups)
         self.want_csr = want_csr
         self.max_ids, self.max_uniq = _limits(stack)
@@ -648,7 +652,8 @@ def _execute(plan: StackingPlan, batch: FeatureBatch, G: int, S: int, kern: _Bac
     thread each batch has one task per stack.
     """
     weights, has_w = _weights_of(batch)
-    jobs = [_StackJob(st, batch, G, S, want_csr, config, has_w) for st in plan.stacks]
+    counts = _slice_counts(batch, G * S)
+    jobs = [_StackJob(st, batch, G, S, want_csr, config, has_w, counts) for st in plan.stacks]
     total = sum(j.num_ids for j in jobs)
     target = total / (num_threads * _TASKS_PER_THREAD) if num_threads > 1 else np.inf
 
