@@ -260,7 +260,8 @@ def _limits(stack: Stack) -> tuple[int, int]:
     return a, b
 
 
-def _iter_sorted_group_keys(stack: Stack, batch: FeatureBatch, G: int, S: int, backend: str = "numba"):
+def _iter_sorted_group_keys(stack: Stack, batch: FeatureBatch, G: int, S: int, backend: str = "numba",
+                            only: int | None = None):
     """Internal hook (used by :mod:`scwork.sharding.minibatch`): the sorted keys of each group.
 
     Yields ``(group, keys, m, lbits)`` for every group (table) of ``stack`` in stack
@@ -268,6 +269,7 @@ def _iter_sorted_group_keys(stack: Stack, batch: FeatureBatch, G: int, S: int, b
     (partition-major over the whole batch; key layout in
     :mod:`scwork.sharding._kernels`). The key buffer is reused: consume it before
     asking for the next group. Raises :class:`_Oov` on an id ``>= vocab_size``.
+    With ``only``, just that group (index in stack order).
     """
     sort_group = _Backend(backend).sort_group
     P = stack.num_partitions
@@ -275,6 +277,8 @@ def _iter_sorted_group_keys(stack: Stack, batch: FeatureBatch, G: int, S: int, b
     n = batch.batch_size // nsl
     K = len(stack.features)
     groups = _groups(stack, batch, nsl)
+    if only is not None:
+        groups = [groups[only]]
     size = max(1, max(g.num_ids for g in groups))
     keys = np.empty(size, np.int64)
     tmp = np.empty(size, np.int64)

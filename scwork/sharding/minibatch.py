@@ -483,15 +483,29 @@ on_out_of_vocabulary
     G, S = topology.num_devices, topology.sparsecores_per_device
     num_threads = resolve_num_threads(num_threads)
 
-    def one_stack(st, worker):
+    # Stacks are independent, and so are the tables of a stack whose counts add up
+    # (vocabulary strategy without a prefix cut): one task each, on the engine's
+    # worker threads (the kernels release the GIL); results and errors in stack order.
+    units = []
+    for i, st in enumerate(plan.stacks):
+        if strategy == "vocabulary" and len(st.tables) > 1 and not _has_cut(st, config):
+            units += [(i, g) for g in range(len(st.tables))]
+        else:
+            units.append((i, None))
+
+    def one_unit(unit, worker):
+        st = plan.stacks[unit[0]]
         if strategy == "vocabulary":
-            return _vocabulary_stack(st, batch, G, S, nb, mode, config, backend, K)
+            return _vocabulary_counts(st, batch, G, S, nb, mode, config, backend, K, unit[1])
         return _sample_stack(st, batch, G, S, config, backend, K)
 
-    # stacks are independent: one task each, on the engine's worker threads (the
-    # kernels release the GIL); results and errors come back in stack order
-    per_stack = _run_tasks(one_stack, list(plan.stacks), [_stack_ids(st, batch) for st in plan.stacks],
-                           num_threads, "stacks")
+    parts = _run_tasks(one_unit, units, [_stack_ids(plan.stacks[i], batch, g) for i, g in units], num_threads,
+                       "stacks")
+    if strategy == "vocabulary":
+        per_stack = [_vocabulary_stack(st, [part for (i, _), part in zip(units, parts) if i == a], config, nb, G, S)
+                     for a, st in enumerate(plan.stacks)]
+    else:
+        per_stack = parts
     run_of_sample = {}
     if strategy != "vocabulary":
         for st, res in zip(plan.stacks, per_stack):
@@ -504,10 +518,17 @@ on_out_of_vocabulary
                          run_of_sample=run_of_sample, features=features, num_threads=num_threads)
 
 
-def _stack_ids(st, batch: FeatureBatch) -> int:
-    """Raw ids of a stack (the size of its task)."""
+def _stack_ids(st, batch: FeatureBatch, table: int | None = None) -> int:
+    """Raw ids of a stack, or of its ``table``-th table (the size of a task)."""
+    name = None if table is None else st.tables[table].table.name
     return int(sum(batch._splits[batch._feature_index(f.name), -1] - batch._splits[batch._feature_index(f.name), 0]
-                   for f in st.features))
+                   for f in st.features if name is None or f.table.name == name))
+
+
+def _has_cut(st, config) -> bool:
+    """Whether the vocabulary scan applies a prefix cut (its counts then depend on the tables before)."""
+    max_ids, max_uniq = _limits_of(st)
+    return bool(config.allow_id_dropping) and (max_ids < _NO_LIMIT or max_uniq < _NO_LIMIT)
 
 
 def _handle_oov(batch: FeatureBatch, plan: StackingPlan, on_out_of_vocabulary: str):
@@ -529,7 +550,8 @@ def _limits_of(st) -> tuple[int, int]:
     return a, b
 
 
-def _vocabulary_stack(st, batch, G, S, nb, mode, config, backend, K) -> dict:
+def _vocabulary_counts(st, batch, G, S, nb, mode, config, backend, K, table: int | None) -> tuple:
+    """Per-bucket counts of a stack's tables (every table, or only the ``table``-th), as the scan adds them."""
     P = st.num_partitions
     nsl = G * S
     max_ids, max_uniq = _limits_of(st)
@@ -542,9 +564,19 @@ def _vocabulary_stack(st, batch, G, S, nb, mode, config, backend, K) -> dict:
     raw = np.zeros(nsl * nb, np.int64)
     naive = np.zeros(P * nb, np.int64)
     dropped = np.zeros(nb, np.int64)
-    for g, keys, m, lbits in _engine._iter_sorted_group_keys(st, batch, G, S, backend):
+    for g, keys, m, lbits in _engine._iter_sorted_group_keys(st, batch, G, S, backend, only=table):
         scan(keys, m, P, g.qbits, lbits, g.row_offset, nb, mode, K.HIGHWAY_KEY, cut_ids, cut_uniq, pairs, distinct,
              kept, raw, naive, dropped)
+    return pairs, distinct, kept, raw, naive, dropped
+
+
+def _vocabulary_stack(st, parts, config, nb, G, S) -> dict:
+    """A stack's mini-batches from its tables' counts (``parts``: one tuple per task, added up)."""
+    P = st.num_partitions
+    nsl = G * S
+    allow = config.allow_id_dropping
+    pairs, distinct, kept, raw, naive, dropped = (sum(arrays[1:], arrays[0]) if len(arrays) > 1 else arrays[0]
+                                                  for arrays in zip(*parts))
     pairs = pairs.reshape(nsl, P, nb)
     distinct = distinct.reshape(nsl, P, nb)
     kept = kept.reshape(nsl, P, nb)

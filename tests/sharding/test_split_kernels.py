@@ -178,3 +178,31 @@ def test_forced_fine_splits_match_the_literal_reference(monkeypatch, nt):
                 assert np.array_equal(getattr(buf, key), r[key])
             assert np.array_equal(buf.gains, r["gains"], equal_nan=True)
         assert stats.equals(res.stats)
+
+
+@pytest.mark.parametrize("strategy", ["vocabulary", "sample"])
+def test_minibatch_tasks_give_the_results_of_one_thread(strategy):
+    """Stacks, and the tables of a stack, run as tasks: the plan does not depend on the threads."""
+    from scwork.sharding import minibatch
+
+    rng = np.random.default_rng(11)
+    B = 8 * 32
+    tables = [TableSpec(f"t{i}", 500, 8, max_ids_per_partition=12, max_unique_ids_per_partition=10)
+              for i in range(5)]
+    feats = [FeatureSpec(f"f{i}", tables[i % 5]) for i in range(7)]
+    data = {}
+    for f in feats:
+        lengths = rng.integers(0, 6, B)
+        data[f.name] = (rng.integers(0, 500, int(lengths.sum())), np.concatenate([[0], np.cumsum(lengths)]))
+    batch = FeatureBatch(data)
+    topo = scwork.Topology(2, 4)
+    for stacking, limits in ((None, None), ([["t0", "t1", "t2"], ["t3", "t4"]],
+                                            {"t0_t1_t2": (20, 16), "t3_t4": (14, 12)})):
+        for cfg in (SparsecoreConfig(), SparsecoreConfig(allow_id_dropping=True)):
+            one = minibatch(batch, feats, topo, stacking=stacking, config=cfg, strategy=strategy, num_threads=1,
+                            stack_limits=limits)
+            assert int(one.num_minibatches.max()) > 1          # the limits do split the batch
+            for nt in (2, 3, 5):
+                other = minibatch(batch, feats, topo, stacking=stacking, config=cfg, strategy=strategy,
+                                  num_threads=nt, stack_limits=limits)
+                assert one.stats.equals(other.stats) and one.assignment.equals(other.assignment)
