@@ -137,6 +137,11 @@ __all__ = ["preprocess", "compute_stats", "PreprocessResult", "CsrBuffers", "rel
 
 
 _COMBINER_CODE = {"sum": 0, "mean": 1, "sqrtn": 2}
+# From this many threads on, preprocess counts every slice's CSR size first (an
+# extra pass over the ids, about a third of the sort's cost) so that no step after
+# the slices is serial; with fewer, moving the slices afterwards (one task per
+# stack) costs less.
+_COUNT_FIRST_THREADS = 8
 # stack_slices takes a bitmap for the naive view; the engine always uses lists
 _NO_BITMAP = np.zeros(1, np.int64)
 _NO_LIMIT = 2**62
@@ -298,7 +303,8 @@ class _StackJob:
     """One stack: group tables for the kernels, per-slice outputs, buffer sizes."""
 
     def __init__(self, stack: Stack, batch: FeatureBatch, G: int, S: int, want_csr: bool,
-                 config: SparsecoreConfig, has_w: np.ndarray | None = None, slice_counts: np.ndarray | None = None):
+                 config: SparsecoreConfig, has_w: np.ndarray | None = None, slice_counts: np.ndarray | None = None,
+                 count_first: bool = False):
         P = stack.num_partitions
         nsl = G * S
         n = batch.batch_size // nsl
@@ -379,11 +385,14 @@ class _StackJob:
                 self.stride = max(_ALIGN, int((self.slice_ids + (_ALIGN - 1) * P).max()))
                 self.base = np.arange(nsl, dtype=np.int64) * self.stride
                 self.out_size = nsl * self.stride
-        # Without a configured C, C (the longest slice) is counted first (slice_pairs,
-        # no sort) so that slices are written in place at once. Only a prefix cut
-        # (limits with allow_id_dropping) needs the sort to know a slice's size: then
-        # slices are written at a bounding stride and moved left afterwards.
-        self.counted = want_csr and self.C is None and not (limited and self.allow_cut)
+        # Without a configured C, with many threads (count_first), C (the longest
+        # slice) is counted first (slice_pairs, no sort) so that slices are written
+        # in place at once, by tasks as small as one table of one slice. Else slices
+        # are written at a bounding stride and moved left afterwards (one task per
+        # stack, cheaper on few cores than the extra pass over the ids); a prefix cut
+        # (limits with allow_id_dropping) always needs that, as only the sort knows
+        # a slice's size.
+        self.counted = want_csr and self.C is None and not (limited and self.allow_cut) and count_first
         self.count_pairs = np.zeros(ng * nsl * P if self.counted else 1, np.int64)
         # Without limits the count also fixes where each group's ids of each stream
         # go, so that tasks may split a slice by groups (write_groups)
@@ -657,7 +666,8 @@ def _execute(plan: StackingPlan, batch: FeatureBatch, G: int, S: int, kern: _Bac
     """
     weights, has_w = _weights_of(batch)
     counts = _slice_counts(batch, G * S)
-    jobs = [_StackJob(st, batch, G, S, want_csr, config, has_w, counts) for st in plan.stacks]
+    count_first = num_threads >= _COUNT_FIRST_THREADS
+    jobs = [_StackJob(st, batch, G, S, want_csr, config, has_w, counts, count_first) for st in plan.stacks]
     total = sum(j.num_ids for j in jobs)
     target = total / (num_threads * _TASKS_PER_THREAD) if num_threads > 1 else np.inf
 

@@ -116,7 +116,7 @@ def test_write_groups_matches_reference_and_the_whole_slice_kernel(seed):
     outs = []
     for backend in ("numba", "numpy"):
         kern = engine._Backend(backend)
-        job = engine._StackJob(stack, batch, G, S, True, cfg)
+        job = engine._StackJob(stack, batch, G, S, True, cfg, count_first=True)
         assert job.split_csr
         job.count_task(kern, batch, 0, job.nsl)
         job.set_counted_size()
@@ -137,7 +137,7 @@ def test_write_groups_matches_reference_and_the_whole_slice_kernel(seed):
     for a, b in zip(*outs, strict=True):
         assert np.array_equal(a, b)
     # the same CSR as the engine's per-slice path (stack_slices, one task per slice range)
-    whole = engine._StackJob(stack, batch, G, S, True, cfg)
+    whole = engine._StackJob(stack, batch, G, S, True, cfg, count_first=True)
     whole.split_csr = False
     whole.count_task(engine._Backend("numba"), batch, 0, whole.nsl)
     whole.set_counted_size()
@@ -152,12 +152,14 @@ def test_write_groups_matches_reference_and_the_whole_slice_kernel(seed):
     assert np.array_equal(got[4], whole.pairs) and np.array_equal(got[5], whole.distinct)
 
 
+@pytest.mark.parametrize("count_first", [False, True])
 @pytest.mark.parametrize("nt", [1, 2, 3, 5])
-def test_forced_fine_splits_match_the_literal_reference(monkeypatch, nt):
+def test_forced_fine_splits_match_the_literal_reference(monkeypatch, nt, count_first):
     """Every slice cut by tables and the naive view by partitions: the reference's results."""
     from scwork.sharding._reference import reference_preprocess
 
     monkeypatch.setattr(engine, "_TASKS_PER_THREAD", 10**6)
+    monkeypatch.setattr(engine, "_COUNT_FIRST_THREADS", 1 if count_first else 10**6)
     for seed in range(6):
         batch, stack, G, S, _ = _stack(seed)
         topo = scwork.Topology(G, S)

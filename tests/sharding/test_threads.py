@@ -107,7 +107,7 @@ def test_threads_give_the_results_of_one_thread(seed):
     batch, feats, topo, stacking, cfg = _case(seed)
     for fn in (preprocess, compute_stats):
         one = _run_or_error(fn, batch, feats, topo, stacking, cfg)
-        for nt in (2, 3):
+        for nt in (2, 3, 8):        # 8: preprocess counts CSR sizes first (_COUNT_FIRST_THREADS)
             _assert_same_outcome(one, _run_or_error(fn, batch, feats, topo, stacking, cfg, num_threads=nt))
 
 
@@ -168,6 +168,9 @@ def test_fine_splits_agree(monkeypatch, stacking):
     for nt in (2, 3, 5):
         _assert_same_preprocess(base, preprocess(batch, feats, topo, stacking, num_threads=nt))
         assert base_stats.equals(compute_stats(batch, feats, topo, stacking, num_threads=nt))
+    monkeypatch.setattr(engine, "_COUNT_FIRST_THREADS", 1)        # CSR sizes counted first, written by tables
+    for nt in (1, 2, 3, 5):
+        _assert_same_preprocess(base, preprocess(batch, feats, topo, stacking, num_threads=nt))
 
 
 def test_workers_sharing_a_stack_give_the_results_of_one_thread(monkeypatch):
