@@ -33,19 +33,26 @@
 
 How it runs (and why it is fast)
 --------------------------------
-Slices are independent, so each stack's ``G * S`` slices are cut into ranges of
-about equal id counts, run by ``num_threads`` worker threads (the numba kernels
-release the GIL; with one thread every stack is one range). Per slice and group
-(table) the ids are radix-sorted in cache, counted, and with CSR the
-partition-major walk over the groups writes the slice's buffer sequentially as it
-counts (:mod:`scwork.sharding._kernels`). Results do not depend on the number of
-threads or on which thread ran what. Without a configured
-``max_ids_per_partition`` the per-SC buffer size ``C`` (the longest slice) is known
-only at the end: slices are written at a bounding stride and moved left in place.
-Buffers of finished calls are recycled (scratch at once, CSR buffers when the
-caller drops them), because faulting in fresh pages costs about as much as the
-kernels: the engine keeps up to 512 MiB of such buffers (:func:`release_buffers`
-drops them).
+Slices are independent, so the work is cut into tasks of about ``total ids /
+(8 * num_threads)`` ids each, run by ``num_threads`` worker threads (the numba
+kernels release the GIL; with one thread every stack is one task): ranges of a
+stack's ``G * S`` slices, and a slice larger than that cut further into ranges of
+its groups (tables), whose counts add up exactly (per-sample dedup and distinct ids
+never cross tables). Per slice and group the ids are radix-sorted in cache,
+counted, and with CSR written partition by partition (:mod:`scwork.sharding._kernels`,
+:mod:`scwork.sharding._split_kernels`). Every step after the slices is a batch of
+tasks too: the naive view by (group, partition range), and, without a configured
+``max_ids_per_partition``, the buffer size ``C`` (the longest slice): with 8 or more
+threads every slice's CSR size is counted first (a pass over the ids without
+sorting) so that each (slice, table) task writes in place; with fewer, slices are
+written at a bounding stride and moved left in place, one task per stack. What stays
+serial (planning, checks, building the Dataset) is a few milliseconds;
+``python benchmarks/bench_sharding.py --project`` measures it and projects the
+speedup at 16 to 208 threads (:mod:`scwork.sharding._profile`). Results do not
+depend on the number of threads or on which thread ran what. Buffers of finished
+calls are recycled (scratch at once, CSR buffers when the caller drops them),
+because faulting in fresh pages costs about as much as the kernels: the engine
+keeps up to 512 MiB of such buffers (:func:`release_buffers` drops them).
 
 Both also report the *naive* whole-batch view (the recipe of [sc-guide] §7 without the split over SparseCores): the same
 counting without the device/SparseCore split, i.e. what a GPU all-to-all sees per
