@@ -52,7 +52,8 @@ speedup at 16 to 208 threads (:mod:`scwork.sharding._profile`). Results do not
 depend on the number of threads or on which thread ran what. Buffers of finished
 calls are recycled (scratch at once, CSR buffers when the caller drops them),
 because faulting in fresh pages costs about as much as the kernels: the engine
-keeps up to 512 MiB of such buffers (:func:`release_buffers` drops them).
+keeps up to an eighth of the memory (512 MiB to 4 GiB) of such buffers
+(:func:`release_buffers` drops them).
 
 Both also report the *naive* whole-batch view (the recipe of [sc-guide] §7 without the split over SparseCores): the same
 counting without the device/SparseCore split, i.e. what a GPU all-to-all sees per
