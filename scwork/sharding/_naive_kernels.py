@@ -1,4 +1,6 @@
-"""Numba kernels of the naive whole-batch view: distinct ids per partition without the device/SparseCore split (what a GPU all-to-all sees per destination).
+"""Numba kernels of the naive whole-batch view: distinct ids per partition, without the split.
+
+Without the device / SparseCore split: what a GPU all-to-all sees per destination.
 
 Every (group, slice) run of the engine leaves its sorted distinct ids in a list;
 :func:`naive_from_slice_lists` counts the union of those lists over a range of
