@@ -1,4 +1,4 @@
-"""Checks of the sharding engine's inputs and outcomes: limits, out-of-vocabulary ids, gains, the scratch budget.
+"""The sharding engine's checks: limits, out-of-vocabulary ids, gains, the scratch budget.
 
 Each raises a typed error of :mod:`scwork.errors` saying what, where and how to fix
 it (moved out of :mod:`scwork.sharding.engine`, which runs the work).

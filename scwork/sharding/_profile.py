@@ -1,4 +1,4 @@
-"""Where a call of the sharding engine spends its time: serial parts and parallel tasks, and what that projects at T threads.
+"""Where an engine call spends its time (serial, tasks) and what that projects at T threads.
 
 The engine runs its work as batches of independent tasks (:func:`_run_tasks`)
 separated by serial code (planning, checks, result building). On a machine with

@@ -1,4 +1,4 @@
-"""Numba kernels that let the sharding engine cut its work finer than one (device, SparseCore) slice.
+"""Numba kernels that cut the sharding engine's work finer than one (device, SC) slice.
 
 A slice of a large stack (many tables stacked) can hold more ids than one thread's
 share of a call, and the steps after the slices (the naive whole-batch view, the
