@@ -40,8 +40,19 @@ least 2x the library's speed, compute_stats at least 3x (ratios of medians measu
 in the same run; absolute ids/s from another day are no verdict). ``--no-jte``
 skips it.
 
+``--large``: the large input instead (131072 samples x 26 features, 16 chips x 4
+SparseCores, 68 M ids); ``--jte-only`` runs only the side-by-side part.
+
+``--project``: no thread sweep but a projection, for machines with fewer cores than
+the hosts that matter: speedups at 16, 64 and 208 threads computed from one-thread
+profiles (serial time + LPT makespan of every task batch, see
+``scwork/sharding/_profile.py``), with the design targets (serial <= 1% of one
+thread; at 64 threads no task over 1/(4T) of the work); ``--paths`` adds
+``collect_stats`` over 8 batches and ``minibatch``, ``--large`` the large input.
+
     python benchmarks/bench_sharding.py [--quick] [--json] [--repeats 7] [--threads 1,2]
-                                        [--stacking none,auto] [--subset 1024]
+                                        [--stacking none,auto] [--subset 1024] [--large] [--jte-only]
+    python benchmarks/bench_sharding.py --project [--paths] [--large] [--repeats 3]
 """
 
 from __future__ import annotations
