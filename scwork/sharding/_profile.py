@@ -27,8 +27,8 @@ dispatcher checks one attribute per batch of tasks, nothing per task.
 Examples
 --------
 >>> from scwork.sharding._profile import lpt_makespan
->>> lpt_makespan([5.0, 4.0, 3.0, 3.0, 3.0], 2)       # {5, 3, 3} and {4, 3}: LPT is not optimal
-11.0
+>>> lpt_makespan([3.0, 3.0, 2.0, 2.0, 2.0], 2)       # {3, 2, 2} and {3, 2}: LPT is not optimal
+7.0
 >>> lpt_makespan([1.0, 1.0, 1.0], 8)
 1.0
 """
