@@ -685,3 +685,13 @@ def test_load_table_with_a_name_too_long_for_the_file_system():
 
     with pytest.raises(InputError, match="cannot look at the path"):
         load_table("9" * 5000)
+
+
+def test_load_table_with_no_columns_is_refused(tmp_path):
+    from scwork.datasets import load_table
+    from scwork.errors import ConfigError
+
+    path = tmp_path / "a.csv"
+    path.write_text("x\n1\n")
+    with pytest.raises(ConfigError, match="columns is empty"):
+        load_table(path, columns=[])

@@ -209,6 +209,8 @@ def load_table(
             raise ConfigError(f"columns must be column names (str), got {_shown(bad[0])} in {_shown(columns)}")
         if len(set(columns)) != len(columns):
             raise ConfigError(f"columns must be distinct, got {_shown(columns)}")
+        if not columns:
+            raise ConfigError("columns is empty: give at least one column name (or None for every column)")
 
     table = _read_arrow_table(Path(path), shown, columns, sep)
     names = columns if columns is not None else list(table.column_names)

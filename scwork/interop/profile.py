@@ -329,7 +329,9 @@ def _spans(events):
             continue
         ph = e.get("ph")
         key = (e.get("pid"), e.get("tid"))
-        if ph not in ("M", "X", "B", "E"):
+        # A ph that is not text (an array, a number) is skipped like any unknown phase ('in' on an
+        # array would compare elementwise).
+        if not isinstance(ph, str) or ph not in ("M", "X", "B", "E"):
             continue
         if not all(k is None or (isinstance(k, (int, str)) and not isinstance(k, bool)) for k in key):
             if ph != "M":
@@ -337,9 +339,9 @@ def _spans(events):
             continue
         if ph == "M":
             args = e.get("args")
-            if isinstance(args, Mapping) and e.get("name") == "process_name":
+            if isinstance(args, Mapping) and isinstance(e.get("name"), str) and e.get("name") == "process_name":
                 pnames[key[0]] = str(args.get("name", ""))
-            elif isinstance(args, Mapping) and e.get("name") == "thread_name":
+            elif isinstance(args, Mapping) and isinstance(e.get("name"), str) and e.get("name") == "thread_name":
                 tnames[key] = str(args.get("name", ""))
             continue
         ts = e.get("ts")

@@ -454,3 +454,18 @@ def test_find_profile_paths_that_are_not_paths_or_too_long():
             find_profile(path)
     with pytest.raises(TraceError, match="cannot look at|no profile"):
         find_profile("9" * 5000)
+
+
+def test_an_event_phase_that_is_not_text_is_skipped():
+    """ph = an empty array made 'ph not in (...)' raise ValueError (found by the 1,000-case run)."""
+    import numpy as np
+
+    from scwork.interop.profile import read_jax_profile
+
+    events = {"traceEvents": [
+        {"ph": "M", "pid": 1, "name": "process_name", "args": {"name": "/device:TPU:0 SparseCore 0"}},
+        {"ph": "M", "pid": 1, "tid": 1, "name": "thread_name", "args": {"name": "Sparse Core Ops"}},
+        {"ph": np.array([]), "pid": 1, "tid": 1, "ts": 0, "dur": 5, "name": "odd"},
+        {"ph": "X", "pid": 1, "tid": 1, "ts": 10, "dur": 5, "name": "fusion.1"}]}
+    trace = read_jax_profile(events, steps=None, num_steps=1)
+    assert trace.name.tolist() == ["fusion.1"]
