@@ -445,7 +445,7 @@ def read_jax_profile(source, *, patterns=DEFAULT_LANE_PATTERNS, phase_patterns=J
     ConfigError
         Bad patterns or lane / phase names, bad ``steps`` / ``num_steps`` / bounds.
     """
-    if steps not in ("auto", "device", "host", None):
+    if steps is not None and (not isinstance(steps, str) or steps not in ("auto", "device", "host")):
         raise ConfigError(f"steps must be 'auto', 'device', 'host' or None, got {steps!r}")
     for what, value in (("max_bytes", max_bytes), ("max_events", max_events)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:

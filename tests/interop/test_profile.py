@@ -469,3 +469,15 @@ def test_an_event_phase_that_is_not_text_is_skipped():
         {"ph": "X", "pid": 1, "tid": 1, "ts": 10, "dur": 5, "name": "fusion.1"}]}
     trace = read_jax_profile(events, steps=None, num_steps=1)
     assert trace.name.tolist() == ["fusion.1"]
+
+
+def test_steps_that_is_not_a_name_is_a_config_error():
+    """steps = an array made 'steps not in (...)' raise ValueError (found by the 1,000-case run)."""
+    import numpy as np
+
+    from scwork.errors import ConfigError
+    from scwork.interop.profile import read_jax_profile
+
+    for steps in (np.array([]), np.array(["auto", "host"]), 5):
+        with pytest.raises(ConfigError, match="steps must be"):
+            read_jax_profile({"traceEvents": []}, steps=steps)
