@@ -198,3 +198,57 @@ def test_export_html_is_standalone_and_offline(tmp_path):
     assert re.search(r"<link[^>]*\bhref=[\"']https?://", html) is None
     assert "cdn.bokeh.org" not in html
     assert "Bokeh" in html and len(html) > 100_000
+
+
+def test_bokehjs_is_sent_once_to_every_page_of_a_kernel(monkeypatch):
+    """Each client (page) of a kernel gets the BokehJS loader once: a re-opened or second page too."""
+    import IPython
+    import IPython.display
+
+    from scwork.widgets import _display
+
+    class Kernel:
+        session = "page-1"
+
+        def get_parent(self):
+            return {"header": {"session": self.session, "msg_type": "execute_request"}}
+
+    class Shell:
+        kernel = Kernel()
+
+    published = []
+    monkeypatch.setattr(IPython, "get_ipython", lambda: Shell())
+    monkeypatch.setattr(IPython.display, "publish_display_data", lambda data, *a, **k: published.append(data))
+    monkeypatch.setattr(_display, "_BOKEHJS_SENT_TO", set())
+    _display.ensure_bokehjs()
+    _display.ensure_bokehjs()
+    assert len(published) == 1, "the same page got BokehJS twice"
+    [data] = published
+    code = data["application/javascript"]
+    # Guarded: a page that already has this BokehJS runs none of the bundle again.
+    import bokeh
+
+    assert code.startswith(f"if (typeof window.Bokeh === 'undefined' || window.Bokeh.version !== \"{bokeh.__version__}\")")
+    assert "Bokeh.set_log_level" in code  # the inline bundle itself is inside
+    Shell.kernel.session = "page-2"  # the notebook re-opened: a new client of the same kernel
+    _display.ensure_bokehjs()
+    assert len(published) == 2
+    Shell.kernel.session = "page-1"
+    _display.ensure_bokehjs()
+    assert len(published) == 2
+
+
+def test_bokehjs_needs_a_kernel(monkeypatch):
+    """Outside a kernel (scripts, terminal IPython) nothing is published."""
+    import IPython
+    import IPython.display
+
+    from scwork.widgets import _display
+
+    published = []
+    monkeypatch.setattr(IPython.display, "publish_display_data", lambda data, *a, **k: published.append(data))
+    monkeypatch.setattr(IPython, "get_ipython", lambda: None)
+    _display.ensure_bokehjs()
+    monkeypatch.setattr(IPython, "get_ipython", lambda: type("TerminalShell", (), {"kernel": None})())
+    _display.ensure_bokehjs()
+    assert published == []
