@@ -82,7 +82,18 @@ def _file_batches(cfg, path: str, batch_size: int, keep_remainder: bool = False)
     multiple of ``batch_size``.
     """
     from scwork.datasets import load_table
+    from scwork.datasets.files import _file_format
+    from scwork.errors import InputError
 
+    # The reader's own message for an unknown extension offers a Python argument (sep=...);
+    # the command has no such option: say what files it reads.
+    try:
+        _file_format(Path(path), None)
+    except InputError:
+        suffix = "".join(Path(path).suffixes[-2:]) or "(none)"
+        raise _UsageError(f"IDS {path}: cannot tell the format from the extension {suffix!r}; the ids are read from "
+                          ".csv, .tsv or .parquet files (optionally .gz/.bz2/.zst/.lz4-compressed), or a directory "
+                          "or glob of them") from None
     columns = list(dict.fromkeys(cfg.columns[f.name] for f in cfg.features))
     table = load_table(path, columns=columns, batch_size=batch_size, drop_remainder=not keep_remainder)
     full, remainder = divmod(table.num_samples, batch_size)
@@ -131,7 +142,8 @@ def _concat_steps(parts):
 
 
 #: What ``scwork stats`` says before the first engine call when the kernels need compiling.
-COMPILE_HINT = "compiling numba kernels on first use (about 20 s; `scwork warmup` does it ahead)"
+COMPILE_HINT = ("compiling numba kernels on first use (about 20 s on an idle machine, more under load; "
+                "cached afterwards; `scwork warmup` does it ahead)")
 
 
 def _kernels_compiled() -> bool:
@@ -159,13 +171,17 @@ def _kernels_compiled() -> bool:
 
 
 def _hint_compiling(args: argparse.Namespace, progress: bool | None) -> None:
-    """Say on stderr that the first engine call compiles the kernels (text mode, in a terminal or with progress on)."""
+    """Say on stderr, in one line, that the first engine call compiles the kernels.
+
+    Said in text mode whether or not stderr is a terminal (a run in a script or CI
+    waits as long; one line in a log explains it); not with ``--json``, and not when
+    progress output is switched off (``--no-progress``, ``SCWORK_PROGRESS=0``).
+    """
     from scwork._progress import progress_enabled
 
     if args.json or getattr(args, "scheduler", None) is not None:  # JSON stays quiet; a cluster compiles remotely
         return
-    shown = progress_enabled(progress)
-    if shown is False or (shown is None and not sys.stderr.isatty()):
+    if progress_enabled(progress) is False:
         return
     if not _kernels_compiled():
         print(f"scwork {args.command}: {COMPILE_HINT}", file=sys.stderr, flush=True)

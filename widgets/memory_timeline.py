@@ -648,7 +648,7 @@ class MemoryTimeline(_bokeh.SyncedDisplay, ipywidgets.VBox):
             "<b>HBM of one chip, event by event</b>: every band is one buffer, colored by category "
             "(hover for its size and lifetime); solid red line = HBM, dashed = usable after headroom; "
             "gray = the peak event. "
-            + (f"{len(serialized)} stacks serialized, one per SparseCore slot: {', '.join(serialized)}."
+            + (f"{len(serialized)} {'stack' if len(serialized) == 1 else 'stacks'} serialized, one per SparseCore slot: {', '.join(serialized)}."
                if serialized else "No stack serialized: every stack's HBM stack is live through its whole phase.")
             + ("" if program else " Events that move no bytes take no time and do not show here.")
         )
@@ -744,7 +744,7 @@ class MemoryTimeline(_bokeh.SyncedDisplay, ipywidgets.VBox):
         self._spmem.update(
             spm.buffers.T, groups=[name for name, _ in SPMEM_BUFFERS], mode="stack", categories=stacks,
             lines=[(f"TileSpmem {_bokeh.format_bytes(capacity)}", capacity)],
-            title=f"SPMEM of one tile, per stacked table ({len(stacks)} stacks)")
+            title=f"SPMEM of one tile, per stacked table ({len(stacks)} {'stack' if len(stacks) == 1 else 'stacks'})")
         fig = self._spmem.figure
         fig.xaxis.major_label_overrides = {i: _short(name, 18) for i, name in enumerate(stacks)}
         fig.y_range.end = 1.1 * max(capacity, int(total.max()))

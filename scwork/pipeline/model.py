@@ -435,7 +435,7 @@ class StepModel:
         mode = "pipelined" if self.pipelining else "sequential"
         return (f"StepModel({mode} step {self.step_time:.6g} s; sequential {self.sequential_step_time:.6g} s, "
                 f"pipelined {self.pipelined_step_time:.6g} s, speed-up {self.speedup:.3g}x, "
-                f"bottleneck {self.bottleneck}, {len(self.stacks)} stacks on {self.topology})")
+                f"bottleneck {self.bottleneck}, {len(self.stacks)} {'stack' if len(self.stacks) == 1 else 'stacks'} on {self.topology})")
 
     def _repr_html_(self) -> str:
         rows = "".join(f"<tr><td>{p}</td><td style='text-align:right'>{self.phase_time[p] * 1e6:.3f}</td></tr>"
