@@ -305,8 +305,16 @@ def figure_view(fig_or_layout):
     events): the ranges are not synced back from the page (``ranges_synced=False``),
     which saves one round trip per range and redraw. A person's zoom stays until a
     redraw sets another extent.
+
+    The view is never wider than the box it is in: a figure wider than the output
+    (a 256-column layout grid, a long timeline in a narrow JupyterLab panel) scrolls
+    sideways inside its own box instead of being cut at the output's edge or running
+    under the panels beside it.
     """
-    return wrap(fig_or_layout, ranges_synced=False)
+    view = wrap(fig_or_layout, ranges_synced=False)
+    view.layout.max_width = "100%"
+    view.layout.overflow = "auto hidden"
+    return view
 
 
 def sync_views(widget) -> None:
