@@ -252,3 +252,27 @@ def test_bokehjs_needs_a_kernel(monkeypatch):
     monkeypatch.setattr(IPython, "get_ipython", lambda: type("TerminalShell", (), {"kernel": None})())
     _display.ensure_bokehjs()
     assert published == []
+
+
+def test_a_trait_change_walks_each_bokeh_document_once(monkeypatch):
+    """The MemoryTimeline's x axis switch changes two tickers of one document: bokeh walked
+    the whole document after each (about 250 ms each); now once, at the end of the change."""
+    from bokeh.document.models import DocumentModelManager
+
+    from scwork.widgets import MemoryTimeline
+
+    explorer = MemoryTimeline.demo()
+    walks = []
+    recompute = DocumentModelManager.recompute
+    monkeypatch.setattr(DocumentModelManager, "recompute",
+                        lambda self: (walks.append(id(self)), recompute(self))[1])
+    ticker = explorer._gantt.figure.xaxis[0].ticker
+    explorer.x_axis = "time" if explorer.x_axis != "time" else "program_order"
+    assert explorer._gantt.figure.xaxis[0].ticker is not ticker  # the tickers did change
+    assert walks and len(walks) == len(set(walks)), "a document was walked more than once"
+    walks.clear()
+    explorer.controls["batch_size"].value = explorer.controls["batch_size"].value + explorer.controls["batch_size"].step
+    assert walks == []  # new data only: no walk at all
+    # The Gantt's new ticker is a model of the document (the deferred walk found it).
+    document = explorer._gantt.figure.document
+    assert document.get_model_by_id(explorer._gantt.figure.xaxis[0].ticker.id) is not None
