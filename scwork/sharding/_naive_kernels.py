@@ -1,4 +1,6 @@
-"""Numba kernels of the naive whole-batch view: distinct ids per partition without the device/SparseCore split (what a GPU all-to-all sees per destination).
+"""Numba kernels of the naive whole-batch view: distinct ids per partition, without the split.
+
+Without the device / SparseCore split: what a GPU all-to-all sees per destination.
 
 Two ways, by vocabulary size: OR-ing the per-thread bitmaps of seen ids and counting bits
 (:func:`naive_from_bitmaps`), or sorting the per-slice lists of distinct ids

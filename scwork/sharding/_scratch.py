@@ -1,4 +1,4 @@
-"""Scratch and CSR memory of the sharding engine: a pool of recycled buffers, carving, and the scratch budget.
+"""Scratch and CSR memory of the sharding engine: recycled buffers, carving, the budget.
 
 Faulting in fresh pages costs about as much as the kernels, so finished calls give their
 buffers back to a pool (up to 512 MiB, :func:`release_buffers` drops it). The scratch

@@ -1,4 +1,6 @@
-"""Mini-batching: split a batch that overflows the per-partition limits ([jte] preprocess_sparse_dense_matmul_input).
+"""Mini-batching: splitting a batch that overflows the per-partition limits.
+
+As [jte] preprocess_sparse_dense_matmul_input does it.
 
 When the ids one source SparseCore sends to one partition exceed
 ``max_ids_per_partition`` or ``max_unique_ids_per_partition``, the host can split
@@ -778,7 +780,8 @@ def _stats_dataset(plan, topology, batch, per_stack, oov_counts):
             "num_partitions": P,
             "batch_size": B,
             "samples_per_sc": B // (G * S),
-            "source": "[jte] preprocess_sparse_dense_matmul_input; [jte] sort_and_group_coo_tensors_impl.h, minibatching_splits_impl.h",
+            "source": ("[jte] preprocess_sparse_dense_matmul_input; [jte] sort_and_group_coo_tensors_impl.h, "
+                       "minibatching_splits_impl.h"),
         },
     )
     return ds

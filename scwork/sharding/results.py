@@ -1,4 +1,4 @@
-"""What :func:`~scwork.sharding.preprocess` returns: the CSR buffers of every stack and the statistics beside them.
+"""What ``preprocess`` returns: the CSR buffers of every stack and the statistics beside them.
 """
 
 from __future__ import annotations

@@ -92,6 +92,8 @@ def notebook_setup(notebook: str, variable: str) -> str:
 #: Each explorer as its notebook builds it (full size, not SCWORK_SMALL): the notebook's
 #: own cells, run in the kernel (see :func:`notebook_setup`).
 SETUPS = {name: notebook_setup(*where) for name, where in NOTEBOOK_EXPLORERS.items()}
+# Notebook 07 shows its PlanExplorer without a variable to build it from: its demo data.
+SETUPS["PlanExplorer"] = "from scwork.widgets import PlanExplorer\nex = PlanExplorer.demo()\nex"
 
 #: Free-text controls have no generic change: the text to type, per (explorer, control).
 TEXT_CHANGES = {("LayoutExplorer", "text"): "bf16[8,256]{1,0:T(8,128)(2,1)}"}
