@@ -350,15 +350,16 @@ def _frozen_documents(widget):
     ``Document.models.freeze`` walks at its end even when nothing changed: a slider
     that changes only data would pay a walk it never needed.)
     """
-    from jupyter_bokeh import BokehModel
-
     if _DEFERRING[0]:
         yield
         return
+    # The explorers' views are BatchedBokehModels: the class is built once (no import
+    # here, so a trait change while the interpreter shuts down costs nothing).
+    view_class = _batched_bokeh_model()
     documents, stack = {}, [widget]
     while stack:
         item = stack.pop()
-        if isinstance(item, BokehModel) and item._model.document is not None:
+        if isinstance(item, view_class) and item._model.document is not None:
             documents[id(item._model.document)] = item._model.document
         stack.extend(getattr(item, "children", ()) or ())
     needed: dict[int, list] = {}
