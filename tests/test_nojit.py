@@ -13,7 +13,8 @@ TESTS = Path(__file__).resolve().parent
 # Files that compare numba kernels with their numpy references.
 KERNEL_TESTS = sorted(
     str(p) for p in [*TESTS.rglob("test_kernels.py"), TESTS / "sharding" / "test_minibatch.py",
-                TESTS / "sharding" / "test_threads.py", TESTS / "collectives" / "test_fused.py"] if p.exists()
+                TESTS / "sharding" / "test_threads.py", TESTS / "sharding" / "test_split_kernels.py",
+                TESTS / "collectives" / "test_fused.py"] if p.exists()
 )
 
 

@@ -45,6 +45,7 @@ import numpy as np
 from scwork._progress import progress as _progress
 from scwork.errors import ConfigError, InputError
 from scwork.hardware.topology import Topology
+from scwork.sharding import _profile
 from scwork.sharding.batch import FeatureBatch
 from scwork.sharding.limits_json_csv import Limits, StackLimits
 from scwork.sharding.specs import SparsecoreConfig
@@ -193,6 +194,7 @@ def _without_limits(plan: StackingPlan) -> StackingPlan:
     return StackingPlan(stacks, plan.topology, plan.rotation, plan.batch_size)
 
 
+@_profile.one_call
 def collect_stats(batches: Iterable[Any], features: Any, topology: Topology, *, stacking: Any = "auto",
                   config: SparsecoreConfig | None = None, stack_limits: Mapping[str, Any] | None = None,
                   rotation: int | None = None,
