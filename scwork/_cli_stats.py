@@ -147,25 +147,28 @@ COMPILE_HINT = ("compiling numba kernels on first use (about 20 s on an idle mac
 
 
 def _kernels_compiled() -> bool:
-    """Whether the engine's statistics kernel is ready: compiled in this process or in numba's cache.
+    """Whether the engine's statistics kernels are ready: compiled in this process or in numba's cache.
 
-    Checks ``stack_slices``, the kernel every statistics step enters (it takes most of
-    the first-use compile time; the kernels it calls compile with it). Cheap: imports
-    the kernel module (the engine imports it anyway) and reads the kernel's small
-    cache index; compiles nothing. True when it cannot tell, so that a change of
-    numba's internals never makes the command print a wrong hint or fail.
+    Checks the kernel a statistics step enters on each of the engine's two paths:
+    ``stack_slices`` (slice by slice) and ``count_groups`` (the split path, which the
+    engine picks for some batches and never compiles ``stack_slices`` on); they take
+    most of the first-use compile time, the kernels they call compile with them. Ready
+    when either is. Cheap: imports the kernel modules (the engine imports them anyway)
+    and reads the kernels' small cache indexes; compiles nothing. True when it cannot
+    tell, so that a change of numba's internals never makes the command print a wrong
+    hint or fail.
     """
     try:
         import numba
 
-        from scwork.sharding import _kernels
+        from scwork.sharding import _kernels, _split_kernels
     except ImportError:
         return True
     if numba.config.DISABLE_JIT:     # plain Python functions: nothing to compile
         return True
-    kernel = _kernels.stack_slices
     try:
-        return bool(kernel.signatures) or bool(kernel._cache._cache_file._load_index())  # numba's private cache API
+        return any(bool(kernel.signatures) or bool(kernel._cache._cache_file._load_index())  # numba's private cache API
+                   for kernel in (_kernels.stack_slices, _split_kernels.count_groups))
     except Exception:  # noqa: BLE001 - a hint is not worth failing the command
         return True
 
