@@ -79,6 +79,7 @@ from scwork.hardware.topology import Topology
 from scwork.sharding import engine as _engine
 from scwork.sharding._threads import resolve_num_threads
 from scwork.sharding.batch import FeatureBatch
+from scwork.sharding.column_id import column_id_of_id
 from scwork.sharding.results import stats_coords
 from scwork.sharding.specs import SparsecoreConfig
 from scwork.sharding.stacking import (
@@ -678,7 +679,7 @@ def _largest_sample_count(st, batch, n, nsl, which) -> int:
         x = batch.ids(f.name)
         if not x.size:
             continue
-        col = (x + t.shard_rotation) % P + P * (x // P + t.row_offset_in_shard)
+        col = column_id_of_id(x, P, t.shard_rotation, t.row_offset_in_shard)
         sample = np.repeat(np.arange(batch.batch_size), batch.lengths(f.name))
         k = st.feature_position(f.name)
         # pairs: (sample, feature, col) distinct; distinct ids: (sample, col) distinct
