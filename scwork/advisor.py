@@ -83,6 +83,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from scwork._rounding import round_up
 
 from scwork.errors import ConfigError, ScworkError
 
@@ -317,7 +318,7 @@ class Advice(list):
 # helpers
 # --------------------------------------------------------------------------------------
 def _round8(x: float) -> int:
-    return int(-(-int(math.ceil(x)) // 8) * 8)
+    return int(round_up(math.ceil(x), 8))
 
 
 def _collapse(stats, limits: bool = True):

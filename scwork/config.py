@@ -100,6 +100,8 @@ scwork.errors.ConfigError: m.toml: tables[0].vocab_size: must be >= 1, got -3. H
 
 from __future__ import annotations
 
+from scwork._rounding import round_up
+
 import dataclasses
 import difflib
 import fractions
@@ -515,7 +517,7 @@ def _check_batch(source: str, key: str, value: Any, topology) -> int:
                           "(samples per feature per step), e.g. batch_size = 4096")
     parts = topology.num_devices * topology.sparsecores_per_device
     if parts and value % parts:
-        lower, upper = value // parts * parts, -(-value // parts) * parts
+        lower, upper = value // parts * parts, round_up(value, parts)
         raise ConfigError(
             f"{source}: {key}: {value} does not split evenly over the {parts} SparseCores of the topology "
             f"({topology.num_devices} devices x {topology.sparsecores_per_device}). How to fix: use a multiple "

@@ -122,6 +122,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
+from scwork._rounding import ceil_div
 
 from scwork._validate import shown
 from scwork.errors import ConfigError
@@ -580,7 +581,7 @@ def step_model(stats, plan=None, *, topology=None, chip=None, widths=None, optim
 
     num_chips = topology.num_chips
     cph = min(params.chips_per_host, num_chips)
-    num_hosts = -(-num_chips // cph)
+    num_hosts = ceil_div(num_chips, cph)
     units = Units(num_chips=num_chips, sparsecores_per_chip=S * topology.devices_per_chip,
                   tensorcores_per_chip=chip.tensorcores_per_chip, num_hosts=num_hosts, chips_per_host=cph)
     chip_of_device = np.arange(G) // topology.devices_per_chip

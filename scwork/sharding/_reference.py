@@ -20,6 +20,7 @@ Examples
 from __future__ import annotations
 
 import numpy as np
+from scwork._rounding import round_up
 
 __all__ = ["reference_preprocess"]
 
@@ -108,13 +109,10 @@ def reference_preprocess(batch, plan, topology, *, allow_id_dropping: bool = Fal
                     kept[d, s, p] = len(keep_list)
                     kept_pairs[(d, s, p)] = keep_list
         # CSR: partitions in order, each at round_up(previous end, 8)
-        def up(v):
-            return -(-v // 8) * 8
-
-        used = max(up(sum(up(int(kept[d, s, p])) for p in range(P - 1)) + int(kept[d, s, P - 1]))
+        used = max(round_up(sum(round_up(int(kept[d, s, p]), 8) for p in range(P - 1)) + int(kept[d, s, P - 1]), 8)
                    for d in range(G) for s in range(S))
         if stack.max_ids_per_partition is not None:
-            C = up(stack.max_ids_per_partition) * P
+            C = round_up(stack.max_ids_per_partition, 8) * P
         else:
             C = max(8, used)
         R = max(P, 8)
