@@ -76,6 +76,7 @@ from __future__ import annotations
 import numpy as np
 
 from scwork._jit import jit
+from scwork._jit import round_up as _round_up
 from scwork._rounding import round_up
 
 __all__ = [
@@ -120,10 +121,6 @@ def _radix_plan(P, qbits):
     if dbits < 1:
         dbits = 1
     return pbits, npass, dbits
-
-
-#: scwork._rounding.round_up compiled into the kernels (the one round-up formula).
-_round_up = jit(inline="always")(round_up)
 
 
 @jit(error_model="numpy")

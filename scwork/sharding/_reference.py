@@ -2,7 +2,8 @@
 
 It follows the guide's recipe step by step with Python dicts and sets, one
 (device, source SparseCore) slice at a time, and shares no code with the kernels
-(only the stacking plan, which it takes as input). Use it on small batches only.
+(only the stacking plan, which it takes as input, and scwork's one
+``round_up``, pinned by hand in tests/test_rounding.py). Use it on small batches only.
 
 Examples
 --------
@@ -20,6 +21,7 @@ Examples
 from __future__ import annotations
 
 import numpy as np
+
 from scwork._rounding import round_up
 
 __all__ = ["reference_preprocess"]
@@ -124,7 +126,7 @@ def reference_preprocess(batch, plan, topology, *, allow_id_dropping: bool = Fal
             for s in range(S):
                 pos = 0
                 for p in range(P):
-                    pos = up(pos)
+                    pos = round_up(pos, 8)
                     for L, row, g in kept_pairs[(d, s, p)]:
                         emb[d, s * C + pos] = L
                         smp[d, s * C + pos] = row
@@ -132,7 +134,7 @@ def reference_preprocess(batch, plan, topology, *, allow_id_dropping: bool = Fal
                         pos += 1
                     rp[d, s * R + p] = pos
                 for p in range(P, R):
-                    rp[d, s * R + p] = up(pos)
+                    rp[d, s * R + p] = round_up(pos, 8)
         out[stack.name] = {
             "ids": ids, "unique": uniq, "kept": kept,
             "naive_ids": ids.sum(axis=(0, 1)),
