@@ -9,6 +9,9 @@ the library).
 Compared:
 
 - the number of mini-batches (the library returns one count for the whole batch);
+- both entry points: dense arrays (``preprocess_sparse_dense_matmul_input``) and
+  sparse tensors (``preprocess_sparse_dense_matmul_input_from_sparse_tensor``, ragged
+  rows, against :meth:`FeatureBatch.from_coo`);
 - the contents of every mini-batch: per (device, source SparseCore, mini-batch,
   partition), the CSR entries (embedding id, sample id, gain) the library writes,
   against scwork's ids of the buckets that form that mini-batch (scwork's
@@ -72,7 +75,8 @@ def cases(draw):
     return dict(D=D, S=S, P=D * S, tables=tables, features=features,
                 batch=draw(st.integers(1, 8)) * D * S, valency=draw(st.integers(1, 24)),
                 seed=draw(st.integers(0, 2**31 - 1)), stacked=draw(st.sampled_from([True, True, False])),
-                stack_limits=(draw(st.sampled_from([4, 8, 16, 32])), draw(st.sampled_from([4, 8, 16, 32]))))
+                stack_limits=(draw(st.sampled_from([4, 8, 16, 32])), draw(st.sampled_from([4, 8, 16, 32]))),
+                sparse=draw(st.booleans()))
 
 
 def _features(case):
@@ -162,7 +166,17 @@ def test_minibatches_and_their_contents_equal_the_library(case):
     plan = plan_stacking(features, topology, groups, batch_size=case["batch"], stack_limits=stack_limits)
     ids = _ids(case)
     names = [f.name for f in features]
-    batch = FeatureBatch.from_dense(dict(zip(names, ids)))
+    if case["sparse"]:
+        # the sparse-tensor entry point: ragged rows (about a third of the slots empty)
+        rng = np.random.default_rng(case["seed"] + 1)
+        coo = []
+        for a in ids:
+            rows, cols = np.nonzero(rng.random(a.shape) < 0.67)
+            coo.append((np.stack([rows, cols], axis=1).astype(np.int64), a[rows, cols].astype(np.int64),
+                        np.array(a.shape, np.int64)))
+        batch = FeatureBatch.from_coo({n: c for n, c in zip(names, coo)})
+    else:
+        batch = FeatureBatch.from_dense(dict(zip(names, ids)))
     try:
         mb = minibatch(batch, features, topology, stacking=plan)
     except LimitExceededError:
@@ -170,9 +184,15 @@ def test_minibatches_and_their_contents_equal_the_library(case):
         return          # the library would abort the process
     jte_feats = _jte(case, features, groups)
     assert {f.table_spec.stacked_table_spec.stack_name for f in jte_feats} == {s.name for s in plan.stacks}
-    out, _ = jte_embedding.preprocess_sparse_dense_matmul_input(
-        ids, [np.ones_like(a, np.float32) for a in ids], jte_feats, D, D, num_sc_per_device=S,
-        enable_minibatching=True)
+    if case["sparse"]:
+        out, _ = jte_embedding.preprocess_sparse_dense_matmul_input_from_sparse_tensor(
+            indices=[c[0] for c in coo], values=[c[1] for c in coo], dense_shapes=[c[2] for c in coo],
+            feature_specs=jte_feats, local_device_count=D, global_device_count=D, num_sc_per_device=S,
+            enable_minibatching=True)
+    else:
+        out, _ = jte_embedding.preprocess_sparse_dense_matmul_input(
+            ids, [np.ones_like(a, np.float32) for a in ids], jte_feats, D, D, num_sc_per_device=S,
+            enable_minibatching=True)
     library_m = int(np.asarray(out.num_minibatches).ravel()[0])
 
     # one split for the whole batch: the OR of scwork's per-stack masks
