@@ -146,19 +146,25 @@ def _source_line(module: str, line: int) -> str:
 def score(module: str, show_survivors: bool = True) -> dict | None:
     """Killed, survived, equivalent and incompetent mutants of ``module``'s last run."""
     from cosmic_ray.work_db import WorkDB, use_db
-    from cosmic_ray.work_item import TestOutcome
+    from cosmic_ray.work_item import TestOutcome, WorkerOutcome
 
     path = WORK / f"{_slug(module)}.sqlite"
+    if not path.exists():                         # a run still going: its live session
+        path = WORK / _slug(module) / "session.sqlite"
     if not path.exists():
         return None
     equivalent = {(e["operator"], e["line"].strip()) for e in _equivalents().get(module, [])}
-    counts = {"mutants": 0, "killed": 0, "survived": 0, "equivalent": 0, "incompetent": 0, "pending": 0}
+    counts = {"mutants": 0, "killed": 0, "survived": 0, "equivalent": 0, "incompetent": 0, "pending": 0,
+              "filtered": 0}
     survivors = []
     with use_db(str(path), WorkDB.Mode.open) as db:
         done = {item.job_id: result for item, result in db.completed_work_items}
         for item in db.work_items:
-            counts["mutants"] += 1
             result = done.get(item.job_id)
+            if result is not None and result.worker_outcome == WorkerOutcome.SKIPPED:
+                counts["filtered"] += 1               # an operator left out (EXCLUDED_OPERATORS)
+                continue
+            counts["mutants"] += 1
             mutation = item.mutations[0]
             key = (mutation.operator_name, _source_line(module, mutation.start_pos[0]))
             if result is None:
