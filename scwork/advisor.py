@@ -3,7 +3,7 @@
 :func:`advise` takes whatever you know (all optional): the SparseCore
 configuration, the stacking plan, the statistics of a batch, a mini-batching plan,
 a memory report (:func:`scwork.memory.plan`) and a step model
-(:func:`scwork.pipeline.step_model`), runs every check of the SparseCore guide's performance section that its inputs
+(:func:`scwork.pipeline.step_model`), runs every check of [sc-guide] §10 that its inputs
 allow, and returns :class:`Advice`: a list of :class:`Finding` (id, title,
 evidence numbers, fix with the flag or parameter names, expected gain with how it
 was estimated), most impactful first, plus the checks it could not run and why.
@@ -92,7 +92,7 @@ __all__ = ["advise", "Advice", "Finding", "AdvisorThresholds", "CHECKS", "SEVERI
 #: Finding severities, most severe first.
 SEVERITIES: tuple[str, ...] = ("error", "warning", "info")
 
-#: Every check :func:`advise` knows, in the SparseCore guide's performance section order.
+#: Every check :func:`advise` knows, in [sc-guide] §10 order.
 CHECKS: tuple[str, ...] = (
     "host_preprocessing_slow",
     "pipelining_off",
@@ -130,10 +130,10 @@ class AdvisorThresholds:
     maximum. Unit: 1."""
 
     min_tables_per_stack: int = 5
-    """Guide, section 10: 5 to 100 tables per stack. Unit: tables."""
+    """Fewest tables a stack should have: [sc-guide] §10 recommends 5 to 100. Unit: tables."""
 
     max_tables_per_stack: int = 100
-    """Guide, section 10: 5 to 100 tables per stack. Unit: tables."""
+    """Most tables a stack should have: [sc-guide] §10 recommends 5 to 100. Unit: tables."""
 
     sc_bound_utilization: float = 0.8
     """HBM-bandwidth saturation needs the SparseCores busy at least this share of the step. Unit: 1."""
@@ -605,7 +605,7 @@ def _check_limits_high(c: _Ctx):
             lower = sum(hbm_stack_bytes(st.embedding_dim, min(new[1], cfg_uniq), P))
             per_chip = c.plan.topology.sparsecores_per_chip
             gain_bytes = int((now - lower) * per_chip)
-            basis = ("the SparseCore guide's memory section HBM stack formulas (forward + backward, logical_replica_count = P) x SparseCores "
+            basis = ("the HBM stack formulas of [sc-guide] §9 (forward + backward, logical_replica_count = P) x SparseCores "
                      "per chip, configured vs observed max_unique_ids_per_partition")
         c.add(id="limits_too_high", title=f"Limits of stack {stack!r} are far above what the data needs",
               severity="info",
@@ -698,7 +698,7 @@ def _check_stacking(c: _Ctx):
               evidence={"stacks": names, "tables_per_stack": [len(st.tables) for st in small],
                         "embedding_dim": key[0], "optimizer": key[1], "combiner": key[2]},
               fix=(f"stack them together (plan_stacking(stacking=[[...tables of {names}...]]) or 'auto' with a "
-                   "larger activation_mem_bytes_limit); the guide recommends 5 to 100 tables per stack"),
+                   "larger activation_mem_bytes_limit); [sc-guide] §10 recommends 5 to 100 tables per stack"),
               flags=("disable_table_stacking", "stacking", "activation_mem_bytes_limit"), gain_s=gain,
               gain_basis=basis)
     for st in plan.stacks:
@@ -867,7 +867,7 @@ def _check_memory(c: _Ctx):
 def advise(*, config=None, plan=None, stats=None, memory=None, model=None, minibatch=None,
            batch_size: int | None = None, dtype: Any = None,
            thresholds: AdvisorThresholds | None = None) -> Advice:
-    """Diagnose the bottlenecks of the SparseCore guide's performance section from whatever is known; most impactful first.
+    """Diagnose the bottlenecks of [sc-guide] §10 from whatever is known; most impactful first.
 
     Parameters
     ----------

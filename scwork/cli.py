@@ -21,7 +21,7 @@ output):
     divergence, the observed counts against the limits and the critical path, from
     the first full batch. Exit status 1 when the plan does not fit.
 ``scwork allreduce --topology torus:16x16``
-    Cost of all-reduce algorithms (the multi-dimensional all-reduce patent) on a ring, torus, mesh or grid.
+    Cost of all-reduce algorithms (the multi-dimensional all-reduce patent [md-allreduce]) on a ring, torus, mesh or grid.
 ``scwork layout TEXT``
     Physical and tiled shape of an XLA layout, bytes, padding and a map of
     addresses.

@@ -26,7 +26,7 @@ tree. Every key is optional unless marked *required*::
     # generic system without a catalog chip: num_chips = 8, sparsecores_per_chip = 2
     # (optionally devices_per_chip = 1, shape, wraparound)
 
-    [sparsecore]                   # SparsecoreConfig (TensorFlow's SparseCoreEmbeddingConfig), defaults shown
+    [sparsecore]                   # SparsecoreConfig ([tf-sc-config]), defaults shown
     disable_table_stacking = false
     max_ids_per_chip_per_sample = 64
     max_ids_per_table = 4096       # an int for every table, or { item = 8192 }
@@ -65,7 +65,7 @@ tree. Every key is optional unless marked *required*::
 
 A feature's ``column`` is the column of an ids file it reads (``scwork stats``;
 default: the feature's name); ``ids_per_sample`` (mean ids per sample) lets the
-memory model estimate limits for stacks that configure none (jax-tpu-embedding's preprocess_sparse_dense_matmul_input closed form).
+memory model estimate limits for stacks that configure none (the closed-form estimate behind xla_sparse_core_estimate_max_ids ([sc-guide] §6)).
 Sizes are integers (bytes) or text such as ``"64 MiB"``, ``"1.5GB"``, ``"512KiB"``
 (``k``/``M``/``G``/``T``/``P`` are powers of 1000, ``Ki``/``Mi``/... of 1024).
 

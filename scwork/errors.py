@@ -33,11 +33,22 @@ __all__ = [
     "ScworkWarning",
     "StaticBufferWarning",
     "XlaDumpError",
+    "InternalError",
 ]
 
 
 class ScworkError(Exception):
     """Base class of every error raised by scwork on purpose."""
+
+
+class InternalError(RuntimeError):
+    """One of scwork's own invariants failed: a bug in scwork, not a problem with your input.
+
+    Nothing you pass should ever cause it; if you see one, please report it to scwork's
+    maintainers with the call that raised it. It is deliberately *not* a :class:`ScworkError` (and not a
+    :class:`ConfigError`): code that catches scwork's input errors to show them to a
+    user must not swallow a bug. The message names the invariant and where it broke.
+    """
 
 
 class ConfigError(ScworkError, ValueError):

@@ -18,7 +18,7 @@ so the ``num_buckets`` levels are ``low + i * quantum`` for ``i = 0 .. num_bucke
 ties upwards (``floor(x + 0.5)``, not numpy's round-half-to-even). The results of the
 embedding lookup are quantized *before the combiner* is applied, and the storage
 type of the table stays float32 (TensorFlow's note); :func:`hbm_savings` answers
-what storing the table as int8 (post-training quantization, guide section 13) would
+what storing the table as int8 (post-training quantization, [sc-guide] §13) would
 save. ``num_buckets`` must be at least 2 (TensorFlow raises ``ValueError``
 otherwise).
 
@@ -65,7 +65,7 @@ __all__ = [
     "COMBINERS",
 ]
 
-#: Row combiners of the pooled lookup (jax-tpu-embedding's preprocess_sparse_dense_matmul_input gains).
+#: Row combiners of the pooled lookup (the gains of [jte] preprocess_sparse_dense_matmul_input).
 COMBINERS: tuple[str, ...] = ("sum", "mean", "sqrtn")
 
 

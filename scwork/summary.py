@@ -1,4 +1,4 @@
-"""One table for a sharding plan, in the spirit of TorchRec's planner summary.
+"""One table for a sharding plan, in the spirit of TorchRec's planner summary ([torchrec]).
 
 TorchRec's ``EmbeddingShardingPlanner`` prints, per rank, the memory each rank uses
 against its capacity, the shards and the estimated cost, so a user sees at once

@@ -1,4 +1,4 @@
-"""The advisor: every the SparseCore guide's performance section bottleneck is found on a config crafted to have it, and only there."""
+"""The advisor: every bottleneck of [sc-guide] §10 is found on a config crafted to have it, and only there."""
 
 from __future__ import annotations
 
@@ -218,7 +218,7 @@ def test_limits_too_high_with_bytes_from_the_memory_model():
     assert f.evidence["configured_max_unique_ids_per_partition"] == 2048
     assert f.evidence["observed_max_unique_ids_per_partition"] < 1024
     assert f.gain_bytes > 0 and "scwork.memory.plan" in f.gain_basis
-    # The same check without a memory model falls back on the the SparseCore guide's memory section HBM stack formula:
+    # The same check without a memory model falls back on the HBM stack formula of [sc-guide] §9:
     # ((2 fw + 1) + 3 fw) x delta_U x P x 4 bytes per SparseCore, 4 SparseCores per chip.
     obs = f.evidence["observed_max_unique_ids_per_partition"]
     new = -(-obs // 8) * 8

@@ -86,7 +86,7 @@ def test_layout_text_has_figures_and_address_map():
     for r in range(4):
         expected = ["." if padding[r, c] else str(addresses[r, c]) for c in range(6)]
         assert cells[r] == expected
-    assert cells[2][3] == "17"  # the XLA tiled layout documentation: element (2, 3) of F32[3,5] with tile (2,2) is at 17
+    assert cells[2][3] == "17"  # [xla-tiled], figure 1: element (2, 3) of F32[3,5] with tile (2,2) is at 17
     assert grid[0].count("|") == 2  # three tile columns
 
 
@@ -174,7 +174,7 @@ def test_allreduce_all_skips_algorithms_that_do_not_run_on_the_network():
     assert all(row["collective"] == "all_reduce" for row in data["algorithms"])
     assert [s["algorithm"] for s in data["skipped"]] == ["mesh_loops"]
     assert "2 cores per chip" in data["skipped"][0]["reason"]
-    # The patent's point: rotated pincer beats the single path by far on a ring.
+    # The point of [md-allreduce]: the rotated pincer beats the single path by far on a ring.
     by_name = {row["algorithm"]: row for row in data["algorithms"]}
     assert by_name["rotated_pincer"]["time_s"] < by_name["single_path"]["time_s"] / 4
 

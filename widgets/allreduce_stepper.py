@@ -16,7 +16,7 @@ two algorithms and a message size. For each algorithm the stepper shows, side by
   (``show_dim``, ``show_color``): big 3-D tori are readable one dimension at a time;
 - a shared cost timeline: every step as an interval of its alpha-beta time, the
   current step outlined and a red tick at the time reached so far;
-- steps, total time, algbw and busbw (nccl-tests definitions).
+- steps, total time, algbw and busbw ([nccl-tests] definitions).
 
 Every number comes from the engine (:mod:`scwork.collectives`): the schedule
 builders, :func:`~scwork.collectives.frames` (per-step transfers, buffer states,
@@ -146,7 +146,7 @@ class AllReduceStepper(_bokeh.SyncedDisplay, ipywidgets.VBox):
     ----------
     step : int
         0 = before the first transfer; ``s`` = the transfers of step ``s`` (1-based,
-        as in the multi-dimensional all-reduce patent: "step 1 A->H and B->C") and the buffers after it. Clamped to
+        as in [md-allreduce]: "step 1 A->H and B->C") and the buffers after it. Clamped to
         ``[0, num_steps]``.
     num_steps : int
         Steps of the longer of the two algorithms. Read-only.

@@ -2,13 +2,13 @@
 
 Two modes:
 
-- ``"xla"``: type an XLA shape with a tiled layout (the XLA tiled layout documentation), e.g.
+- ``"xla"``: type an XLA shape with a tiled layout ([xla-tiled]), e.g.
   ``f32[3,5]{1,0:T(2,2)}``, and see (1) the logical view colored by first-level tile
   with each cell's linear address, padding hatched gray; (2) the buffer in address
   order, each address colored by the tile of the element stored there; (3) a summary
   of shapes, bytes and padding.
 - ``"npu"``: pick an NCHW shape, dtype, Sophgo chip, layout kind and start lane
-  (tpu-mlir's local memory layout) and see which (batch, channel) owns every EU row of every NPU lane, the
+  ([tpu-mlir], local-memory layout) and see which (batch, channel) owns every EU row of every NPU lane, the
   strides in elements and bytes, and whether the tensor fits in local memory.
 
 All numbers come from the engine (:func:`scwork.layout.parse`,
@@ -45,7 +45,7 @@ __all__ = ["LayoutExplorer", "PRESETS", "MAX_DRAWN_CELLS", "ZOOM_BLOCKS", "STRIP
 
 #: Example layouts offered in the presets dropdown: (label, layout text).
 PRESETS: tuple[tuple[str, str], ...] = (
-    ("f32[3,5] T(2,2): the XLA tiled layout documentation worked example", "f32[3,5]{1,0:T(2,2)}"),
+    ("f32[3,5] T(2,2): the worked example of XLA's tiled layout doc", "f32[3,5]{1,0:T(2,2)}"),
     ("bf16[4,8] T(2,4)(2,1): tiling repeated", "bf16[4,8]{1,0:T(2,4)(2,1)}"),
     ("bf16[16,256] T(8,128)(2,1): TPU bf16 layout", "bf16[16,256]{1,0:T(8,128)(2,1)}"),
     ("s4[8,128] T(8,128)(2,1) E(4): int4", "s4[8,128]{1,0:T(8,128)(2,1)E(4)}"),
@@ -493,7 +493,7 @@ class LayoutExplorer(_bokeh.SyncedDisplay, ipywidgets.VBox):
             ("padded bytes", info["padded_bytes"]),
             ("padding", f"{100 * info['padding_fraction']:.1f} %"),
         ]
-        # XLA's ShapeUtil::ArraySize uses only the first tile (the XLA tiled layout documentation): show it when
+        # XLA's ShapeUtil::ArraySize uses only the first tile ([xla-tiled]): show it when
         # it tells a different story, and say when it cannot be computed ('*' tiles).
         xla_bytes = info.get("xla_array_size_bytes")
         if xla_bytes is None:

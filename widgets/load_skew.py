@@ -2,7 +2,7 @@
 
 Bring a batch (or several steps) of ids and the features/tables they look up; pick a
 TPU chip and chip count, stacking on or off, the shard rotation, per-partition limits
-and whether ids may be dropped, and see (jax-tpu-embedding's table stacking; jax-tpu-embedding's preprocess_sparse_dense_matmul_input; the SparseCore guide's performance section):
+and whether ids may be dropped, and see ([jte] table_stacking.py; [jte] preprocess_sparse_dense_matmul_input; [sc-guide] §10):
 
 - per-partition bars of ids and of distinct ids for the selected stack, either split
   by *source* SparseCore (every (device, SC) slice of the batch is processed on its
@@ -182,7 +182,7 @@ class LoadSkewExplorer(_bokeh.SyncedDisplay, ipywidgets.VBox):
         Catalog chip name; ``""`` is the custom ``topology`` given to the constructor.
     num_chips : int
     stacking : {"auto", "none"}
-        Automatic table stacking (jax-tpu-embedding's table stacking) or every table alone.
+        Automatic table stacking ([jte] table_stacking.py) or every table alone.
     rotation : int or None
         Shard rotation between successive tables of a stack; None: the default
         (SparseCores per device).

@@ -8,8 +8,8 @@ Three layers, each usable on its own:
    hardware catalog).
 2. **Schedules** (:class:`Schedule`): an algorithm as steps of
    :class:`Transfer` s, held compactly (a rule per phase that writes out any
-   step on demand) so that whole pods (9,216 chips) are costed in seconds. The algorithms of the multi-dimensional
-   all-reduce patent (the multi-dimensional all-reduce patent): single path, pincer, rotated pincer, improved
+   step on demand) so that whole pods (9,216 chips) are costed in seconds. The algorithms of the
+   multi-dimensional all-reduce patent [md-allreduce]: single path, pincer, rotated pincer, improved
    rotated pincer, dimension-by-dimension and multi-color all-reduce on tori,
    mesh loops through two cores per chip; and the standard ring baselines,
    reduce-scatter, all-gather, all-to-all.
@@ -17,7 +17,7 @@ Three layers, each usable on its own:
    checks every node's result (naming the step, node and shard when wrong),
    detects link conflicts and reports link utilisation; :func:`cost` gives the
    alpha-beta time per step (optionally pipelined), algbw and busbw
-   (nccl-tests), and with ``link_summary=True`` per-link totals and per-step
+   ([nccl-tests]), and with ``link_summary=True`` per-link totals and per-step
    utilisation; :func:`phase_summary` gives steps, bytes and the busiest link
    per phase and dimension; :func:`frames` records everything a step-by-step
    drawing needs. Costs and summaries stream over the steps in bounded memory;

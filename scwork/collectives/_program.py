@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from scwork.errors import ConfigError
+from scwork.errors import ConfigError, InternalError
 
 __all__ = ["BATCH_RECORDS", "Block", "StepProgram", "step_batches"]
 
@@ -178,7 +178,7 @@ class StepProgram:
         self._blocks_factory = blocks if callable(blocks) else None
         self._blocks = None if callable(blocks) else _nonempty(blocks)
         if message_blocks is None and self._blocks is None:
-            raise ConfigError("internal: a program with lazy transfer blocks needs message blocks")
+            raise InternalError("a program with lazy transfer blocks needs message blocks")
         self.message_blocks = self._blocks if message_blocks is None else _nonempty(message_blocks)
         self.num_steps = max((b.t0 + b.T for b in self.message_blocks), default=0)
         self.used_links = np.zeros(0, np.int64)
@@ -226,7 +226,7 @@ class StepProgram:
             for b in fresh:
                 b.fast = None
             if (self._local_of[np.concatenate([b.edge[b.edge >= 0] for b in fresh])] < 0).any():
-                raise ConfigError("internal: transfer blocks use links the message blocks do not")
+                raise InternalError("transfer blocks use links the message blocks do not")
         for b in fresh:
             b.edge_u = np.where(b.edge >= 0, self._local_of[np.maximum(b.edge, 0)], -1)
             _prepare_tables(b)

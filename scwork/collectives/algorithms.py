@@ -1,4 +1,4 @@
-"""All-reduce algorithms of the multi-dimensional all-reduce patent (the multi-dimensional all-reduce patent) and the
+"""All-reduce algorithms of the multi-dimensional all-reduce patent [md-allreduce] and the
 standard ring baselines, each as a compact :class:`Schedule`.
 
 Every builder returns a schedule of transfers between neighbouring nodes as a
@@ -15,7 +15,7 @@ uses and what it promises; ``tests/collectives`` holds every algorithm to its
 promises on random topologies.
 
 1-D algorithms run on a ring through all nodes (:meth:`Network.ring_order`; on a
-mesh with 2 cores per chip that ring is the patent's out-and-back loop):
+mesh with 2 cores per chip that ring is the out-and-back loop of [md-allreduce] fig. 10):
 
 - :func:`single_path`: chain reduce, then broadcast back (2(N-1) steps of V).
 - :func:`pincer`: two chains towards each other from a pair of neighbours.
@@ -38,9 +38,9 @@ Multi-dimensional (grids, tori, meshes, with or without several cores per chip):
 Which loop each phase runs on:
 
 - a dimension that wraps: a ring along it ("ring": one direction per lane;
-  "pincer": both directions, whole shards, the patent's rotated pincer);
+  "pincer": both directions, whole shards, the rotated pincer of [md-allreduce]);
 - a dimension without wraparound and one core per chip: the line algorithm (the
-  patent's 16x4 case: ring where it wraps, line where not). It is the single
+  16x4 case of [md-allreduce]: ring where it wraps, line where not). It is the single
   path applied to every piece at once: piece ``s`` flows from both ends of the
   line towards its owner ``s``, summing on the way (n-1 steps, both directions
   of every link busy); the all-gather floods it back;
@@ -48,7 +48,7 @@ Which loop each phase runs on:
   the chips of that line -- on a torus the zigzag (a shard enters core 0, is
   summed, goes on chip to core 1, then to the next chip: half the hops stay on
   chip), on a mesh the out-and-back loop turning between the cores of the corner
-  chips (patent fig. 10);
+  chips ([md-allreduce] fig. 10);
 - several cores per chip, later phases: after the first phase the cores of a chip
   own different pieces, so core ``j`` continues with core ``j`` of the other chips
   (cores 0 and 1 in opposite directions, which keeps a 2-core torus conflict-free).
@@ -66,7 +66,7 @@ from scwork.collectives._program import CHUNKS_MOD_C, PIECES_MOD_L, PLAIN, Block
 from scwork.collectives.network import Network
 from scwork.collectives.schedule import MAX_EXPLICIT_TRANSFERS, Schedule
 from scwork._validate import integers, shown
-from scwork.errors import ConfigError, TopologyError
+from scwork.errors import ConfigError, InternalError, TopologyError
 
 __all__ = [
     "ALGORITHMS",
@@ -172,10 +172,10 @@ def _emit_phase(blocks: list | None, fams, R0, R1, phase: int, t0: int, color: i
             continue
         lr0, lr1 = R0[loops[:, 0]], R1[loops[:, 0]]
         if not ((R0[loops] == lr0[:, None]).all() and (R1[loops] == lr1[:, None]).all()):
-            raise ConfigError(f"internal: loop members of {where} do not share one data region")
+            raise InternalError(f"loop members of {where} do not share one data region")
         width = lr1 - lr0
         if (width % L).any():
-            raise ConfigError(f"internal: region of {where} does not split into {L} pieces")
+            raise InternalError(f"region of {where} does not split into {L} pieces")
         w = width // L
         if blocks is not None:
             entries, steps = _pattern(kind, phase, L)
@@ -279,7 +279,7 @@ def _check_algorithm(algorithm: str) -> str:
     if not isinstance(algorithm, str) or algorithm not in ("ring", "pincer"):
         raise ConfigError(
             f"algorithm must be 'ring' (one-way rings, two of them on halves when bidirectional) "
-            f"or 'pincer' (whole shards both ways, the patent's rotated pincer), got {shown(algorithm)}"
+            f"or 'pincer' (whole shards both ways, the rotated pincer of [md-allreduce]), got {shown(algorithm)}"
         )
     return algorithm
 
@@ -403,7 +403,7 @@ def _multi_dim_promise(net: Network, plans, algorithm: str, bidirectional: bool)
 def multi_dim_all_reduce(net: Network, *, colors: int = 1, bidirectional: bool = True,
                          algorithm: str = "ring", dims=None, orders=None, core_scheme: str = "zigzag",
                          nbytes: int = 2**20, itemsize: int = 4) -> Schedule:
-    """Dimension-by-dimension all-reduce, optionally multi-color (patent, the multi-dimensional all-reduce patent).
+    """Dimension-by-dimension all-reduce, optionally multi-color ([md-allreduce]).
 
     Reduce-scatter along every line of dimension ``order[0]`` in parallel, then
     along dimension ``order[1]`` on the 1/size fraction each node now owns, ...;
@@ -429,7 +429,7 @@ def multi_dim_all_reduce(net: Network, *, colors: int = 1, bidirectional: bool =
         Explicit dimension order per color (overrides ``colors``).
     core_scheme : {"zigzag", "on_chip_first"}
         With several cores per chip, where the cores' data meet. ``"zigzag"``
-        (patent fig. 9/10): the first phase of every color runs on loops through
+        ([md-allreduce] figs. 9 and 10): the first phase of every color runs on loops through
         all cores of the chips of a line, so a shard arriving at core 0 is summed
         and moves on chip to core 1 before the next chip (half the hops stay on
         chip). ``"on_chip_first"``: first a reduce-scatter among the cores of
@@ -464,7 +464,7 @@ def multi_dim_all_reduce(net: Network, *, colors: int = 1, bidirectional: bool =
 
 
 def multi_color_all_reduce(net: Network, colors: int | None = None, **kwargs) -> Schedule:
-    """Multi-color all-reduce: one color per dimension by default (patent, the multi-dimensional all-reduce patent).
+    """Multi-color all-reduce: one color per dimension by default ([md-allreduce]).
 
     Color ``c`` reduce-scatters along the dimensions in the order rotated by ``c``
     and all-gathers in the reverse order, on its own 1/colors of the data; all
@@ -486,7 +486,7 @@ def mesh_loop_all_reduce(net: Network, colors: int | None = None, bidirectional:
                          **kwargs) -> Schedule:
     """All-reduce on a mesh whose loops zigzag through the 2 cores of each chip.
 
-    Patent fig. 10: without wraparound links, full-duplex mesh links still form
+    [md-allreduce] fig. 10: without wraparound links, full-duplex mesh links still form
     loops when every chip has two cores: out along one core, back along the
     other, turning between the two cores of the chips at the mesh edges (corner
     routing). The first phase of every color runs a one-way ring on these loops
@@ -544,7 +544,7 @@ def all_gather(net: Network, *, dims=None, colors: int = 1, bidirectional: bool 
 
     ``algorithm="pincer"`` sends whole shards both ways round each ring
     (ceil((n-1)/2) hops one way, floor((n-1)/2) the other), the bidirectional
-    all-gather of "How to Scale Your Model" (time V / W_bidirectional); a
+    all-gather of [scaling-book] (time V / W_bidirectional); a
     dimension without wraparound uses the line (n-1 hops). Links and promises
     as for :func:`multi_dim_all_reduce` (its all-gather phases).
 
@@ -651,12 +651,12 @@ def ring_all_gather(net: Network, bidirectional: bool = True, *, nbytes: int = 2
 
 
 # ---------------------------------------------------------------------------------------
-# Patent 1-D algorithms
+# 1-D algorithms of [md-allreduce]
 # ---------------------------------------------------------------------------------------
 def single_path(net: Network, *, nbytes: int = 2**20, itemsize: int = 4) -> Schedule:
     """Single-path all-reduce: A sends to B, B adds and forwards, ..., then back.
 
-    Patent (the multi-dimensional all-reduce patent): the last node of the path holds the sum and the stream is
+    As [md-allreduce] describes it: the last node of the path holds the sum and the stream is
     reversed to bring it back to every node: 2(N-1) steps, each moving the whole
     vector V over one link. Runs on any network with a path through all nodes
     (lines, meshes, rings); on a one-way ring the result continues forward
@@ -726,7 +726,7 @@ def _two_way_ring(net: Network, what: str):
 
 
 def pincer(net: Network, *, nbytes: int = 2**20, itemsize: int = 4) -> Schedule:
-    """Pincer all-reduce: two chains towards each other, whole vector (patent, the multi-dimensional all-reduce patent).
+    """Pincer all-reduce: two chains towards each other, whole vector ([md-allreduce]).
 
     With 8 nodes A..H: step 1 A->H and B->C, step 2 H->G and C->D, step 3 G->F
     and D->E; with an even count a final exchange F<->E gives both the total, which
@@ -783,7 +783,7 @@ def rotated_pincer(net: Network, *, nbytes: int = 2**20, itemsize: int = 4) -> S
 def improved_rotated_pincer(net: Network, *, nbytes: int = 2**20, itemsize: int = 4) -> Schedule:
     """Improved rotated pincer (even N): each node sends half of its shard each way.
 
-    Our reading of the patent (the multi-dimensional all-reduce patent): for shard j with apex A = p_j and
+    Our reading of [md-allreduce]: for shard j with apex A = p_j and
     opposite node E = p_j+N/2, A sends the first half of its data towards H
     (A->H->G->F->E) and the other half towards B (A->B->C->D->E); the other
     half's chain on each side starts at A's neighbour, so both halves collect

@@ -1,25 +1,25 @@
-"""Alpha-beta cost of a schedule, nccl-tests bandwidths, scaling-book references.
+"""Alpha-beta cost of a schedule, with nccl-tests bandwidths ([nccl-tests], [scaling-book]).
 
-Model (How to Scale Your Model and nccl-tests): a message of ``m`` bytes on a link of bandwidth ``W`` (bytes/s,
+Model ([scaling-book], "Sharded Matrices"; [nccl-tests] PERFORMANCE.md): a message of ``m`` bytes on a link of bandwidth ``W`` (bytes/s,
 one direction) and latency ``alpha`` takes ``alpha + m / W``. Messages that share
 a directed link in one step serialize; a step lasts as long as its busiest link;
 steps run one after the other (bulk-synchronous).
 
-Pipelining (the multi-dimensional all-reduce patent): with ``pipeline_chunks = k`` every transfer is cut into
+Pipelining ([md-allreduce]): with ``pipeline_chunks = k`` every transfer is cut into
 ``k`` segments and step ``s+1`` may start on a segment as soon as step ``s`` has
-delivered it, which is how the patent streams shards through the ring (a 1-bit
+delivered it, which is how [md-allreduce] streams shards through the ring (a 1-bit
 counter syncs sender and receiver). The estimate is the larger of two bounds:
 the critical path, i.e. the flow-shop makespan ``sum_s tau_s + (k - 1) max_s
 tau_s`` with ``tau_s`` the step time of one segment, and the busiest link's total
 busy time ``sum over its messages of (k alpha + bytes / W)`` (pipelining hides
 latency along a chain such as the single path, it cannot make a link that is
 busy in every step, as in a ring, any faster). Overlap needs at least two segment buffers per color and direction
-(receive one while summing/sending the other); the patent uses about five
+(receive one while summing/sending the other); [md-allreduce] uses about five
 shard-sized buffers per color and direction (HBM->VMEM load of the local
 contribution, receive from upstream, sum, send downstream, plus one in flight),
 ``buffers_per_direction``; with a single buffer the segments go one at a time.
 
-Bandwidths as nccl-tests define them: ``algbw = S / t`` with ``S`` the per-node
+Bandwidths as nccl-tests define them ([nccl-tests] PERFORMANCE.md): ``algbw = S / t`` with ``S`` the per-node
 vector size, and ``busbw = algbw * f`` with ``f = 2(n-1)/n`` for all-reduce and
 ``(n-1)/n`` for reduce-scatter, all-gather and all-to-all (``n`` nodes per
 collective group).
@@ -42,7 +42,7 @@ __all__ = ["SCALING_BOOK_V5E_EXAMPLE", "bandwidths", "bus_factor", "cost", "phas
 #: Most segments per transfer ``cost(pipeline_chunks=...)`` models (2**31 - 1).
 MAX_PIPELINE_CHUNKS = 2**31 - 1
 
-#: The worked example of "How to Scale Your Model" (jax-ml scaling-book), sharding
+#: The worked example of [scaling-book], sharding
 #: chapter, pop quiz 2 "AllGather time": AllGather_Y([E_Y, F]) -> [E, F] on a TPU
 #: v5e 2-D mesh {'X': 8, 'Y': 4}, E = 2048, F = 8192 in bfloat16. The array is
 #: 2048 * 8192 * 2 = 33,554,432 B ("34 MB"), each device holds a quarter of it
@@ -130,7 +130,7 @@ def cost(schedule: Schedule, nbytes: int | None = None, *, pipeline_chunks: int 
         Segments per transfer for pipelining (1: bulk-synchronous steps). At most
         :data:`MAX_PIPELINE_CHUNKS`; every segment pays the link latency.
     buffers_per_direction : int
-        Shard-sized buffers per color and direction (the multi-dimensional all-reduce patent: about 5). Fewer
+        Shard-sized buffers per color and direction ([md-allreduce]: about 5). Fewer
         than 2 means no overlap between segments.
     per_link : bool
         Also return ``link_time``, ``link_bytes`` and ``utilisation`` per (step,
@@ -467,7 +467,7 @@ def _stream_phase_loads(schedule, prog, U, D, part_of_link, steps_in, part_link_
 
 def scaling_book_time(collective: str, nbytes: float, axis_sizes, *, link_bandwidth: float = 4.5e10,
                       latency: float = 1e-6, wraparound: bool = True) -> float:
-    """Closed-form ICI time of "How to Scale Your Model" (sharding chapter).
+    """Closed-form ICI time of [scaling-book], sharding chapter.
 
     ``nbytes`` is the size V of the gathered array (all-gather, reduce-scatter,
     all-reduce) and ``axis_sizes`` the mesh axes it is sharded over.

@@ -3,10 +3,10 @@
 A SparseCore step looks every id of a source SparseCore's slice of the batch up in
 the partition that owns it (tables are mod-sharded: id ``i`` lives in partition
 ``i % P``, partition ``p`` on SparseCore ``p % S`` of device ``p // S``;
-jax-tpu-embedding's preprocess_sparse_dense_matmul_input). After per-partition
+[jte] preprocess_sparse_dense_matmul_input). After per-partition
 deduplication the owner gathers one row per *unique* id a source asked for and
 sends it back; in the backward pass the source sends one gradient row per unique id
-to the owner, which applies the optimizer (the SparseCore guide's description of
+to the owner, which applies the optimizer ([sc-guide] §8 describes
 the embedding lookup as an all-to-all of the gathered rows forward and of their
 gradients backward). So the all-to-all of a step is not uniform: it follows the
 ids, and a hot partition makes a hot owner and hot links.
@@ -18,7 +18,7 @@ Two functions:
   :func:`scwork.sharding.compute_stats` (or anything shaped like them);
 - :func:`route_all_to_all`: those bytes routed over the chip grid with
   dimension-order routing, giving per-link bytes, the hottest link and the time
-  under the alpha-beta model of "How to Scale Your Model" (jax-ml scaling-book).
+  under the alpha-beta model of [scaling-book].
 
 The formula (``u[k, g, s, p]``: unique ids stack ``k`` of source SparseCore ``s``
 of device ``g`` sends to partition ``p``; ``w_k`` the stack width, ``b`` the bytes
@@ -43,7 +43,7 @@ pairs of bytes * hops`` exactly.
 
 Time (alpha-beta, per all-to-all): every link streams its bytes at its bandwidth
 (``bytes_l / W_l``, the link's busy time); a message pays one latency per hop along
-its route (about 1 us per ICI hop, "How to Scale Your Model", sharding chapter).
+its route (about 1 us per ICI hop, [scaling-book], sharding chapter).
 The all-to-all ends when the busiest link has drained and the farthest message has
 arrived::
 
@@ -109,9 +109,9 @@ TIE_RULES: tuple[str, ...] = ("split", "positive")
 #: Elements of the (lines, sources, destinations) block routed at once along one dimension.
 _ROUTE_BLOCK = 2**22
 
-_SOURCES = ("jax-tpu-embedding preprocess_sparse_dense_matmul_input (mod sharding, per-partition unique ids); "
-            "the SparseCore guide (embedding lookup all-to-all of rows and gradients); "
-            "How to Scale Your Model (jax-ml scaling-book): ICI alpha-beta cost, ~1 us per hop")
+_SOURCES = ("[jte] preprocess_sparse_dense_matmul_input (mod sharding, per-partition unique ids); "
+            "[sc-guide] §8 (embedding lookup all-to-all of rows and gradients); "
+            "[scaling-book] (How to Scale Your Model): ICI alpha-beta cost, ~1 us per hop")
 
 
 # --------------------------------------------------------------------------------------

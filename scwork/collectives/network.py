@@ -2,7 +2,7 @@
 
 A :class:`Network` is a grid of chips: a ring or a line (1-D), a 2-D or 3-D torus,
 a mesh, or a grid that wraps in some dimensions only (e.g. 16x4 wrapping in the
-16-long dimension, the multi-dimensional all-reduce patent). Each chip may hold ``cores_per_chip`` cores; every
+16-long dimension, as in [md-allreduce]). Each chip may hold ``cores_per_chip`` cores; every
 core is a *node* of the network (a node owns one data vector in a collective).
 
 Links are directed (one direction of a full-duplex cable each) and belong to a
@@ -16,8 +16,8 @@ Links are directed (one direction of a full-duplex cable each) and belong to a
 Where the numbers come from (defaults, override any of them):
 
 - ICI bandwidth: ``scwork.hardware.get(chip).ici_link_bytes_per_s`` (catalog; for
-  v5e 4.5e10 B/s one way, from "How to Scale Your Model", TPU chapter).
-- ICI latency :data:`ICI_LATENCY_S` = 1e-6 s per hop: "How to Scale Your Model",
+  v5e 4.5e10 B/s one way, from [scaling-book], TPU chapter).
+- ICI latency :data:`ICI_LATENCY_S` = 1e-6 s per hop: [scaling-book],
   sharding chapter ("each hop over an ICI link has some intrinsic overhead ...
   typically around 1us").
 - On-chip bandwidth: not published. Assumed equal to the chip's HBM bandwidth
@@ -54,7 +54,7 @@ from scwork.errors import TopologyError
 
 __all__ = ["DEFAULT_CHIP", "ICI_LATENCY_S", "ON_CHIP_LATENCY_S", "LinkClass", "Network"]
 
-#: Latency of one ICI hop (s). Source: "How to Scale Your Model" (jax-ml scaling-book),
+#: Latency of one ICI hop (s). Source: [scaling-book],
 #: sharding chapter: "Each hop over an ICI link has some intrinsic overhead regardless
 #: of the data volume. This is typically around 1us."
 ICI_LATENCY_S = 1e-6
@@ -600,7 +600,7 @@ class Network:
 
         Chips are visited along a Hamiltonian cycle and the cores of each chip one
         after the other (a shard enters core 0, moves on chip to core 1, then to the
-        next chip: the zigzag of the patent, the multi-dimensional all-reduce patent). Without a chip cycle (a mesh
+        next chip: the zigzag of [md-allreduce] fig. 9). Without a chip cycle (a mesh
         line, odd x odd mesh) chips with >= 2 cores still form a loop: out along
         core 0 and back through the other cores, turning on chip at the corners.
 
@@ -631,7 +631,7 @@ class Network:
                 f"{self.name} has no ring through all its nodes: "
                 + ("a line of chips cannot close into a ring" if self.ndim == 1 or sum(s > 1 for s in self.shape) == 1
                    else "no Hamiltonian cycle of chips exists (an odd number of chips on a mesh)")
-                + "; add wraparound, use 2 cores per chip (the patent's mesh loops), "
+                + "; add wraparound, use 2 cores per chip (the mesh loops of [md-allreduce] fig. 10), "
                 "or use a line algorithm (single_path)"
             )
         self.link_ids(nodes, np.roll(nodes, -1))  # validates

@@ -1,4 +1,4 @@
-"""Hardware catalog: TPU generations (the Cloud TPU system architecture pages), Sophgo NPUs (tpu-mlir's local memory layout), topologies.
+"""Hardware catalog: TPU chips, Sophgo NPUs and topologies, each value with its public source.
 
 Examples
 --------
@@ -7,7 +7,7 @@ Examples
 >>> chip.sparsecores_per_chip, chip.tile_spmem_bytes
 (4, 524288)
 >>> scwork.hardware.source(chip, "hbm_bytes")
-'cloud-docs v5p 95 GiB (guide says 96 GiB)'
+'[cloud-tpu] v5p 95 GiB ([sc-guide] §1 says 96 GiB)'
 >>> bigger = scwork.hardware.override(chip, shared_spmem_bytes=8 * 2**20)
 >>> scwork.hardware.source(bigger, "shared_spmem_bytes")
 'user override'

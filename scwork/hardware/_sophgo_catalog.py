@@ -66,7 +66,7 @@ BM1690 = NpuChip(
     sources=_bm_sources("BM1690", 64, 64, "1 << 18 (256 KiB)", 16, " (vector length 512 bit)"),
 )
 # BM1684 stores 1- and 2-byte tensors in "4N mode" (ALIGN_4N = true: 4 batches packed
-# in one 32-bit word); scwork models the plain layout of tpu-mlir's local memory layout and says so in
+# in one 32-bit word); scwork models the plain layout of [tpu-mlir] and says so in
 # scwork.layout.npu.
 BM1684 = NpuChip(
     "bm1684", "BM1684", 64, 128, 512 * KiB, 8,

@@ -28,7 +28,20 @@ def _f(unit: str, doc: str, default=dataclasses.MISSING):
 
 
 @dataclass(frozen=True)
-class TpuChip:
+class _Sourced:
+    """What every catalog entry carries besides its values: the source of each one."""
+
+    sources: Mapping[str, str] = field(
+        default_factory=dict, compare=False, repr=False, kw_only=True,
+        metadata={"unit": "", "doc": "Field name -> where its value comes from."},
+    )
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "sources", MappingProxyType(dict(self.sources)))
+
+
+@dataclass(frozen=True)
+class TpuChip(_Sourced):
     """One TPU generation, as far as scwork's models need it.
 
     Values are per chip unless the name says otherwise. ``None`` means "not
@@ -59,17 +72,9 @@ class TpuChip:
     jax_devices_per_chip: int = _f(
         "count", "JAX devices per chip (2 on dual-chiplet TPU7x, else 1).", default=1
     )
-    sources: Mapping[str, str] = field(
-        default_factory=dict, compare=False, repr=False,
-        metadata={"unit": "", "doc": "Field name -> where its value comes from."},
-    )
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "sources", MappingProxyType(dict(self.sources)))
-
     @property
     def sparsecores_per_device(self) -> int:
-        """SparseCores one JAX device owns (the ``S`` of jax-tpu-embedding's preprocess_sparse_dense_matmul_input)."""
+        """SparseCores one JAX device owns (the ``S`` of [jte] preprocess_sparse_dense_matmul_input)."""
         return self.sparsecores_per_chip // self.jax_devices_per_chip
 
     @property
@@ -82,8 +87,8 @@ class TpuChip:
 
 
 @dataclass(frozen=True)
-class NpuChip:
-    """A Sophgo NPU, described by the constants of its local memory (tpu-mlir's local memory layout)."""
+class NpuChip(_Sourced):
+    """A Sophgo NPU, described by the constants of its local memory ([tpu-mlir], local-memory layout)."""
 
     name: str = _f("", "Catalog key, e.g. 'bm1684x'.")
     marketing_name: str = _f("", "Public name, e.g. 'BM1684X'.")
@@ -94,14 +99,6 @@ class NpuChip:
     byte_strides: bool = _f(
         "", "True for the CV18xx series, whose local strides are counted in bytes.", default=False
     )
-    sources: Mapping[str, str] = field(
-        default_factory=dict, compare=False, repr=False,
-        metadata={"unit": "", "doc": "Field name -> where its value comes from."},
-    )
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "sources", MappingProxyType(dict(self.sources)))
-
     @property
     def local_memory_bytes(self) -> int:
         """Local memory over all lanes."""

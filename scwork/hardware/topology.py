@@ -15,7 +15,7 @@ __all__ = ["Topology"]
 class Topology:
     """Chips, their SparseCores and (for collectives) how the chips are wired.
 
-    The sharding model of jax-tpu-embedding's preprocess_sparse_dense_matmul_input needs only the counts: ``G`` devices with ``S``
+    The sharding model of [jte] preprocess_sparse_dense_matmul_input needs only the counts: ``G`` devices with ``S``
     SparseCores each, ``P = G * S`` partitions. The collectives model also needs
     the chip grid (``shape``) and which of its dimensions wrap around.
 
@@ -153,12 +153,12 @@ class Topology:
     # -- derived counts ---------------------------------------------------------------
     @property
     def num_devices(self) -> int:
-        """JAX devices (``G`` in jax-tpu-embedding's preprocess_sparse_dense_matmul_input)."""
+        """JAX devices (``G`` in [jte] preprocess_sparse_dense_matmul_input)."""
         return self.num_chips * self.devices_per_chip
 
     @property
     def sparsecores_per_device(self) -> int:
-        """SparseCores per JAX device (``S`` in jax-tpu-embedding's preprocess_sparse_dense_matmul_input)."""
+        """SparseCores per JAX device (``S`` in [jte] preprocess_sparse_dense_matmul_input)."""
         return self.sparsecores_per_chip // self.devices_per_chip
 
     @property

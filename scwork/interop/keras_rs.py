@@ -1,6 +1,6 @@
 """Keras-RS ``DistributedEmbedding`` configurations to scwork features and stacking plans.
 
-Keras-RS (``keras_rs.layers.TableConfig``, ``FeatureConfig``,
+Keras-RS [keras-rs] (``keras_rs.layers.TableConfig``, ``FeatureConfig``,
 ``DistributedEmbedding``) runs on the SparseCore through jax-tpu-embedding when the
 Keras backend is JAX. Its ``sparsecore_build``
 (``keras_rs/src/layers/embedding/jax/distributed_embedding.py``) does, for the

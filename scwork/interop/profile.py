@@ -2,7 +2,7 @@
 
 ``jax.profiler.trace(logdir, create_perfetto_trace=True)`` writes, under
 ``logdir/plugins/profile/<run>/``, one ``<host>.xplane.pb`` (the XSpace protobuf the
-XProf tools read), one ``<host>.trace.json.gz`` (the same events as a Chrome trace)
+[xprof] tools read), one ``<host>.trace.json.gz`` (the same events as a Chrome trace)
 and a ``perfetto_trace.json.gz``. :func:`read_jax_profile` reads any of them (or the
 ``logdir`` / run folder itself) into a :class:`~scwork.pipeline.MeasuredTrace`, ready
 for :func:`~scwork.pipeline.compare` and :func:`overlay`.

@@ -1,11 +1,11 @@
 """Memory layouts: XLA tiled layouts, Sophgo NPU local memory, SparseCore table padding.
 
-- :func:`parse` / :class:`Shape`: XLA shapes with layouts (the XLA tiled layout documentation), e.g.
+- :func:`parse` / :class:`Shape`: XLA shapes with layouts ([xla-tiled]), e.g.
   ``f32[3,5]{1,0:T(2,2)}``; :mod:`scwork.layout.tiles`: element types, :class:`Tile`,
   :class:`SplitConfig` and the tiling plan underneath; :mod:`scwork.layout.view`:
   zoomable windows of large layouts.
-- :mod:`scwork.layout.npu`: Sophgo NPU local-memory strides (tpu-mlir's local memory layout).
-- :mod:`scwork.layout.embedding`: SparseCore embedding-table padding (jax-tpu-embedding's table stacking; the SparseCore guide's memory section).
+- :mod:`scwork.layout.npu`: Sophgo NPU local-memory strides ([tpu-mlir], local-memory layout).
+- :mod:`scwork.layout.embedding`: SparseCore embedding-table padding ([jte] table_stacking.py; [sc-guide] §9).
 
 Examples
 --------

@@ -1,4 +1,4 @@
-"""SparseCore embedding-table padding: what a table really costs in HBM (jax-tpu-embedding's table stacking; the SparseCore guide's memory section).
+"""SparseCore embedding-table padding: what a table really costs in HBM ([jte] table_stacking.py; [sc-guide] §9).
 
 SparseCores gather embedding rows from HBM in 32-byte lines, so the feature
 dimension of every table is padded to whole lines: ``padded_dim =
@@ -7,9 +7,9 @@ mod-sharded over all ``P`` SparseCores of the system with 8-row granularity, so
 the vocabulary is padded too: ``padded_vocab = round_up(vocab, 8 * P)``. A width-1
 f32 table therefore wastes 7/8 of its dimension bytes.
 
-jax-tpu-embedding's table stacking writes ``padded_dim = round_up(dim, 8)`` (f32 tables); for other dtypes this
+[jte] table_stacking.py writes ``padded_dim = round_up(dim, 8)`` (f32 tables); for other dtypes this
 module pads to the same 32-byte line, which is the granule the SparseCore DMA
-works in (the Cloud TPU system architecture pages, the SparseCore guide's memory section).
+works in ([cloud-tpu]; [sc-guide] §9).
 
 :func:`packing_whatif` answers the roadmap item "better packing of width < 8":
 how much HBM narrow tables would save if several rows shared one line.
@@ -54,7 +54,7 @@ EMBEDDING_DTYPE_SIZES: dict[str, int] = {"f32": 4, "bf16": 2, "f16": 2, "s8": 1}
 _DTYPE_ALIASES = {"float32": "f32", "fp32": "f32", "bfloat16": "bf16", "float16": "f16",
                   "fp16": "f16", "int8": "s8", "i8": "s8"}
 
-#: The vocabulary is padded to a multiple of this many rows per SparseCore (jax-tpu-embedding's table stacking).
+#: The vocabulary is padded to a multiple of this many rows per SparseCore ([jte] table_stacking.py).
 VOCAB_ROWS_PER_SPARSECORE_GRANULE = 8
 
 
@@ -271,7 +271,7 @@ def table_padding(
     name: str = "table",
     line_bytes: int = 32,
 ) -> TablePadding:
-    """Padding of one embedding table on SparseCores (jax-tpu-embedding's table stacking; the SparseCore guide's memory section).
+    """Padding of one embedding table on SparseCores ([jte] table_stacking.py; [sc-guide] §9).
 
     Parameters
     ----------

@@ -1,4 +1,4 @@
-"""Sophgo NPU local memory: where each element of an NCHW tensor lives (tpu-mlir's local memory layout).
+"""Sophgo NPU local memory: where each element of an NCHW tensor lives ([tpu-mlir], local-memory layout).
 
 A Sophgo TPU (BM168x, CV18xx) computes on *local memory*: ``NPU_NUM`` lanes, each
 with its own memory. Channel ``c`` of a tensor goes to lane
@@ -31,7 +31,7 @@ those chips.
 
 Not modelled: BM1684 stores 1- and 2-byte tensors in *4N mode* (four batches packed
 into one 32-bit word, tpu-mlir ``ALIGN_4N``); this module gives the plain (1N)
-layout of tpu-mlir's local memory layout for every chip. Neither are bank conflicts nor the allocator that
+layout of [tpu-mlir] for every chip. Neither are bank conflicts nor the allocator that
 picks a tensor's start address: offsets are relative to the tensor's start, which
 an aligned layout places on an ``EU_BYTES`` boundary.
 
@@ -58,6 +58,7 @@ import operator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from scwork._bisect import last_true
 from scwork._validate import integer, positive_int, shown
 from scwork.errors import ConfigError, HardwareError, LayoutError
 
@@ -76,7 +77,7 @@ __all__ = [
     "DTYPE_BITS",
 ]
 
-#: Local-memory layout kinds (tpu-mlir's local memory layout).
+#: Local-memory layout kinds ([tpu-mlir], local-memory layout).
 LAYOUT_KINDS: tuple[str, ...] = ("aligned", "compact", "line_aligned")
 
 #: Canonical dtype name -> size in bytes (tpu-mlir's ``getFmtBytes``: 0.5 for the
@@ -226,7 +227,7 @@ class NpuStrides:
 def global_strides(nchw) -> NpuStrides:
     """Strides of a contiguous NCHW tensor in global memory (DDR), in elements.
 
-    ``w = 1``, ``h = W``, ``c = H*W``, ``n = C*H*W`` (tpu-mlir's local memory layout).
+    ``w = 1``, ``h = W``, ``c = H*W``, ``n = C*H*W`` ([tpu-mlir], local-memory layout).
 
     Parameters
     ----------
@@ -254,7 +255,7 @@ def global_strides(nchw) -> NpuStrides:
 
 @dataclass(frozen=True)
 class LocalLayout:
-    """An NCHW tensor laid out in Sophgo NPU local memory (tpu-mlir's local memory layout).
+    """An NCHW tensor laid out in Sophgo NPU local memory ([tpu-mlir], local-memory layout).
 
     Build one with :func:`local_layout`, which resolves chip names and dtype
     aliases; constructing it directly validates the same way.
@@ -529,15 +530,7 @@ class LocalLayout:
                                     self.kind, self.start_lane, self.chip)
                 return trial.bytes_per_lane <= capacity
 
-            max_h, too_many = 0, h + 1
-            if fits_rows(1):
-                max_h = 1
-                while too_many - max_h > 1:
-                    mid = (max_h + too_many) // 2
-                    if fits_rows(mid):
-                        max_h = mid
-                    else:
-                        too_many = mid
+            max_h = last_true(1, h + 1, fits_rows) if fits_rows(1) else 0
             if max_h:
                 fixes.append(f"slice H: N=1 with at most H={max_h} rows per tile fits")
             else:
@@ -777,7 +770,7 @@ def local_layout(
     kind: str = "aligned",
     start_lane: int = 0,
 ) -> LocalLayout:
-    """Lay an NCHW tensor out in Sophgo NPU local memory (tpu-mlir's local memory layout).
+    """Lay an NCHW tensor out in Sophgo NPU local memory ([tpu-mlir], local-memory layout).
 
     Parameters
     ----------

@@ -1,4 +1,4 @@
-"""XLA shapes with tiled layouts: parse, validate, print, and compute addresses (the XLA tiled layout documentation).
+"""XLA shapes with tiled layouts: parse, validate, print, and compute addresses ([xla-tiled]).
 
 A shape such as ``f32[3,5]{1,0:T(2,2)}`` is an element type, logical
 dimensions, and a layout: ``minor_to_major`` (the physical order of the
@@ -11,10 +11,10 @@ canonical text and attribute order T, L, #, \\*, E, S, SC, P, M),
 ``xla/hlo/parser/hlo_parser.cc`` (``ParseShape``/``ParseLayout``, syntax and the
 "Dimensions size is ..." message), ``xla/layout_util.cc``
 (``ValidateLayoutForShape``, ``LinearIndex``, ``LinearIndexForNestedTiling``),
-``xla/shape_util.cc`` (``ArraySize``) and the XLA "Tiled layout" document
-(``seeds/xla_tiled_layout.ar.txt``) for the meaning of tiles and ``*``.
+``xla/shape_util.cc`` (``ArraySize``) and the XLA "Tiled layout" document [xla-tiled]
+for the meaning of tiles and ``*``.
 
-Addressing model (the XLA tiled layout documentation, the doc's figures): the physical shape is the
+Addressing model ([xla-tiled] and its figures): the physical shape is the
 logical one in major-to-minor order; each tile, in turn, applies to the most
 minor dimensions of the current shape: a ``*`` entry first merges its
 dimension into the next more-minor one, then every remaining dimension ``d``
@@ -45,7 +45,7 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 
 from scwork._validate import shown
-from scwork.errors import LayoutError
+from scwork.errors import InternalError, LayoutError
 from scwork.layout._parser import ParsedShape, parse_shape_text
 from scwork.layout.tiles import (
     _MAX_ELEMENTS,
@@ -495,7 +495,7 @@ class Shape:
         return tuple(checked)
 
     def linear_index(self, index: Sequence[int]) -> int:
-        """Buffer slot of one logical element, with every tile applied (the XLA tiled layout documentation).
+        """Buffer slot of one logical element, with every tile applied ([xla-tiled]).
 
         Parameters
         ----------
@@ -622,8 +622,8 @@ class Shape:
             out = np.full(self.padded_elements, -1, dtype=np.int64)
             if _kernels.invert_index_map(flat, out):
                 # Cannot happen for a valid index map; guard against kernel bugs.
-                raise LayoutError(
-                    f"internal error: index map of {self} has addresses outside the "
+                raise InternalError(
+                    f"index map of {self} has addresses outside the "
                     f"{self.padded_elements}-slot buffer; please report this layout"
                 )
             return out

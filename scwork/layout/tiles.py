@@ -1,6 +1,6 @@
 """The parts of an XLA layout below the shape: element types (:data:`DTYPES`), tiles (:class:`Tile`), split configs (:class:`SplitConfig`), and the tiling plan that maps an index to its tiled position.
 
-Follows XLA's tiled layout documentation (openxla.org, "Tiled layout"): a tile ``T(a,b)`` cuts the
+Follows [xla-tiled] (OpenXLA, "Tiled layout"): a tile ``T(a,b)`` cuts the
 minor-most dimensions into ``a x b`` blocks, padding each dimension up to a multiple of
 the tile; further tiles apply to the result of the previous one; ``*`` keeps a dimension
 whole; a tile with fewer dimensions than the shape applies to the minor-most ones.

@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
+from scwork._bisect import first_true, last_true
 from scwork.errors import ConfigError
 from scwork.memory._hbm_numbers import HbmNumbers, hbm_numbers
 from scwork.memory._model import (
@@ -50,44 +51,13 @@ def fmt_bytes(n: float) -> str:
     return f"{int(n)} B"
 
 
-# --------------------------------------------------------------------------------------
-# generic searches
-# --------------------------------------------------------------------------------------
-def _last_true(good: int, bad: int, pred: Callable[[int], bool]) -> int:
-    """Largest ``x`` in ``[good, bad)`` with ``pred(x)``, for ``pred`` true then false.
-
-    ``pred(good)`` must hold; ``bad`` counts as false and is never evaluated.
-    """
-    while bad - good > 1:
-        mid = (good + bad) // 2
-        if pred(mid):
-            good = mid
-        else:
-            bad = mid
-    return good
-
-
-def _first_true(bad: int, good: int, pred: Callable[[int], bool]) -> int:
-    """Smallest ``x`` in ``(bad, good]`` with ``pred(x)``, for ``pred`` false then true.
-
-    ``pred(good)`` must hold; ``bad`` counts as false and is never evaluated.
-    """
-    while good - bad > 1:
-        mid = (good + bad) // 2
-        if pred(mid):
-            good = mid
-        else:
-            bad = mid
-    return good
-
-
 def _largest_batch(knobs: Knobs, ok: Pred) -> int | None:
     """Largest ``n * P`` below the current batch for which ``ok``; None if not even ``n = 1``."""
     P = knobs.num_partitions
     n_cur = knobs.samples_per_sc
     if n_cur <= 1 or not ok(knobs.replace(batch_size=P)):
         return None
-    return P * _last_true(1, n_cur, lambda n: ok(knobs.replace(batch_size=n * P)))
+    return P * last_true(1, n_cur, lambda n: ok(knobs.replace(batch_size=n * P)))
 
 
 def _slice_counts(model: Model) -> tuple[int, ...] | None:
@@ -117,7 +87,7 @@ def _smallest_chips(knobs: Knobs, ok: Pred, max_chips: int, model: Model | None 
             return None
         # The first fitting slice: bisect over the candidate list (fits only get easier
         # with more chips), each try a whole model evaluation.
-        index = _first_true(-1, len(candidates) - 1,
+        index = first_true(-1, len(candidates) - 1,
                             lambda i: ok(knobs.replace(num_chips=candidates[i])))
         return candidates[index]
     if cur >= max_chips:
@@ -132,7 +102,7 @@ def _smallest_chips(knobs: Knobs, ok: Pred, max_chips: int, model: Model | None 
     lo = cur
     for c in candidates:
         if ok(knobs.replace(num_chips=c)):
-            return _first_true(lo, c, lambda n: ok(knobs.replace(num_chips=n)))
+            return first_true(lo, c, lambda n: ok(knobs.replace(num_chips=n)))
         lo = c
     return None
 
@@ -154,14 +124,14 @@ def _smallest_serialization(knobs: Knobs, ok: Pred, num_stacks: int) -> int | No
     if start > num_stacks or not ok(knobs.replace(num_serialized_tables=num_stacks)):
         return None
     # The peak is non-increasing in the number of serialized tables.
-    return _first_true(start - 1, num_stacks, lambda n: ok(knobs.replace(num_serialized_tables=n)))
+    return first_true(start - 1, num_stacks, lambda n: ok(knobs.replace(num_serialized_tables=n)))
 
 
 def _largest_prefetch_depth(knobs: Knobs, ok: Pred) -> int | None:
     cur = knobs.maximum_parallel_iterations
     if cur <= 1 or not ok(knobs.replace(maximum_parallel_iterations=1)):
         return None
-    return _last_true(1, cur, lambda n: ok(knobs.replace(maximum_parallel_iterations=n)))
+    return last_true(1, cur, lambda n: ok(knobs.replace(maximum_parallel_iterations=n)))
 
 
 def _max_chips(model: Model) -> int:
@@ -400,7 +370,7 @@ def input_findings(model: Model, knobs: Knobs, hbm: HbmNumbers | None, spm: Spme
             for kind in ("estimate", "stats", "max_ids"):
                 if kind in numbers.limit_source[i].split("/"):
                     srcs.setdefault(kind, []).append(st.name)
-        notes = {"estimate": "estimated with the jax-tpu-embedding's preprocess_sparse_dense_matmul_input closed form from ids_per_sample",
+        notes = {"estimate": "estimated with the closed-form estimate behind xla_sparse_core_estimate_max_ids ([sc-guide] §6) from ids_per_sample",
                  "stats": "taken from the observed statistics (stats=)",
                  "max_ids": "not configured for unique ids: max_unique_ids_per_partition = max_ids_per_partition"}
         for kind, names in srcs.items():

@@ -52,11 +52,11 @@ __all__ = [
 
 #: Bytes of one activation / gradient / gather-operand element (float32 accumulation).
 ACTIVATION_BYTES = 4
-#: Bytes of one embedding id, sample id or row pointer (int32 on the device, jax-tpu-embedding's preprocess_sparse_dense_matmul_input).
+#: Bytes of one embedding id, sample id or row pointer (int32 on the device, [jte] preprocess_sparse_dense_matmul_input).
 INDEX_BYTES = 4
-#: Bytes of one gain (float32, jax-tpu-embedding's preprocess_sparse_dense_matmul_input).
+#: Bytes of one gain (float32, [jte] preprocess_sparse_dense_matmul_input).
 GAIN_BYTES = 4
-#: CSR partitions start at multiples of 8 entries (TPU vector-register alignment, jax-tpu-embedding's preprocess_sparse_dense_matmul_input).
+#: CSR partitions start at multiples of 8 entries (TPU vector-register alignment, [jte] preprocess_sparse_dense_matmul_input).
 CSR_ALIGNMENT = 8
 
 #: Table dtypes and their sizes in bytes (as :mod:`scwork.layout.embedding`).
@@ -202,7 +202,7 @@ def optimizer_slot_count(optimizer: str, custom: Mapping[str, int] | None = None
 
 
 def estimate_limits(samples_per_sc: int, ids_per_sample: float, num_partitions: int) -> tuple[int, int]:
-    """jax-tpu-embedding's preprocess_sparse_dense_matmul_input closed-form estimate of ``(max_ids_per_partition, max_unique_ids_per_partition)``.
+    """Closed-form estimate of ``(max_ids_per_partition, max_unique_ids_per_partition)`` ([sc-guide] §6).
 
     With ``L = samples_per_sc * ids_per_sample`` (ids one source SparseCore sends
     for one stack) and ``peak = 0.2 L + 0.8 L / P + 2 sqrt(L / P)``:
@@ -265,7 +265,7 @@ class StackInfo:
     stats_max_ids: int | None
     stats_max_unique: int | None
     ids_per_sample: float | None
-    """Ids per sample summed over the stack's features (for the jax-tpu-embedding's preprocess_sparse_dense_matmul_input estimate)."""
+    """Ids per sample summed over the stack's features (for the closed-form estimate behind xla_sparse_core_estimate_max_ids ([sc-guide] §6))."""
     feature_dims: tuple[int, ...] = ()
     """Raw dim of the table each feature looks up (same order as ``features``)."""
     static_entries_per_sc: int | None = None
@@ -387,7 +387,7 @@ def stack_limits(knobs: Knobs, stack: StackInfo) -> tuple[int, int, str]:
     """``(max_ids, max_unique, source)`` the compiler sizes buffers for.
 
     Priority: explicit ``knobs.limits`` > limits configured on the tables / stacking
-    plan > observed statistics > jax-tpu-embedding's preprocess_sparse_dense_matmul_input estimate from ``ids_per_sample``. A missing
+    plan > observed statistics > the closed-form estimate behind xla_sparse_core_estimate_max_ids ([sc-guide] §6) from ``ids_per_sample``. A missing
     ``max_unique`` with a known ``max_ids`` is taken equal to ``max_ids`` (every id
     may be distinct). ``source`` names where each came from, e.g. ``"configured"``
     or ``"stats/max_ids"``.
@@ -417,7 +417,7 @@ def stack_limits(knobs: Knobs, stack: StackInfo) -> tuple[int, int, str]:
             "limits. Set TableSpec(max_ids_per_partition=..., max_unique_ids_per_partition=...), pass "
             "stack_limits={stack: (max_ids, max_unique)} or limits=(max_ids, max_unique), "
             "stats=scwork.sharding.compute_stats(...) (observed limits), or ids_per_sample=... "
-            "(jax-tpu-embedding's preprocess_sparse_dense_matmul_input closed-form estimate)"
+            "(the closed-form estimate behind xla_sparse_core_estimate_max_ids ([sc-guide] §6))"
         )
     if uniq is None:
         uniq, src_uniq = ids, "max_ids"

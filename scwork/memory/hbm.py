@@ -1,4 +1,4 @@
-"""Chip HBM: tables, optimizer slots, SparseCore HBM stack, heap (the SparseCore guide's memory section).
+"""Chip HBM: tables, optimizer slots, SparseCore HBM stack, heap ([sc-guide] §9).
 
 Every number is *per chip* (all chips hold the same amounts: tables are mod-sharded
 evenly and every chip runs the same program). The total that must fit is the peak
@@ -9,18 +9,18 @@ The model
 ---------
 These are *modelling assumptions*; the basis of each is given.
 
-- **Tables.** ``padded_vocab = round_up(vocab, 8 * P)`` (jax-tpu-embedding's table stacking); a chip holds its
+- **Tables.** ``padded_vocab = round_up(vocab, 8 * P)`` ([jte] table_stacking.py); a chip holds its
   ``sparsecores_per_chip`` partitions of ``padded_vocab / P`` rows each, i.e.
   ``padded_vocab / num_chips`` rows. Every row has the *stack's* width: the largest
   dim of the stack's tables padded to whole 32-byte lines (8 f32 / 16 bf16 elements;
-  jax-tpu-embedding's table stacking, the SparseCore guide's memory section, :mod:`scwork.layout.embedding`), because a stacked table is one
+  [jte] table_stacking.py, [sc-guide] §9, :mod:`scwork.layout.embedding`), because a stacked table is one
   array. Padding waste = padded bytes - ``vocab * dim * itemsize / num_chips``.
 - **Optimizer slots.** ``slots * table bytes`` in the slot dtype (default: the table
   dtype). Slot counts (:data:`OPTIMIZER_SLOTS`): jax-tpu-embedding's slot
   namedtuples (sgd 0, adagrad 1, adagrad_momentum 2, adam 2, ftrl 2, laprop 2),
   TensorFlow's TPU embedding optimizers (momentum 1, rmsprop 2, centered_rmsprop 3,
   adadelta 2, proximal_adagrad 1, proximal_yogi 2) and LAMB by definition (m, v: 2).
-- **HBM stack** (the SparseCore guide, section 9), per stacked table and per
+- **HBM stack** ([sc-guide] §9), per stacked table and per
   SparseCore:
 
   * forward ``(2 * feature_width + 1) * max_unique_nz_per_row * logical_replica_count * 4``
@@ -46,10 +46,10 @@ These are *modelling assumptions*; the basis of each is given.
   largest forward stack run one after another, each alone in its slot, while the
   other stacks run concurrently through the whole SparseCore phase. ``N <= 1`` is
   everything concurrent. The peak stack is then ``sum(concurrent) +
-  max(serialized)``, which never grows with ``N`` (the guide: a larger value lowers
+  max(serialized)``, which never grows with ``N`` ([sc-guide] §9: a larger value lowers
   the peak HBM stack at the cost of parallelism).
-- **Embedding activations and gradients** (SC <-> TC through HBM, guide section
-  8): ``sparsecores_per_chip * sample_count * feature_width * 4`` per stack (float32),
+- **Embedding activations and gradients** (SC <-> TC through HBM, [sc-guide]
+  §8): ``sparsecores_per_chip * sample_count * feature_width * 4`` per stack (float32),
   activations from the stack's SparseCore forward pass to the end of the TensorCore
   forward pass, gradients from the TensorCore backward pass to the end of the
   stack's SparseCore backward pass. With ``stage_gather_operands_in_hbm`` the gather
@@ -57,7 +57,7 @@ These are *modelling assumptions*; the basis of each is given.
 - **Heap** (host managed): ``dense_weights_bytes + constants_bytes +
   maximum_parallel_iterations * prefetch_bytes_per_step``; by default one step's
   input is the CSR input of every stack, ``sparsecores_per_chip * (max(P, 8) * 4 +
-  round_up(max_ids, 8) * P * 12)`` bytes (jax-tpu-embedding's preprocess_sparse_dense_matmul_input: the COO buffer of a device is
+  round_up(max_ids, 8) * P * 12)`` bytes ([jte] preprocess_sparse_dense_matmul_input: the COO buffer of a device is
   ``round_up(max_ids, 8) * S * P`` entries of id, sample id and gain, plus row
   pointers). Dense-feature inputs are not known to the model: pass
   ``prefetch_bytes_per_step`` to replace the default. ``tensorcore_activation_bytes``
@@ -111,7 +111,7 @@ __all__ = [
 ASSUMPTIONS: tuple[str, ...] = (
     "tables: padded_vocab / num_chips rows per chip of the stack width (largest dim padded to 32-byte lines)",
     "optimizer slots: slot count x table shape, in the slot dtype (default: table dtype)",
-    "HBM stack per SparseCore: forward (2 fw + 1) U LRC 4 B, backward 3 fw U LRC 4 B (SparseCore guide)",
+    "HBM stack per SparseCore: forward (2 fw + 1) U LRC 4 B, backward 3 fw U LRC 4 B ([sc-guide] §9)",
     "U = max_unique_ids_per_partition; LRC = logical_replica_count, default P (all SparseCores)",
     "a chip holds sparsecores_per_chip HBM stacks per stacked table",
     "serialization N: the N largest stacks run one at a time, the rest concurrently; N <= 1: all concurrent",
@@ -124,7 +124,7 @@ ASSUMPTIONS: tuple[str, ...] = (
 
 def hbm_stack_bytes(feature_width: int, max_unique_nz_per_row: int,
                     logical_replica_count: int) -> tuple[int, int]:
-    """Forward and backward HBM stack of one stacked table on one SparseCore (guide, section 9).
+    """Forward and backward HBM stack of one stacked table on one SparseCore ([sc-guide] §9).
 
     Parameters
     ----------

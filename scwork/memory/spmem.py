@@ -1,11 +1,11 @@
-"""SparseCore SPMEM: the statically sized buffers of one tile, per stacked table (the SparseCore guide's memory section).
+"""SparseCore SPMEM: the statically sized buffers of one tile, per stacked table ([sc-guide] §9).
 
 The compiler sizes SPMEM buffers at compile time from the limits
 ``max_ids_per_partition`` and ``max_unique_ids_per_partition``, the padded
 embedding width and the per-SparseCore sample count; there is no dynamic
-scratchpad allocation (the SparseCore guide, section 9). When they do not fit,
+scratchpad allocation ([sc-guide] §9). When they do not fit,
 compilation fails with ``Fixed size allocations (...) do not fit in TileSpmem (...)``
-or ``Gather operand too large...`` (guide, section 10).
+or ``Gather operand too large...`` ([sc-guide] §10, error E3001).
 
 The model
 ---------
@@ -19,7 +19,7 @@ All of the following are *modelling assumptions*; the basis of each is given.
   v5p tile's TileSpmem.
 - **Buffers of one tile** (``P`` partitions, ``T`` tiles per SparseCore, ``fw`` the
   stack width padded to 32-byte lines, ``e`` the table's itemsize, ``M`` and ``U``
-  the limits rounded up to multiples of 8, the TPU vector alignment of jax-tpu-embedding's preprocess_sparse_dense_matmul_input):
+  the limits rounded up to multiples of 8, the TPU vector alignment of [jte] preprocess_sparse_dense_matmul_input):
 
   ============== ================ ===================================================
   buffer         allocation class bytes per tile
@@ -34,13 +34,13 @@ All of the following are *modelling assumptions*; the basis of each is given.
   ============== ================ ===================================================
 
   ``sample_count`` is the number of rows of the stack's input one SparseCore handles:
-  ``features_in_stack * ceil(B / P)`` (jax-tpu-embedding's preprocess_sparse_dense_matmul_input: each source SparseCore owns
+  ``features_in_stack * ceil(B / P)`` ([jte] preprocess_sparse_dense_matmul_input: each source SparseCore owns
   ``B / (G * S)`` samples of every feature). E3001's text calls it the lookup ids
-  "derived from the batch size"; the guide multiplies it by ``feature_width`` to size
+  "derived from the batch size"; [sc-guide] §10 multiplies it by ``feature_width`` to size
   the gather operand, an output of one row per input row, so scwork reads it as rows. The gather operand (the combined
   activations the SparseCore produces, float32) is *split evenly over the tiles*,
-  exactly the guide's ``(sample_count * feature_width) / kNumTiles``. The CSR
-  structures of one partition row (jax-tpu-embedding's preprocess_sparse_dense_matmul_input: ids, sample ids and gains of up to
+  exactly ``(sample_count * feature_width) / kNumTiles`` of [sc-guide] §10. The CSR
+  structures of one partition row ([jte] preprocess_sparse_dense_matmul_input: ids, sample ids and gains of up to
   ``max_ids_per_partition`` entries, int32 / int32 / float32) and the unique-id
   buffers are *not split*: every tile processes whole partition rows and holds a
   full row's buffers. Basis: E3001's sample message, ``max_nz_per_row = 141352``,
@@ -53,7 +53,7 @@ All of the following are *modelling assumptions*; the basis of each is given.
   the numbers meet).
 - **Single buffering.** No buffer is counted twice for double buffering: the E3001
   numbers above leave no room for a second copy.
-- **Gather operand in HBM.** ``stage_gather_operands_in_hbm=True`` (guide, "recent
+- **Gather operand in HBM.** ``stage_gather_operands_in_hbm=True`` ([sc-guide] §14, "recent
   improvements") removes the gather operand from SPMEM; :mod:`scwork.memory.hbm`
   then counts it in HBM while the stack's SparseCore forward pass runs.
 - **No compiler splitting.** The compiler may split the vector or sample dimension
@@ -89,10 +89,10 @@ __all__ = ["SPMEM_BUFFERS", "tile_buffers", "spmem_report", "check_spmem", "ASSU
 #: The modelling assumptions, one line each (also in the datasets' attrs).
 ASSUMPTIONS: tuple[str, ...] = (
     "unit: one stacked table's SparseCore op; its buffers alone must fit one tile's TileSpmem (E3001)",
-    "gather operand = ceil(sample_count * feature_width / tiles) * 4 B, split evenly over the tiles (guide, E3001)",
+    "gather operand = ceil(sample_count * feature_width / tiles) * 4 B, split evenly over the tiles ([sc-guide] §10, E3001)",
     "row pointers max(P, 8) * 4 B, unique ids U * 4 B, gathered rows U * fw * itemsize: fixed, not split",
     "CSR row of one partition: ids, sample ids, gains = 12 B per id up to max_ids: row-dependent, not split (E3001)",
-    "limits rounded up to multiples of 8 (TPU vector alignment, jax-tpu-embedding's preprocess_sparse_dense_matmul_input); single buffering (no double buffers)",
+    "limits rounded up to multiples of 8 (TPU vector alignment, [jte] preprocess_sparse_dense_matmul_input); single buffering (no double buffers)",
     "sample_count = features in stack * ceil(batch / P); feature_width = stack width padded to 32-byte lines",
     "no compiler vector/sample splitting; shared Spmem not modelled",
 )

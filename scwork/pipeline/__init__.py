@@ -1,4 +1,4 @@
-"""Step-time model: where a training step's time goes and what pipelining buys (the SparseCore guide's pipelining section; the SparseCore guide's performance section).
+"""Step-time model: where a training step's time goes and what pipelining buys ([sc-guide] §5; [sc-guide] §10).
 
 - :mod:`~scwork.pipeline.params`: :class:`StepModelParams`, every assumption with its
   unit, default and source.

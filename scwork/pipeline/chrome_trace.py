@@ -2,7 +2,7 @@
 
 Export (:func:`to_chrome_trace`, :func:`write_chrome_trace`)
     Any :class:`~scwork.pipeline.Timeline` or :class:`~scwork.pipeline.StepModel`
-    becomes a `Trace Event Format`_ JSON object that Perfetto (ui.perfetto.dev),
+    becomes a `Trace Event Format`_ ([trace-event]) JSON object that Perfetto (ui.perfetto.dev),
     ``chrome://tracing`` and XProf's trace viewer open:
 
     - one process (``pid``) per chip, named ``TPU:<chip>``, and one per host,

@@ -18,10 +18,10 @@ With ``T`` tiles per SparseCore (``tiles_per_sparsecore``), 32-byte DMA granules
 
 - **Rows.** A stacked table of width ``dim`` in a dtype of ``b`` bytes is padded to
   whole granules: ``w = round_up(dim, 32 / b)`` elements (8 for f32, 16 for bf16,
-  32 for s8; jax-tpu-embedding's table stacking / 7). One row gather costs ``ceil(w * b / 32)`` granules of 32 B,
+  32 for s8; [jte] table_stacking.py; [sc-guide] §9). One row gather costs ``ceil(w * b / 32)`` granules of 32 B,
   so a width-1 f32 table moves 32 B to use 4 (7/8 waste) and costs what a width-8
   table costs.
-- **Source role** (the SparseCore that owns a slice of the batch, jax-tpu-embedding's preprocess_sparse_dense_matmul_input): for
+- **Source role** (the SparseCore that owns a slice of the batch, [jte] preprocess_sparse_dense_matmul_input): for
   every partition ``p``, its ``ids[p]`` (after per-sample dedup) are spread evenly
   over the ``T`` tiles; the busiest tile combines ``sum_p ceil(ids[p] / T)`` rows,
   each ``ceil(w / W) * combine_ops_per_element`` vector instructions (plus
@@ -66,7 +66,7 @@ collectives engine's alpha-beta cost of :func:`scwork.collectives.all_to_all`
 (uniform blocks): on a one-dimensional slice a ring through all devices; on 2-D /
 3-D grids dimension by dimension, one ring all-to-all per axis (then between the
 devices of a dual-chiplet chip), each stage moving every device's whole vector.
-Rings longer than ``ici_schedule_max_nodes`` use the scaling-book closed form
+Rings longer than ``ici_schedule_max_nodes`` use the closed form of [scaling-book]
 ``V / (4 * 2W)`` plus ``N/2`` hop latencies. Stacking tables pays the per-hop
 latency once for all of them.
 

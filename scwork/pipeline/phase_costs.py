@@ -1,8 +1,8 @@
 """The time of each phase of a step: the tile-level SparseCore model, the ICI all-to-all (through the collectives engine) and the TensorCore times.
 
 Used by :func:`~scwork.pipeline.step_model`; each function documents its formula and the
-public source it follows (the SparseCore guide's performance section, How to Scale Your
-Model for the ICI all-to-all).
+public source it follows ([sc-guide] §10; [scaling-book] for the ICI
+all-to-all).
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ class _Ici:
     dimension, a ring all-to-all along every axis (the rings of one axis run on
     disjoint links at the same time), then between the devices of a chip; each
     stage moves every device's whole vector, split in equal blocks per ring
-    position. Stages longer than ``ici_schedule_max_nodes`` use the scaling-book
+    position. Stages longer than ``ici_schedule_max_nodes`` use the [scaling-book]
     closed form instead of the explicit schedule.
     """
 

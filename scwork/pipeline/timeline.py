@@ -8,7 +8,7 @@ SparseCore runs its backward pass (gradient scatter and optimizer update).
 
 :func:`simulate` lays ``num_steps`` identical steps out on the resources of a
 topology (one host per ``chips_per_host`` chips; per chip: its SparseCores, its
-ICI, its TensorCores) under one of two schedules (the SparseCore guide's pipelining section):
+ICI, its TensorCores) under one of two schedules ([sc-guide] §5):
 
 Sequential (``tf_xla_disable_full_embedding_pipelining = true``)
     ``SC/F_i -> ICI/F_i -> TC/F_i -> TC/B_i -> ICI/B_i -> SC/B_i``; the forward
@@ -21,7 +21,7 @@ Pipelined (the default)
     forward pass of step ``i + 1`` runs while the TensorCore works on step ``i``.
     The forward pass of step ``j`` may only start once the backward passes
     (updates) of step ``j - 2`` are done on *every* SparseCore, so the updates of
-    step ``i`` are visible to the SparseCore at step ``i + 2`` (the guide: stale
+    step ``i`` are visible to the SparseCore at step ``i + 2`` ([sc-guide] §5: stale
     gradients). The links follow the same order (``ICI/F_{i+1}`` before
     ``ICI/B_i``). The forward passes before the TensorCore's first op form the
     *pre-loop*, the backward passes after its last op the *post-loop*; everything
@@ -36,7 +36,7 @@ op at a time in the order above; an op starts as soon as its inputs are ready an
 its resource is free (an event graph in max-plus algebra, so the steady-state step
 time is the largest cycle mean of the graph). With two resources (SparseCore +
 links vs. TensorCore) and the two-step staleness, the pipelined step is at least
-half the sequential one: pipelining gains at most 2x (the SparseCore guide's pipelining section: "up to 2x").
+half the sequential one: pipelining gains at most 2x ([sc-guide] §5: "up to 2x").
 
 Examples
 --------
@@ -63,7 +63,7 @@ from dataclasses import dataclass
 import numpy as np
 from scwork._rounding import ceil_div
 
-from scwork.errors import ConfigError
+from scwork.errors import ConfigError, InternalError
 from scwork.pipeline.phases import PHASE_RESOURCE, PHASES, RESOURCE_KINDS, STAGES
 
 __all__ = [
@@ -502,7 +502,7 @@ def simulate(durations: Mapping[str, Sequence[float]], units: Units, *, num_step
         try:
             return end[(phase, step)]
         except KeyError:  # pragma: no cover - the op order guarantees it
-            raise RuntimeError(f"scheduler bug: {phase} of step {step} needed before it ran") from None
+            raise InternalError(f"scheduler: {phase} of step {step} needed before it ran") from None
 
     for phase, i in _order(num_steps, pipelined):
         kind = PHASE_RESOURCE[phase]

@@ -1,4 +1,4 @@
-"""Sharding engine: how embedding ids spread over SparseCores (jax-tpu-embedding's host preprocessing; jax-tpu-embedding's table stacking; TensorFlow's SparseCoreEmbeddingConfig; jax-tpu-embedding's preprocess_sparse_dense_matmul_input; the SparseCore guide's debug checks).
+"""Sharding engine: how embedding ids spread over SparseCores ([sc-guide] §2-3; [jte] table_stacking.py; [tf-sc-config]; [jte] preprocess_sparse_dense_matmul_input; [sc-guide] §12).
 
 Bring embedding ids (:class:`FeatureBatch`), tables and features
 (:class:`TableSpec`, :class:`FeatureSpec`) and a :class:`scwork.Topology`; get,
@@ -32,7 +32,7 @@ buffers (:func:`preprocess`), for stacked or unstacked tables
   cluster); :mod:`~scwork.sharding.dataset_result`: :class:`DatasetStats`;
   :mod:`~scwork.sharding.shards`: finding, reading and writing shards; chunking in
   ``_dataset_chunks.py``, running the chunks in ``_dataset_exec.py``.
-- :mod:`~scwork.sharding.sok`: HugeCTR SOK dispatch (HugeCTR SOK), loaded on first use.
+- :mod:`~scwork.sharding.sok`: HugeCTR SOK dispatch ([sok]), loaded on first use.
 
 Importing this package does not import numba: kernels load on first use.
 

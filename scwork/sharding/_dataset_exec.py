@@ -7,7 +7,7 @@ import os
 
 import numpy as np
 
-from scwork.errors import InputError, ShardError
+from scwork.errors import InputError, InternalError, ShardError
 from scwork.sharding._dataset_chunks import _partition_length, _var_values
 from scwork.sharding.dataset_result import _CONFIGURED_VARS, _SUMMARY_VARS
 from scwork.sharding.shards import _Piece
@@ -156,7 +156,7 @@ def _dask_backed(template, futures, spans, summaries):
             data[name] = xr.Variable(("step", "stack"), values, var.attrs).transpose(*var.dims)
         elif "step" in var.dims:
             if var.dims[0] != "step":  # pragma: no cover - collect_stats puts step first
-                raise AssertionError(f"{name}: step is not the first dim")
+                raise InternalError(f"{name}: step is not the first dim")
             blocks = [da.from_delayed(dask.delayed(_var_values, pure=True)(f, name),
                                       shape=(s1 - s0,) + var.shape[1:], dtype=var.dtype)
                       for f, (s0, s1) in zip(futures, spans)]

@@ -12,8 +12,8 @@ feature per table without feature stacking). The stack's input is cut into
 ``nsl = G * S`` slices, one per (device, source SparseCore); slice ``sl = d * S + s``
 holds, for every feature ``k`` of the stack (stack order), the samples
 ``[sl * n, (sl + 1) * n)`` of that feature, ``n = B / (G * S)``. Inside the slice,
-feature ``k``'s sample ``sl * n + i`` is local row ``k * n + i`` (jax-tpu-embedding's table stacking feature
-stacking, jax-tpu-embedding's default ``kSplitThenStack``). Every id ``x`` of table
+feature ``k``'s sample ``sl * n + i`` is local row ``k * n + i`` (feature stacking of
+[jte] table_stacking.py, with its default ``kSplitThenStack``). Every id ``x`` of table
 rotation ``col_shift`` becomes one 64-bit key
 
     ``key = u << 32 | R'``,  ``u = p << qbits | q``,  ``R' = sl << lbits | (k * n + i)``
@@ -36,7 +36,7 @@ are negative int64, so fields are always read with masks.
 
 Slice-major kernels (what the engine runs)
 ------------------------------------------
-Slices are independent (jax-tpu-embedding's preprocess_sparse_dense_matmul_input), so the engine sorts each (group, slice) run on its
+Slices are independent ([jte] preprocess_sparse_dense_matmul_input), so the engine sorts each (group, slice) run on its
 own (:func:`sort_slice`: the same keys as :func:`sort_group` restricted to the
 slice, in the same order; a run is small, so its radix passes stay in cache) and
 cuts every stack into slice ranges that threads run in parallel
@@ -507,7 +507,7 @@ def stack_slices(ids, splits, weights, has_w, combiner, n, P, lbits,
                  write, cap, base, R, rowgain, emb, smp, gout, row_pointers, drops, drop_g):
     """Statistics, prefix cut and CSR of slices ``[s0, s1)`` of one stack.
 
-    Slices are independent (jax-tpu-embedding's preprocess_sparse_dense_matmul_input: one (device, source SC) slice at a time), so
+    Slices are independent ([jte] preprocess_sparse_dense_matmul_input: one (device, source SC) slice at a time), so
     tasks over disjoint slice ranges of a stack can run in parallel: each writes
     only its own slices' entries of the outputs (and its own ``bitmap`` row or
     ``ulist`` regions). Per slice, every group (table) of the stack is sorted with
@@ -517,7 +517,7 @@ def stack_slices(ids, splits, weights, has_w, combiner, n, P, lbits,
       it is in cache); with limits exceeded and ``allow_cut``, a walk computes the
       prefix cut (``kept``, ``dropped``);
     - with ``write``: one partition-major walk over the groups' runs (stack order
-      inside a partition: the ``(slice, partition)`` stream of jax-tpu-embedding's preprocess_sparse_dense_matmul_input) counts, cuts
+      inside a partition: the ``(slice, partition)`` stream of [jte] preprocess_sparse_dense_matmul_input) counts, cuts
       and writes the CSR at once, partition ``p`` starting at ``round_up(previous
       end, 8)`` from ``base[sl]``, so the writes are sequential.
 
@@ -531,7 +531,7 @@ def stack_slices(ids, splits, weights, has_w, combiner, n, P, lbits,
 
     ``keep_all`` (needed for ``write`` or a prefix cut) keeps the sorted runs of all
     groups of a slice side by side in ``sk`` / ``sg``; else each group reuses the
-    start of ``sk``. With limits and ``allow_cut``: jax-tpu-embedding's preprocess_sparse_dense_matmul_input prefix cut, dropped raw ids
+    start of ``sk``. With limits and ``allow_cut``: the prefix cut of [jte] preprocess_sparse_dense_matmul_input, dropped raw ids
     in ``dropped[sl]``, dropped pairs appended to ``drops`` (``(R', u, p, raw
     count)``, group in ``drop_g``; both grown as needed). Limits without
     ``allow_cut``: every pair is written (the caller raises if a limit is exceeded);
@@ -652,7 +652,7 @@ def stack_slices(ids, splits, weights, has_w, combiner, n, P, lbits,
                         prev_R = Rr
                     ul_cnt[gi] = nu
                     continue
-                # general path: the jax-tpu-embedding's preprocess_sparse_dense_matmul_input prefix cut, as scan_group_reference
+                # general path: the prefix cut of [jte] preprocess_sparse_dense_matmul_input, as scan_group_reference
                 keep = True
                 last = np.int64(-1)
                 rec = np.int64(-1)
@@ -776,7 +776,7 @@ def compact_slices(emb, smp, gout, stride, used, nsl, C):
 # references of the slice-major kernels
 def scan_group_reference(keys, gains, m, P, qbits, lbits, row_offset, max_ids, max_uniq, pairs, distinct, kept,
                          naive_uniq, write, gain_mode, rowgain, cursor, emb, smp, gout, drops, ndrops):
-    """The jax-tpu-embedding's preprocess_sparse_dense_matmul_input counting and prefix cut of one sorted group, per stream, in the obvious way.
+    """The [jte] preprocess_sparse_dense_matmul_input counting and prefix cut of one sorted group, per stream, in the obvious way.
 
     The building block of :func:`stack_slices_reference` (the counters carry over
     between the groups of a stack).

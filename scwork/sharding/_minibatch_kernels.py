@@ -17,7 +17,7 @@ scan_group_buckets
     One pass over a group's sorted keys (see :mod:`scwork.sharding._kernels` for the
     key layout) that puts every id into its bucket and counts, per (slice,
     partition, bucket) stream: ids after per-sample dedup, distinct ids, ids kept
-    by the jax-tpu-embedding's preprocess_sparse_dense_matmul_input prefix cut *applied per bucket* (as the reference does once
+    by the prefix cut of [jte] preprocess_sparse_dense_matmul_input *applied per bucket* (as the reference does once
     buckets exist), raw ids per (slice, bucket) and whole-batch distinct ids per
     (partition, bucket).
 ids_to_buckets

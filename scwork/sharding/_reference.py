@@ -1,6 +1,6 @@
-"""A literal, slow, pure-Python transcription of jax-tpu-embedding's preprocess_sparse_dense_matmul_input, for tests and benchmarks.
+"""A literal, slow, pure-Python transcription of [jte] preprocess_sparse_dense_matmul_input, for tests and benchmarks.
 
-It follows the guide's recipe step by step with Python dicts and sets, one
+It follows the recipe of [sc-guide] §7 step by step with Python dicts and sets, one
 (device, source SparseCore) slice at a time, and shares no code with the kernels
 (only the stacking plan, which it takes as input, and scwork's one
 ``round_up``, pinned by hand in tests/test_rounding.py). Use it on small batches only.

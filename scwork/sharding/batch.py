@@ -1,4 +1,4 @@
-"""A batch of embedding ids for several features, validated once (jax-tpu-embedding's host preprocessing; the SparseCore guide's debug checks).
+"""A batch of embedding ids for several features, validated once ([sc-guide] §2-3; [sc-guide] §12).
 
 :class:`FeatureBatch` holds, for every feature, the ids of each sample of a batch
 in CSR form: ``ids`` (int64) and ``row_splits`` (int64, ``batch_size + 1`` offsets,
@@ -6,7 +6,7 @@ sample ``b`` owns ``ids[row_splits[b]:row_splits[b + 1]]``), plus optional float
 ``weights`` (default 1.0). Build one from ragged arrays, dense padded arrays, COO
 triples or a pandas / pyarrow table; every constructor validates the input and
 raises :class:`~scwork.errors.InputError` saying what is wrong and where: negative
-ids, NaN or infinite weights (the SparseCore guide's debug checks NaN check), lengths that do not match, wrong
+ids, NaN or infinite weights (the NaN check of [sc-guide] §12), lengths that do not match, wrong
 dtypes (floats that are not integral, strings), features with different batch
 sizes.
 
@@ -15,7 +15,7 @@ array) with absolute offsets per feature.
 
 Examples
 --------
-The jax-tpu-embedding's host preprocessing batch ``[[A], [A, B, C], [B, B, D]]`` with A..D = 0..3:
+The example batch of [sc-guide] §3, ``[[A], [A, B, C], [B, B, D]]`` with A..D = 0..3:
 
 >>> import numpy as np
 >>> from scwork.sharding import FeatureBatch
@@ -190,7 +190,7 @@ def _as_weights(feature: str, weights: Any, ids_shape: tuple[int, ...],
             where = f" in sample {_sample_of(row_splits, pos)}" if row_splits is not None else ""
             raise InputError(
                 f"feature {feature!r}: weight {w.ravel()[pos]!r}{where} (position {pos}) is NaN or "
-                "infinite in float32 (the SparseCore guide's debug checks NaN check); weights must be finite"
+                "infinite in float32 (the NaN check of [sc-guide] §12); weights must be finite"
             )
         # a non-zero weight below float32's smallest subnormal (1.4e-45) becomes 0
         # and would later read as "the weights sum to 0"
@@ -521,7 +521,7 @@ class FeatureBatch(Mapping):
 
     @property
     def batch_size(self) -> int:
-        """Samples per feature (the global batch ``B`` of jax-tpu-embedding's preprocess_sparse_dense_matmul_input)."""
+        """Samples per feature (the global batch ``B`` of [jte] preprocess_sparse_dense_matmul_input)."""
         return self._batch_size
 
     @property

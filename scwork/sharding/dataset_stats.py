@@ -1,7 +1,7 @@
-"""Limit statistics over datasets larger than memory, locally or on a Dask cluster (jax-tpu-embedding's preprocess_sparse_dense_matmul_input, issue 8).
+"""Limit statistics over datasets larger than memory, locally or on a Dask cluster ([jte] preprocess_sparse_dense_matmul_input).
 
 :func:`stats_over_dataset` computes what :func:`~scwork.sharding.collect_stats`
-computes over in-memory batches -- the per-step statistics of jax-tpu-embedding's preprocess_sparse_dense_matmul_input, the
+computes over in-memory batches -- the per-step statistics of [jte] preprocess_sparse_dense_matmul_input, the
 statistics merged over all steps and the tuned limits of
 :func:`~scwork.sharding.tune_limits` -- over a dataset of shards on disk (or a dask
 collection), reading it chunk by chunk so that memory stays bounded, on a local

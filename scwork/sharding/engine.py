@@ -1,4 +1,4 @@
-"""The sharding engine: per-partition statistics, limits and CSR buffers (jax-tpu-embedding's preprocess_sparse_dense_matmul_input).
+"""The sharding engine: per-partition statistics, limits and CSR buffers ([jte] preprocess_sparse_dense_matmul_input).
 
 (The module is called ``engine`` rather than ``preprocess`` so that
 ``scwork.sharding.preprocess`` is always the function, never this module.)
@@ -18,7 +18,7 @@
 - ``ids[d, s, p]``: (sample, id) pairs after dedup, ``unique_ids[d, s, p]``: distinct
   ids; ``max_ids_per_partition[d, p] = max over s``;
   ``required_buffer_size_per_sc[d, s] = sum over p of round_up(ids[d, s, p], 8)``
-  (jax-tpu-embedding's preprocess_sparse_dense_matmul_input; recent reference versions add 1 for a sentinel entry, scwork does not);
+  ([jte] preprocess_sparse_dense_matmul_input; recent reference versions add 1 for a sentinel entry, scwork does not);
 - limits: observed above configured raises :class:`~scwork.errors.LimitExceededError`,
   or with ``allow_id_dropping`` applies the prefix cut (in each ``(d, s, p)`` stream
   sorted by (local id, row), pair ``i`` is kept iff ``i < max_ids`` and its id's rank
@@ -47,11 +47,11 @@ caller drops them), because faulting in fresh pages costs about as much as the
 kernels: the engine keeps up to 512 MiB of such buffers (:func:`release_buffers`
 drops them).
 
-Both also report the *naive* whole-batch view (jax-tpu-embedding's preprocess_sparse_dense_matmul_input, last bullet): the same
+Both also report the *naive* whole-batch view (the recipe of [sc-guide] §7 without the split over SparseCores): the same
 counting without the device/SparseCore split, i.e. what a GPU all-to-all sees per
 destination (``naive_ids_per_partition``, ``naive_unique_ids_per_partition``).
 
-Worked example (jax-tpu-embedding's preprocess_sparse_dense_matmul_input)
+Worked example ([jte] preprocess_sparse_dense_matmul_input)
 -----------------------
 Ids ``[[0, 1, 2, 3], [1, 3, 5]]`` on 1 chip x 2 SparseCores (``P = 2``), vocabulary 16.
 SC 0 gets sample 0: ids 0, 2 go to partition 0 and ids 1, 3 to partition 1, so
@@ -894,7 +894,7 @@ def preprocess(batch: FeatureBatch, features: Any, topology: Topology, stacking:
     """Statistics, limit checks and CSR buffers of a batch, as jax-tpu-embedding computes them.
 
     Same arguments as :func:`compute_stats`. With ``config.allow_id_dropping`` the
-    ids beyond the limits are dropped by the jax-tpu-embedding's preprocess_sparse_dense_matmul_input prefix cut and listed in
+    ids beyond the limits are dropped by the prefix cut of [jte] preprocess_sparse_dense_matmul_input and listed in
     :attr:`PreprocessResult.dropped`.
 
     Returns

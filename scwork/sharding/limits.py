@@ -1,10 +1,10 @@
-"""Choosing the per-partition limits: closed-form estimate, per-step statistics, tuner (jax-tpu-embedding's preprocess_sparse_dense_matmul_input; the SparseCore guide's memory section; the SparseCore guide's performance section).
+"""Choosing the per-partition limits: closed-form estimate, per-step statistics, tuner.
 
 Compiled limits (``max_ids_per_partition``, ``max_unique_ids_per_partition``) size
 static on-device buffers. Too low: mini-batching or dropped ids; too high: SPMEM and
-HBM pressure (jax-tpu-embedding's preprocess_sparse_dense_matmul_input; the SparseCore guide's performance section). This module gives
+HBM pressure ([sc-guide] §7 on limits, §9 on memory, §10 on bottlenecks). This module gives
 
-- :func:`estimate_limits`: the jax-tpu-embedding's preprocess_sparse_dense_matmul_input closed form from batch size and valency only;
+- :func:`estimate_limits`: the closed-form estimate behind xla_sparse_core_estimate_max_ids ([sc-guide] §6) from batch size and valency only;
 - :func:`collect_stats`: the engine's statistics of many steps, stacked on a
   ``step`` dim (limits switched off, so nothing raises or drops);
 - :func:`tune_limits`: per-stack limits from those steps (max or a percentile,
@@ -13,8 +13,8 @@ HBM pressure (jax-tpu-embedding's preprocess_sparse_dense_matmul_input; the Spar
   mini-batching, how many ids ``allow_id_dropping`` would drop, and the bytes of
   the buffers the limit sizes.
 
-Byte model (jax-tpu-embedding's preprocess_sparse_dense_matmul_input, ``CheckBufferUsage`` of jax-tpu-embedding's
-``input_preprocessing.cc``): a COO/CSR entry is 12 bytes (int32 embedding id +
+Byte model ([jte] ``CheckBufferUsage`` in ``input_preprocessing.cc``, behind
+``preprocess_sparse_dense_matmul_input``): a COO/CSR entry is 12 bytes (int32 embedding id +
 int32 sample id + float32 gain); the CSR buffer of one device holds
 ``round_up(max_ids_per_partition, 8) * S * P`` entries (one ``round_up(max_ids, 8)``
 slot per (source SC, partition)), plus ``S * max(P, 8)`` int32 row pointers. With
@@ -93,7 +93,7 @@ def _check_positive_int(value: Any, name: str) -> int:
 # --------------------------------------------------------------------------------------
 def estimate_limits(batch_size: int, valency: float | Mapping[str, float], topology: Topology, *,
                     round_to: int = 8):
-    """Closed-form limits from batch size and valency alone (jax-tpu-embedding's preprocess_sparse_dense_matmul_input).
+    """Closed-form limits from batch size and valency alone ([sc-guide] §6, ``xla_sparse_core_estimate_max_ids``).
 
     With ``G`` devices of ``S`` SparseCores (``P = G * S``), a source SparseCore
     handles ``L = (B / G / S) * valency`` ids; the expected peak on one partition is
@@ -103,8 +103,8 @@ def estimate_limits(batch_size: int, valency: float | Mapping[str, float], topol
     - ``max_ids_per_partition = round_up(1.25 * peak, 8)``,
     - ``max_unique_ids_per_partition = round_up(0.625 * peak, 8)``.
 
-    The formula is jax-tpu-embedding's preprocess_sparse_dense_matmul_input's (the SparseCore guide's ``xla_sparse_core_estimate_max_ids``
-    flag); no public source of jax-tpu-embedding implements it, so the numbers are
+    The formula is scwork's model of the ``xla_sparse_core_estimate_max_ids`` flag
+    ([sc-guide] §6); no public source of [jte] implements it, so the numbers are
     checked by hand in the tests.
 
     Parameters
@@ -563,7 +563,7 @@ def tradeoff(step_stats: Any, candidates: Iterable[int] | None = None, *,
     Dropped ids are computed from the per-stream counts, not by re-running the
     prefix cut: ``dropped_pairs_per_step`` is the mean over steps of
     ``sum over (device, sc, partition) of max(0, ids - max_ids)``, exactly the
-    deduplicated (sample, id) pairs the jax-tpu-embedding's preprocess_sparse_dense_matmul_input prefix cut drops when only the ids
+    deduplicated (sample, id) pairs the prefix cut of [jte] preprocess_sparse_dense_matmul_input drops when only the ids
     limit binds (their raw duplicates are not counted); ``dropped_unique_ids_per_step``
     is the same with distinct ids and the unique limit (exactly the distinct ids cut).
     For exact raw-id drops under both limits, run
@@ -682,7 +682,7 @@ def tradeoff(step_stats: Any, candidates: Iterable[int] | None = None, *,
                                                  "max_unique_ids_per_partition", "units": "ids"})},
         attrs={"num_steps": T, "bytes_per_entry": bytes_per_entry,
                "byte_model": "COO entry = int32 embedding id + int32 sample id + float32 gain; buffer per device "
-                             "= round_up(max_ids, 8) * S * P entries (jax-tpu-embedding's preprocess_sparse_dense_matmul_input); mini-batching (x64) not modelled",
+                             "= round_up(max_ids, 8) * S * P entries ([jte] preprocess_sparse_dense_matmul_input); mini-batching (x64) not modelled",
                "dropped_model": "from per-stream counts: exact pairs for the max_ids cut alone, exact distinct ids "
                                 "for the max_unique cut alone; raw duplicates not counted"},
     )

@@ -1,4 +1,4 @@
-"""Limits files: scwork's JSON / CSV limits and jax-tpu-embedding's FDO stats files (jax-tpu-embedding's preprocess_sparse_dense_matmul_input).
+"""Limits files: scwork's JSON / CSV limits and jax-tpu-embedding's FDO stats files ([jte] preprocess_sparse_dense_matmul_input).
 
 Per stacked table, a *limits* entry holds ``max_ids_per_partition``,
 ``max_unique_ids_per_partition`` (ids per (source SparseCore, partition)) and the

@@ -1,4 +1,4 @@
-"""Mini-batching: split a batch that overflows the per-partition limits (jax-tpu-embedding's preprocess_sparse_dense_matmul_input).
+"""Mini-batching: split a batch that overflows the per-partition limits ([jte] preprocess_sparse_dense_matmul_input).
 
 When the ids one source SparseCore sends to one partition exceed
 ``max_ids_per_partition`` or ``max_unique_ids_per_partition``, the host can split
@@ -41,7 +41,7 @@ any ``P`` and any power-of-two ``num_buckets`` (``col_id`` as above), and offers
 ``bucket_hash="identity"`` (``col_id & (num_buckets - 1)``, the hash the reference's
 own tests use).
 
-Sample dimension (``strategy="sample"``, jax-tpu-embedding's preprocess_sparse_dense_matmul_input roadmap)
+Sample dimension (``strategy="sample"``, on the roadmap of [sc-guide] §14)
 -----------------------------------------------------------
 Each (device, source SC) slice of ``n = B / (G * S)`` samples is cut greedily into
 the fewest contiguous runs of samples whose per-partition ids and distinct ids fit
@@ -776,7 +776,7 @@ def _stats_dataset(plan, topology, batch, per_stack, oov_counts):
             "num_partitions": P,
             "batch_size": B,
             "samples_per_sc": B // (G * S),
-            "source": "jax-tpu-embedding's preprocess_sparse_dense_matmul_input; jax-tpu-embedding sort_and_group_coo_tensors_impl.h, minibatching_splits_impl.h",
+            "source": "[jte] preprocess_sparse_dense_matmul_input; [jte] sort_and_group_coo_tensors_impl.h, minibatching_splits_impl.h",
         },
     )
     return ds

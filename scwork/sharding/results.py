@@ -24,7 +24,7 @@ _ALIGN = 8  # TPU_VECTOR_REGISTER_ALIGMENT_SIZE
 # --------------------------------------------------------------------------------------
 @dataclass
 class CsrBuffers:
-    """The CSR input of one stacked table, for every device (jax-tpu-embedding's preprocess_sparse_dense_matmul_input).
+    """The CSR input of one stacked table, for every device ([jte] preprocess_sparse_dense_matmul_input).
 
     Arrays are laid out exactly as jax-tpu-embedding's per-device buffers: one row per
     device, SparseCore ``s`` of that device owning entries ``[s * R, (s + 1) * R)`` of
@@ -275,7 +275,7 @@ def _stats_dataset(plan: StackingPlan, topology: Topology, batch: FeatureBatch, 
             "num_partitions": P,
             "batch_size": B,
             "samples_per_sc": n,
-            "source": "jax-tpu-embedding's preprocess_sparse_dense_matmul_input; jax-tpu-embedding SortAndGroupCooTensorsPerLocalDevice",
+            "source": "[jte] preprocess_sparse_dense_matmul_input; [jte] SortAndGroupCooTensorsPerLocalDevice",
         },
     )
     return ds

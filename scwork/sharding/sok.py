@@ -1,4 +1,4 @@
-"""HugeCTR SOK-style embedding: data parallel -> model parallel -> data parallel (HugeCTR SOK).
+"""HugeCTR SOK embedding: data parallel -> model parallel -> data parallel ([sok]).
 
 The Sparse Operation Kit (SOK) of NVIDIA Merlin HugeCTR shards one embedding table
 over ``G`` GPUs by key: row ``key`` lives on GPU ``key % G`` at local row
@@ -28,8 +28,8 @@ vectors, gradients) as an :class:`xarray.Dataset` with a per-GPU summary.
 
 The all-to-all is simulated on the host: every "GPU" is one numpy array in a list.
 
-Source: the SOK article ("Merlin
-HugeCTR Sparse Operation Kit 系列之二", NVIDIA, 2022), HugeCTR SOK.
+Source: [sok], the Sparse Operation Kit documentation and NVIDIA's article on its
+embedding ("Merlin HugeCTR Sparse Operation Kit 系列之二", 2022).
 
 Examples
 --------
@@ -347,7 +347,7 @@ class DispatchPlan:
                 "dtype": dtype_name,
                 "itemsize": itemsize,
                 "key_itemsize": int(key_itemsize),
-                "description": "SOK all-to-all traffic of one step (HugeCTR SOK); "
+                "description": "SOK all-to-all traffic of one step ([sok]); "
                                "source = sender, destination = receiver of each message",
             },
         )
@@ -839,7 +839,7 @@ def all_to_all_time(plan: DispatchPlan, embedding_dim: int, dtype="f32", *, band
     is the same volume spread evenly (``latency + total / G / bandwidth``), so
     ``time / balanced_time`` is what the key skew costs.
 
-    Bandwidths as nccl-tests reports them for alltoall (``src/alltoall.cu``,
+    Bandwidths as [nccl-tests] reports them for alltoall (``src/alltoall.cu``,
     ``AlltoAllGetBw``): ``algbw = S / time`` with ``S = count * nranks * typesize``
     the bytes of one rank's send buffer (here the mean over GPUs, local chunk
     included), and ``busbw = algbw * (n - 1) / n``. For a perfectly even exchange

@@ -1,4 +1,4 @@
-"""Tables, features and the SparseCore configuration (jax-tpu-embedding's table stacking; TensorFlow's SparseCoreEmbeddingConfig).
+"""Tables, features and the SparseCore configuration ([jte] table_stacking.py; [tf-sc-config]).
 
 Three frozen dataclasses describe *what* is sharded:
 
@@ -6,7 +6,7 @@ Three frozen dataclasses describe *what* is sharded:
   and its optional per-partition limits);
 - :class:`FeatureSpec`: one input feature and the table it looks up (several
   features may share a table: *feature stacking*);
-- :class:`SparsecoreConfig`: the SparseCore flags of TensorFlow's SparseCoreEmbeddingConfig with their defaults.
+- :class:`SparsecoreConfig`: the SparseCore flags of [tf-sc-config] with their defaults.
 
 Every field is validated in ``__post_init__`` and a bad value raises
 :class:`~scwork.errors.ConfigError` naming the field and how to fix it. Field
@@ -160,12 +160,12 @@ class TableSpec:
                        maximum=INT32_MAX)
 
     def padded_vocab_size(self, num_partitions: int) -> int:
-        """``round_up(vocab_size, 8 * P)`` (jax-tpu-embedding's table stacking). Unit: rows."""
+        """``round_up(vocab_size, 8 * P)`` ([jte] table_stacking.py). Unit: rows."""
         _check_int("padded_vocab_size", "num_partitions", num_partitions, minimum=1)
         return round_up(self.vocab_size, 8 * num_partitions)
 
     def padded_embedding_dim(self) -> int:
-        """``round_up(embedding_dim, 8)``: rows are padded to 32-byte lines (jax-tpu-embedding's table stacking; the SparseCore guide's memory section)."""
+        """``round_up(embedding_dim, 8)``: rows are padded to 32-byte lines ([jte] table_stacking.py; [sc-guide] §9)."""
         return round_up(self.embedding_dim, 8)
 
 
@@ -173,7 +173,7 @@ class TableSpec:
 class FeatureSpec:
     """One input feature and the table it looks up.
 
-    Several features may look up the same table (feature stacking, jax-tpu-embedding's table stacking): each
+    Several features may look up the same table (feature stacking, [jte] table_stacking.py): each
     feature's samples become their own rows of the stacked input.
 
     Examples
@@ -222,7 +222,7 @@ def _frozen_limits(name: str, value: Any) -> Mapping[str, int] | int | None:
 
 @dataclass(frozen=True)
 class SparsecoreConfig:
-    """SparseCore flags and their defaults (TensorFlow's SparseCoreEmbeddingConfig).
+    """SparseCore flags and their defaults ([tf-sc-config]).
 
     The same fields and defaults as ``tf.tpu.experimental.embedding.SparseCoreEmbeddingConfig``.
     Only the first five change what :func:`~scwork.sharding.preprocess` computes;
@@ -238,7 +238,7 @@ class SparsecoreConfig:
       ``max_ids_per_chip_per_sample * samples_per_device``; otherwise
       :class:`~scwork.errors.LimitExceededError` (TensorFlow raises too, dropping or not).
     - ``max_ids_per_table`` / ``max_unique_ids_per_table``: the table-level way to set
-      partition limits (the SparseCore guide: "a way to set the partition-level
+      partition limits ([sc-guide] §7: "a way to set the partition-level
       limits"): a table without its own ``max_ids_per_partition`` gets
       ``ceil(max_ids_per_table / P)``.
 
@@ -271,7 +271,7 @@ class SparsecoreConfig:
     """Same for distinct ids; sizes on-device buffers. Unit: ids. Default None."""
 
     allow_id_dropping: bool = False
-    """True: ids beyond a per-partition limit are dropped (prefix cut of jax-tpu-embedding's preprocess_sparse_dense_matmul_input) and
+    """True: ids beyond a per-partition limit are dropped (prefix cut of [jte] preprocess_sparse_dense_matmul_input) and
     counted; False: :class:`~scwork.errors.LimitExceededError`, nothing dropped.
     Default False."""
 

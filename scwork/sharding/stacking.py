@@ -1,4 +1,4 @@
-"""Feature stacking and table stacking (jax-tpu-embedding's table stacking).
+"""Feature stacking and table stacking ([jte] table_stacking.py).
 
 A *stack* is one logical table made of several tables concatenated row-wise; its
 input is the concatenation of the inputs of every feature that looks up one of its

@@ -158,7 +158,7 @@ def _allreduce_stepper(lab):
     lab.press_slider("step", "ArrowRight")
     lab.wait_kernel("ex.step", 1)
     after = _changed(lab, names, before, "step slider")
-    assert after["arrows_left"]["length"] == 2  # pincer, step 1: A -> H and B -> C (the multi-dimensional all-reduce patent)
+    assert after["arrows_left"]["length"] == 2  # pincer, step 1: A -> H and B -> C ([md-allreduce])
     before = lab.wait_for_sources("ex", ("timeline",), "pincer on the left")
     lab.control("dropdown", "left").locator("select").select_option(label="single path (chain there and back)")
     lab.wait_kernel("ex.algorithm_left", "single_path")

@@ -1,4 +1,4 @@
-"""Schedules of the patent's algorithms and the ring baselines: structure and promises."""
+"""Schedules of the algorithms of [md-allreduce] and the ring baselines: structure and promises."""
 
 from __future__ import annotations
 

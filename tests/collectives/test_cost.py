@@ -70,7 +70,7 @@ def test_bus_factors_follow_nccl_tests():
 
 
 def test_scaling_book_v5e_all_gather_example():
-    """"How to Scale Your Model", sharding chapter, pop quiz 2 (AllGather time).
+    """[scaling-book], sharding chapter, pop quiz 2 (AllGather time).
 
     Inputs: TPU v5e, 2-D mesh {'X': 8, 'Y': 4}, AllGather_Y of bf16[E=2048, F=8192]
     (V = 2048 * 8192 * 2 = 33,554,432 B; each device holds V/4 = 8.4 MB), one
@@ -162,7 +162,7 @@ def test_cost_of_an_empty_schedule():
 
 
 def test_scaling_book_all_to_all_is_n_dimensional():
-    """How to Scale Your Model: all-to-all costs V * max axis / (4 N W) on a torus."""
+    """[scaling-book]: all-to-all costs V * max axis / (4 N W) on a torus."""
     from scwork.collectives import scaling_book_time
 
     V, W = 2 * 2048 * 8192, 2 * 4.5e10

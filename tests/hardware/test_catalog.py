@@ -133,7 +133,7 @@ def test_unknown_name_errors_are_value_errors():
 # Sources, overrides, describe
 # ----------------------------------------------------------------------------------
 def test_source_lookup():
-    assert hardware.source("v5p", "hbm_bytes") == "cloud-docs v5p 95 GiB (guide says 96 GiB)"
+    assert hardware.source("v5p", "hbm_bytes") == "[cloud-tpu] v5p 95 GiB ([sc-guide] §1 says 96 GiB)"
     with pytest.raises(HardwareError, match="no field 'hbm'"):
         hardware.source("v5p", "hbm")
     with pytest.raises(HardwareError):

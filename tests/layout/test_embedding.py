@@ -1,4 +1,4 @@
-"""SparseCore embedding-table padding (jax-tpu-embedding's table stacking; the SparseCore guide's memory section) and the width < 8 packing what-if."""
+"""SparseCore embedding-table padding ([jte] table_stacking.py; [sc-guide] §9) and the width < 8 packing what-if."""
 
 from __future__ import annotations
 

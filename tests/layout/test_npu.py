@@ -1,4 +1,4 @@
-"""Sophgo NPU local-memory layout (tpu-mlir's local memory layout): worked examples, formulas, brute force."""
+"""Sophgo NPU local-memory layout ([tpu-mlir], local-memory layout): worked examples, formulas, brute force."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from scwork.layout.npu import LocalLayout, NpuStrides, global_strides, local_lay
 
 
 # ----------------------------------------------------------------------------------
-# tpu-mlir's local memory layout worked examples
+# Worked examples of the Sophgo local-memory article ([tpu-mlir])
 # ----------------------------------------------------------------------------------
 def test_global_strides_spec_example():
     assert global_strides((2, 2, 3, 2)) == NpuStrides(n=12, c=6, h=2, w=1)

@@ -20,7 +20,7 @@ def tiled_shapes(**kwargs):
 
 
 # --------------------------------------------------------------------------------------
-# Worked examples (the XLA tiled layout documentation / the XLA tiled-layout doc)
+# Worked examples of [xla-tiled]
 # --------------------------------------------------------------------------------------
 def test_figure_1_f32_3x5_with_2x2_tiles():
     s = parse("F32[3,5]{1,0:T(2,2)}")

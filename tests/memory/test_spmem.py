@@ -106,7 +106,7 @@ def test_bf16_pads_to_16_and_halves_rows():
 
 
 # --------------------------------------------------------------------------------------
-# limits from configured values, overrides, statistics and the jax-tpu-embedding's preprocess_sparse_dense_matmul_input estimate
+# limits from configured values, overrides, statistics and the closed-form estimate behind xla_sparse_core_estimate_max_ids ([sc-guide] §6)
 # --------------------------------------------------------------------------------------
 def test_limit_sources_and_priority():
     t = _table("t", 1000, 8, ids=64, uniq=32)
@@ -308,7 +308,7 @@ def test_batch_not_divisible_is_rounded_up_with_a_warning():
 
 
 def test_batch_fix_replans_automatic_stacking():
-    # Estimated limits (jax-tpu-embedding's preprocess_sparse_dense_matmul_input) grow with the samples per SparseCore: at 2**20 samples every table is
+    # Estimated limits (the closed-form estimate of [sc-guide] §6) grow with the samples per SparseCore: at 2**20 samples every table is
     # its own stack (8 * 262144 * 4 B of activations each > 2 MiB) and the CSR rows overflow. At the
     # smaller batch the fix proposes, automatic stacking merges the tables (more ids per stack), so the
     # search must re-plan the stacks to find a batch that really fits.

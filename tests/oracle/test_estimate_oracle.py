@@ -8,7 +8,7 @@ are compared here for every topology of the oracle (S in {2, 4}, P up to 64) and
 range of limits.
 
 :func:`scwork.sharding.estimate_limits` (limits from batch size and valency alone)
-follows the SparseCore guide's estimate; the library has no counterpart, so it is
+models the ``xla_sparse_core_estimate_max_ids`` flag of [sc-guide] §6; the library has no counterpart, so it is
 checked by hand in ``tests/sharding/test_limits.py``, not here.
 """
 

@@ -1,4 +1,4 @@
-"""The sequential and pipelined schedules (the SparseCore guide's pipelining section): hand-computed cases and properties."""
+"""The sequential and pipelined schedules ([sc-guide] §5): hand-computed cases and properties."""
 
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ def test_hand_computed_sequential_and_pipelined_step_times():
 
 
 def test_equal_halves_give_exactly_twice():
-    # SC work = TC work = 2 per step: sequential 4, pipelined 2 (the SparseCore guide's pipelining section: "up to 2x").
+    # SC work = TC work = 2 per step: sequential 4, pipelined 2 ([sc-guide] §5: "up to 2x").
     d = one_chip(sc_forward=1.0, tc_forward=1.0, tc_backward=1.0, sc_backward=1.0)
     seq = simulate(d, UNIT, num_steps=20, pipelined=False)
     pipe = simulate(d, UNIT, num_steps=20, pipelined=True)
@@ -51,7 +51,7 @@ def test_staleness_is_read_off_the_schedule():
     seq = simulate(d, UNIT, num_steps=6, pipelined=False)
     pipe = simulate(d, UNIT, num_steps=6, pipelined=True)
     assert (seq.update_offset(), seq.staleness_steps) == (1, 0)
-    # Updates of step i are visible to the SparseCore only at step i + 2 (the SparseCore guide's pipelining section).
+    # Updates of step i are visible to the SparseCore only at step i + 2 ([sc-guide] §5).
     assert (pipe.update_offset(), pipe.staleness_steps) == (2, 1)
     # And in detail: SC/F of step 3 starts after SC/B of step 1 ended, before SC/B of step 2.
     assert pipe.start[("sc_forward", 3)][0] >= pipe.end[("sc_backward", 1)][0]

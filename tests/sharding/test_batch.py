@@ -1,4 +1,4 @@
-"""FeatureBatch constructors and validation (jax-tpu-embedding's host preprocessing; the SparseCore guide's debug checks)."""
+"""FeatureBatch constructors and validation ([sc-guide] §2-3; [sc-guide] §12)."""
 
 from __future__ import annotations
 
@@ -61,7 +61,7 @@ def test_weights_float32_and_defaults():
     ({"f": ([1, 2], [1, 2])}, None, "must start at 0"),
     ({"f": ([1, 2], [0, 2, 1, 2])}, None, "non-decreasing"),
     ({"f": ([1, 2, 3], [0, 2])}, None, "end at 2 but there are 3 ids"),
-    ({"f": ([1, 2], [0, 2])}, {"f": [1.0, np.nan]}, r"NaN or infinite.*the SparseCore guide's debug checks"),
+    ({"f": ([1, 2], [0, 2])}, {"f": [1.0, np.nan]}, r"NaN or infinite.*\[sc-guide\] §12"),
     ({"f": ([1, 2], [0, 2])}, {"f": [1.0, np.inf]}, "NaN or infinite"),
     ({"f": ([1, 2], [0, 2])}, {"f": [1.0, 1e39]}, "NaN or infinite in float32"),
     ({"f": ([1, 2], [0, 2])}, {"f": [1.0]}, "one weight per id"),

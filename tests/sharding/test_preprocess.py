@@ -1,4 +1,4 @@
-"""preprocess / compute_stats: jax-tpu-embedding's preprocess_sparse_dense_matmul_input semantics, worked example, errors, limits, CSR."""
+"""preprocess / compute_stats: [jte] preprocess_sparse_dense_matmul_input semantics, worked example, errors, limits, CSR."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ PAD = 2**31 - 1
 
 
 # --------------------------------------------------------------------------------------
-# the worked example of the issue / jax-tpu-embedding's preprocess_sparse_dense_matmul_input
+# the worked example: [sc-guide] §7's recipe with [jte] preprocess_sparse_dense_matmul_input's split
 # --------------------------------------------------------------------------------------
 @pytest.fixture
 def worked():

@@ -1,4 +1,4 @@
-"""HugeCTR SOK all-to-all embedding dispatch (HugeCTR SOK)."""
+"""HugeCTR SOK all-to-all embedding dispatch ([sok])."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Feature and table stacking (jax-tpu-embedding's table stacking)."""
+"""Feature and table stacking ([jte] table_stacking.py)."""
 
 from __future__ import annotations
 
@@ -226,7 +226,7 @@ def test_stack_limits_override_a_given_plan_instead_of_being_ignored():
 
 
 def test_auto_stacking_groups_by_quantization_too():
-    # jax-tpu-embedding's table stacking: the grouping key is (padded dim, optimizer, combiner, quantization).
+    # [jte] table_stacking.py: the grouping key is (padded dim, optimizer, combiner, quantization).
     import scwork
     from scwork.errors import ConfigError
     from scwork.quant import QuantizationConfig

@@ -90,7 +90,7 @@ def test_unknown_kwargs_go_to_the_vbox():
 def test_initial_traits_are_consistent():
     s = AllReduceStepper(kind="ring", algorithms=("pincer", "rotated_pincer"))
     assert (s.shape, s.wraparound, s.network.name, s.error) == ((8,), (True,), "8 ring", "")
-    # the multi-dimensional all-reduce patent: a 16x4 topology may wrap in one dimension only.
+    # [md-allreduce]: a 16x4 topology may wrap in one dimension only.
     s = AllReduceStepper(Network.grid((16, 4), wraparound=(True, False)),
                          ("single_path", "multi_color_all_reduce"))
     assert (s.kind, s.error) == ("2d_grid", "")
@@ -168,7 +168,7 @@ def test_final_state_is_complete_everywhere(default_stepper):
 
 
 def test_spec_pincer_arrows(pincer_stepper):
-    """the multi-dimensional all-reduce patent: step 1 A->H and B->C, step 2 H->G and C->D, step 3 G->F and D->E, then F<->E."""
+    """[md-allreduce]: step 1 A->H and B->C, step 2 H->G and C->D, step 3 G->F and D->E, then F<->E."""
     s = pincer_stepper
     expected = [{"A -> H", "B -> C"}, {"H -> G", "C -> D"}, {"G -> F", "D -> E"}, {"E -> F", "F -> E"}]
     for step, transfers in enumerate(expected, start=1):

@@ -58,7 +58,7 @@ def test_default_is_the_spec_example(explorer):
 
 def test_spec_example_grid(explorer):
     data = explorer.sources["grid_cells"].data
-    # padded view 4x6: 24 cells, 9 of them padding (the XLA tiled layout documentation).
+    # padded view 4x6: 24 cells, 9 of them padding ([xla-tiled]).
     assert len(data["x"]) == 24
     assert sum(data["padding"]) == 9
     assert list(data["hatch"]).count(_bokeh.PADDING_HATCH) == 9
@@ -283,7 +283,7 @@ def test_constructor_accepts_trait_values():
 # -- NPU mode ----------------------------------------------------------------------------
 
 def spec_npu_explorer(**traits):
-    """The tpu-mlir's local memory layout example: fp16 (2,3,4,5), 4 NPUs, EU_BYTES 64."""
+    """The worked example of the Sophgo local-memory article ([tpu-mlir]): fp16 (2,3,4,5), 4 NPUs, EU_BYTES 64."""
     ex = LayoutExplorer(npu_shape=(2, 3, 4, 5), npu_dtype="fp16", npu_num=4, npu_eu_bytes=64,
                         **traits)
     ex.mode = "npu"
