@@ -1,6 +1,6 @@
 """The stacked column id of an embedding id: one formula for kernels, references and models.
 
-jax-tpu-embedding's ``CooFormat::GetColId`` identifies an id of a table in a stack by
+[jte] ``CooFormat::GetColId`` identifies an id of a table in a stack by
 its transformed column id ``col_id = p + P * (q + row_offset_in_shard)``: the
 destination partition ``p = (id + col_shift) % P`` in the low part and the stacked
 local row ``q + row_offset_in_shard`` (``q = id // P``) above it. Mini-batching

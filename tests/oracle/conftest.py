@@ -35,7 +35,7 @@ Deliberate differences (scwork keeps them; each is checked where it applies):
 
 Paths scwork models without a library counterpart, checked elsewhere by hand:
 sample-dimension mini-batching (the library's roadmap; tests/sharding/test_minibatch*.py),
-``estimate_limits`` (the guide's closed form; tests/sharding/test_limits.py), the naive
+``estimate_limits`` ([sc-guide] closed form; tests/sharding/test_limits.py), the naive
 whole-batch view (tests/sharding/test_naive_kernels.py).
 """
 from __future__ import annotations
