@@ -61,7 +61,8 @@ MODULES: dict[str, list[str]] = {
     "scwork/pipeline/phase_costs.py": ["tests/pipeline/test_model.py", "tests/pipeline/test_phase_costs_pinned.py"],
     "scwork/pipeline/timeline.py": ["tests/pipeline/test_timeline.py", "tests/pipeline/test_timeline_first_steps.py"],
     "scwork/advisor.py": ["tests/test_advisor.py", "tests/test_advisor_whatifs.py"],
-    "scwork/interop/profile.py": ["tests/interop/test_profile.py", "tests/interop/test_zero_length_events.py"],
+    "scwork/interop/profile.py": ["tests/interop/test_profile.py", "tests/interop/test_zero_length_events.py",
+                                  "tests/interop/test_profile_pinned.py"],
     "scwork/pipeline/trace.py": ["tests/pipeline/test_trace.py", "tests/interop/test_zero_length_events.py"],
 }
 
@@ -132,6 +133,54 @@ def run_module(module: str, timeout: float) -> str:
     return module
 
 
+def recheck(module: str, timeout: float) -> int:
+    """Run every survivor of ``module``'s last run again against the checkout's current tests.
+
+    For killing survivors without a whole new run: the work copy gets the current
+    tests (and test data), each surviving mutation is applied alone with ``cosmic-ray
+    apply`` and the module's tests run; a mutant they now kill is recorded as killed.
+    Returns how many were killed.
+    """
+    from cosmic_ray.work_db import WorkDB, use_db
+    from cosmic_ray.work_item import TestOutcome, WorkerOutcome, WorkResult
+
+    work = WORK / _slug(module)
+    path = WORK / f"{_slug(module)}.sqlite"
+    if not path.exists():
+        raise SystemExit(f"{module}: no finished run to recheck ({path} missing)")
+    shutil.copytree(ROOT / "tests", work / "tests", dirs_exist_ok=True)
+    pristine = (ROOT / module).read_text()
+    env = dict(os.environ, NUMBA_DISABLE_JIT="1", PYTHONPATH=str(work), PYTHONDONTWRITEBYTECODE="1")
+    bindir = Path(sys.executable).parent
+    command = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "--no-header", "-o",
+               "addopts=--import-mode=importlib --benchmark-disable", *MODULES[module]]
+    killed = 0
+    with use_db(str(path), WorkDB.Mode.open) as db:
+        done = {item.job_id: result for item, result in db.completed_work_items}
+        for item in db.work_items:
+            result = done.get(item.job_id)
+            if result is None or result.worker_outcome == WorkerOutcome.SKIPPED \
+                    or result.test_outcome != TestOutcome.SURVIVED:
+                continue
+            mutation = item.mutations[0]
+            (work / module).write_text(pristine)
+            subprocess.run([str(bindir / "cosmic-ray"), "apply", module, mutation.operator_name,
+                            str(mutation.occurrence)], cwd=work, env=env, check=True, capture_output=True)
+            try:
+                run = subprocess.run(command, cwd=work, env=env, capture_output=True, timeout=timeout)
+                failed = run.returncode != 0
+            except subprocess.TimeoutExpired:
+                failed = True
+            finally:
+                (work / module).write_text(pristine)
+            if failed:
+                killed += 1
+                db.set_result(item.job_id, WorkResult(worker_outcome=WorkerOutcome.NORMAL,
+                                                      test_outcome=TestOutcome.KILLED, diff=result.diff,
+                                                      output="killed on recheck"))
+    return killed
+
+
 def _equivalents() -> dict[str, list[dict]]:
     if not EQUIVALENTS.exists():
         return {}
@@ -141,6 +190,21 @@ def _equivalents() -> dict[str, list[dict]]:
 def _source_line(module: str, line: int) -> str:
     lines = (ROOT / module).read_text().splitlines()
     return lines[line - 1].strip() if 0 < line <= len(lines) else ""
+
+
+def _mutated_line(diff: str | None) -> str:
+    """The line a mutant wrote (the '+' line of its diff), stripped."""
+    for line in (diff or "").splitlines():
+        if line.startswith("+") and not line.startswith("+++"):
+            return line[1:].strip()
+    return ""
+
+
+def _is(entry: dict, key: tuple[str, str], result) -> bool:
+    """Whether an entry of mutation_equivalents.toml names this mutant (``mutated``: the new line, optional)."""
+    if (entry["operator"], entry["line"].strip()) != key:
+        return False
+    return "mutated" not in entry or entry["mutated"].strip() == _mutated_line(result.diff)
 
 
 def score(module: str, show_survivors: bool = True) -> dict | None:
@@ -153,7 +217,7 @@ def score(module: str, show_survivors: bool = True) -> dict | None:
         path = WORK / _slug(module) / "session.sqlite"
     if not path.exists():
         return None
-    equivalent = {(e["operator"], e["line"].strip()) for e in _equivalents().get(module, [])}
+    entries = _equivalents().get(module, [])
     counts = {"mutants": 0, "killed": 0, "survived": 0, "equivalent": 0, "incompetent": 0, "pending": 0,
               "filtered": 0}
     survivors = []
@@ -169,7 +233,7 @@ def score(module: str, show_survivors: bool = True) -> dict | None:
             key = (mutation.operator_name, _source_line(module, mutation.start_pos[0]))
             if result is None:
                 counts["pending"] += 1
-            elif key in equivalent:
+            elif any(_is(e, key, result) for e in entries):
                 counts["equivalent"] += 1
             elif result.test_outcome == TestOutcome.KILLED:
                 counts["killed"] += 1
@@ -177,7 +241,7 @@ def score(module: str, show_survivors: bool = True) -> dict | None:
                 counts["incompetent"] += 1
             else:
                 counts["survived"] += 1
-                survivors.append((mutation.start_pos[0], mutation.operator_name, key[1]))
+                survivors.append((mutation.start_pos[0], mutation.operator_name, _mutated_line(result.diff)))
     judged = counts["killed"] + counts["survived"]
     counts["score"] = counts["killed"] / judged if judged else float("nan")
     if show_survivors:
@@ -204,11 +268,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds one mutant's tests may take")
     parser.add_argument("--report", action="store_true", help="only print the scores of finished runs")
     parser.add_argument("--survivors", action="store_true", help="with --report: list every survivor")
+    parser.add_argument("--recheck", action="store_true",
+                        help="run the survivors of finished runs again against the current tests")
     args = parser.parse_args(argv)
     unknown = [m for m in args.modules if m not in MODULES]
     if unknown:
         parser.error(f"not in tools/mutation.py's MODULES: {', '.join(unknown)}; known: {', '.join(MODULES)}")
     modules = args.modules or list(MODULES)
+    if args.recheck:
+        for module in modules:
+            if (WORK / f"{_slug(module)}.sqlite").exists():
+                print(f"{module}: {recheck(module, args.timeout)} survivor(s) now killed", flush=True)
+        report(modules)
+        return 0
     if args.report:
         if args.survivors:
             for module in modules:

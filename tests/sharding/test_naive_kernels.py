@@ -72,6 +72,19 @@ def test_bitmaps_match_sets_with_offset(fn, qbits, threads):
     assert (naive - 10).tolist() == _by_sets(shifted, off, qbits, P)
 
 
+@pytest.mark.parametrize("fn", [K.naive_from_bitmaps, K.naive_from_bitmaps_reference], ids=["kernel", "reference"])
+@pytest.mark.parametrize("P", [1, 65])
+def test_one_bit_per_partition_and_a_last_word_of_one_bit(fn, P):
+    # qbits = 0: partition p is bit p alone. P = 1 and P = 65 leave a last word with one
+    # bit of the group: the words of the group are ceil(P / 64), not one fewer.
+    bits = [P - 1] if P == 1 else [0, 63, 64]
+    naive = np.zeros(P, np.int64)
+    fn(_bitmaps([bits, [P - 1]], 3), 0, 0, P, naive)
+    expected = np.zeros(P, np.int64)
+    expected[sorted({*bits, P - 1})] = 1
+    assert naive.tolist() == expected.tolist()
+
+
 @pytest.mark.parametrize("fn", [K.naive_from_lists, K.naive_from_lists_reference], ids=["kernel", "reference"])
 def test_lists_count_distinct_over_segments(fn):
     # segments [3, 1, 3] and [9, 1] (the 4 between them is not in any segment)
