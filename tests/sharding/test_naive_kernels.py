@@ -54,7 +54,7 @@ def test_whole_words_any_thread_count_counts_the_last_thread(fn, threads):
 
 
 @pytest.mark.parametrize("fn", [K.naive_from_bitmaps, K.naive_from_bitmaps_reference], ids=["kernel", "reference"])
-@pytest.mark.parametrize("qbits", [3, 6, 7, 9])
+@pytest.mark.parametrize("qbits", [0, 3, 5, 6, 7, 9])     # 5 and 6: either side of whole words
 @pytest.mark.parametrize("threads", [1, 2, 3, 4])
 def test_bitmaps_match_sets_with_offset(fn, qbits, threads):
     P = 3
