@@ -93,3 +93,11 @@ def test_lists_count_distinct_over_segments(fn):
     fn(ulist, np.array([0, 4], np.int64), np.array([3, 2], np.int64), 2, naive)
     # distinct {1, 3, 9}: partition of u is u >> 2 -> 1, 3 in 0; 9 in 2
     assert naive.tolist() == [2, 0, 1]
+
+
+@pytest.mark.parametrize("fn", [K.naive_from_lists, K.naive_from_lists_reference], ids=["kernel", "reference"])
+def test_lists_count_id_zero(fn):
+    # id 0 first in the sorted ids (and twice): counted once; segments [0, 5, 0] and [0]
+    naive = np.zeros(2, np.int64)
+    fn(np.array([0, 5, 0, 0], np.int64), np.array([0, 3], np.int64), np.array([3, 1], np.int64), 2, naive)
+    assert naive.tolist() == [1, 1]                   # 0 >> 2 = 0, 5 >> 2 = 1
