@@ -55,7 +55,7 @@ MODULES: dict[str, list[str]] = {
     "scwork/sharding/limits.py": ["tests/sharding/test_limits.py", "tests/sharding/test_limit_boundaries.py"],
     "scwork/sharding/_fdo_csv.py": ["tests/interop/test_fdo_csv.py"],
     "scwork/memory/_hbm_numbers.py": ["tests/memory/test_hbm.py", "tests/memory/test_csr_rounding.py"],
-    "scwork/memory/_spmem_numbers.py": ["tests/memory/test_spmem.py"],
+    "scwork/memory/_spmem_numbers.py": ["tests/memory/test_spmem.py", "tests/memory/test_csr_rounding.py"],
     "scwork/collectives/cost.py": ["tests/collectives/test_cost.py"],
     "scwork/collectives/schedule.py": ["tests/collectives/test_algorithms.py", "tests/collectives/test_properties.py"],
     "scwork/pipeline/phase_costs.py": ["tests/pipeline/test_model.py", "tests/pipeline/test_phase_costs_pinned.py"],
