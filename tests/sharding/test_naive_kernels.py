@@ -101,3 +101,10 @@ def test_lists_count_id_zero(fn):
     naive = np.zeros(2, np.int64)
     fn(np.array([0, 5, 0, 0], np.int64), np.array([0, 3], np.int64), np.array([3, 1], np.int64), 2, naive)
     assert naive.tolist() == [1, 1]                   # 0 >> 2 = 0, 5 >> 2 = 1
+
+
+@pytest.mark.parametrize("fn", [K.naive_from_lists, K.naive_from_lists_reference], ids=["kernel", "reference"])
+def test_lists_without_segments_count_nothing(fn):
+    naive = np.full(2, 5, np.int64)
+    fn(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64), 2, naive)
+    assert naive.tolist() == [5, 5]
