@@ -233,12 +233,12 @@ def score(module: str, show_survivors: bool = True) -> dict | None:
             key = (mutation.operator_name, _source_line(module, mutation.start_pos[0]))
             if result is None:
                 counts["pending"] += 1
-            elif any(_is(e, key, result) for e in entries):
-                counts["equivalent"] += 1
             elif result.test_outcome == TestOutcome.KILLED:
                 counts["killed"] += 1
             elif result.test_outcome == TestOutcome.INCOMPETENT:
                 counts["incompetent"] += 1
+            elif any(_is(e, key, result) for e in entries):   # only survivors can be equivalent
+                counts["equivalent"] += 1
             else:
                 counts["survived"] += 1
                 survivors.append((mutation.start_pos[0], mutation.operator_name, _mutated_line(result.diff)))

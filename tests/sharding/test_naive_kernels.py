@@ -108,3 +108,10 @@ def test_lists_without_segments_count_nothing(fn):
     naive = np.full(2, 5, np.int64)
     fn(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64), 2, naive)
     assert naive.tolist() == [5, 5]
+
+
+def test_warmup_runs_both_kernels():
+    # scwork.warmup() compiles through this (pure Python under NUMBA_DISABLE_JIT): it must run
+    K.warmup()
+    if hasattr(K.naive_from_bitmaps, "signatures"):      # compiled: one signature each at least
+        assert K.naive_from_bitmaps.signatures and K.naive_from_lists.signatures
