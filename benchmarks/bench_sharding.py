@@ -40,8 +40,19 @@ least 2x the library's speed, compute_stats at least 3x (ratios of medians measu
 in the same run; absolute ids/s from another day are no verdict). ``--no-jte``
 skips it.
 
+``--large``: the large input instead (131072 samples x 26 features, 16 chips x 4
+SparseCores, 68 M ids); ``--jte-only`` runs only the side-by-side part.
+
+``--project``: no thread sweep but a projection, for machines with fewer cores than
+the hosts that matter: speedups at 16, 64 and 208 threads computed from one-thread
+profiles (serial time + LPT makespan of every task batch, see
+``scwork/sharding/_profile.py``), with the design targets (serial <= 1% of one
+thread; at 64 threads no task over 1/(4T) of the work); ``--paths`` adds
+``collect_stats`` over 8 batches and ``minibatch``, ``--large`` the large input.
+
     python benchmarks/bench_sharding.py [--quick] [--json] [--repeats 7] [--threads 1,2]
-                                        [--stacking none,auto] [--subset 1024]
+                                        [--stacking none,auto] [--subset 1024] [--large] [--jte-only]
+    python benchmarks/bench_sharding.py --project [--paths] [--large] [--repeats 3]
 """
 
 from __future__ import annotations
@@ -109,7 +120,7 @@ def _jte_side_by_side(batch, features, topo, modes, repeats):
         import jax_tpu_embedding
     except ImportError:
         return None
-    from scwork.sharding import compute_stats, plan_stacking, preprocess
+    from scwork.sharding import compute_stats, plan_stacking, preprocess, release_buffers
     from scwork.sharding._threads import available_cores
 
     absl_logging.set_verbosity(absl_logging.ERROR)
@@ -173,13 +184,137 @@ def _jte_side_by_side(batch, features, topo, modes, repeats):
             for key, fn in (("jte", run_jte), ("preprocess", run_pre), ("compute_stats", run_stats)):
                 times[key] += timed_runs(fn, 1)
         med = {k: statistics.median(v) for k, v in times.items()}
+        # peak allocation of one call at the defaults (numpy reports to tracemalloc;
+        # recycled buffers dropped first, so this is a call that gets none)
+        peak = {}
+        for key, fn in (("preprocess", run_pre), ("compute_stats", run_stats)):
+            release_buffers()
+            tracemalloc.start()
+            kept = fn()
+            peak[key] = tracemalloc.get_traced_memory()[1] / 2**20
+            tracemalloc.stop()
+            del kept
         out["modes"][mode] = {
+            "preprocess_peak_alloc_mb": peak["preprocess"], "compute_stats_peak_alloc_mb": peak["compute_stats"],
             "jte_s": med["jte"], "preprocess_s": med["preprocess"], "compute_stats_s": med["compute_stats"],
             "preprocess_ratio": med["jte"] / med["preprocess"],
             "compute_stats_ratio": med["jte"] / med["compute_stats"],
             "jte_ids_per_s": batch.num_ids / med["jte"], "stats_identical": bool(same),
             "runs_s": times, "loadavg": load}
     return out
+
+
+#: Thread counts of the projection (``--project``) and its design targets.
+PROJECT_THREADS = (16, 64, 208)
+SERIAL_SHARE_TARGET = 0.01
+
+
+def _project(fn, batch, features, topo, stacking, repeats: int) -> dict:
+    """Projected speedups of ``fn`` at PROJECT_THREADS from one-thread profiles (scwork.sharding._profile).
+
+    ``one_thread_s``: least CPU time (the thread's CPU clock, which a shared
+    machine's load does not inflate) of ``repeats`` real calls with
+    ``num_threads=1``; ``one_thread_wall_s`` their median wall time. Per
+    thread count T: ``repeats`` calls with the work cut for T threads but every task
+    run on this thread, timed; each task's time is its least over the repeats (a
+    shared machine slows tasks at random), the serial time likewise; the projected
+    time is serial seconds + every task batch's LPT makespan on T workers. ``serial_share``
+    is the serial seconds over the one-thread time (target <= 1%),
+    ``largest_task_share`` the longest task over all task seconds (target at T:
+    <= 1 / (4 T)).
+    """
+    from scwork.sharding._profile import CallProfile, profiled, thread_cpu_s
+
+    fn(batch, features, topo, stacking, num_threads=1)
+    cpu, wall = [], []
+    for _ in range(repeats):
+        c, w = thread_cpu_s(), time.perf_counter()
+        fn(batch, features, topo, stacking, num_threads=1)
+        cpu.append(thread_cpu_s() - c)
+        wall.append(time.perf_counter() - w)
+    one = min(cpu)                       # the least, as the projection's task times
+    out = {"one_thread_s": one, "one_thread_median_s": statistics.median(cpu), "one_thread_wall_s": statistics.median(wall), "threads": {}}
+    for T in PROJECT_THREADS:
+        with profiled(T) as profiles:
+            for _ in range(repeats):
+                fn(batch, features, topo, stacking)
+        best = CallProfile.best_of(profiles)
+        crit = best.critical_path_s(T)
+        out["threads"][T] = {
+            "projected_s": crit, "projected_speedup": one / crit, "serial_s": best.serial_s,
+            "serial_share": best.serial_s / one, "one_thread_total_s": statistics.median(p.total_s for p in profiles),
+            "largest_task_share": best.largest_task_share(), "largest_task_target": 1 / (4 * T),
+            "tasks": {name: len(ts) for name, ts in best.batches}}
+    return out
+
+
+def _print_projection(proj: dict) -> None:
+    for key, r in proj.items():
+        print(f"  {key}: one thread {r['one_thread_s'] * 1e3:.1f} ms CPU ({r['one_thread_wall_s'] * 1e3:.1f} ms wall)")
+        for T, x in r["threads"].items():
+            tasks = ", ".join(f"{n} {c}" for n, c in x["tasks"].items())
+            print(f"    T={T:>3}: projected {x['projected_s'] * 1e3:7.2f} ms, speedup x{x['projected_speedup']:5.1f}; "
+                  f"serial {x['serial_s'] * 1e3:.2f} ms = {x['serial_share'] * 100:.2f}% (target <= 1%: "
+                  f"{'ok' if x['serial_share'] <= SERIAL_SHARE_TARGET else 'MISSED'}); largest task "
+                  f"{x['largest_task_share'] * 100:.3f}% of the task time (target <= {x['largest_task_target'] * 100:.3f}%: "
+                  f"{'ok' if x['largest_task_share'] <= x['largest_task_target'] else 'MISSED'}); tasks: {tasks}")
+
+
+def _collect_8(batch, features, topo, stacking, num_threads=None):
+    from scwork.sharding import collect_stats
+
+    return collect_stats([batch] * 8, features, topo, stacking=stacking, num_threads=num_threads)
+
+
+def _minibatch(batch, features, topo, stacking, num_threads=None):
+    from scwork.sharding import minibatch
+
+    return minibatch(batch, features, topo, stacking=stacking, num_threads=num_threads)
+
+
+#: Paths built on the engine, projected with ``--project --paths``.
+PATHS = {"collect_stats_8_batches": _collect_8, "minibatch": _minibatch}
+
+
+def project_main(args) -> int:
+    """``--project``: the projection of speedups at 16, 64 and 208 threads, computed on this machine."""
+    import scwork
+    from scwork.sharding import compute_stats, preprocess
+    from scwork.sharding._synthetic import synthetic_batch
+
+    scwork.warmup()
+    inputs = {"standard": (dict(batch_size=16384, num_features=26, vocab_size=1_000_000), scwork.Topology(4, 4))}
+    if args.large:
+        inputs["large"] = (dict(batch_size=131072, num_features=26, vocab_size=1_000_000), scwork.Topology(16, 4))
+    modes = [m for m in args.stacking.split(",") if m]
+    result = {"machine": {"cpus": os.cpu_count(), "loadavg_start": os.getloadavg()}, "inputs": {}}
+    for label, (params, topo) in inputs.items():
+        batch, features = synthetic_batch(**params, valency=20.0, zipf_s=1.05, embedding_dim=args.dim, seed=0)
+        proj = {}
+        for mode in modes:
+            for name, fn in (("preprocess", preprocess), ("compute_stats", compute_stats)):
+                proj[f"{mode}/{name}"] = _project(fn, batch, features, topo, STACKING[mode], max(3, args.repeats))
+        if args.paths and label == "standard":
+            # the paths built on the engine (standard input only: they repeat its calls)
+            for mode in modes:
+                for name, fn in PATHS.items():
+                    proj[f"{mode}/{name}"] = _project(fn, batch, features, topo, STACKING[mode], 3)
+        result["inputs"][label] = {"batch_size": params["batch_size"], "topology": str(topo),
+                                   "num_ids": batch.num_ids, "projection": proj}
+        del batch, features
+    result["machine"]["loadavg_end"] = os.getloadavg()
+    if args.json:
+        print(json.dumps(result, indent=1))
+        return 0
+    print(f"projection from one-thread profiles on this machine ({result['machine']['cpus']} CPUs, load "
+          f"{result['machine']['loadavg_start'][0]:.2f} -> {result['machine']['loadavg_end'][0]:.2f}); projected time "
+          "at T = serial + LPT makespan of each task batch on T workers, in thread CPU time (no memory-bandwidth "
+          "limit: an upper bound of the speedup); design targets: serial <= 1% of one thread, at T = 64 no task "
+          "over 1/(4T) = 0.39% of the task time")
+    for label, r in result["inputs"].items():
+        print(f"\n{label} input: batch {r['batch_size']}, {r['num_ids']} ids, {r['topology']}")
+        _print_projection(r["projection"])
+    return 0
 
 
 def main() -> int:
@@ -193,7 +328,18 @@ def main() -> int:
                         help="batch size of the numpy-reference subset (default 1024, quick 256)")
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     parser.add_argument("--no-jte", action="store_true", help="skip the jax-tpu-embedding side-by-side run")
+    parser.add_argument("--project", action="store_true",
+                        help="only the projection: speedups at 16, 64, 208 threads from one-thread profiles")
+    parser.add_argument("--paths", action="store_true",
+                        help="with --project: also collect_stats over 8 batches and minibatch (standard input)")
+    parser.add_argument("--large", action="store_true",
+                        help="the large input (131072 samples, 16 x 4 SparseCores); with --project: as well as "
+                             "the standard one")
+    parser.add_argument("--jte-only", action="store_true",
+                        help="only the side-by-side run with jax-tpu-embedding (no thread sweep, no numpy subset)")
     args = parser.parse_args()
+    if args.project:
+        return project_main(args)
     repeats = max(5, args.repeats)
     threads = [int(t) for t in args.threads.split(",") if t]
     modes = [m for m in args.stacking.split(",") if m]
@@ -208,6 +354,8 @@ def main() -> int:
     fns = {"compute_stats": compute_stats, "preprocess": preprocess}
     if args.quick:
         params = dict(batch_size=2048, num_features=8, vocab_size=100_000)
+    elif args.large:
+        params = dict(batch_size=131072, num_features=26, vocab_size=1_000_000)
     else:
         params = dict(batch_size=16384, num_features=26, vocab_size=1_000_000)
     params.update(valency=20.0, zipf_s=1.05, embedding_dim=args.dim, seed=0)
@@ -219,7 +367,7 @@ def main() -> int:
     t0 = time.perf_counter()
     batch, features = synthetic_batch(**params)
     gen_s = time.perf_counter() - t0
-    topo = scwork.Topology(4, 4)
+    topo = scwork.Topology(16, 4) if args.large else scwork.Topology(4, 4)
     rss_input = _peak_rss_mb()
     small = _subset(batch, subset)
 
@@ -233,7 +381,7 @@ def main() -> int:
         "modes": {},
     }
     ok = True
-    for mode in modes:
+    for mode in ([] if args.jte_only else modes):
         stacking = STACKING[mode]
         plan = plan_stacking(features, topo, stacking, batch_size=batch.batch_size)
         res_mode: dict = {"stacks": [len(s.tables) for s in plan.stacks], "runs": {}}
@@ -298,7 +446,7 @@ def main() -> int:
     result["kernel_modules"] = compiled
 
     verdict = {}
-    if not args.quick:
+    if not args.quick and not args.large:
         for mode, r in result["modes"].items():
             for (name, nt), target in TARGETS.items():
                 run = r["runs"].get(f"{name}_{nt}thread")
@@ -349,7 +497,9 @@ def main() -> int:
                   f"{r['preprocess_s'] * 1e3:.1f} ms (x{r['preprocess_ratio']:.2f}, target x2: "
                   f"{'ok' if r['preprocess_ratio'] >= 2 else 'MISSED'}), compute_stats {r['compute_stats_s'] * 1e3:.1f} ms "
                   f"(x{r['compute_stats_ratio']:.2f}, target x3: {'ok' if r['compute_stats_ratio'] >= 3 else 'MISSED'}); "
-                  f"statistics identical: {r['stats_identical']}; load {r['loadavg'][0]:.2f}")
+                  f"statistics identical: {r['stats_identical']}; load {r['loadavg'][0]:.2f}; peak allocation of one "
+                  f"call: preprocess {r['preprocess_peak_alloc_mb']:.0f} MB, compute_stats "
+                  f"{r['compute_stats_peak_alloc_mb']:.0f} MB")
     elif not args.no_jte:
         print("\njax-tpu-embedding is not installed (pip install -e '.[oracle]', Python >= 3.12): no side-by-side run")
     print(f"\npeak RSS {result['peak_rss_mb']:.0f} MB (after input generation {rss_input:.0f} MB)")

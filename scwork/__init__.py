@@ -26,14 +26,14 @@ __version__ = "0.1.0"
 
 __all__ = [
     "errors", "hardware", "layout", "sharding", "memory", "collectives", "pipeline", "quant",
-    "advisor", "datasets", "config", "advise",
+    "advisor", "datasets", "config", "plan", "advise",
     "Topology", "warmup", "__version__",
 ]
 
 # Subpackages imported on first use (PEP 562), so `import scwork` stays fast.
 _LAZY_SUBMODULES = {
     "hardware", "layout", "sharding", "memory", "collectives", "pipeline", "quant", "advisor",
-    "datasets", "cli", "widgets", "testing", "config",
+    "datasets", "cli", "widgets", "testing", "config", "plan",
 }
 
 if TYPE_CHECKING:  # pragma: no cover

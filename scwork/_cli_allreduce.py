@@ -1,4 +1,7 @@
-"""``scwork allreduce``: cost of all-reduce algorithms on a network of chips (part of :mod:`scwork.cli`)."""
+"""``scwork allreduce``: the cost of all-reduce algorithms on a network of chips.
+
+Part of :mod:`scwork.cli`.
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""What every ``scwork`` command shares: exit statuses, the usage error, output helpers
-and the writer of output files (checked before any work, written all or nothing).
+"""What every ``scwork`` command shares: exit statuses, the usage error, output helpers.
+
+Also the writer of output files (checked before any work, written all or nothing).
 
 Part of :mod:`scwork.cli`; the command modules (``scwork._cli_*``) import this one and
 never :mod:`scwork.cli` itself, so the imports go one way.

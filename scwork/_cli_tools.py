@@ -1,4 +1,7 @@
-"""``scwork lab``, ``scwork layout``, ``scwork hardware`` and ``scwork warmup`` (part of :mod:`scwork.cli`)."""
+"""The small ``scwork`` commands: ``lab``, ``layout``, ``hardware`` and ``warmup``.
+
+Part of :mod:`scwork.cli`.
+"""
 
 from __future__ import annotations
 

@@ -6,8 +6,18 @@ result that has one builds it here, so they look alike and every cell is escaped
 
 Examples
 --------
->>> print(html_table([("a<b", 1)], header=("name", "value"), caption="demo"))
-<table class='scwork-table'><caption style='text-align:left'>demo</caption><tr><th style='text-align:left'>name</th><th style='text-align:left'>value</th></tr><tr><td style='text-align:left'>a&lt;b</td><td style='text-align:right'>1</td></tr></table>
+>>> print(html_table([("a<b", 1)], header=("name", "value"), caption="demo").replace("><", ">\\n<"))
+<table class='scwork-table'>
+<caption style='text-align:left'>demo</caption>
+<tr>
+<th style='text-align:left'>name</th>
+<th style='text-align:left'>value</th>
+</tr>
+<tr>
+<td style='text-align:left'>a&lt;b</td>
+<td style='text-align:right'>1</td>
+</tr>
+</table>
 """
 
 from __future__ import annotations

@@ -24,6 +24,7 @@ KERNEL_MODULES: tuple[str, ...] = (
     "scwork.layout._kernels",
     "scwork.sharding._kernels",
     "scwork.sharding._naive_kernels",
+    "scwork.sharding._split_kernels",
     "scwork.sharding._engine_warmup",
     "scwork.sharding._minibatch_kernels",
     "scwork.collectives._kernels",

@@ -20,8 +20,14 @@ output):
     against capacity; with IDS also the load per chip, the partition imbalance and
     divergence, the observed counts against the limits and the critical path, from
     the first full batch. Exit status 1 when the plan does not fit.
+``scwork plan --config model.toml IDS... [--chips v5p:4,8,16] [--out plan.toml]``
+    Search stackings, limits, static buffers, mini-batching, per-chip batch sizes and
+    slices (:func:`scwork.plan.search`); prints the best plan against the library's
+    default and the Pareto front; ``--out`` writes the best plan as a config file.
+    Exit status 1 when no plan meets the constraints.
 ``scwork allreduce --topology torus:16x16``
-    Cost of all-reduce algorithms (the multi-dimensional all-reduce patent [md-allreduce]) on a ring, torus, mesh or grid.
+    Cost of all-reduce algorithms (the multi-dimensional all-reduce patent [md-allreduce]) on a ring,
+    torus, mesh or grid.
 ``scwork layout TEXT``
     Physical and tiled shape of an XLA layout, bytes, padding and a map of
     addresses.
@@ -33,7 +39,7 @@ output):
     JupyterLab on the tour notebook.
 
 Exit status: 0 success; 1 only for ``scwork memory`` and ``scwork summary`` when the
-model does not fit; 2 for bad input (unknown option, invalid config, unreadable file,
+model does not fit, and for ``scwork plan`` when no plan meets the constraints; 2 for bad input (unknown option, invalid config, unreadable file,
 an output that cannot be written, ...), with a one-line error on stderr and no file
 written; 130 when interrupted.
 
@@ -73,6 +79,7 @@ from scwork._cli_common import (
 from scwork._cli_memory import _cmd_memory, _finding_json, _parse_limits_pair
 from scwork._cli_stats import COMPILE_HINT, _cmd_stats, _kernels_compiled
 from scwork._cli_summary import _cmd_summary
+from scwork._cli_plan import add_plan_parser
 from scwork._cli_tools import (
     MAP_MAX_COLUMNS,
     MAP_MAX_ROWS,
@@ -95,7 +102,10 @@ _REEXPORTED = (ALL_REDUCE_ALGORITHMS, _network_text, EXIT_DOES_NOT_FIT, EXIT_OK,
 
 
 def _printable(text: str) -> str:
-    """``text`` with control characters escaped (``\\n``, ``\\x1b``...): an argument holding a newline stays on one line."""
+    """``text`` with control characters escaped (``\\n``, ``\\x1b``...).
+
+    An argument holding a newline then stays on one line.
+    """
     return "".join(ch if ch.isprintable() else ch.encode("unicode_escape", "backslashreplace").decode("ascii")
                    for ch in text)
 
@@ -210,6 +220,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="TensorCore backward time per step in microseconds, for the critical path (with IDS)")
     sm.add_argument("--json", action="store_true", help="machine-readable output (the Datasets as plain JSON)")
     sm.set_defaults(func=_cmd_summary)
+
+    add_plan_parser(sub)
 
     ar = sub.add_parser(
         "allreduce", help="cost of all-reduce algorithms on a ring, torus, mesh or grid",

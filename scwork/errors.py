@@ -33,6 +33,7 @@ __all__ = [
     "ScworkWarning",
     "StaticBufferWarning",
     "XlaDumpError",
+    "NoFeasiblePlanError",
     "InternalError",
 ]
 
@@ -217,6 +218,27 @@ class MemoryFitError(ScworkError):
         self.available_bytes = int(available_bytes)
         self.stack = stack
         self.report = report
+        super().__init__(message)
+
+
+class NoFeasiblePlanError(ScworkError):
+    """No candidate of a plan search meets the constraints (:func:`scwork.plan.search`).
+
+    Attributes
+    ----------
+    constraint : str
+        The tightest constraint: the one the fewest candidates meet (e.g.
+        ``"max_drop_rate"``, ``"fits_spmem"``).
+    closest : dict
+        The knobs and figures of the candidate closest to meeting every constraint.
+    shortfall : dict
+        Per constraint, how many candidates fail it.
+    """
+
+    def __init__(self, message: str, *, constraint: str, closest=None, shortfall=None):
+        self.constraint = constraint
+        self.closest = dict(closest or {})
+        self.shortfall = dict(shortfall or {})
         super().__init__(message)
 
 

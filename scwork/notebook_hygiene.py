@@ -16,7 +16,8 @@ The Jupyter server calls :func:`strip_outputs` before it writes a file (its
 Binder image installs ``jupyter-config/jupyter_server_config.d/scwork.json`` into its
 environment's Jupyter config; a server started by hand gets it with
 ``jupyter lab --ContentsManager.pre_save_hook=scwork.notebook_hygiene.strip_outputs``
-or by copying that file into a folder of ``jupyter --paths`` (config). This module imports nothing from Jupyter: it edits the JSON model.
+or by copying that file into a folder of ``jupyter --paths`` (config). This module imports
+nothing from Jupyter: it edits the JSON model.
 
 Examples
 --------

@@ -1,4 +1,6 @@
-"""Simulated quantization of embedding lookups: clip, bucketize, dequantize (TensorFlow's QuantizationConfig).
+"""Simulated quantization of embedding lookups: clip, bucketize, dequantize.
+
+As TensorFlow's ``QuantizationConfig`` does it.
 
 The SparseCore's sparse-dense matmul can simulate quantization
 (``quantization_config_num_buckets``, ``quantization_config_low``,

@@ -268,7 +268,8 @@ def plan_summary(features: Any, topology: Any, *, batch_size: int, stats: Any = 
         observed_unique = sel["max_unique_ids_per_partition"].max(dim=("device", "partition")).values
         limit_ids = per_stack["max_ids_per_partition"][1]
         limit_unique = per_stack["max_unique_ids_per_partition"][1]
-        within = ((limit_ids < 0) | (observed_ids <= limit_ids)) & ((limit_unique < 0) | (observed_unique <= limit_unique))
+        within = (((limit_ids < 0) | (observed_ids <= limit_ids))
+                  & ((limit_unique < 0) | (observed_unique <= limit_unique)))
         per_stack["observed_max_ids"] = ("stack", observed_ids.astype(np.int64),
                                          {"long_name": "largest ids per (source SC, partition)", "units": "ids"})
         per_stack["observed_max_unique_ids"] = ("stack", observed_unique.astype(np.int64),

@@ -222,10 +222,11 @@ def test_limits_too_high_with_bytes_from_the_memory_model():
     # ((2 fw + 1) + 3 fw) x delta_U x P x 4 bytes per SparseCore, 4 SparseCores per chip.
     obs = f.evidence["observed_max_unique_ids_per_partition"]
     new = -(-obs // 8) * 8
-    from scwork.advisor import _Ctx, _check_limits_high
+    from scwork.advisor._context import Context
+    from scwork.advisor._limit_checks import check_limits_high
 
-    ctx = _Ctx(None, plan, stats, None, None, None, AdvisorThresholds(), None, None)
-    _check_limits_high(ctx)
+    ctx = Context(None, plan, stats, None, None, None, AdvisorThresholds(), None, None)
+    check_limits_high(ctx)
     fw, P = 64, 4
     assert ctx.findings[0].gain_bytes == ((2 * fw + 1) + 3 * fw) * (2048 - new) * P * 4 * 4
 
@@ -322,9 +323,9 @@ def test_a_bf16_what_if_that_does_not_shorten_the_step_is_no_gain():
 
 
 def test_gains_that_are_losses_are_dropped():
-    from scwork.advisor import _Ctx
+    from scwork.advisor._context import Context
 
-    ctx = _Ctx(None, None, None, None, None, None, AdvisorThresholds(), None, None)
+    ctx = Context(None, None, None, None, None, None, AdvisorThresholds(), None, None)
     ctx.add(id="partition_skew", title="t", severity="info", fix="f", gain_s=-1e-6, gain_bytes=0)
     assert ctx.findings[0].gain_s is None and ctx.findings[0].gain_bytes is None
     assert ctx.findings[0].expected_gain == "not estimated"

@@ -7,7 +7,7 @@ import pytest
 
 import scwork
 from scwork import errors
-from scwork.collectives import _program, algorithms
+from scwork.collectives import _lanes, _program
 
 
 def test_internal_error_is_not_an_input_error():
@@ -24,14 +24,14 @@ def test_loop_members_with_different_regions_are_an_internal_error():
     loops = np.array([[0, 1, 2]])
     R0, R1 = np.array([0, 0, 3]), np.array([6, 6, 9])        # node 2 works on another region
     with pytest.raises(errors.InternalError, match="loop members of phase x do not share one data region"):
-        algorithms._emit_phase(None, [("ring", loops)], R0, R1, 0, 0, 0, "phase x")
+        _lanes.emit_phase(None, [("ring", loops)], R0, R1, 0, 0, 0, "phase x")
 
 
 def test_a_region_that_does_not_split_over_the_loop_is_an_internal_error():
     loops = np.array([[0, 1, 2]])
     R0, R1 = np.zeros(3, dtype=np.int64), np.full(3, 7)     # 7 chunks over a loop of 3
     with pytest.raises(errors.InternalError, match="does not split into 3 pieces"):
-        algorithms._emit_phase(None, [("ring", loops)], R0, R1, 0, 0, 0, "phase y")
+        _lanes.emit_phase(None, [("ring", loops)], R0, R1, 0, 0, 0, "phase y")
 
 
 def test_lazy_transfer_blocks_without_message_blocks_are_an_internal_error():

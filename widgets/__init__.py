@@ -27,6 +27,7 @@ _EXPLORERS = {
     "MemoryTimeline": "scwork.widgets.memory_timeline",
     "AllReduceStepper": "scwork.widgets.allreduce_stepper",
     "PipelineTimeline": "scwork.widgets.pipeline_timeline",
+    "PlanExplorer": "scwork.widgets.plan_explorer",
 }
 
 # Only explorers whose module ships in this version (later issues add the rest).

@@ -1,4 +1,7 @@
-"""What the all-reduce stepper draws, prepared from the collectives engine's results: node positions for rings, meshes and tori (3-D tori as a grid of planes), and per step the arrows, buffer states and link loads of the executed schedule.
+"""What the all-reduce stepper draws, prepared from the collectives engine's results.
+
+Node positions for rings, meshes and tori (3-D tori as a grid of planes), and per step
+the arrows, buffer states and link loads of the executed schedule.
 
 No model logic: schedules, frames and costs come from :mod:`scwork.collectives`; this module
 only turns them into drawing coordinates and labels.

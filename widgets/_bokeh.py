@@ -17,6 +17,8 @@ kind of figure has its own module; this one re-exports them all, so explorers wr
 - :mod:`._areas`: :class:`StackedAreaChart` (what is live at each step against a
   capacity), byte axes, :func:`link_selection`.
 - :mod:`._graph`: :class:`NodeLinkGraph` (nodes, links, arrows of a step).
+- :mod:`._scatter`: :class:`ScatterChart` (points coloured by a value, a front line,
+  marked points, a tap selection).
 - :mod:`._gantt`: :class:`Gantt` (intervals on lanes).
 - :mod:`._html`: :func:`summary_table_html`, :func:`message_html`,
   :func:`columns_table_html`, :func:`format_bytes`.
@@ -53,6 +55,7 @@ from scwork.widgets._display import SyncedDisplay, batched_patches, ensure_bokeh
 from scwork.widgets._gantt import Gantt
 from scwork.widgets._graph import NodeLinkGraph, arrow_segments, fit_equal_aspect
 from scwork.widgets._html import columns_table_html, format_bytes, message_html, summary_table_html
+from scwork.widgets._scatter import ScatterChart
 
 __all__ = [
     "CATEGORY_PALETTE",
@@ -88,6 +91,7 @@ __all__ = [
     "bytes_ticker",
     "link_selection",
     "StackedAreaChart",
+    "ScatterChart",
 ]
 
 

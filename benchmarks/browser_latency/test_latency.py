@@ -57,6 +57,7 @@ SETUPS = {
     "AllReduceStepper": ("from scwork.collectives import Network\nfrom scwork.widgets import AllReduceStepper\n"
                          "ex = AllReduceStepper(Network.torus((8, 8)))\nex"),
     "PipelineTimeline": "from scwork.widgets import PipelineTimeline\nex = PipelineTimeline.demo()\nex",
+    "PlanExplorer": "from scwork.widgets import PlanExplorer\nex = PlanExplorer.demo()\nex",
 }
 
 #: Free-text controls have no generic change: the text to type, per (explorer, control).

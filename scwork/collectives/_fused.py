@@ -1,4 +1,6 @@
-"""The fused all-reduce of :func:`scwork.collectives.execute`: one pass over the data, one row per group.
+"""The fused all-reduce of ``execute``: one pass over the data, one row per group.
+
+Used by :func:`scwork.collectives.execute`.
 
 An all-reduce leaves every node of a group with the same vector. On large
 runs (the numba engine) :func:`run_fused` therefore runs the whole schedule

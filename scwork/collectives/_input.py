@@ -1,4 +1,6 @@
-"""The input checks of :func:`scwork.collectives.execute`: shape, dtype, finite values, sums that fit.
+"""The input checks of ``execute``: shape, dtype, finite values, sums that fit.
+
+Used by :func:`scwork.collectives.execute`.
 
 Each value check screens the whole array with its maximum and minimum first
 (no temporary arrays: on 1 GiB of data the old whole-array ``abs`` and

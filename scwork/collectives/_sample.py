@@ -1,4 +1,6 @@
-"""Sampled verification of :func:`scwork.collectives.execute`: which nodes and elements, and the comparison.
+"""Sampled verification of ``execute``: which nodes and elements are checked, and how.
+
+Used by :func:`scwork.collectives.execute`.
 
 A schedule moves whole shards (element ranges), so a wrong schedule shows on
 the edges of the shards it gets wrong: the sample holds the first and last

@@ -1,9 +1,10 @@
 """Alpha-beta cost of a schedule, with nccl-tests bandwidths ([nccl-tests], [scaling-book]).
 
-Model ([scaling-book], "Sharded Matrices"; [nccl-tests] PERFORMANCE.md): a message of ``m`` bytes on a link of bandwidth ``W`` (bytes/s,
-one direction) and latency ``alpha`` takes ``alpha + m / W``. Messages that share
-a directed link in one step serialize; a step lasts as long as its busiest link;
-steps run one after the other (bulk-synchronous).
+Model ([scaling-book], "Sharded Matrices"; [nccl-tests] PERFORMANCE.md): a message of
+``m`` bytes on a link of bandwidth ``W`` (bytes/s, one direction) and latency ``alpha``
+takes ``alpha + m / W``. Messages that share a directed link in one step serialize; a
+step lasts as long as its busiest link; steps run one after the other
+(bulk-synchronous).
 
 Pipelining ([md-allreduce]): with ``pipeline_chunks = k`` every transfer is cut into
 ``k`` segments and step ``s+1`` may start on a segment as soon as step ``s`` has
@@ -30,6 +31,7 @@ from __future__ import annotations
 import math
 import numbers
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -167,10 +169,19 @@ def cost(schedule: Schedule, nbytes: int | None = None, *, pipeline_chunks: int 
     >>> round(float(c.busbw) / 1e9, 3)  # busbw = link bandwidth for a one-way ring
     0.999
     """
-    import xarray as xr
-
     if nbytes is not None:
         schedule = schedule.with_size(nbytes)
+    k = _segments(pipeline_chunks, buffers_per_direction)
+    if per_link:
+        _check_matrix(schedule, schedule.network.num_links)
+    loads = _step_loads(schedule, k, per_link=per_link, link_summary=link_summary)
+    total, mode = _total_time(loads, k, buffers_per_direction)
+    return _cost_dataset(schedule, loads, total, mode, k, buffers_per_direction,
+                         per_link=per_link, link_summary=link_summary)
+
+
+def _segments(pipeline_chunks, buffers_per_direction) -> int:
+    """``pipeline_chunks`` as the number of segments per transfer, after checking both knobs."""
     for name, v, lo in (("pipeline_chunks", pipeline_chunks, 1), ("buffers_per_direction", buffers_per_direction, 1)):
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < lo:
             raise ConfigError(f"{name} must be an integer >= {lo}, got {v!r}")
@@ -178,108 +189,145 @@ def cost(schedule: Schedule, nbytes: int | None = None, *, pipeline_chunks: int 
     if k > MAX_PIPELINE_CHUNKS:
         raise ConfigError(f"pipeline_chunks must be <= MAX_PIPELINE_CHUNKS={MAX_PIPELINE_CHUNKS:,} (segments of a "
                           f"transfer, each paying the link latency), got {shown(pipeline_chunks)}")
+    return k
+
+
+@dataclass
+class _Loads:
+    """What streaming over a schedule's steps gathers: one segment's time per step, and per-link sums."""
+
+    tau: np.ndarray                 # step time of one segment (s)
+    step_bytes: np.ndarray          # bytes on the busiest link of each step
+    busy_links: np.ndarray          # links busy in each step (link_summary)
+    util_sum: np.ndarray            # sum over links of busy time / step time (link_summary)
+    busiest: np.ndarray             # busiest link of each step (link_summary)
+    link_busy: np.ndarray           # busy time of each used link over all steps, one segment
+    link_total_bytes: np.ndarray    # bytes of each used link over all steps
+    seg_max: float = 0.0            # largest segment of any transfer (bytes)
+    busy_full: np.ndarray | None = None    # (step, link) busy time (per_link)
+    bytes_full: np.ndarray | None = None   # (step, link) bytes (per_link)
+
+
+def _step_loads(schedule: Schedule, k: int, *, per_link: bool, link_summary: bool) -> _Loads:
+    """Stream over the steps (:meth:`Schedule.link_loads`) and time every step, in bounded memory."""
     net = schedule.network
     S, L = schedule.num_steps, net.num_links
-    if per_link:
-        _check_matrix(schedule, L)
     used = schedule.used_links
     lat, bw = _link_params(schedule)
-    tau = np.zeros(S)
-    step_bytes = np.zeros(S)
-    busy_links = np.zeros(S, dtype=np.int64)
-    util_sum = np.zeros(S)
-    busiest = np.full(S, -1, dtype=np.int64)
-    link_busy = np.zeros(len(used))
-    link_total_bytes = np.zeros(len(used))
-    seg_max = 0.0
+    loads = _Loads(tau=np.zeros(S), step_bytes=np.zeros(S), busy_links=np.zeros(S, dtype=np.int64),
+                   util_sum=np.zeros(S), busiest=np.full(S, -1, dtype=np.int64),
+                   link_busy=np.zeros(len(used)), link_total_bytes=np.zeros(len(used)))
     if per_link:
-        busy_full, bytes_full = np.zeros((S, L)), np.zeros((S, L))
+        loads.busy_full, loads.bytes_full = np.zeros((S, L)), np.zeros((S, L))
     # One link class (single-core chips): a link's busy time grows with its bytes, so
     # the busiest link of a step is the one with the most bytes and sums over links
     # can be taken over bytes and message counts: a few passes over each batch.
     uniform = bool(len(used) and not per_link and net.cores_per_chip == 1 and (lat == lat[0]).all()
                    and (bw == bw[0]).all())
     link_messages = np.zeros(len(used))
-    all_used = used
     for s0, s1, nbytes_, msgs, largest, cols in schedule.link_loads():
         if not nbytes_.shape[1]:
             continue
         # Sparse batches carry only the links they use: ``cols`` (local link indices).
         sel = slice(None) if cols is None else cols
-        used = all_used if cols is None else all_used[cols]
         if largest is not nbytes_:
-            seg_max = max(seg_max, float(largest.max()) / k)
+            loads.seg_max = max(loads.seg_max, float(largest.max()) / k)
+        batch = (s0, s1, nbytes_, msgs, largest is nbytes_, sel, used if cols is None else used[cols])
         if uniform:
-            on = msgs if msgs.dtype == bool else msgs > 0
-            most = nbytes_.max(axis=1)
-            n_on = np.count_nonzero(on, axis=1)
-            # Busy time of a link in a step: every message costs alpha + its bytes / W
-            # (its segment's, when pipelined), from integer totals: independent of the
-            # order of the transfers.
-            # Overflow (absurd bandwidths) is refused below, with a typed error.
-            with np.errstate(over="ignore"):
-                t = np.where(n_on > 0, lat[0] + most / (k * bw[0]), 0.0)
-            link_messages[sel] += np.count_nonzero(on, axis=0)
-            link_total_bytes[sel] += nbytes_.sum(axis=0)
-            step_bytes[s0:s1] = most
-            if largest is nbytes_:
-                seg_max = max(seg_max, float(most.max()) / k)
-            if link_summary:
-                busy_links[s0:s1] = n_on
-                with np.errstate(invalid="ignore", divide="ignore"):
-                    util_sum[s0:s1] = np.where(t > 0, (lat[0] * n_on + nbytes_.sum(axis=1) / (k * bw[0])) / t, 0.0)
-                busiest[s0:s1] = _busiest(on & (nbytes_ == most[:, None]), used)
+            _uniform_batch(loads, batch, k, lat[0], bw[0], link_messages, link_summary)
         else:
-            with np.errstate(over="ignore"):
-                busy = lat[sel] * msgs + nbytes_ / (k * bw[sel])
-            t = busy.max(axis=1)
-            step_bytes[s0:s1] = nbytes_.max(axis=1)
-            link_busy[sel] += busy.sum(axis=0)
-            link_total_bytes[sel] += nbytes_.sum(axis=0)
-            if largest is nbytes_:
-                seg_max = max(seg_max, float(nbytes_.max()) / k)
-            if link_summary:
-                on = msgs > 0
-                busy_links[s0:s1] = on.sum(axis=1)
-                with np.errstate(invalid="ignore", divide="ignore"):
-                    util_sum[s0:s1] = np.where(t > 0, busy.sum(axis=1) / t, 0.0)
-                busiest[s0:s1] = _busiest(on & (busy == t[:, None]), used)
-            if per_link:
-                busy_full[s0:s1, used] = busy
-                bytes_full[s0:s1, used] = nbytes_
-        tau[s0:s1] = t
-    used = all_used
+            _general_batch(loads, batch, k, lat[sel], bw[sel], per_link, link_summary)
     if uniform:
         with np.errstate(over="ignore"):
-            link_busy = lat[0] * link_messages + link_total_bytes / (k * bw[0])
-    if not np.isfinite(tau).all():
+            loads.link_busy = lat[0] * link_messages + loads.link_total_bytes / (k * bw[0])
+    if not np.isfinite(loads.tau).all():
         # Link times past float64 (a bandwidth of 5e-324 B/s, a latency of 1e300 s).
         raise ConfigError(f"the step times of {schedule.name} on {net.name} overflow float64: check the "
                           "network's link bandwidths and latencies (bytes/s and seconds)")
+    return loads
+
+
+def _uniform_batch(loads: _Loads, batch, k: int, lat: float, bw: float, link_messages: np.ndarray,
+                   link_summary: bool) -> None:
+    """One batch of steps when every link has the same latency and bandwidth."""
+    s0, s1, nbytes_, msgs, largest_is_bytes, sel, used = batch
+    on = msgs if msgs.dtype == bool else msgs > 0
+    most = nbytes_.max(axis=1)
+    n_on = np.count_nonzero(on, axis=1)
+    # Busy time of a link in a step: every message costs alpha + its bytes / W
+    # (its segment's, when pipelined), from integer totals: independent of the
+    # order of the transfers.
+    # Overflow (absurd bandwidths) is refused by _step_loads, with a typed error.
+    with np.errstate(over="ignore"):
+        t = np.where(n_on > 0, lat + most / (k * bw), 0.0)
+    link_messages[sel] += np.count_nonzero(on, axis=0)
+    loads.link_total_bytes[sel] += nbytes_.sum(axis=0)
+    loads.step_bytes[s0:s1] = most
+    if largest_is_bytes:
+        loads.seg_max = max(loads.seg_max, float(most.max()) / k)
+    if link_summary:
+        loads.busy_links[s0:s1] = n_on
+        with np.errstate(invalid="ignore", divide="ignore"):
+            loads.util_sum[s0:s1] = np.where(t > 0, (lat * n_on + nbytes_.sum(axis=1) / (k * bw)) / t, 0.0)
+        loads.busiest[s0:s1] = _busiest(on & (nbytes_ == most[:, None]), used)
+    loads.tau[s0:s1] = t
+
+
+def _general_batch(loads: _Loads, batch, k: int, lat: np.ndarray, bw: np.ndarray, per_link: bool,
+                   link_summary: bool) -> None:
+    """One batch of steps with per-link latencies and bandwidths (several link classes)."""
+    s0, s1, nbytes_, msgs, largest_is_bytes, sel, used = batch
+    with np.errstate(over="ignore"):
+        busy = lat * msgs + nbytes_ / (k * bw)
+    t = busy.max(axis=1)
+    loads.step_bytes[s0:s1] = nbytes_.max(axis=1)
+    loads.link_busy[sel] += busy.sum(axis=0)
+    loads.link_total_bytes[sel] += nbytes_.sum(axis=0)
+    if largest_is_bytes:
+        loads.seg_max = max(loads.seg_max, float(nbytes_.max()) / k)
+    if link_summary:
+        on = msgs > 0
+        loads.busy_links[s0:s1] = on.sum(axis=1)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            loads.util_sum[s0:s1] = np.where(t > 0, busy.sum(axis=1) / t, 0.0)
+        loads.busiest[s0:s1] = _busiest(on & (busy == t[:, None]), used)
+    if per_link:
+        loads.busy_full[s0:s1, used] = busy
+        loads.bytes_full[s0:s1, used] = nbytes_
+    loads.tau[s0:s1] = t
+
+
+def _total_time(loads: _Loads, k: int, buffers_per_direction: int) -> tuple[float, str]:
+    """Time of the whole schedule and how it was reached (bulk, pipelined or segmented)."""
+    tau, S = loads.tau, len(loads.tau)
     if k == 1:
-        total = float(tau.sum())
-        mode = "bulk-synchronous"
-    elif buffers_per_direction >= 2:
+        return float(tau.sum()), "bulk-synchronous"
+    if buffers_per_direction >= 2:
         chain = float(tau.sum() + (k - 1) * (tau.max() if S else 0.0))
-        link_total = link_busy * k if S else np.zeros(1)
-        total = max(chain, float(link_total.max()) if link_total.size else 0.0)
-        mode = "pipelined: max(critical path, busiest link)"
-    else:
-        total = float(k * tau.sum())
-        mode = "segmented, no overlap (1 buffer)"
+        link_total = loads.link_busy * k if S else np.zeros(1)
+        return max(chain, float(link_total.max()) if link_total.size else 0.0), \
+            "pipelined: max(critical path, busiest link)"
+    return float(k * tau.sum()), "segmented, no overlap (1 buffer)"
+
+
+def _cost_dataset(schedule: Schedule, loads: _Loads, total: float, mode: str, k: int, buffers_per_direction: int,
+                  *, per_link: bool, link_summary: bool):
+    """The result of :func:`cost` as an xarray Dataset."""
+    import xarray as xr
+
+    net, tau = schedule.network, loads.tau
     # Per-step times reported for the whole transfer (all k segments).
     step_time = tau * k if k > 1 else tau
     directions = 2 if net.bidirectional else 1
-    buffer_bytes = buffers_per_direction * schedule.num_colors * directions * seg_max
-    coords = {"step": np.arange(S)}
+    buffer_bytes = buffers_per_direction * schedule.num_colors * directions * loads.seg_max
     ds = xr.Dataset(
         {
             "step_time": ("step", step_time, {"units": "s", "long_name": "time of each step"}),
             "cumulative_time": ("step", np.cumsum(step_time),
                                 {"units": "s", "long_name": "time at the end of each step (bulk)"}),
-            "step_bytes": ("step", step_bytes, {"units": "B", "long_name": "bytes on the busiest link"}),
+            "step_bytes": ("step", loads.step_bytes, {"units": "B", "long_name": "bytes on the busiest link"}),
         },
-        coords=coords,
+        coords={"step": np.arange(schedule.num_steps)},
     )
     n = schedule.group_size
     algbw = schedule.nbytes / total if total > 0 else math.inf
@@ -292,16 +340,18 @@ def cost(schedule: Schedule, nbytes: int | None = None, *, pipeline_chunks: int 
     ds["busbw"] = xr.DataArray(algbw * f if f else 0.0, attrs={"units": "B/s", "long_name": "bus bandwidth",
                                                  "definition": f"algbw * f, f = {f:.4g}"})
     if per_link:
-        ds["link_time"] = (("step", "link"), busy_full * k, {"units": "s", "long_name": "busy time of each link"})
-        ds["link_bytes"] = (("step", "link"), bytes_full, {"units": "B", "long_name": "bytes on each link"})
+        ds["link_time"] = (("step", "link"), loads.busy_full * k,
+                           {"units": "s", "long_name": "busy time of each link"})
+        ds["link_bytes"] = (("step", "link"), loads.bytes_full, {"units": "B", "long_name": "bytes on each link"})
         with np.errstate(invalid="ignore", divide="ignore"):
-            util = np.where(tau[:, None] > 0, busy_full / tau[:, None], 0.0)
+            util = np.where(tau[:, None] > 0, loads.busy_full / tau[:, None], 0.0)
         ds["utilisation"] = (("step", "link"), util,
                              {"units": "1", "long_name": "busy time / step time"})
     if link_summary:
-        _add_link_summary(ds, schedule, busy_links, util_sum, busiest, link_busy * k, link_total_bytes, total)
+        _add_link_summary(ds, schedule, loads.busy_links, loads.util_sum, loads.busiest, loads.link_busy * k,
+                          loads.link_total_bytes, total)
     if per_link or link_summary:
-        ds = ds.assign_coords(link=np.arange(L))
+        ds = ds.assign_coords(link=np.arange(net.num_links))
     ds.attrs.update({
         "schedule": schedule.name, "collective": schedule.collective, "network": net.name,
         "nbytes": schedule.nbytes, "itemsize": schedule.itemsize, "pipeline_chunks": k,

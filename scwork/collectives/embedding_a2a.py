@@ -1,4 +1,4 @@
-"""The embedding lookup's all-to-all from data: who sends how many bytes to whom, and which ICI link it loads.
+"""The embedding lookup's all-to-all from data: bytes between devices and the links they load.
 
 A SparseCore step looks every id of a source SparseCore's slice of the batch up in
 the partition that owns it (tables are mod-sharded: id ``i`` lives in partition
@@ -568,7 +568,8 @@ def _links_dataset(router: _Router, loads: np.ndarray, latency: np.ndarray, time
     return xr.Dataset(
         {
             "link_bytes": (("link", "direction"), loads, {**byte_units, "long_name": "bytes crossing the link"}),
-            "link_time": (("link", "direction"), busy, {"units": "s", "long_name": "link busy time, bytes / bandwidth"}),
+            "link_time": (("link", "direction"), busy,
+                          {"units": "s", "long_name": "link busy time, bytes / bandwidth"}),
             "bandwidth": ("link", net.link_bandwidth, {"units": "B/s", "long_name": "link bandwidth, one direction"}),
             "time": ("direction", time, {"units": "s", "long_name": "all-to-all time (alpha-beta)"}),
             "latency_time": ("direction", latency,

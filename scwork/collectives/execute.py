@@ -532,7 +532,8 @@ def execute(schedule: Schedule, data, *, conflicts: str = "report", check: bool 
         if hazard is not None:
             # The checks that need only the schedule run on the kernel's second thread, meanwhile.
             fused_rows, sampled, side = _fused_all_reduce(
-                sched, arr, _groups(sched), hazard, elements, _available_cores() if num_threads is None else num_threads,
+                sched, arr, _groups(sched), hazard, elements,
+                _available_cores() if num_threads is None else num_threads,
                 lambda: _schedule_checks(schedule, sched, conflicts, track, check, hazard))
     if fused_rows is None:
         _check_values(sched, arr)

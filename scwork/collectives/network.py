@@ -214,7 +214,8 @@ class Network:
             # the name prints the dimensions: a 5,000-digit one cannot be printed).
             raise TopologyError(
                 f"a {'x'.join(shown(d) for d in shape)} network with {k} cores per chip has "
-                f"{f'{m * k:,}' if (m * k).bit_length() < 1000 else shown(m * k)} nodes, more than scwork.collectives.network.MAX_NODES={MAX_NODES:,} (the largest "
+                f"{f'{m * k:,}' if (m * k).bit_length() < 1000 else shown(m * k)} nodes, more than "
+                f"scwork.collectives.network.MAX_NODES={MAX_NODES:,} (the largest "
                 "TPU pods have about 9,216 chips); use a smaller shape, or raise MAX_NODES for a what-if")
         num_links = 2 * len(shape) * m + m * k * (k - 1)      # an upper bound: ICI + on-chip
         if num_links > MAX_LINKS:
@@ -715,8 +716,10 @@ class Network:
                 "destination_node": ("link", dst_node,
                                      {"units": "", "long_name": "node the link enters (-1: any core)"}),
                 "kind": ("link", self.link_kind, {"units": "", "long_name": "link class (ici or on_chip)"}),
-                "dim": ("link", self.link_dim, {"units": "", "long_name": "grid dimension of an ICI link (-1: on chip)"}),
-                "sign": ("link", self.link_sign, {"units": "", "long_name": "direction along dim (+1 / -1; 0 on chip)"}),
+                "dim": ("link", self.link_dim,
+                        {"units": "", "long_name": "grid dimension of an ICI link (-1: on chip)"}),
+                "sign": ("link", self.link_sign,
+                         {"units": "", "long_name": "direction along dim (+1 / -1; 0 on chip)"}),
                 "wrap": ("link", self.link_wrap, {"units": "", "long_name": "wraparound link"}),
                 "bandwidth": ("link", self.link_bandwidth, {"units": "B/s", "long_name": "bandwidth, one direction"}),
                 "latency": ("link", self.link_latency, {"units": "s", "long_name": "latency per message"}),

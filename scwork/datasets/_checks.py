@@ -1,4 +1,6 @@
-"""Argument checks shared by the dataset generators and readers (each raises a typed error naming the argument).
+"""Argument checks shared by the dataset generators and readers.
+
+Each raises a typed error naming the argument.
 """
 
 from __future__ import annotations

@@ -1,4 +1,6 @@
-"""Real categorical tables: read CSV, TSV or Parquet columns into ragged ids (:func:`load_table`), write synthetic data as Parquet shards.
+"""Real categorical tables: CSV, TSV or Parquet columns read into ragged ids, and Parquet shards.
+
+:func:`load_table` reads the columns; synthetic data is written as Parquet shards.
 """
 
 from __future__ import annotations
@@ -252,7 +254,7 @@ def _read_arrow_table(path: Path, shown: str, columns: list[str] | None, sep: st
         # truncated, bit-flipped or badly compressed files, wrong encodings
         raise InputError(f"{shown}: cannot read the file as {'Parquet' if kind == 'parquet' else 'delimited text'} "
                          f"({type(exc).__name__}: {' '.join(str(exc).split())[:300]}); expected a valid "
-                         f"{'Parquet file' if kind == 'parquet' else 'UTF-8 CSV/TSV file with a header line'}") from None
+                         + ("Parquet file" if kind == "parquet" else "UTF-8 CSV/TSV file with a header line")) from None
 
 
 _ARROW_CODECS = {".gz": "gzip", ".bz2": "bz2", ".zst": "zstd", ".lz4": "lz4"}

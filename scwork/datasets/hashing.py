@@ -1,4 +1,7 @@
-"""A keyed bijection of ``[0, V)`` that scatters hot ranks over the vocabulary (:func:`hash_ids`), as hashed categorical ids are in real data.
+"""A keyed bijection of ``[0, V)`` that scatters hot ranks over the vocabulary.
+
+:func:`hash_ids` does to synthetic ids what hashing does to categorical ids in real
+data.
 """
 
 from __future__ import annotations

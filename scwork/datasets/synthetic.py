@@ -1,4 +1,7 @@
-"""Synthetic embedding batches: a chosen number of ids per sample (valency) and Zipf-distributed ids, deterministic from a seed.
+"""Synthetic embedding batches: chosen ids per sample and Zipf-distributed ids, from a seed.
+
+The valency (ids per sample) is chosen; the ids follow a Zipf law; a seed makes a batch
+deterministic.
 """
 
 from __future__ import annotations

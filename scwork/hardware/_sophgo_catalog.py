@@ -1,4 +1,4 @@
-"""Sophgo NPU catalog entries (tpu-mlir local memory layout), checked against the backend sources.
+"""The Sophgo NPUs of the catalog, each value read from tpu-mlir's backend sources.
 
 Every value was read from the sources named in each entry's ``sources``:
 

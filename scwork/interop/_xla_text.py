@@ -1,4 +1,4 @@
-"""XLA's text outside a dump folder's structure: shapes, printed sizes, the TPU out-of-memory message.
+"""XLA's text outside a dump folder: shapes, printed sizes, the TPU out-of-memory message.
 
 Shared by :mod:`scwork.interop.xla_dump` (which re-exports the public names below):
 bounded file reading, scanning of (tuple) shapes in HLO text, and
@@ -332,7 +332,8 @@ class OomReport:
         scwork = {name: num(getattr(checks[a.rank], name) if a.rank in checks else None for a in rows)
                   for name in ("padded_bytes", "unpadded_bytes", "padding_bytes")}
         return xr.Dataset(
-            {"size_bytes": ("buffer", num(a.size_bytes for a in rows), {"long_name": "Size (as printed)", "units": "bytes"}),
+            {"size_bytes": ("buffer", num(a.size_bytes for a in rows),
+                            {"long_name": "Size (as printed)", "units": "bytes"}),
              "unpadded_bytes": ("buffer", num(a.unpadded_bytes for a in rows),
                                 {"long_name": "Unpadded size (as printed)", "units": "bytes"}),
              "padding_bytes": ("buffer", num(a.padding_bytes or (0.0 if a.unpadded_text else None) for a in rows),

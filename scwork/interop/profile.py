@@ -495,8 +495,10 @@ def read_jax_profile(source, *, patterns=DEFAULT_LANE_PATTERNS, phase_patterns=J
     if markers:
         meta += [{"ph": "M", "pid": 0, "name": "process_name", "args": {"name": _STEPS_PROCESS}},
                  {"ph": "M", "pid": 0, "tid": 0, "name": "thread_name", "args": {"name": "Steps"}}]
-        out += [{"ph": "X", "pid": 0, "tid": 0, "ts": s, "dur": e - s, "name": str(i)} for i, (s, e) in enumerate(markers)]
-    resource_patterns = tuple((lane, rf"^scwork:{lane} chip (?P<chip>\d+) unit (?P<unit>\d+) \|") for lane in RESOURCE_KINDS)
+        out += [{"ph": "X", "pid": 0, "tid": 0, "ts": s, "dur": e - s, "name": str(i)}
+                for i, (s, e) in enumerate(markers)]
+    resource_patterns = tuple((lane, rf"^scwork:{lane} chip (?P<chip>\d+) unit (?P<unit>\d+) \|")
+                              for lane in RESOURCE_KINDS)
     measured = read_trace({"traceEvents": meta + out}, resource_patterns=resource_patterns,
                           phase_patterns=phase_patterns,
                           step_pattern=rf"^{_STEPS_PROCESS} \| Steps$" if markers else None,

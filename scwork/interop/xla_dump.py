@@ -1,4 +1,4 @@
-"""Read what XLA itself says about memory: an ``--xla_dump_to`` folder and the TPU out-of-memory text.
+"""What XLA itself says about memory: an ``--xla_dump_to`` folder and the TPU OOM text.
 
 Two readers, both checked against scwork's layout model (:mod:`scwork.layout`):
 

@@ -1,4 +1,6 @@
-"""SparseCore embedding-table padding: what a table really costs in HBM ([jte] table_stacking.py; [sc-guide] §9).
+"""SparseCore embedding-table padding: what a table really costs in HBM.
+
+Sources: [jte] table_stacking.py; [sc-guide] §9.
 
 SparseCores gather embedding rows from HBM in 32-byte lines, so the feature
 dimension of every table is padded to whole lines: ``padded_dim =

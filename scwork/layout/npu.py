@@ -1,4 +1,4 @@
-"""Sophgo NPU local memory: where each element of an NCHW tensor lives ([tpu-mlir], local-memory layout).
+"""Sophgo NPU local memory: where each element of an NCHW tensor lives ([tpu-mlir]).
 
 A Sophgo TPU (BM168x, CV18xx) computes on *local memory*: ``NPU_NUM`` lanes, each
 with its own memory. Channel ``c`` of a tensor goes to lane
@@ -508,8 +508,9 @@ class LocalLayout:
         >>> try:
         ...     local_layout((32, 64, 56, 56), "f32", chip="bm1684x").check_fits()
         ... except Exception as err:
-        ...     print(str(err).splitlines()[0])
-        (32, 64, 56, 56) f32 (aligned) needs 401408 bytes per lane but bm1684x has 262144 bytes per lane (256 KiB); 139264 bytes too many
+        ...     print(str(err).splitlines()[0].replace("; ", ";\\n"))
+        (32, 64, 56, 56) f32 (aligned) needs 401408 bytes per lane but bm1684x has 262144 bytes per lane (256 KiB);
+        139264 bytes too many
         """
         info = self._capacity_chip(chip)
         capacity = info.local_memory_bytes_per_lane
@@ -686,8 +687,10 @@ class LocalLayout:
         return xr.Dataset(
             {
                 "batch": (("lane", "row"), batch, {"units": "index", "long_name": "batch n owning the row (-1: free)"}),
-                "channel": (("lane", "row"), channel, {"units": "index", "long_name": "channel c owning the row (-1: free)"}),
-                "owners": (("lane", "row"), owners, {"units": "count", "long_name": "(n, c) pairs with data in the row"}),
+                "channel": (("lane", "row"), channel,
+                            {"units": "index", "long_name": "channel c owning the row (-1: free)"}),
+                "owners": (("lane", "row"), owners,
+                           {"units": "count", "long_name": "(n, c) pairs with data in the row"}),
                 "used_bytes": (("lane", "row"), used, {"units": "bytes", "long_name": "bytes of real data in the row"}),
             },
             coords=coords,

@@ -37,21 +37,20 @@ from __future__ import annotations
 
 import html
 import math
-import warnings
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable
 
 import numpy as np
 
-from scwork._validate import shown
-from scwork.errors import InternalError, LayoutError
+from scwork.errors import LayoutError
+from scwork.layout._addressing import _Addressing
+from scwork.layout._first_tile import _FirstTileView
 from scwork.layout._parser import ParsedShape, parse_shape_text
 from scwork.layout.tiles import (
     _MAX_ELEMENTS,
     DTYPES,
     MAX_MAP_ELEMENTS,
-    NUMBA_MIN_ELEMENTS,
     SplitConfig,
     Tile,
     _apply_tile,
@@ -60,7 +59,6 @@ from scwork.layout.tiles import (
     _ceil_div,
     _invalid,
     _is_integral,
-    _merge_suffix,
     _Plan,
     _suggest_dtypes,
 )
@@ -75,7 +73,7 @@ _NUMPY_MAX_DIMS = 64
 # Shape
 # ======================================================================================
 @dataclass(frozen=True, eq=True)
-class Shape:
+class Shape(_Addressing, _FirstTileView):
     """An XLA array shape with its layout; immutable, validated on construction.
 
     Parameters
@@ -476,389 +474,6 @@ class Shape:
         padded = self.padded_elements
         return (padded - self.num_elements) / padded if padded else 0.0
 
-    # -- addresses -------------------------------------------------------------------
-    def _check_index(self, index: Sequence[int]) -> tuple[int, ...]:
-        try:
-            values = tuple(index)
-        except TypeError:
-            raise LayoutError(f"an index is a sequence of {self.rank} integers, got {index!r}") from None
-        if len(values) != self.rank:
-            raise LayoutError(f"index {values} has {len(values)} entries but {self} has rank {self.rank}")
-        checked = []
-        for dim, (value, size) in enumerate(zip(values, self.dims)):
-            value = _as_int(value, f"index entry {dim}", ())
-            if not 0 <= value < size:
-                raise LayoutError(f"index {value} is out of range for dimension {dim} of size {size} "
-                                  f"(valid: 0..{size - 1})" if size else
-                                  f"dimension {dim} has size 0: no index is valid")
-            checked.append(value)
-        return tuple(checked)
-
-    def linear_index(self, index: Sequence[int]) -> int:
-        """Buffer slot of one logical element, with every tile applied ([xla-tiled]).
-
-        Parameters
-        ----------
-        index : sequence of int
-            Logical coordinates, one per dimension, within bounds.
-
-        Raises
-        ------
-        LayoutError
-            If the index has the wrong length or is out of range.
-
-        Examples
-        --------
-        >>> parse("f32[3,5]{1,0:T(2,2)}").linear_index((2, 3))
-        17
-        >>> parse("bf16[4,8]{1,0:T(2,4)(2,1)}").linear_index((1, 1))
-        3
-        """
-        self._require_dense("linear index")
-        index = self._check_index(index)
-        plan = self._plan
-        columns = [0] * plan.extra_major + [index[axis] for axis in plan.physical_axes]
-        return int(plan.address(columns))
-
-    def index_map(self, engine: str = "auto", *, max_elements: int = MAX_MAP_ELEMENTS) -> np.ndarray:
-        """Buffer slot of every logical element, as an int64 array of the logical shape.
-
-        Parameters
-        ----------
-        engine : {"auto", "numpy", "numba"}
-            ``"auto"`` uses numba kernels above ``NUMBA_MIN_ELEMENTS`` (4096)
-            elements and numpy below; all engines give identical results.
-        max_elements : int
-            Refuse (LayoutError) shapes with more elements than this (the map
-            takes 8 bytes per element); :mod:`scwork.layout.view` computes windows
-            of any shape instead. Default :data:`MAX_MAP_ELEMENTS`.
-
-        Examples
-        --------
-        >>> parse("f32[3,5]{1,0:T(2,2)}").index_map()
-        array([[ 0,  1,  4,  5,  8],
-               [ 2,  3,  6,  7, 10],
-               [12, 13, 16, 17, 20]])
-        """
-        self._require_dense("index map")
-        if not isinstance(engine, str) or engine not in ("auto", "numpy", "numba"):
-            raise LayoutError(f"unknown engine {shown(engine)}", hint="use 'auto', 'numpy' or 'numba'")
-        max_elements = _as_int(max_elements, "max_elements", ())
-        self._check_map_size(self.num_elements, max_elements, "index map")
-        if self.num_elements == 0:
-            try:
-                return np.zeros(self.dims, dtype=np.int64)  # no element: nothing to compute, any dims
-            except ValueError:   # numpy refuses empty shapes whose other dims multiply past int64
-                raise LayoutError(f"numpy cannot make an empty array of shape {self.dims}: its non-zero "
-                                  "dimensions multiply past int64", hint="use linear_index or smaller "
-                                  "dimensions") from None
-        if engine == "auto":
-            engine = "numba" if self.num_elements > NUMBA_MIN_ELEMENTS else "numpy"
-        if engine == "numpy" or (engine == "numba" and self.rank == 0):
-            return self._index_map_numpy()
-        if engine == "numba":
-            return self._index_map_numba()
-        raise LayoutError(f"unknown engine {engine!r}", hint="use 'auto', 'numpy' or 'numba'")
-
-    def _index_map_numpy(self) -> np.ndarray:
-        plan = self._plan
-        # Sparse (broadcastable) coordinates: memory stays O(sum of dims) until the final sum.
-        coords = np.indices(self.dims, dtype=np.int64, sparse=True)
-        columns = [0] * plan.extra_major + [coords[axis] for axis in plan.physical_axes]
-        # Broadcasting also covers the scalar case, where the address is a plain int.
-        return np.broadcast_to(np.asarray(plan.address(columns), dtype=np.int64), self.dims).copy()
-
-    def _contribution_tables(self) -> tuple[np.ndarray, np.ndarray]:
-        """Per logical dimension, the address of the element with only that coordinate set."""
-        plan = self._plan
-        tables, starts, start = [], [], 0
-        for dim, size in enumerate(self.dims):
-            position = plan.extra_major + plan.physical_axes.index(dim)
-            columns = [0] * (plan.extra_major + self.rank)
-            columns[position] = np.arange(size, dtype=np.int64)
-            tables.append(np.asarray(plan.address(columns), dtype=np.int64))
-            starts.append(start)
-            start += size
-        flat = np.concatenate(tables) if tables else np.zeros(0, dtype=np.int64)
-        return flat, np.array(starts, dtype=np.int64)
-
-    def _kernel_program(self) -> tuple:
-        """The flat int64 arrays :func:`scwork.layout._kernels.tiled_index_fill` runs."""
-        plan = self._plan
-        i64 = np.int64
-        tile_sizes = [t for _, tile in plan.levels for t in tile]
-        shape_sizes = [s for shape, _ in plan.levels for s in shape]
-        tile_starts = np.cumsum([0] + [len(tile) for _, tile in plan.levels])
-        shape_starts = np.cumsum([0] + [len(shape) for shape, _ in plan.levels])
-        return (np.array(self.dims, i64), np.array(plan.physical_axes, i64), int(plan.extra_major),
-                np.array(tile_sizes, i64), tile_starts.astype(i64), np.array(shape_sizes, i64),
-                shape_starts.astype(i64), np.array(plan.strides, i64))
-
-    def _index_map_numba(self) -> np.ndarray:
-        from scwork.layout import _kernels  # lazy: importing numba costs ~0.5 s
-
-        out = np.empty(self.num_elements, dtype=np.int64)
-        if all(t != Tile.COMBINE for tile in self.tiles for t in tile.dims):
-            tables, starts = self._contribution_tables()
-            _kernels.outer_sum_fill(tables, starts, np.array(self.dims, dtype=np.int64), out)
-        else:
-            _kernels.tiled_index_fill(*self._kernel_program(), out)
-        return out.reshape(self.dims)
-
-    def address_map(self) -> np.ndarray:
-        """For every buffer slot, the row-major logical index stored there (-1 = padding).
-
-        Examples
-        --------
-        >>> parse("f32[3]{0:T(2)}").address_map()
-        array([ 0,  1,  2, -1])
-        """
-        self._require_dense("address map")
-        self._check_map_size(self.padded_elements, MAX_MAP_ELEMENTS, "address map")
-        flat = self.index_map().ravel()
-        if flat.size > NUMBA_MIN_ELEMENTS:
-            from scwork.layout import _kernels
-
-            out = np.full(self.padded_elements, -1, dtype=np.int64)
-            if _kernels.invert_index_map(flat, out):
-                # Cannot happen for a valid index map; guard against kernel bugs.
-                raise InternalError(
-                    f"index map of {self} has addresses outside the "
-                    f"{self.padded_elements}-slot buffer; please report this layout"
-                )
-            return out
-        out = np.full(self.padded_elements, -1, dtype=np.int64)
-        out[flat] = np.arange(flat.size, dtype=np.int64)
-        return out
-
-    def to_physical(self, array: Any, fill: Any = 0) -> np.ndarray:
-        """Lay a logical array out as its buffer: one slot per element, padding = ``fill``.
-
-        The result has ``padded_elements`` entries of the array's dtype; sub-byte
-        ``E(bits)`` packing is *not* applied (slots, not bits).
-
-        Examples
-        --------
-        >>> parse("f32[3]{0:T(2)}").to_physical(np.array([1.0, 2.0, 3.0]), fill=-1).tolist()
-        [1.0, 2.0, 3.0, -1.0]
-        """
-        self._require_dense("physical buffer")
-        array = _as_array(array, "array")
-        if array.shape != self.dims:
-            raise LayoutError(f"array has shape {array.shape} but {self} has logical shape {self.dims}")
-        self._check_map_size(self.padded_elements, MAX_MAP_ELEMENTS, "physical buffer")
-        buffer = np.full(self.padded_elements, _fill_value(fill, array.dtype), dtype=array.dtype)
-        buffer[self.index_map().ravel()] = array.ravel()
-        return buffer
-
-    def from_physical(self, buffer: Any) -> np.ndarray:
-        """Read the logical array back from a buffer made by :meth:`to_physical`.
-
-        Examples
-        --------
-        >>> s = parse("f32[3,5]{1,0:T(2,2)}")
-        >>> a = np.arange(15).reshape(3, 5)
-        >>> bool((s.from_physical(s.to_physical(a)) == a).all())
-        True
-        """
-        self._require_dense("physical buffer")
-        buffer = _as_array(buffer, "buffer")
-        if buffer.shape != (self.padded_elements,):
-            raise LayoutError(f"buffer has shape {buffer.shape} but {self} needs a 1-D buffer of "
-                              f"{self.padded_elements} slots")
-        return buffer[self.index_map()]
-
-    # -- the first-tile view the LayoutExplorer draws --------------------------------
-    @property
-    def _view_parts(self) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
-        """(untouched major dims, dims the first tile covers after '*' merges, that tile)."""
-        plan = self._plan
-        if not plan.levels:
-            return self.physical_shape, (), ()
-        shape, tile = plan.levels[0]
-        return _merge_suffix(shape, tile)
-
-    @property
-    def view_shape(self) -> tuple[int, ...]:
-        """Physical dims after the first tile's ``*`` merges (with implicit size-1
-        major dims when that tile is longer than the shape).
-
-        Examples
-        --------
-        >>> parse("f32[2,7,8,11,10]{4,3,2,1,0:T(*,*,2,*,3)}").view_shape
-        (112, 110)
-        >>> parse("f32[]{:T(256)}").view_shape
-        (1,)
-        """
-        prefix, sizes, _ = self._view_parts
-        return prefix + sizes
-
-    @property
-    def padded_view_shape(self) -> tuple[int, ...]:
-        """:attr:`view_shape` with its tiled dims rounded up to the first tile.
-
-        Examples
-        --------
-        >>> parse("f32[3,5]{1,0:T(2,2)}").padded_view_shape
-        (4, 6)
-        """
-        prefix, sizes, tile = self._view_parts
-        return prefix + tuple(_ceil_div(s, t) * t for s, t in zip(sizes, tile))
-
-    def _view_layout(self) -> Shape:
-        """Same addresses, seen as a row-major array of :attr:`padded_view_shape`."""
-        first = self._view_parts[2]
-        tiles = ((Tile(first),) if first else ()) + self.tiles[1:]
-        return Shape(self.dtype, self.padded_view_shape, tiles=tiles)
-
-    def view_index_map(self) -> np.ndarray:
-        """Address of every cell of :attr:`padded_view_shape`, first-level padding included.
-
-        Examples
-        --------
-        >>> parse("f32[3,5]{1,0:T(2,2)}").view_index_map()[3].tolist()
-        [14, 15, 18, 19, 22, 23]
-        """
-        self._require_dense("tiled view")
-        self._check_map_size(math.prod(self.padded_view_shape), MAX_MAP_ELEMENTS, "tiled view",
-                             len(self.padded_view_shape))
-        return self._view_layout().index_map()
-
-    def view_padding_mask(self) -> np.ndarray:
-        """Boolean array of :attr:`padded_view_shape`: True where the cell is padding.
-
-        Examples
-        --------
-        >>> int(parse("f32[3,5]{1,0:T(2,2)}").view_padding_mask().sum())
-        9
-        """
-        self._require_dense("tiled view")
-        self._check_map_size(math.prod(self.padded_view_shape), MAX_MAP_ELEMENTS, "tiled view",
-                             len(self.padded_view_shape))
-        coords = np.indices(self.padded_view_shape, dtype=np.int64, sparse=True)
-        mask = np.zeros(self.padded_view_shape, dtype=bool)
-        for axis, size in enumerate(self.view_shape):
-            mask |= coords[axis] >= size
-        return mask
-
-    def view_tile_map(self) -> np.ndarray:
-        """Row-major id of the first-level tile holding each cell of :attr:`padded_view_shape`.
-
-        The tile grid is the untouched major dims times the tile counts; an
-        untiled shape is one tile (all zeros).
-
-        Examples
-        --------
-        >>> parse("f32[3,5]{1,0:T(2,2)}").view_tile_map()[:, :3].tolist()
-        [[0, 0, 1], [0, 0, 1], [3, 3, 4], [3, 3, 4]]
-        """
-        self._require_dense("tiled view")
-        self._check_map_size(math.prod(self.padded_view_shape), MAX_MAP_ELEMENTS, "tiled view",
-                             len(self.padded_view_shape))
-        prefix, sizes, tile = self._view_parts
-        padded = self.padded_view_shape
-        if not tile:
-            return np.zeros(padded, dtype=np.int64)
-        coords = np.indices(padded, dtype=np.int64, sparse=True)
-        grid = prefix + tuple(_ceil_div(s, t) for s, t in zip(sizes, tile))
-        cell_tiles = (1,) * len(prefix) + tile
-        ids = np.zeros(padded, dtype=np.int64)
-        for axis, (count, size) in enumerate(zip(grid, cell_tiles)):
-            ids = ids * count + coords[axis] // size
-        return ids
-
-    # -- XLA's own first-tile functions ----------------------------------------------
-    def _xla_first_tile(self, function: str) -> tuple[int, ...]:
-        if not self.tiles:
-            return ()
-        tile = self.tiles[0].dims
-        if Tile.COMBINE in tile:
-            raise LayoutError(f"XLA's {function} does not support '*' (combined) tile dimensions: it "
-                              f"stores them as INT64_MIN and would return a meaningless number",
-                              hint="use linear_index / padded_bytes, which apply '*' as the XLA doc defines")
-        return tile
-
-    def xla_linear_index(self, index: Sequence[int]) -> int:
-        """XLA's ``LayoutUtil::LinearIndex``: only the *first* tile, and rank 1 ignores tiles.
-
-        Reproduces ``xla/layout_util.cc``: rank 0 -> 0; rank 1 -> the index
-        itself; otherwise the first tile's (tile index, in-tile index) formula.
-        It differs from :meth:`linear_index` when there are several tiles
-        (e.g. the ``(2,1)`` of ``bf16[4,8]{1,0:T(2,4)(2,1)}``), for tiled rank-1
-        shapes whose tiles reorder elements, and when the first tile has more
-        dimensions than the shape. ``*`` tiles raise :class:`LayoutError`.
-
-        Examples
-        --------
-        >>> s = parse("bf16[4,8]{1,0:T(2,4)(2,1)}")
-        >>> s.xla_linear_index((0, 1)), s.linear_index((0, 1))
-        (1, 2)
-        """
-        self._require_dense("linear index")
-        index = self._check_index(index)
-        tile = self._xla_first_tile("LayoutUtil::LinearIndex")
-        if self.rank == 0:
-            return 0
-        if self.rank == 1:
-            return index[0]
-        tile_multiplier = math.prod(tile)  # elements in one tile
-        within_tile_multiplier = 1
-        linear = 0
-        for minor, dim in enumerate(self.minor_to_major):
-            size, value = self.dims[dim], index[dim]
-            if minor < len(tile):
-                t = tile[len(tile) - 1 - minor]
-                linear += tile_multiplier * (value // t) + within_tile_multiplier * (value % t)
-                tile_multiplier *= _ceil_div(size, t)
-                within_tile_multiplier *= t
-            else:
-                linear += value * tile_multiplier
-                tile_multiplier *= size
-        return linear
-
-    def _xla_max_split_size(self, dim: int) -> int:
-        # LayoutUtil::MaxSplitSize: the largest piece a split config cuts the dimension into.
-        for config in self.split_configs:
-            if self.minor_to_major[self.rank - 1 - config.dimension] == dim:
-                cuts = (0,) + config.split_indices + (self.dims[dim],)
-                return max(b - a for a, b in zip(cuts, cuts[1:]))
-        return self.dims[dim]
-
-    def xla_array_size_bytes(self) -> int:
-        """XLA's ``ShapeUtil::ArraySize``: bytes from the *first* tile only.
-
-        Reproduces ``xla/shape_util.cc``: untiled -> element count times bytes
-        (``L`` ignored); tiled -> each of the first tile's dimensions rounds the
-        matching minor dimension up (dimensions beyond the rank count as 1),
-        split dimensions count their largest piece, then ``L`` and ``E`` apply.
-        It differs from :attr:`padded_bytes` when later tiles add padding, when
-        ``L`` is set on an untiled shape, and by the ``M`` prefix, which
-        ``ArraySize`` leaves out. ``*`` tiles raise :class:`LayoutError`.
-
-        Examples
-        --------
-        >>> s = parse("f32[2,3]{1,0:T(2,3)(2,2)}")
-        >>> s.xla_array_size_bytes(), s.padded_bytes
-        (24, 32)
-        """
-        self._require_dense("dense array size")
-        tile = self._xla_first_tile("ShapeUtil::ArraySize")
-        element_bits = self.element_size_in_bits
-        if not tile:
-            count = self.num_elements
-        else:
-            count = 1
-            for dim in range(len(tile)):
-                size = self._xla_max_split_size(self.minor_to_major[dim]) if dim < self.rank else 1
-                count *= _ceil_div(size, tile[len(tile) - 1 - dim]) * tile[len(tile) - 1 - dim]
-            for dim in range(len(tile), self.rank):
-                count *= self._xla_max_split_size(self.minor_to_major[dim])
-            alignment = self.tail_padding_alignment
-            count = _ceil_div(count, alignment) * alignment
-        if element_bits:
-            return _ceil_div(count * element_bits, 8)
-        return count * _ceil_div(DTYPES[self.dtype][0], 8)
-
     # -- reports ---------------------------------------------------------------------
     def summary(self) -> dict[str, Any]:
         """Key figures as a JSON-friendly dict (the CLI's ``scwork layout`` prints it).
@@ -897,40 +512,6 @@ class Shape:
             rows.append(f"<tr><th style='text-align:left'>{html.escape(key)}</th>"
                         f"<td style='text-align:left'><code>{html.escape(str(value))}</code></td></tr>")
         return "<table class='scwork-shape'>" + "".join(rows) + "</table>"
-
-
-def _as_array(value: Any, what: str) -> np.ndarray:
-    """``np.asarray(value)``, or a LayoutError when numpy cannot make an array of it (ragged lists)."""
-    try:
-        return np.asarray(value)
-    except (ValueError, TypeError, OverflowError) as error:
-        raise LayoutError(f"{what} is not an array: {error}",
-                          hint="pass a numpy array (or nested lists of equal lengths)") from None
-
-
-def _fill_value(fill: Any, dtype: np.dtype) -> Any:
-    """``fill`` as a ``dtype`` scalar; a LayoutError unless it is stored exactly (no silent cast)."""
-    if dtype.kind == "O":
-        return fill
-    problem = f"fill {fill!r} cannot be stored exactly in the array's dtype {dtype}"
-    hint = f"pass a fill value of the array's type ({dtype}), or convert the array first"
-    try:
-        with warnings.catch_warnings(), np.errstate(all="raise"):
-            warnings.simplefilter("error")       # numpy warns (not raises) on lossy casts
-            given = np.asarray(fill)
-            if given.ndim != 0:
-                raise LayoutError(f"fill must be one value, got an array of shape {given.shape}", hint=hint)
-            converted = given.astype(dtype)
-            # Real numbers into a float slot round to the nearest value (0.1 in float32) and
-            # keep NaN; a cast that overflows warns above. Everything else must be exact.
-            same = (dtype.kind in "fc" and given.dtype.kind in "biuf") or bool(converted == given)
-    except LayoutError:
-        raise
-    except (ValueError, TypeError, OverflowError, ArithmeticError, Warning):
-        raise LayoutError(problem, hint=hint) from None
-    if not same:
-        raise LayoutError(problem, hint=hint)
-    return converted[()]
 
 
 # ======================================================================================

@@ -1,4 +1,7 @@
-"""The parts of an XLA layout below the shape: element types (:data:`DTYPES`), tiles (:class:`Tile`), split configs (:class:`SplitConfig`), and the tiling plan that maps an index to its tiled position.
+"""The parts of an XLA layout below the shape: element types, tiles, split configs, tiling plan.
+
+Element types are :data:`DTYPES`, tiles :class:`Tile`, split configs
+:class:`SplitConfig`; the tiling plan maps an index to its tiled position.
 
 Follows [xla-tiled] (OpenXLA, "Tiled layout"): a tile ``T(a,b)`` cuts the
 minor-most dimensions into ``a x b`` blocks, padding each dimension up to a multiple of

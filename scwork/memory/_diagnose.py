@@ -247,7 +247,8 @@ def spmem_findings(model: Model, knobs: Knobs, spm: SpmemNumbers, *, with_fixes:
                 fixes.append(Fix(
                     "stage_gather_operands_in_hbm", True,
                     f"stage the gather operand in HBM: frees {gather} bytes per tile; costs "
-                    f"{fmt_bytes(int(spm.sample_count[row]) * int(spm.feature_width[row]) * ACTIVATION_BYTES * knobs.sparsecores_per_chip)}"
+                    f"{fmt_bytes(int(spm.sample_count[row]) * int(spm.feature_width[row]) * ACTIVATION_BYTES
+                                 * knobs.sparsecores_per_chip)}"
                     " of HBM per chip while the stack's SparseCore forward pass runs"))
             pair = _stack_limit_fix(model, knobs, spm, row)
             if pair is not None:
@@ -370,7 +371,8 @@ def input_findings(model: Model, knobs: Knobs, hbm: HbmNumbers | None, spm: Spme
             for kind in ("estimate", "stats", "max_ids"):
                 if kind in numbers.limit_source[i].split("/"):
                     srcs.setdefault(kind, []).append(st.name)
-        notes = {"estimate": "estimated with the closed-form estimate behind xla_sparse_core_estimate_max_ids ([sc-guide] §6) from ids_per_sample",
+        notes = {"estimate": "estimated from ids_per_sample with the closed-form estimate behind "
+                             "xla_sparse_core_estimate_max_ids ([sc-guide] §6)",
                  "stats": "taken from the observed statistics (stats=)",
                  "max_ids": "not configured for unique ids: max_unique_ids_per_partition = max_ids_per_partition"}
         for kind, names in srcs.items():

@@ -52,11 +52,13 @@ __all__ = [
 
 #: Bytes of one activation / gradient / gather-operand element (float32 accumulation).
 ACTIVATION_BYTES = 4
-#: Bytes of one embedding id, sample id or row pointer (int32 on the device, [jte] preprocess_sparse_dense_matmul_input).
+#: Bytes of one embedding id, sample id or row pointer (int32 on the device,
+#: [jte] preprocess_sparse_dense_matmul_input).
 INDEX_BYTES = 4
 #: Bytes of one gain (float32, [jte] preprocess_sparse_dense_matmul_input).
 GAIN_BYTES = 4
-#: CSR partitions start at multiples of 8 entries (TPU vector-register alignment, [jte] preprocess_sparse_dense_matmul_input).
+#: CSR partitions start at multiples of 8 entries (TPU vector-register alignment,
+#: [jte] preprocess_sparse_dense_matmul_input).
 CSR_ALIGNMENT = 8
 
 #: Table dtypes and their sizes in bytes (as :mod:`scwork.layout.embedding`).
@@ -265,7 +267,7 @@ class StackInfo:
     stats_max_ids: int | None
     stats_max_unique: int | None
     ids_per_sample: float | None
-    """Ids per sample summed over the stack's features (for the closed-form estimate behind xla_sparse_core_estimate_max_ids ([sc-guide] §6))."""
+    """Ids per sample summed over the stack's features, for the closed-form estimate ([sc-guide] §6)."""
     feature_dims: tuple[int, ...] = ()
     """Raw dim of the table each feature looks up (same order as ``features``)."""
     static_entries_per_sc: int | None = None
@@ -387,7 +389,8 @@ def stack_limits(knobs: Knobs, stack: StackInfo) -> tuple[int, int, str]:
     """``(max_ids, max_unique, source)`` the compiler sizes buffers for.
 
     Priority: explicit ``knobs.limits`` > limits configured on the tables / stacking
-    plan > observed statistics > the closed-form estimate behind xla_sparse_core_estimate_max_ids ([sc-guide] §6) from ``ids_per_sample``. A missing
+    plan > observed statistics > the closed-form estimate ([sc-guide] §6) from
+    ``ids_per_sample``. A missing
     ``max_unique`` with a known ``max_ids`` is taken equal to ``max_ids`` (every id
     may be distinct). ``source`` names where each came from, e.g. ``"configured"``
     or ``"stats/max_ids"``.
@@ -417,7 +420,7 @@ def stack_limits(knobs: Knobs, stack: StackInfo) -> tuple[int, int, str]:
             "limits. Set TableSpec(max_ids_per_partition=..., max_unique_ids_per_partition=...), pass "
             "stack_limits={stack: (max_ids, max_unique)} or limits=(max_ids, max_unique), "
             "stats=scwork.sharding.compute_stats(...) (observed limits), or ids_per_sample=... "
-            "(the closed-form estimate behind xla_sparse_core_estimate_max_ids ([sc-guide] §6))"
+            "(the closed-form estimate of [sc-guide] §6, xla_sparse_core_estimate_max_ids)"
         )
     if uniq is None:
         uniq, src_uniq = ids, "max_ids"

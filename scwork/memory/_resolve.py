@@ -1,4 +1,7 @@
-"""From what a user passes to :func:`~scwork.memory.plan` (features, statistics, limits, keyword settings) to the checked :class:`Model` and :class:`Knobs` of the memory model.
+"""The checked inputs of the memory model: what a user passes to ``plan``, as Model and Knobs.
+
+From what a user passes to :func:`~scwork.memory.plan` (features, statistics, limits,
+keyword settings) to the checked :class:`Model` and :class:`Knobs` of the memory model.
 """
 
 from __future__ import annotations
@@ -124,6 +127,10 @@ def _limit_pair(where: str, value: Any) -> tuple[int | None, int | None]:
 def resolve(model: Any, topology: Any, **kwargs) -> tuple[Model, Knobs]:
     """Validate the inputs of :func:`scwork.memory.plan` and split them into Model and Knobs.
 
+    The checks run in a fixed order (keywords, batch, topology and chip, memory sizes,
+    stacking, limits, per-feature valencies, per-table dtypes and optimizers, knobs), so
+    the first problem reported is always the same one.
+
     Raises
     ------
     ConfigError
@@ -134,16 +141,40 @@ def resolve(model: Any, topology: Any, **kwargs) -> tuple[Model, Knobs]:
     unknown = sorted(set(kwargs) - set(_KNOWN_KWARGS))
     if unknown:
         raise TypeError(f"unknown keyword argument(s) {unknown}; known: {', '.join(_KNOWN_KWARGS)}")
-    from scwork.hardware import TpuChip, get
-    from scwork.hardware.topology import Topology
-    from scwork.sharding import SparsecoreConfig, StackingPlan, plan_stacking
-
     kw = dict(kwargs)
     if "batch_size" not in kw:
         raise ConfigError("batch_size is required (global batch: samples per feature per step)")
     batch = check_int("batch_size", kw["batch_size"], minimum=1, unit="samples", maximum=MAX_BATCH_SIZE)
-
     topology_arg = topology
+    chip, topology = _chip_and_topology(kw, topology)
+    sizes = _memory_sizes(kw, chip)
+    given_plan, stacking, config, splan, user_limits = _stacking(model, kw, topology, batch)
+    overrides, explicit = _limit_overrides(kw, [s.name for s in splan.stacks], user_limits)
+    valency = _valencies(kw.get("ids_per_sample"), [f.name for f in splan.features])
+    tables, stacks = _tables_and_stacks(kw, splan, topology, valency)
+    knobs = _knobs(kw, batch, topology, chip, sizes, overrides, explicit)
+    rebuild = None
+    if given_plan is None and isinstance(stacking, str) and stacking == "auto" and not (
+            config is not None and config.disable_table_stacking):
+        original_topology, original_kwargs = topology_arg, dict(kwargs)
+
+        def rebuild(batch_size: int, chips: int):
+            return resolve(model, original_topology, **{**original_kwargs, "batch_size": batch_size,
+                                                          "num_chips": chips})
+
+    model_ = Model(tables=tuple(tables), stacks=tuple(stacks), chip=chip, plan=splan, rebuild=rebuild,
+                   built_for=(batch, topology.num_chips))
+    for st in model_.stacks:  # fail early on missing limits
+        stack_limits(knobs, st)
+    return model_, knobs
+
+
+def _chip_and_topology(kw: dict, topology: Any):
+    """The chip (``chip=`` or the topology's) with SparseCores, and the topology resized to ``num_chips=``."""
+    from scwork.errors import TopologyError
+    from scwork.hardware import TpuChip, get
+    from scwork.hardware.topology import Topology
+
     if not isinstance(topology, Topology):
         raise ConfigError(
             f"topology must be a scwork.Topology, got {type(topology).__name__}; e.g. "
@@ -172,8 +203,6 @@ def resolve(model: Any, topology: Any, **kwargs) -> tuple[Model, Knobs]:
             f"topology has {topology.sparsecores_per_chip} SparseCores per chip but chip {shown(chip.name)} has "
             f"{chip.sparsecores_per_chip}; build the topology with Topology.for_chip({shown(chip.name)}, ...)"
         )
-    from scwork.errors import TopologyError
-
     try:
         num_chips = check_int("num_chips", kw.get("num_chips"), minimum=1, allow_none=True, unit="chips",
                               maximum=MAX_COUNT)
@@ -185,7 +214,11 @@ def resolve(model: Any, topology: Any, **kwargs) -> tuple[Model, Knobs]:
                 f"{num_chips} chips exceed the largest {chip.name} slice ({chip.max_slice_chips} chips)"
             )
         topology = topology.replace(num_chips=num_chips, shape=None, wraparound=None)
+    return chip, topology
 
+
+def _memory_sizes(kw: dict, chip) -> tuple[int | None, int, float]:
+    """``(tile_spmem_bytes, hbm_bytes, headroom)``: the chip's values unless overridden."""
     tile_spmem = kw.get("tile_spmem_bytes")
     tile_spmem = chip.tile_spmem_bytes if tile_spmem is None else check_int(
         "tile_spmem_bytes", tile_spmem, minimum=1, unit="bytes", maximum=MAX_BYTES)
@@ -195,8 +228,17 @@ def resolve(model: Any, topology: Any, **kwargs) -> tuple[Model, Knobs]:
     if isinstance(headroom, bool) or not isinstance(headroom, numbers.Real) or not finite(headroom) \
             or not 0 <= headroom < 1:
         raise ConfigError(f"headroom must be a fraction in [0, 1) of HBM kept free, got {shown(headroom)}")
+    return tile_spmem, hbm, float(headroom)
 
-    # --- features, stacking, limits
+
+def _stacking(model: Any, kw: dict, topology, batch: int):
+    """The stacking plan for this topology: ``(given_plan, stacking, config, plan, user_limits)``.
+
+    A plan given as the model is kept when its partition count matches; on another
+    chip count its stacks (and limits) are planned again.
+    """
+    from scwork.sharding import SparsecoreConfig, StackingPlan, plan_stacking
+
     features, given_plan = _features(model)
     config = kw.get("config")
     if config is not None and not isinstance(config, SparsecoreConfig):
@@ -218,7 +260,11 @@ def resolve(model: Any, topology: Any, **kwargs) -> tuple[Model, Knobs]:
         splan = plan_stacking(features, topology, stacking, batch_size=batch, config=config,
                               stack_limits=None,
                               stack_limit_rule=kw.get("stack_limit_rule", "jax_tpu_embedding"))
-    names = [s.name for s in splan.stacks]
+    return given_plan, stacking, config, splan, user_limits
+
+
+def _limit_overrides(kw: dict, names: list[str], user_limits):
+    """Per-stack limits set by ``limits=`` (all stacks) and ``stack_limits=`` (explicit ones win)."""
     overrides: dict[str, tuple[int | None, int | None]] = {}
     explicit: dict[str, tuple[int | None, int | None]] = {}
     limits = kw.get("limits")
@@ -231,9 +277,11 @@ def resolve(model: Any, topology: Any, **kwargs) -> tuple[Model, Knobs]:
             raise ConfigError(f"stack_limits names unknown stacks {unknown_stacks}; stacks are {names}")
         for n_, v in user_limits.items():
             overrides[n_] = explicit[n_] = _limit_pair(f"stack_limits[{shown(n_)}]", v)
+    return overrides, explicit
 
-    ids_per_sample = kw.get("ids_per_sample")
-    feature_names = [f.name for f in splan.features]
+
+def _valencies(ids_per_sample, feature_names: list[str]):
+    """``valency(feature)``: the ids per sample given for a feature (None: not given), checked."""
 
     def valency(feature: str) -> float | None:
         if ids_per_sample is None:
@@ -249,8 +297,11 @@ def resolve(model: Any, topology: Any, **kwargs) -> tuple[Model, Knobs]:
         extra = sorted(set(ids_per_sample) - set(feature_names))
         if extra:
             raise ConfigError(f"ids_per_sample names unknown features {extra}; features are {feature_names}")
+    return valency
 
-    # --- dtypes and optimizers
+
+def _tables_and_stacks(kw: dict, splan, topology, valency) -> tuple[list[TableInfo], list[StackInfo]]:
+    """What the memory model needs of every table (dtype, optimizer slots) and stack (limits, valency)."""
     dtype = kw.get("dtype", "f32")
     slot_dtype = kw.get("slot_dtype")
     optimizers = kw.get("optimizers")
@@ -308,13 +359,18 @@ def resolve(model: Any, topology: Any, **kwargs) -> tuple[Model, Knobs]:
             feature_dims=tuple(dims_by_table[f.table.name] for f in s.features),
             static_entries_per_sc=s.static_buffer_size_per_sc(topology.sparsecores_per_device),
         ))
+    return tables, stacks
 
+
+def _knobs(kw: dict, batch: int, topology, chip, sizes, overrides, explicit) -> Knobs:
+    """The scalar settings of the memory model, each checked against its bound."""
+    tile_spmem, hbm, headroom = sizes
     lrc = check_int("logical_replica_count", kw.get("logical_replica_count"), minimum=1, allow_none=True,
                     unit="replicas", maximum=MAX_REPLICAS)
     stage = kw.get("stage_gather_operands_in_hbm", False)
     if not isinstance(stage, (bool, np.bool_)):
         raise ConfigError(f"stage_gather_operands_in_hbm must be True or False, got {shown(stage)}")
-    knobs = Knobs(
+    return Knobs(
         batch_size=batch,
         num_chips=topology.num_chips,
         sparsecores_per_chip=topology.sparsecores_per_chip,
@@ -338,22 +394,8 @@ def resolve(model: Any, topology: Any, **kwargs) -> tuple[Model, Knobs]:
         maximum_parallel_iterations=check_int("maximum_parallel_iterations",
                                               kw.get("maximum_parallel_iterations", 1), minimum=1, unit="steps",
                                               maximum=MAX_COUNT),
-        headroom=float(headroom),
+        headroom=headroom,
         logical_replica_count=lrc,
         limits=overrides,
         stack_limits=explicit,
     )
-    rebuild = None
-    if given_plan is None and isinstance(stacking, str) and stacking == "auto" and not (
-            config is not None and config.disable_table_stacking):
-        original_topology, original_kwargs = topology_arg, dict(kwargs)
-
-        def rebuild(batch_size: int, chips: int):
-            return resolve(model, original_topology, **{**original_kwargs, "batch_size": batch_size,
-                                                          "num_chips": chips})
-
-    model_ = Model(tables=tuple(tables), stacks=tuple(stacks), chip=chip, plan=splan, rebuild=rebuild,
-                   built_for=(batch, topology.num_chips))
-    for st in model_.stacks:  # fail early on missing limits
-        stack_limits(knobs, st)
-    return model_, knobs

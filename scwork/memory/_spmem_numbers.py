@@ -1,4 +1,4 @@
-"""The numbers behind the SPMEM report: the buffers one SparseCore tile holds for a stack, sized from its limits.
+"""The numbers behind the SPMEM report: the buffers one tile holds for a stack, from its limits.
 """
 
 from __future__ import annotations

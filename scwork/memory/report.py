@@ -334,7 +334,8 @@ def plan(model: Any, topology: Any, *, batch_size: int, stacking: Any = "auto", 
         have no configured ones.
     ids_per_sample : float or dict, optional
         Ids per sample (per feature name, or one value for all) for the closed-form
-        limit estimate ([sc-guide] §6, ``xla_sparse_core_estimate_max_ids``) of stacks with neither configured nor observed limits.
+        limit estimate ([sc-guide] §6, ``xla_sparse_core_estimate_max_ids``) of stacks with
+        neither configured nor observed limits.
     dtype : str or dict, default "f32"
         Table dtype (``f32``, ``bf16``, ``f16``, ``s8``), or per table.
     slot_dtype : str or dict, optional

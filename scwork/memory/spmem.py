@@ -89,10 +89,12 @@ __all__ = ["SPMEM_BUFFERS", "tile_buffers", "spmem_report", "check_spmem", "ASSU
 #: The modelling assumptions, one line each (also in the datasets' attrs).
 ASSUMPTIONS: tuple[str, ...] = (
     "unit: one stacked table's SparseCore op; its buffers alone must fit one tile's TileSpmem (E3001)",
-    "gather operand = ceil(sample_count * feature_width / tiles) * 4 B, split evenly over the tiles ([sc-guide] §10, E3001)",
+    ("gather operand = ceil(sample_count * feature_width / tiles) * 4 B, split evenly over the tiles "
+     "([sc-guide] §10, E3001)"),
     "row pointers max(P, 8) * 4 B, unique ids U * 4 B, gathered rows U * fw * itemsize: fixed, not split",
     "CSR row of one partition: ids, sample ids, gains = 12 B per id up to max_ids: row-dependent, not split (E3001)",
-    "limits rounded up to multiples of 8 (TPU vector alignment, [jte] preprocess_sparse_dense_matmul_input); single buffering (no double buffers)",
+    ("limits rounded up to multiples of 8 (TPU vector alignment, [jte] preprocess_sparse_dense_matmul_input); "
+     "single buffering (no double buffers)"),
     "sample_count = features in stack * ceil(batch / P); feature_width = stack width padded to 32-byte lines",
     "no compiler vector/sample splitting; shared Spmem not modelled",
 )
@@ -132,8 +134,9 @@ def tile_buffers(max_ids_per_partition: int, max_unique_ids_per_partition: int, 
     unique ids ``128 * 4 = 512``; gathered rows ``128 * 16 * 4 = 8192``; each CSR
     array ``256 * 4 = 1024``.
 
-    >>> tile_buffers(256, 128, 16, 1024, num_partitions=16)
-    {'gather_operand': 4096, 'row_pointers': 64, 'unique_ids': 512, 'gathered_rows': 8192, 'embedding_ids': 1024, 'sample_ids': 1024, 'gains': 1024}
+    >>> tile_buffers(256, 128, 16, 1024, num_partitions=16)  # doctest: +NORMALIZE_WHITESPACE
+    {'gather_operand': 4096, 'row_pointers': 64, 'unique_ids': 512, 'gathered_rows': 8192,
+     'embedding_ids': 1024, 'sample_ids': 1024, 'gains': 1024}
     >>> sum(tile_buffers(256, 128, 16, 1024, num_partitions=16, stage_gather_operands_in_hbm=True).values())
     11840
     """

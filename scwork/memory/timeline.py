@@ -418,8 +418,9 @@ def step_timeline(model: Any, topology: Any, **kwargs) -> Timeline:
     ...               dense_weights_bytes=1000)
     >>> tl.peak_event.name, tl.peak_bytes
     ('SC backward', 49768)
-    >>> [(iv.name, iv.bytes) for iv in tl.live_at_peak(sort_by="bytes")]
-    [('table t', 32768), ('SC backward stack t', 12288), ('gradients t', 2048), ('prefetched input 0', 1664), ('dense weights', 1000)]
+    >>> [(iv.name, iv.bytes) for iv in tl.live_at_peak(sort_by="bytes")]  # doctest: +NORMALIZE_WHITESPACE
+    [('table t', 32768), ('SC backward stack t', 12288), ('gradients t', 2048),
+     ('prefetched input 0', 1664), ('dense weights', 1000)]
 
     The peak, by hand (1 chip, 4 SparseCores, ``P = 4``, 16 samples per SparseCore):
     table ``round_up(1000, 32) * 8 * 4 = 32768``; backward stack ``4 SCs * 3 * 8 * 8 * 4

@@ -1,4 +1,6 @@
-"""Step-time model: where a training step's time goes and what pipelining buys ([sc-guide] §5; [sc-guide] §10).
+"""Step-time model: where a training step's time goes and what pipelining buys.
+
+Sources: [sc-guide] §5 (pipelining) and §10 (bottlenecks).
 
 - :mod:`~scwork.pipeline.params`: :class:`StepModelParams`, every assumption with its
   unit, default and source.

@@ -1,4 +1,6 @@
-"""Checking and normalising what :func:`~scwork.pipeline.step_model` is given: statistics or a plan, per-stack widths, optimizers, dtypes, counts.
+"""What ``step_model`` is given, checked and normalised: statistics or a plan, widths, dtypes.
+
+Also the per-stack optimizers and counts of :func:`~scwork.pipeline.step_model`.
 """
 
 from __future__ import annotations
@@ -87,8 +89,26 @@ def _nonneg(name: str, value: Any) -> float:
 
 def _resolve_inputs(stats, plan, topology, widths, optimizers, features_per_stack, dtype, num_minibatches):
     """Normalise the many ways of describing the workload into arrays and stack records."""
-    import xarray as xr
+    stats, plan, topology, mb_counts = _unwrap_minibatch_plan(stats, plan, topology)
+    _check_stats(stats)
+    stack_names = [str(s) for s in stats["stack"].values]
+    topology = _check_plan_and_topology(stats, stack_names, plan, topology, widths)
+    P = int(stats.sizes["partition"])
+    stacks = _stack_records(stats, stack_names, plan, widths, optimizers, features_per_stack, dtype)
+    if "samples_per_sc" in stats.attrs:
+        n = int(stats.attrs["samples_per_sc"])
+    elif "batch_size" in stats.attrs:
+        n = int(stats.attrs["batch_size"]) // P
+    else:
+        raise InputError("stats.attrs has neither samples_per_sc nor batch_size (compute_stats sets both)")
+    ids, uniq, nmb = _counts_per_minibatch(stats, stack_names, mb_counts, num_minibatches)
+    _clip_to_limits(ids, uniq, stacks)
+    raw_ids, raw_source = _raw_ids(stats, ids)
+    return stats, plan, topology, stacks, ids, uniq, nmb, n, raw_ids, raw_source
 
+
+def _unwrap_minibatch_plan(stats, plan, topology):
+    """A MiniBatchPlan given as ``stats``: its statistics, plan, topology and mini-batch counts."""
     mb_counts = None
     if hasattr(stats, "num_minibatches") and hasattr(stats, "stats") and hasattr(stats, "plan"):
         mbplan = stats
@@ -97,6 +117,13 @@ def _resolve_inputs(stats, plan, topology, widths, optimizers, features_per_stac
         mb_counts = {str(s): int(v) for s, v in zip(mbplan.num_minibatches["stack"].values,
                                                      mbplan.num_minibatches.values)}
         stats = mbplan.stats
+    return stats, plan, topology, mb_counts
+
+
+def _check_stats(stats) -> None:
+    """``stats`` must be what compute_stats returns: ids and unique ids per (stack, device, sc, partition)."""
+    import xarray as xr
+
     if not isinstance(stats, xr.Dataset):
         raise InputError(f"stats must be the xarray.Dataset of scwork.sharding.compute_stats (or a "
                          f"MiniBatchPlan), got {type(stats).__name__}")
@@ -108,7 +135,10 @@ def _resolve_inputs(stats, plan, topology, widths, optimizers, features_per_stac
                                                                               "partition"}:
             raise InputError(f"stats[{shown(var)}] has dims {stats[var].dims}; expected (stack, device, sc, partition) "
                              "with an optional leading minibatch dim")
-    stack_names = [str(s) for s in stats["stack"].values]
+
+
+def _check_plan_and_topology(stats, stack_names, plan, topology, widths):
+    """The topology (given, or the plan's), after checking that plan and statistics belong together."""
     if plan is not None:
         from scwork.sharding import StackingPlan
 
@@ -131,6 +161,11 @@ def _resolve_inputs(stats, plan, topology, widths, optimizers, features_per_stac
     if G != topology.num_devices or S != topology.sparsecores_per_device or P != topology.num_partitions:
         raise InputError(f"stats were computed for {G} devices x {S} SparseCores ({P} partitions) but the "
                          f"topology {topology} has {topology.num_devices} x {topology.sparsecores_per_device}")
+    return topology
+
+
+def _stack_records(stats, stack_names, plan, widths, optimizers, features_per_stack, dtype) -> list:
+    """One :class:`_Stack` per stack: width, features, optimizer and dtype (overrides over the plan)."""
     dtypes = _per_stack(dtype, stack_names, "dtype", "f32")
     opts = _per_stack(optimizers, stack_names, "optimizers", None)
     feats = _per_stack(features_per_stack, stack_names, "features_per_stack", None)
@@ -161,13 +196,14 @@ def _resolve_inputs(stats, plan, topology, widths, optimizers, features_per_stac
                              _as_count(f"features of stack {shown(name)}", n_feat, maximum=_INT32_MAX),
                              str(optimizer),
                              _parse_dtype(dtypes[name], f"stack {shown(name)}"), int(cfg_ids[k]), int(cfg_uniq[k])))
-    if "samples_per_sc" in stats.attrs:
-        n = int(stats.attrs["samples_per_sc"])
-    elif "batch_size" in stats.attrs:
-        n = int(stats.attrs["batch_size"]) // P
-    else:
-        raise InputError("stats.attrs has neither samples_per_sc nor batch_size (compute_stats sets both)")
+    return stacks
 
+
+def _counts_per_minibatch(stats, stack_names, mb_counts, num_minibatches):
+    """``(ids, unique ids, mini-batches per stack)``, counts as (minibatch, stack, device, sc, partition).
+
+    Statistics without a minibatch dim are split evenly over ``num_minibatches``.
+    """
     ids = stats["ids"].transpose(*[d for d in ("minibatch", "stack", "device", "sc", "partition")
                                    if d in stats["ids"].dims]).values.astype(np.int64)
     uniq = stats["unique_ids"].transpose(*[d for d in ("minibatch", "stack", "device", "sc", "partition")
@@ -181,7 +217,7 @@ def _resolve_inputs(stats, plan, topology, widths, optimizers, features_per_stac
         raise InputError("stats hold negative id counts")
     if (uniq > ids).any():
         raise InputError("stats hold more unique ids than ids in some (stack, device, sc, partition)")
-    K = len(stacks)
+    K = len(stack_names)
     if has_mb_dim:
         if mb_counts is None:
             if "num_minibatches" in stats:
@@ -208,20 +244,24 @@ def _resolve_inputs(stats, plan, topology, widths, optimizers, features_per_stac
                     new_i[j, k] = base_i[k] // m + (j < base_i[k] % m)
                     new_u[j, k] = np.minimum(base_u[k] // m + (j < base_u[k] % m), new_i[j, k])
             ids, uniq = new_i, new_u
-    # Dropping: clip to the configured limits (observed > configured implies allow_id_dropping).
+    return ids, uniq, nmb
+
+
+def _clip_to_limits(ids, uniq, stacks) -> None:
+    """Dropping: clip to the configured limits (observed > configured implies allow_id_dropping)."""
     for k, st in enumerate(stacks):
         if st.max_ids >= 0:
             ids[:, k] = np.minimum(ids[:, k], st.max_ids)
         if st.max_unique >= 0:
             uniq[:, k] = np.minimum(uniq[:, k], st.max_unique)
         uniq[:, k] = np.minimum(uniq[:, k], ids[:, k])
+
+
+def _raw_ids(stats, ids):
+    """Ids each (stack, device, sc) receives before dedup (host work), and where that number comes from."""
     if "input_ids" in stats:
         raw = stats["input_ids"]
         if "minibatch" in raw.dims:
             raw = raw.sum("minibatch")
-        raw_ids = raw.transpose("stack", "device", "sc").values.astype(np.int64)
-        raw_source = "input_ids (raw ids before dedup)"
-    else:
-        raw_ids = ids.sum(axis=(0, 4))
-        raw_source = "ids (after per-sample dedup: input_ids missing)"
-    return stats, plan, topology, stacks, ids, uniq, nmb, n, raw_ids, raw_source
+        return raw.transpose("stack", "device", "sc").values.astype(np.int64), "input_ids (raw ids before dedup)"
+    return ids.sum(axis=(0, 4)), "ids (after per-sample dedup: input_ids missing)"

@@ -1,4 +1,6 @@
-"""Statistics from averages: :func:`expected_stats` builds what ``compute_stats`` would report for a batch, for what-ifs without data.
+"""Statistics from averages: what ``compute_stats`` would report, for what-ifs without data.
+
+:func:`expected_stats` builds them for a batch described by its mean ids per sample.
 """
 
 from __future__ import annotations

@@ -122,8 +122,8 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
-from scwork._rounding import ceil_div
 
+from scwork._rounding import ceil_div
 from scwork._validate import shown
 from scwork.errors import ConfigError
 from scwork.pipeline._inputs import DIRECTIONS, MAX_TIMELINE_STEPS, _as_count, _nonneg, _resolve_inputs
@@ -527,6 +527,64 @@ def step_model(stats, plan=None, *, topology=None, chip=None, widths=None, optim
     """
     import xarray as xr  # noqa: F401  (the result's views need it)
 
+    params, num_steps = _checked_knobs(params, num_steps, num_serialized_tables, pipelining, a2a)
+    inputs = dict(stats=stats, plan=plan, topology=topology, chip=chip, widths=widths, optimizers=optimizers,
+                  features_per_stack=features_per_stack, dtype=dtype, num_minibatches=num_minibatches,
+                  num_serialized_tables=num_serialized_tables, pipelining=pipelining, num_steps=num_steps,
+                  tc_forward_s=tc_forward_s, tc_backward_s=tc_backward_s, tc_forward_flops=tc_forward_flops,
+                  tc_backward_flops=tc_backward_flops, tc_peak_flops=tc_peak_flops, memory=memory, a2a=a2a)
+    _, plan, topology, stacks, ids, uniq, nmb, n, raw_ids, raw_source = _resolve_inputs(
+        stats, plan, topology, widths, optimizers, features_per_stack, dtype, num_minibatches)
+    chip = _sparsecore_chip(chip, topology)
+
+    # Phase times: SparseCores, ICI, TensorCores, hosts.
+    sc = _sc_model(stacks, ids, uniq, nmb, n, chip, topology, params, int(num_serialized_tables))
+    ici_links = None
+    if a2a == "data":
+        ici_t, ici_bytes, ici_mode, ici_links = _ici_routed(stacks, uniq, topology, chip, params,
+                                                            sc["padded_width"])
+    else:
+        ici_t, ici_bytes, ici_mode = _ici_model(stacks, uniq, topology, chip, params, sc["padded_width"])
+    tc_f, tc_b, tc_notes = _tc_times(tc_forward_s, tc_backward_s, tc_forward_flops, tc_backward_flops,
+                                     tc_peak_flops, params)
+    units, host_ids, host = _host_times(raw_ids, topology, chip, params)
+
+    # The two schedules of those phases.
+    num_chips = topology.num_chips
+    durations = {
+        "host": host,
+        "sc_forward": sc["phase"][0].reshape(-1),
+        "ici_forward": np.full(num_chips, ici_t[:, 0].sum()),
+        "tc_forward": np.full(num_chips, tc_f),
+        "tc_backward": np.full(num_chips, tc_b),
+        "ici_backward": np.full(num_chips, ici_t[:, 1].sum()),
+        "sc_backward": sc["phase"][1].reshape(-1),
+    }
+    parts = _sc_parts(stacks, nmb, sc["stack_time"])
+    timelines, periods = _schedules(durations, units, parts, num_steps, params)
+
+    G, S = topology.num_devices, topology.sparsecores_per_device
+    detail = {
+        "dma_bytes": sc["dma_bytes"].reshape(len(stacks), 2, G, S),
+        "vector_ops": sc["vector_ops"].reshape(len(stacks), 2, G, S),
+        "dma_time": sc["dma_time"].reshape(len(stacks), 2, G, S),
+        "vector_time": sc["vector_time"].reshape(len(stacks), 2, G, S),
+        "stack_time": sc["stack_time"].reshape(len(stacks), 2, G, S),
+        "owner_rows": sc["owner_rows"],
+        "ici_time": ici_t, "ici_bytes": ici_bytes,
+        "num_minibatches": nmb, "padded_width": sc["padded_width"], "row_granules": sc["row_granules"],
+        "serialized": sc["serialized"], "samples_per_sc": n, "host_ids": host_ids,
+        "tile_bandwidth": sc["tile_bandwidth"],
+        "a2a": a2a, "ici_links": ici_links,
+    }
+    assumptions = _assumptions(raw_source, units, chip, sc, ici_mode, tc_notes, params)
+    return StepModel(inputs=inputs, params=params, chip=chip, topology=topology, units=units, stacks=stacks,
+                     detail=detail, durations=durations, parts=parts, timelines=timelines, periods=periods,
+                     assumptions=assumptions, memory=memory)
+
+
+def _checked_knobs(params, num_steps, num_serialized_tables, pipelining, a2a) -> tuple[StepModelParams, int]:
+    """The step model's own settings, checked: ``(params, num_steps)``."""
     params = StepModelParams() if params is None else params
     if not isinstance(params, StepModelParams):
         raise ConfigError(f"params must be a StepModelParams, got {type(params).__name__}")
@@ -547,14 +605,11 @@ def step_model(stats, plan=None, *, topology=None, chip=None, widths=None, optim
     if a2a not in ("uniform", "data"):
         raise ConfigError(f"a2a must be 'uniform' (a uniform all-to-all) or 'data' (the statistics' own "
                           f"traffic, routed), got {shown(a2a)}")
-    inputs = dict(stats=stats, plan=plan, topology=topology, chip=chip, widths=widths, optimizers=optimizers,
-                  features_per_stack=features_per_stack, dtype=dtype, num_minibatches=num_minibatches,
-                  num_serialized_tables=num_serialized_tables, pipelining=pipelining, num_steps=num_steps,
-                  tc_forward_s=tc_forward_s, tc_backward_s=tc_backward_s, tc_forward_flops=tc_forward_flops,
-                  tc_backward_flops=tc_backward_flops, tc_peak_flops=tc_peak_flops, memory=memory, a2a=a2a)
-    _, plan, topology, stacks, ids, uniq, nmb, n, raw_ids, raw_source = _resolve_inputs(
-        stats, plan, topology, widths, optimizers, features_per_stack, dtype, num_minibatches)
+    return params, num_steps
 
+
+def _sparsecore_chip(chip, topology):
+    """The catalog chip of the model (default: the topology's), which must have the topology's SparseCores."""
     from scwork.hardware import get
 
     if chip is None:
@@ -567,38 +622,26 @@ def step_model(stats, plan=None, *, topology=None, chip=None, widths=None, optim
     if chip.sparsecores_per_chip != topology.sparsecores_per_chip:
         raise ConfigError(f"chip {chip.name} has {chip.sparsecores_per_chip} SparseCores per chip but the "
                           f"topology has {topology.sparsecores_per_chip}; use a matching chip or topology")
+    return chip
 
-    G, S = topology.num_devices, topology.sparsecores_per_device
-    sc = _sc_model(stacks, ids, uniq, nmb, n, chip, topology, params, int(num_serialized_tables))
-    ici_links = None
-    if a2a == "data":
-        ici_t, ici_bytes, ici_mode, ici_links = _ici_routed(stacks, uniq, topology, chip, params,
-                                                            sc["padded_width"])
-    else:
-        ici_t, ici_bytes, ici_mode = _ici_model(stacks, uniq, topology, chip, params, sc["padded_width"])
-    tc_f, tc_b, tc_notes = _tc_times(tc_forward_s, tc_backward_s, tc_forward_flops, tc_backward_flops,
-                                     tc_peak_flops, params)
 
+def _host_times(raw_ids, topology, chip, params):
+    """The resources of the schedules, and each host's preprocessing time: ``(units, host_ids, host_s)``."""
     num_chips = topology.num_chips
     cph = min(params.chips_per_host, num_chips)
     num_hosts = ceil_div(num_chips, cph)
-    units = Units(num_chips=num_chips, sparsecores_per_chip=S * topology.devices_per_chip,
+    sparsecores_per_chip = topology.sparsecores_per_device * topology.devices_per_chip
+    units = Units(num_chips=num_chips, sparsecores_per_chip=sparsecores_per_chip,
                   tensorcores_per_chip=chip.tensorcores_per_chip, num_hosts=num_hosts, chips_per_host=cph)
-    chip_of_device = np.arange(G) // topology.devices_per_chip
+    chip_of_device = np.arange(topology.num_devices) // topology.devices_per_chip
     host_ids = np.zeros(num_hosts)
     np.add.at(host_ids, chip_of_device // cph, raw_ids.sum(axis=(0, 2)))
     host = host_ids / (params.host_ids_per_s * params.host_threads) + params.host_overhead_s
+    return units, host_ids, host
 
-    durations = {
-        "host": host,
-        "sc_forward": sc["phase"][0].reshape(-1),
-        "ici_forward": np.full(num_chips, ici_t[:, 0].sum()),
-        "tc_forward": np.full(num_chips, tc_f),
-        "tc_backward": np.full(num_chips, tc_b),
-        "ici_backward": np.full(num_chips, ici_t[:, 1].sum()),
-        "sc_backward": sc["phase"][1].reshape(-1),
-    }
-    parts = _sc_parts(stacks, nmb, sc["stack_time"])
+
+def _schedules(durations, units, parts, num_steps: int, params):
+    """The sequential and pipelined timelines of ``num_steps`` steps, and each schedule's steady period."""
     timelines, periods = {}, {}
     for name, pipelined in (("sequential", False), ("pipelined", True)):
         long = simulate(durations, units, num_steps=_SIM_STEPS_FOR_PERIOD, pipelined=pipelined,
@@ -607,22 +650,14 @@ def step_model(stats, plan=None, *, topology=None, chip=None, widths=None, optim
         timelines[name] = simulate(durations, units, num_steps=num_steps, pipelined=pipelined,
                                    input_buffers=params.input_buffers, parts=parts,
                                    steady_state_step_time=periods[name])
-    detail = {
-        "dma_bytes": sc["dma_bytes"].reshape(len(stacks), 2, G, S),
-        "vector_ops": sc["vector_ops"].reshape(len(stacks), 2, G, S),
-        "dma_time": sc["dma_time"].reshape(len(stacks), 2, G, S),
-        "vector_time": sc["vector_time"].reshape(len(stacks), 2, G, S),
-        "stack_time": sc["stack_time"].reshape(len(stacks), 2, G, S),
-        "owner_rows": sc["owner_rows"],
-        "ici_time": ici_t, "ici_bytes": ici_bytes,
-        "num_minibatches": nmb, "padded_width": sc["padded_width"], "row_granules": sc["row_granules"],
-        "serialized": sc["serialized"], "samples_per_sc": n, "host_ids": host_ids,
-        "tile_bandwidth": sc["tile_bandwidth"],
-        "a2a": a2a, "ici_links": ici_links,
-    }
-    assumptions = [
+    return timelines, periods
+
+
+def _assumptions(raw_source, units, chip, sc, ici_mode, tc_notes, params) -> list[str]:
+    """The step model's assumptions, one sentence each, with the numbers used."""
+    return [
         f"host: {raw_source} at {params.host_ids_per_s:.4g} ids/s x {params.host_threads} thread(s) per host "
-        f"of {cph} chip(s) + {params.host_overhead_s} s",
+        f"of {units.chips_per_host} chip(s) + {params.host_overhead_s} s",
         f"SparseCore: {chip.tiles_per_sparsecore} tiles, {chip.dma_granule_bytes}-byte granules, tile HBM "
         f"bandwidth {sc['tile_bandwidth']:.4g} B/s (= {chip.hbm_bandwidth_bytes_per_s:.4g} x "
         f"{params.sc_hbm_bandwidth_fraction} / ({chip.sparsecores_per_chip} SC x {chip.tiles_per_sparsecore} "
@@ -635,6 +670,3 @@ def step_model(stats, plan=None, *, topology=None, chip=None, widths=None, optim
         f"{params.input_buffers}",
         *tc_notes,
     ]
-    return StepModel(inputs=inputs, params=params, chip=chip, topology=topology, units=units, stacks=stacks,
-                     detail=detail, durations=durations, parts=parts, timelines=timelines, periods=periods,
-                     assumptions=assumptions, memory=memory)

@@ -134,7 +134,8 @@ class StepModelParams:
     may overlap; False: their sum. Default True."""
 
     combine_ops_per_element: int = _p(1, "vector instructions per element",
-                                      "one fused multiply-add (gain x row + accumulator), the gains of [jte] preprocess_sparse_dense_matmul_input")
+                                      "one fused multiply-add (gain x row + accumulator), the gains of "
+                                      "[jte] preprocess_sparse_dense_matmul_input")
     """Vector instructions per element to combine one gathered row into a sample's
     activation (forward) or to scatter one gradient row (backward). Default 1."""
 
@@ -149,7 +150,8 @@ class StepModelParams:
     """Vector instructions per element of one optimizer update, by optimizer name
     (:data:`DEFAULT_OPTIMIZER_VECTOR_OPS`)."""
 
-    csr_bytes_per_id: int = _p(12, "bytes", "[jte] preprocess_sparse_dense_matmul_input: CSR entry = int32 id + int32 sample + float32 gain")
+    csr_bytes_per_id: int = _p(12, "bytes", "[jte] preprocess_sparse_dense_matmul_input: CSR entry = "
+                                            "int32 id + int32 sample + float32 gain")
     """Bytes of one CSR input entry the SparseCore reads. Default 12."""
 
     activation_bytes: int = _p(4, "bytes", "float32 activations and gradients (scwork.memory "
@@ -157,7 +159,8 @@ class StepModelParams:
     """Bytes of one activation / activation-gradient element (SC <-> TC through HBM). Default 4."""
 
     # -- ICI ------------------------------------------------------------------------------
-    ici_index_bytes: int = _p(4, "bytes", "int32 id sent to the owner of each unique row ([jte] preprocess_sparse_dense_matmul_input)")
+    ici_index_bytes: int = _p(4, "bytes", "int32 id sent to the owner of each unique row "
+                                          "([jte] preprocess_sparse_dense_matmul_input)")
     """Bytes sent besides each unique row over ICI (its id). Default 4."""
 
     ici_link_bytes_per_s: float | None = _p(None, "bytes/s", "catalog ici_link_bytes_per_s ([cloud-tpu])")

@@ -1,4 +1,6 @@
-"""The time of each phase of a step: the tile-level SparseCore model, the ICI all-to-all (through the collectives engine) and the TensorCore times.
+"""The time of each phase of a step: SparseCore tiles, the ICI all-to-all, the TensorCores.
+
+The ICI all-to-all goes through the collectives engine.
 
 Used by :func:`~scwork.pipeline.step_model`; each function documents its formula and the
 public source it follows ([sc-guide] §10; [scaling-book] for the ICI

@@ -1,4 +1,6 @@
-"""The phases of a training step and the resources that run them (shared by the timeline, the step model and the trace tools).
+"""The phases of a training step and the resources that run them.
+
+Shared by the timeline, the step model and the trace tools.
 
 Examples
 --------

@@ -1,4 +1,7 @@
-"""Sharding engine: how embedding ids spread over SparseCores ([sc-guide] §2-3; [jte] table_stacking.py; [tf-sc-config]; [jte] preprocess_sparse_dense_matmul_input; [sc-guide] §12).
+"""Sharding engine: how embedding ids spread over SparseCores, and what that costs.
+
+Sources: [sc-guide] §2 and §3 (host preprocessing, COO), §12 (debug checks); [jte]
+table_stacking.py and preprocess_sparse_dense_matmul_input; [tf-sc-config].
 
 Bring embedding ids (:class:`FeatureBatch`), tables and features
 (:class:`TableSpec`, :class:`FeatureSpec`) and a :class:`scwork.Topology`; get,

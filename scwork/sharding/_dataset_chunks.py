@@ -1,4 +1,6 @@
-"""Batching across shards: the dataset is cut into chunks of whole steps (a step may span shards), each chunk a picklable task that runs ``collect_stats`` on its rows.
+"""Batching across shards: a dataset cut into chunks of whole steps, each a picklable task.
+
+A step may span shards; each task runs ``collect_stats`` on its rows.
 
 The tasks are module-level functions of plain data so that dask.distributed workers can run them.
 """

@@ -1,4 +1,6 @@
-"""Running the chunk tasks: locally (threads or synchronously) or on a dask.distributed cluster, with a progress bar; merging the chunk results.
+"""Running the chunk tasks, locally or on a dask.distributed cluster, and merging their results.
+
+Locally they run on threads or synchronously, with a progress bar.
 """
 
 from __future__ import annotations

@@ -44,11 +44,10 @@ cuts every stack into slice ranges that threads run in parallel
 partition's part of each group's run in stack order; :func:`stack_slices` walks
 them partition-major and writes the CSR sequentially as it counts. The naive view
 (distinct ids per partition over the whole batch) needs the union over slices: each
-worker sets the bits of the ids it meets in its own bitmap over the group's keys
-``u`` (:func:`naive_from_bitmaps` ORs the workers' rows and counts), or, when that
-bitmap would be larger than the ids themselves (large vocabularies), appends each
-slice's sorted distinct ids to a list that :func:`naive_from_lists` merges. So no
-array grows with the vocabulary beyond a small multiple of the number of ids.
+(group, slice) run appends its sorted distinct ids to a list, which
+:func:`scwork.sharding._naive_kernels.naive_from_slice_lists` merges per partition
+range (the kernels can also set bits in a bitmap over ``u``; the engine uses the
+lists, whose memory is linear in the ids whatever the vocabulary and thread count).
 
 Hot loops index with unsigned integers (``_U``): numba then leaves out the
 negative-index wraparound code of each array access (measurably faster here).
@@ -67,8 +66,6 @@ stack_slices
     row pointers, dropped pairs.
 compact_slices
     Moves slices written at a provisional stride to their final ``sl * C`` in place.
-naive_from_bitmaps, naive_from_lists
-    The naive view of a group from the workers' bitmaps or the slices' lists.
 """
 
 from __future__ import annotations

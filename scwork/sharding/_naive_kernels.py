@@ -1,9 +1,13 @@
-"""Numba kernels of the naive whole-batch view: distinct ids per partition without the device/SparseCore split (what a GPU all-to-all sees per destination).
+"""Numba kernels of the naive whole-batch view: distinct ids per partition, without the split.
 
-Two ways, by vocabulary size: OR-ing the per-thread bitmaps of seen ids and counting bits
-(:func:`naive_from_bitmaps`), or sorting the per-slice lists of distinct ids
-(:func:`naive_from_lists`) when a bitmap over the vocabulary would be too large. Each has a
-slow numpy reference beside it (``*_reference``) with the same signature.
+Without the device / SparseCore split: what a GPU all-to-all sees per destination.
+
+Every (group, slice) run of the engine leaves its sorted distinct ids in a list;
+:func:`naive_from_slice_lists` counts the union of those lists over a range of
+partitions, in a bitmap over the range (or by sorting, when the range is sparse:
+large vocabularies), so tasks over disjoint partition ranges run in parallel and
+memory stays linear in the ids, never in the vocabulary or the thread count. The
+slow numpy reference beside it (``*_reference``) has the same signature.
 """
 
 from __future__ import annotations
@@ -13,12 +17,13 @@ import numpy as np
 from scwork._jit import jit
 
 __all__ = [
-    "naive_from_bitmaps",
-    "naive_from_bitmaps_reference",
-    "naive_from_lists",
-    "naive_from_lists_reference",
+    "naive_from_slice_lists",
+    "naive_from_slice_lists_reference",
     "warmup",
 ]
+
+# Index type of hot loops: no negative-index wraparound code (as in _kernels)
+_U = np.uint64
 
 
 @jit(error_model="numpy")
@@ -35,48 +40,63 @@ def _popcount64(v):
 
 
 @jit(error_model="numpy")
-def naive_from_bitmaps(bitmaps, off, qbits, P, naive):
-    """``naive[p]`` += set bits of ``[p << qbits, (p + 1) << qbits)`` in the OR of the rows.
-
-    ``bitmaps`` is ``(T, W)`` int64 (one row per worker thread); the group's bit
-    ``u`` is bit ``u & 63`` of word ``off + (u >> 6)``.
-    """
-    T = bitmaps.shape[0]
-    if qbits >= 6:                                # whole words per partition
-        per = np.int64(1) << (qbits - 6)
-        for p in range(P):
-            cnt = 0
-            w0 = off + p * per
-            for w in range(w0, w0 + per):
-                x = bitmaps[0, w]
-                for t in range(1, T):
-                    x |= bitmaps[t, w]
-                cnt += _popcount64(x)
-            naive[p] += cnt
-    else:                                         # partitions share words: bit by bit
-        for bit in range(np.int64(P) << qbits):
-            w = off + (bit >> 6)
-            x = bitmaps[0, w]
-            for t in range(1, T):
-                x |= bitmaps[t, w]
-            naive[bit >> qbits] += (x >> (bit & 63)) & 1
+def _lower_bound(a, lo, hi, value):
+    """First index in ``a[lo:hi]`` (sorted) whose value is ``>= value`` (``hi`` if none)."""
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if a[mid] < value:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
 
 
 @jit(error_model="numpy")
-def naive_from_lists(ulist, seg_start, seg_len, qbits, naive):
-    """``naive[p]`` += distinct ``u`` with ``u >> qbits == p`` in the segments of ``ulist``.
+def naive_from_slice_lists(ulist, seg_start, seg_len, qbits, p0, p1, naive):
+    """``naive[p]`` += distinct ``u`` with ``u >> qbits == p``, ``p0 <= p < p1``, over every segment.
 
-    The fallback of the naive view when a bitmap over the vocabulary would be too
-    large: segment ``s`` is ``ulist[seg_start[s]:seg_start[s] + seg_len[s]]``.
+    Segment ``s`` is ``ulist[seg_start[s]:seg_start[s] + seg_len[s]]``, sorted
+    increasing (one slice's distinct ids of the group). The ids of the range are
+    set in a bitmap over the range when it costs at most 8 bytes per id found
+    (64 KiB at least), else gathered and sorted.
     """
+    lo_u = np.int64(p0) << qbits
+    hi_u = np.int64(p1) << qbits
+    nseg = seg_len.shape[0]
+    los = np.empty(nseg, np.int64)
+    his = np.empty(nseg, np.int64)
     tot = 0
-    for s in range(seg_len.shape[0]):
-        tot += seg_len[s]
+    for s in range(nseg):
+        a = seg_start[s]
+        b = a + seg_len[s]
+        los[s] = _lower_bound(ulist, a, b, lo_u)
+        his[s] = _lower_bound(ulist, los[s], b, hi_u)
+        tot += his[s] - los[s]
+    span = hi_u - lo_u
+    words = (span + 63) >> 6
+    if words <= max(np.int64(8192), tot):
+        bm = np.zeros(words, np.int64)
+        for s in range(nseg):
+            for i in range(los[s], his[s]):
+                v = ulist[_U(i)] - lo_u
+                bm[_U(v >> 6)] |= np.int64(1) << (v & 63)
+        if qbits >= 6:                            # whole words per partition
+            per = np.int64(1) << (qbits - 6)
+            for p in range(p0, p1):
+                cnt = 0
+                w0 = (p - p0) * per
+                for w in range(w0, w0 + per):
+                    cnt += _popcount64(bm[w])
+                naive[p] += cnt
+        else:                                     # partitions share words: bit by bit
+            for v in range(span):
+                naive[p0 + (v >> qbits)] += (bm[v >> 6] >> (v & 63)) & 1
+        return
     buf = np.empty(tot, np.int64)
     k = 0
-    for s in range(seg_len.shape[0]):
-        for t in range(seg_len[s]):
-            buf[k] = ulist[seg_start[s] + t]
+    for s in range(nseg):
+        for i in range(los[s], his[s]):
+            buf[k] = ulist[i]
             k += 1
     buf.sort()
     prev = np.int64(-1)
@@ -87,26 +107,17 @@ def naive_from_lists(ulist, seg_start, seg_len, qbits, naive):
             prev = u
 
 
-def naive_from_bitmaps_reference(bitmaps, off, qbits, P, naive):
-    """Numpy reference of :func:`naive_from_bitmaps` (unpacks the bits)."""
-    words = np.bitwise_or.reduce(bitmaps, axis=0)[off:off + (((P << qbits) + 63) >> 6)]
-    bits = np.unpackbits(words.view(np.uint8), bitorder="little")[:P << qbits]
-    naive += bits.reshape(P, 1 << qbits).sum(axis=1).astype(np.int64)
-
-
-def naive_from_lists_reference(ulist, seg_start, seg_len, qbits, naive):
-    """Numpy reference of :func:`naive_from_lists`."""
+def naive_from_slice_lists_reference(ulist, seg_start, seg_len, qbits, p0, p1, naive):
+    """Numpy reference of :func:`naive_from_slice_lists` (``np.unique`` of the segments)."""
     parts = [ulist[s:s + n] for s, n in zip(seg_start, seg_len)]
     u = np.unique(np.concatenate(parts)) if parts else np.zeros(0, np.int64)
+    u = u[((u >> qbits) >= p0) & ((u >> qbits) < p1)]
     np.add.at(naive, u >> qbits, 1)
 
 
 def warmup() -> None:
-    """Compile both kernels on tiny inputs (or load them from numba's cache)."""
+    """Compile the kernel on tiny inputs (or load it from numba's cache)."""
     naive = np.zeros(2, np.int64)
     for qbits in (1, 6):                          # partitions sharing words, and whole words
-        bitmaps = np.zeros((2, 4), np.int64)     # 2 threads; 2 << qbits bits fit in 4 words
-        bitmaps[0, 0], bitmaps[1, 0] = 0b0101, 0b0110
-        naive_from_bitmaps(bitmaps, 0, qbits, 2, naive)
-    naive_from_lists(np.array([3, 1, 3, 0], np.int64), np.array([0, 2], np.int64), np.array([2, 2], np.int64),
-                     1, naive)
+        naive_from_slice_lists(np.array([0, 1, 3, 1, 2], np.int64), np.array([0, 3], np.int64),
+                               np.array([3, 2], np.int64), qbits, 0, 2, naive)

@@ -1,4 +1,6 @@
-"""A literal, slow, pure-Python transcription of [jte] preprocess_sparse_dense_matmul_input, for tests and benchmarks.
+"""A literal, slow, pure-Python transcription of [jte] preprocess_sparse_dense_matmul_input.
+
+For tests and benchmarks.
 
 It follows the recipe of [sc-guide] §7 step by step with Python dicts and sets, one
 (device, source SparseCore) slice at a time, and shares no code with the kernels

@@ -1,7 +1,8 @@
-"""Scratch and CSR memory of the sharding engine: a pool of recycled buffers, carving, and the scratch budget.
+"""Scratch and CSR memory of the sharding engine: recycled buffers, carving, the budget.
 
 Faulting in fresh pages costs about as much as the kernels, so finished calls give their
-buffers back to a pool (up to 512 MiB, :func:`release_buffers` drops it). The scratch
+buffers back to a pool (up to an eighth of the machine's memory, at least 512 MiB and
+at most 4 GiB; :func:`release_buffers` drops it). The scratch
 budget (``SCWORK_MAX_SCRATCH_BYTES``) bounds what one call may allocate, checked before
 anything is allocated.
 """
@@ -22,15 +23,23 @@ from scwork.errors import ConfigError
 __all__ = ["release_buffers", "SCRATCH_LIMIT_ENV", "scratch_limit_bytes"]
 
 
-# Naive view: a bitmap over the ``P << qbits`` keys ``u`` of a group (one row per
-# worker thread) when it costs at most this many bytes per id of the group (or
-# _BITMAP_MIN_BYTES), else the sorted lists of each slice's distinct ids (memory
-# linear in the ids, never in the vocabulary).
-_BITMAP_BYTES_PER_ID = 8
-_BITMAP_MIN_BYTES = 1 << 16
 # Large buffers come from _POOL (see _BufferPool), aligned to a huge page.
 _HUGE_PAGE = 1 << 21
-_POOL_MAX_BYTES = 1 << 29
+def _pool_max_bytes() -> int:
+    """An eighth of the physical memory, within [512 MiB, 4 GiB].
+
+    Large inputs (68 M ids: 0.8 GB of CSR and 0.5 GB of naive-view lists per call)
+    need more than 512 MiB to be recycled; without it every call faults its buffers
+    in again, which on a loaded machine costs more system time than the kernels.
+    """
+    try:
+        phys = int(os.sysconf("SC_PHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
+    except (ValueError, OSError, AttributeError):
+        phys = 8 << 30
+    return max(1 << 29, min(4 << 30, phys // 8))
+
+
+_POOL_MAX_BYTES = _pool_max_bytes()
 _POOL_MAX_BUFFERS = 6
 
 
@@ -110,7 +119,8 @@ def release_buffers() -> None:
     """Drop the buffers the engine keeps for reuse; their memory goes back to the system.
 
     :func:`preprocess` and :func:`compute_stats` recycle the large buffers of
-    finished calls (up to 512 MiB; CSR buffers once no array uses them) because
+    finished calls (up to an eighth of the memory, 512 MiB to 4 GiB; CSR buffers once
+    no array uses them) because
     fresh memory is slow to fault in. Call this to shrink the process after a burst
     of calls.
     """

@@ -7,16 +7,19 @@ import os
 import threading
 
 from scwork.errors import ConfigError
+from scwork.sharding import _profile
 
 __all__ = ["available_cores", "resolve_num_threads"]
 
 
-# With several threads a stack is cut into slice ranges of about
-# total ids / (threads * _TASKS_PER_THREAD) ids, so that the threads finish together.
-_TASKS_PER_THREAD = 4
+# With several threads the work is cut into tasks of about
+# total ids / (threads * _TASKS_PER_THREAD) ids, so that the threads finish together:
+# the longest task then holds about 1 / (8 T) of the work, within the design bound
+# of 1 / (4 T) even when whole slices or tables round a task up to twice its target.
+_TASKS_PER_THREAD = 8
 
 
-def _run_tasks(fn, items, sizes, num_threads: int) -> list:
+def _run_tasks(fn, items, sizes, num_threads: int, name: str = "tasks") -> list:
     """``[fn(item, worker) for item in items]``, on ``num_threads`` threads.
 
     The calling thread is worker 0 and ``num_threads - 1`` threads are started for
@@ -26,7 +29,13 @@ def _run_tasks(fn, items, sizes, num_threads: int) -> list:
     in item order; the first exception (in item order) is raised once every call
     has finished. No executor: one ``submit`` per task, each waking a thread that
     then waits for the GIL, costs more than a small task.
+
+    While :func:`scwork.sharding._profile.profiled` is active the items run on the
+    calling thread, each timed, and are recorded as a batch called ``name``.
     """
+    prof = _profile.active()
+    if prof is not None:
+        return _profile.run_serially(prof, name, fn, items, sizes)
     if num_threads == 1 or len(items) <= 1:
         return [fn(item, 0) for item in items]
     order = iter(sorted(range(len(items)), key=lambda i: -sizes[i]))
@@ -74,6 +83,9 @@ def resolve_num_threads(num_threads: int | None) -> int:
     jax-tpu-embedding's host preprocessing runs on a thread pool over all cores; the
     engine does the same by default so that both are compared at their defaults.
     """
+    planned = _profile.plan_threads()
+    if planned is not None:               # profiling: cut the work for that many threads
+        return planned
     if num_threads is None:
         return available_cores()
     if isinstance(num_threads, bool) or not isinstance(num_threads, int) or num_threads < 1:

@@ -236,10 +236,10 @@ class FeatureBatch(Mapping):
     (2, ('a', 'b'), 4)
     >>> b.weights("a").tolist(), b.weights("b").tolist()
     ([0.5, 1.0, 2.0], [1.0])
-    >>> FeatureBatch({"a": ([1], [0, 1]), "b": ([1, 2], [0, 1, 2])})
+    >>> FeatureBatch({"a": ([1], [0, 1]), "b": ([1, 2], [0, 1, 2])})  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    scwork.errors.InputError: features have different batch sizes: 'a' has 1 samples, 'b' has 2; every feature of a batch needs the same number of samples
+    scwork.errors.InputError: features have different batch sizes: 'a' has 1 samples, 'b' has 2; ...
     """
 
     def __init__(self, data: Mapping[str, Sequence[Any]], weights: Mapping[str, Any] | None = None):

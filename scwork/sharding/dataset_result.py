@@ -1,4 +1,6 @@
-"""What :func:`~scwork.sharding.stats_over_dataset` returns: per-step, merged and tuned statistics (:class:`DatasetStats`).
+"""What ``stats_over_dataset`` returns: per-step, merged and tuned statistics.
+
+See :class:`DatasetStats` and :func:`~scwork.sharding.stats_over_dataset`.
 """
 
 from __future__ import annotations

@@ -1,4 +1,6 @@
-"""Limit statistics over datasets larger than memory, locally or on a Dask cluster ([jte] preprocess_sparse_dense_matmul_input).
+"""Limit statistics over datasets larger than memory, locally or on a Dask cluster.
+
+The statistics are those of [jte] preprocess_sparse_dense_matmul_input.
 
 :func:`stats_over_dataset` computes what :func:`~scwork.sharding.collect_stats`
 computes over in-memory batches -- the per-step statistics of [jte] preprocess_sparse_dense_matmul_input, the
@@ -365,6 +367,59 @@ def stats_over_dataset(source: Any, features: Any, topology: Topology, *, batch_
 def _stats_over_dataset(source, features, topology, plan, config, colmap, B, drop_remainder, scheduler, client,
                         owns_client, num_workers, chunk_rows, progress, tune, percentile, on_oov, per_step):
     dask = _import_dask()
+    mode, workers = _execution_mode(dask, scheduler, client, num_workers)
+    pieces, partitions = _scan_shards(source, colmap, dask, mode, client, num_workers)
+    offsets = [0]
+    for p in pieces:
+        offsets.append(offsets[-1] + p.num_rows)
+    N = offsets[-1]
+    shown = tuple(p.path for p in pieces)
+    if N == 0:
+        raise InputError(f"no samples: the {len(pieces)} shard(s) hold 0 rows")
+    T, used, dropped, last = _step_counts(N, B, topology, drop_remainder)
+    if chunk_rows is not None:
+        target = max(1, chunk_rows // B) * B
+    else:
+        ids_per_row = sum(p.num_ids for p in pieces) / N
+        by_size = max(1, int(DEFAULT_CHUNK_IDS // max(1.0, ids_per_row * B)))
+        target = max(1, min(by_size, math.ceil(T / (4 * workers)))) * B
+    job = _Job(features=features, topology=topology, plan=plan, config=config, colmap=colmap, on_oov=on_oov,
+               batch_size=B, per_step=per_step, pieces=pieces, offsets=offsets, num_steps=T, used=used)
+    chunks = _plan_chunks(job, target)
+    boundaries = {}       # step -> chunks holding a fragment of it, in order
+    for c in chunks:
+        for step in c.fragments:
+            boundaries.setdefault(step, []).append(c.index)
+    # A block is the inner steps of a chunk, or one step assembled from the chunks' fragments.
+    spans = sorted([(c.step_start, c.step_stop, "chunk", c.index) for c in chunks if c.step_stop > c.step_start]
+                   + [(s, s + 1, "boundary", s) for s in boundaries])
+    results = _run_blocks(dask, job, chunks, boundaries, spans, partitions, mode, client, num_workers, progress)
+    summaries, step_stats = _gathered(results, spans, mode, client, per_step)
+    merged = _merge(summaries, step_stats)
+    step_stats.attrs.update({
+        "num_steps": T,
+        "source": "scwork.sharding.dataset_stats.stats_over_dataset (collect_stats per chunk, concatenated)",
+        "last_batch_size": last,
+        "dropped_samples": dropped,
+        "num_shards": len(pieces),
+        "per_step": per_step,
+    })
+    tuned = None
+    if tune is not None:
+        from scwork.sharding.limits import tune_limits
+
+        tuned = tune_limits(step_stats[list(_SUMMARY_VARS)], method=tune, percentile=percentile)
+    num_ids = int(merged["total_input_ids"].values.sum())
+    return DatasetStats(step_stats, merged, tuned, plan, B, T, used, dropped, last, num_ids, shown, len(chunks),
+                        mode, client if mode == "distributed" else None, owns_client)
+
+
+def _execution_mode(dask, scheduler, client, num_workers) -> tuple[str, int]:
+    """Where the chunk tasks run and on how many workers.
+
+    ``distributed`` (a client), a local dask scheduler (``threads``, ``sync``...), or
+    ``pool`` (threads without dask).
+    """
     if client is not None:
         mode = "distributed"
         if not hasattr(client, "compute") or not hasattr(client, "nthreads"):
@@ -379,8 +434,11 @@ def _stats_over_dataset(source, features, topology, plan, config, colmap, B, dro
             mode = "pool" if mode == "threads" else mode
     workers = (sum(client.nthreads().values()) or 1) if mode == "distributed" else \
         (1 if mode == "sync" else num_workers or os.cpu_count() or 1)
+    return mode, workers
 
-    # ---- the shards ------------------------------------------------------------------------
+
+def _scan_shards(source, colmap, dask, mode, client, num_workers):
+    """Every shard's metadata (rows, ids) in order, and the dask partitions of a dask collection (else None)."""
     kind = _dask_kind(source)
     partitions = None
     if kind is not None:
@@ -410,13 +468,11 @@ def _stats_over_dataset(source, features, topology, plan, config, colmap, B, dro
                 pieces = list(pool.map(lambda f: scan(f, colmap), files))
         else:
             pieces = [scan(f, colmap) for f in files]
-    offsets = [0]
-    for p in pieces:
-        offsets.append(offsets[-1] + p.num_rows)
-    N = offsets[-1]
-    shown = tuple(p.path for p in pieces)
-    if N == 0:
-        raise InputError(f"no samples: the {len(pieces)} shard(s) hold 0 rows")
+    return pieces, partitions
+
+
+def _step_counts(N: int, B: int, topology, drop_remainder: bool) -> tuple[int, int, int, int]:
+    """``(steps, samples used, samples dropped, size of the last batch)`` for ``N`` samples in batches of ``B``."""
     full, rem = divmod(N, B)
     GS = topology.num_devices * topology.sparsecores_per_device
     if drop_remainder or rem == 0:
@@ -430,24 +486,11 @@ def _stats_over_dataset(source, features, topology, plan, config, colmap, B, dro
                              f"not divide over {GS} slices ({topology.num_devices} devices x "
                              f"{topology.sparsecores_per_device} SparseCores); pass drop_remainder=True")
         T, used, dropped, last = full + 1, N, 0, rem
-    if chunk_rows is not None:
-        target = max(1, chunk_rows // B) * B
-    else:
-        ids_per_row = sum(p.num_ids for p in pieces) / N
-        by_size = max(1, int(DEFAULT_CHUNK_IDS // max(1.0, ids_per_row * B)))
-        target = max(1, min(by_size, math.ceil(T / (4 * workers)))) * B
-    job = _Job(features=features, topology=topology, plan=plan, config=config, colmap=colmap, on_oov=on_oov,
-               batch_size=B, per_step=per_step, pieces=pieces, offsets=offsets, num_steps=T, used=used)
-    chunks = _plan_chunks(job, target)
-    boundaries = {}       # step -> chunks holding a fragment of it, in order
-    for c in chunks:
-        for step in c.fragments:
-            boundaries.setdefault(step, []).append(c.index)
+    return T, used, dropped, last
 
-    # ---- run: blocks of consecutive steps, each one (per-step Dataset, summary) -------------
-    # A block is the inner steps of a chunk, or one step assembled from the chunks' fragments.
-    spans = sorted([(c.step_start, c.step_stop, "chunk", c.index) for c in chunks if c.step_stop > c.step_start]
-                   + [(s, s + 1, "boundary", s) for s in boundaries])
+
+def _run_blocks(dask, job, chunks, boundaries, spans, partitions, mode, client, num_workers, progress) -> list:
+    """Run every block of consecutive steps; one (per-step Dataset, summary) per span, in span order."""
     bar = _make_bar(len(spans) if mode == "distributed" else len(chunks) + len(boundaries), progress,
                     "scwork stats over dataset")
     try:
@@ -483,8 +526,11 @@ def _stats_over_dataset(source, features, topology, plan, config, colmap, B, dro
     finally:
         if bar is not None:
             bar.close()
+    return results
 
-    # ---- merge ---------------------------------------------------------------------------
+
+def _gathered(results, spans, mode, client, per_step):
+    """The blocks' summaries and their per-step statistics, concatenated (dask-backed when distributed)."""
     if mode == "distributed":
         summaries = client.gather([client.submit(_take, f, 1, pure=False) for f in results])
         if per_step == "full":
@@ -495,20 +541,4 @@ def _stats_over_dataset(source, features, topology, plan, config, colmap, B, dro
     else:
         summaries = [r[1] for r in results]
         step_stats = _concat_local([r[0] for r in results])
-    merged = _merge(summaries, step_stats)
-    step_stats.attrs.update({
-        "num_steps": T,
-        "source": "scwork.sharding.dataset_stats.stats_over_dataset (collect_stats per chunk, concatenated)",
-        "last_batch_size": last,
-        "dropped_samples": dropped,
-        "num_shards": len(pieces),
-        "per_step": per_step,
-    })
-    tuned = None
-    if tune is not None:
-        from scwork.sharding.limits import tune_limits
-
-        tuned = tune_limits(step_stats[list(_SUMMARY_VARS)], method=tune, percentile=percentile)
-    num_ids = int(merged["total_input_ids"].values.sum())
-    return DatasetStats(step_stats, merged, tuned, plan, B, T, used, dropped, last, num_ids, shown, len(chunks),
-                        mode, client if mode == "distributed" else None, owns_client)
+    return summaries, step_stats

@@ -33,19 +33,27 @@
 
 How it runs (and why it is fast)
 --------------------------------
-Slices are independent, so each stack's ``G * S`` slices are cut into ranges of
-about equal id counts, run by ``num_threads`` worker threads (the numba kernels
-release the GIL; with one thread every stack is one range). Per slice and group
-(table) the ids are radix-sorted in cache, counted, and with CSR the
-partition-major walk over the groups writes the slice's buffer sequentially as it
-counts (:mod:`scwork.sharding._kernels`). Results do not depend on the number of
-threads or on which thread ran what. Without a configured
-``max_ids_per_partition`` the per-SC buffer size ``C`` (the longest slice) is known
-only at the end: slices are written at a bounding stride and moved left in place.
-Buffers of finished calls are recycled (scratch at once, CSR buffers when the
-caller drops them), because faulting in fresh pages costs about as much as the
-kernels: the engine keeps up to 512 MiB of such buffers (:func:`release_buffers`
-drops them).
+Slices are independent, so the work is cut into tasks of about ``total ids /
+(8 * num_threads)`` ids each, run by ``num_threads`` worker threads (the numba
+kernels release the GIL; with one thread every stack is one task): ranges of a
+stack's ``G * S`` slices, and a slice larger than that cut further into ranges of
+its groups (tables), whose counts add up exactly (per-sample dedup and distinct ids
+never cross tables). Per slice and group the ids are radix-sorted in cache,
+counted, and with CSR written partition by partition (:mod:`scwork.sharding._kernels`,
+:mod:`scwork.sharding._split_kernels`). Every step after the slices is a batch of
+tasks too: the naive view by (group, partition range), and, without a configured
+``max_ids_per_partition``, the buffer size ``C`` (the longest slice): with 8 or more
+threads every slice's CSR size is counted first (a pass over the ids without
+sorting) so that each (slice, table) task writes in place; with fewer, slices are
+written at a bounding stride and moved left in place, one task per stack. What stays
+serial (planning, checks, building the Dataset) is a few milliseconds;
+``python benchmarks/bench_sharding.py --project`` measures it and projects the
+speedup at 16 to 208 threads (:mod:`scwork.sharding._profile`). Results do not
+depend on the number of threads or on which thread ran what. Buffers of finished
+calls are recycled (scratch at once, CSR buffers when the caller drops them),
+because faulting in fresh pages costs about as much as the kernels: the engine
+keeps up to an eighth of the memory (512 MiB to 4 GiB) of such buffers
+(:func:`release_buffers` drops them).
 
 Both also report the *naive* whole-batch view (the recipe of [sc-guide] §7 without the split over SparseCores): the same
 counting without the device/SparseCore split, i.e. what a GPU all-to-all sees per
@@ -92,21 +100,27 @@ import numpy as np
 from scwork.errors import (
     ConfigError,
     InputError,
-    LimitExceededError,
-    OutOfVocabularyError,
     StaticBufferWarning,
     TopologyError,
 )
 from scwork.hardware.topology import Topology
+from scwork.sharding import _profile
+from scwork.sharding._checks import (
+    _check_gain_inputs,
+    _check_limits,
+    _lbits,
+    _check_scratch,
+    _oov_masks,
+    _raise_oov,
+    estimate_scratch_bytes,
+)
 from scwork.sharding._scratch import (
-    _BITMAP_BYTES_PER_ID,
-    _BITMAP_MIN_BYTES,
     _POOL,
-    SCRATCH_LIMIT_ENV,
     _carve,
     _carve_owned,
+    _layout,
+    _views,
     release_buffers,
-    scratch_limit_bytes,
 )
 from scwork.sharding._threads import _TASKS_PER_THREAD, _run_tasks, resolve_num_threads
 from scwork.sharding.batch import FeatureBatch, _check_gains
@@ -131,6 +145,13 @@ __all__ = ["preprocess", "compute_stats", "PreprocessResult", "CsrBuffers", "rel
 
 
 _COMBINER_CODE = {"sum": 0, "mean": 1, "sqrtn": 2}
+# From this many threads on, preprocess counts every slice's CSR size first (an
+# extra pass over the ids, about a third of the sort's cost) so that no step after
+# the slices is serial; with fewer, moving the slices afterwards (one task per
+# stack) costs less.
+_COUNT_FIRST_THREADS = 8
+# stack_slices takes a bitmap for the naive view; the engine always uses lists
+_NO_BITMAP = np.zeros(1, np.int64)
 _NO_LIMIT = 2**62
 _HIST_SIZE = 3 * 2048
 
@@ -191,17 +212,21 @@ class _Group:
     slice_ids: np.ndarray   # raw ids of the group in each (device, source SC) slice
 
 
-def _groups(stack: Stack, batch: FeatureBatch, nsl: int = 1) -> list[_Group]:
+def _slice_counts(batch: FeatureBatch, nsl: int) -> np.ndarray:
+    """Raw ids of every feature (row of ``batch._splits``) in every slice: ``(features, nsl)``."""
+    n = batch.batch_size // nsl
+    return batch._splits[:, n::n] - batch._splits[:, :-1:n]
+
+
+def _groups(stack: Stack, batch: FeatureBatch, nsl: int = 1, slice_counts: np.ndarray | None = None) -> list[_Group]:
     out = []
     P = stack.num_partitions
-    n = batch.batch_size // nsl
+    if slice_counts is None:
+        slice_counts = _slice_counts(batch, nsl)
     for t in stack.tables:
         ks = [k for k, f in enumerate(stack.features) if f.table.name == t.table.name]
         rows = np.array([batch._feature_index(stack.features[k].name) for k in ks], np.int64)
-        per_slice = np.zeros(nsl, np.int64)
-        for r in rows:
-            rs = batch._splits[r]
-            per_slice += rs[n::n] - rs[:-1:n]
+        per_slice = slice_counts[rows[0]].copy() if rows.size == 1 else slice_counts[rows].sum(axis=0)
         vocab = t.table.vocab_size
         out.append(_Group(t.table.name, rows, np.array(ks, np.int64),
                           tuple(stack.features[k].name for k in ks), t.shard_rotation,
@@ -210,21 +235,18 @@ def _groups(stack: Stack, batch: FeatureBatch, nsl: int = 1) -> list[_Group]:
     return out
 
 
-def _lbits(K: int, n: int) -> int:
-    return int(K * n - 1).bit_length()
-
-
 class _Backend:
     """The kernels of one backend: numba, or the slow numpy references (same signatures)."""
 
     def __init__(self, backend: str):
-        from scwork.sharding import _kernels, _naive_kernels
+        from scwork.sharding import _kernels, _naive_kernels, _split_kernels
 
         if backend not in ("numba", "numpy"):
             raise ConfigError(f"backend must be 'numba' or 'numpy', got {backend!r}")
         ref = "_reference" if backend == "numpy" else ""
         for module, names in ((_kernels, ("sort_group", "stack_slices", "compact_slices")),
-                              (_naive_kernels, ("naive_from_bitmaps", "naive_from_lists"))):
+                              (_split_kernels, ("count_groups", "slice_pairs", "write_groups")),
+                              (_naive_kernels, ("naive_from_slice_lists",))):
             for name in names:
                 setattr(self, name, getattr(module, name + ref))
 
@@ -251,7 +273,8 @@ def _limits(stack: Stack) -> tuple[int, int]:
     return a, b
 
 
-def _iter_sorted_group_keys(stack: Stack, batch: FeatureBatch, G: int, S: int, backend: str = "numba"):
+def _iter_sorted_group_keys(stack: Stack, batch: FeatureBatch, G: int, S: int, backend: str = "numba",
+                            only: int | None = None):
     """Internal hook (used by :mod:`scwork.sharding.minibatch`): the sorted keys of each group.
 
     Yields ``(group, keys, m, lbits)`` for every group (table) of ``stack`` in stack
@@ -259,6 +282,7 @@ def _iter_sorted_group_keys(stack: Stack, batch: FeatureBatch, G: int, S: int, b
     (partition-major over the whole batch; key layout in
     :mod:`scwork.sharding._kernels`). The key buffer is reused: consume it before
     asking for the next group. Raises :class:`_Oov` on an id ``>= vocab_size``.
+    With ``only``, just that group (index in stack order).
     """
     sort_group = _Backend(backend).sort_group
     P = stack.num_partitions
@@ -266,6 +290,8 @@ def _iter_sorted_group_keys(stack: Stack, batch: FeatureBatch, G: int, S: int, b
     n = batch.batch_size // nsl
     K = len(stack.features)
     groups = _groups(stack, batch, nsl)
+    if only is not None:
+        groups = [groups[only]]
     size = max(1, max(g.num_ids for g in groups))
     keys = np.empty(size, np.int64)
     tmp = np.empty(size, np.int64)
@@ -285,14 +311,15 @@ class _StackJob:
     """One stack: group tables for the kernels, per-slice outputs, buffer sizes."""
 
     def __init__(self, stack: Stack, batch: FeatureBatch, G: int, S: int, want_csr: bool,
-                 config: SparsecoreConfig, has_w: np.ndarray | None = None):
+                 config: SparsecoreConfig, has_w: np.ndarray | None = None, slice_counts: np.ndarray | None = None,
+                 count_first: bool = False):
         P = stack.num_partitions
         nsl = G * S
         n = batch.batch_size // nsl
         K = len(stack.features)
         self.stack, self.G, self.S, self.P, self.nsl, self.n = stack, G, S, P, nsl, n
         self.lbits = _lbits(K, n)
-        self.groups = groups = _groups(stack, batch, nsl)
+        self.groups = groups = _groups(stack, batch, nsl, slice_counts)
         ng = len(groups)
         self.want_csr = want_csr
         self.max_ids, self.max_uniq = _limits(stack)
@@ -323,7 +350,21 @@ class _StackJob:
         self.g_mode = np.array([(2 if w else (1 if self.combiner else 0)) if want_csr else 0 for w in weighted],
                                np.int64)
         self.g_sloff = sloff
-        self.naive_view(1)
+        # naive view: every (group, slice) run appends its sorted distinct ids to
+        # ulist (carved by _execute); tasks over partition ranges merge them
+        self.g_bitmap = np.zeros(ng, np.int8)
+        self.g_bmoff = np.zeros(ng, np.int64)
+        self.g_uloff = np.zeros(ng, np.int64)
+        np.cumsum([g.num_ids for g in groups[:-1]], out=self.g_uloff[1:])
+        self.ulist_size = max(1, self.num_ids)
+        self.ulist = None
+        self.ul_cnt = np.zeros(ng * nsl, np.int64)
+        # statistics-only stacks count each (group, slice) run into its group's
+        # counters, so that tasks may split a slice by groups
+        self.by_group = not self.keep_all
+        self.pairs_g = np.zeros(ng * nsl * P if self.by_group else 1, np.int64)
+        self.distinct_g = np.zeros(ng * nsl * P if self.by_group else 1, np.int64)
+        self.naive_g = np.zeros((ng, P), np.int64)
 
         self.pairs = np.zeros(nsl * P, np.int64)
         self.distinct = np.zeros(nsl * P, np.int64)
@@ -352,34 +393,97 @@ class _StackJob:
                 self.stride = max(_ALIGN, int((self.slice_ids + (_ALIGN - 1) * P).max()))
                 self.base = np.arange(nsl, dtype=np.int64) * self.stride
                 self.out_size = nsl * self.stride
-        self.staged = want_csr and self.C is None
-        self.bitmaps = self.emb = self.smp = self.gout = None
+        # Without a configured C, with many threads (count_first), C (the longest
+        # slice) is counted first (slice_pairs, no sort) so that slices are written
+        # in place at once, by tasks as small as one table of one slice. Else slices
+        # are written at a bounding stride and moved left afterwards (one task per
+        # stack, cheaper on few cores than the extra pass over the ids); a prefix cut
+        # (limits with allow_id_dropping) always needs that, as only the sort knows
+        # a slice's size.
+        self.counted = want_csr and self.C is None and not (limited and self.allow_cut) and count_first
+        self.count_pairs = np.zeros(ng * nsl * P if self.counted else 1, np.int64)
+        # Without limits the count also fixes where each group's ids of each stream
+        # go, so that tasks may split a slice by groups (write_groups)
+        self.split_csr = self.counted and not limited
+        if self.split_csr:
+            self.distinct_g = np.zeros(ng * nsl * P, np.int64)
+        self.staged = want_csr and self.C is None and not self.counted
+        self.emb = self.smp = self.gout = None
         self.tasks: list[dict] = []
-        self.pending = 0                        # slice tasks not finished yet
         self.lock = threading.Lock()
-        self.workers: set[int] = set()          # bitmap rows written
         self.naive_counts: np.ndarray | None = None
 
-    def naive_view(self, nworkers: int) -> None:
-        """Per group: the naive view in bitmap rows (one per worker) or per-slice lists."""
+    def set_counted_size(self) -> None:
+        """``C`` from the counted pairs (:func:`~scwork.sharding._split_kernels.slice_pairs`): slices in place.
+
+        Without limits also the layout :func:`~scwork.sharding._split_kernels.write_groups`
+        writes: each group's first slot in each stream, the row pointers, the padding.
+        """
         ng, nsl, P = len(self.groups), self.nsl, self.P
-        words = [((P << g.qbits) + 63) >> 6 for g in self.groups]
-        use_bitmap = [8 * w * nworkers <= max(_BITMAP_MIN_BYTES, _BITMAP_BYTES_PER_ID * g.num_ids)
-                      for w, g in zip(words, self.groups)]
-        self.g_bitmap = np.array(use_bitmap, np.int8)
-        self.g_bmoff = np.zeros(ng, np.int64)
-        self.g_uloff = np.zeros(ng, np.int64)
-        nbits = nlist = 0
-        for i, (w, g) in enumerate(zip(words, self.groups)):
-            if use_bitmap[i]:
-                self.g_bmoff[i] = nbits
-                nbits += w
-            else:
-                self.g_uloff[i] = nlist
-                nlist += g.num_ids
-        self.bitmap_words = max(1, nbits)
-        self.ulist = np.empty(max(1, nlist), np.int64)
-        self.ul_cnt = np.zeros(ng * nsl, np.int64)
+        per_group = self.count_pairs.reshape(ng, nsl, P)
+        pairs = per_group.sum(axis=0)
+        aligned = round_up_array(pairs)
+        used = aligned.sum(axis=1)
+        self.C = self.cap = max(_ALIGN, int(used.max()) if used.size else _ALIGN)
+        self.base = np.arange(nsl, dtype=np.int64) * self.C
+        self.out_size = nsl * self.C
+        if not self.split_csr:
+            return
+        pstart = np.cumsum(aligned, axis=1) - aligned + self.base[:, None]      # (nsl, P), absolute
+        self.offs = (np.cumsum(per_group, axis=0) - per_group + pstart[None]).ravel()
+        rp = self.row_pointers.reshape(nsl, self.R)
+        rp[:, :P] = pstart - self.base[:, None] + pairs
+        rp[:, P:] = used[:, None]
+        self.pad_lo = np.concatenate([pstart + pairs, (self.base + used)[:, None]], axis=1).ravel()
+        self.pad_hi = np.concatenate([pstart + aligned, (self.base + self.C)[:, None]], axis=1).ravel()
+        self.used[:] = used
+
+    def count_task(self, kern: _Backend, batch: FeatureBatch, s0: int, s1: int, g0: int = 0,
+                   g1: int | None = None) -> None:
+        """Task: pairs per (group, slice, partition) of slices ``[s0, s1)`` x groups ``[g0, g1)`` (for ``C``, the layout)."""
+        kern.slice_pairs(batch._ids, batch._splits, self.n, self.P, self.gptr, self.feat_rows, self.g_vocab,
+                         self.g_shift, s0, s1, g0, len(self.groups) if g1 is None else g1, self.count_pairs)
+
+    def work_units(self, target: float, by_group: bool) -> tuple[list[tuple[int, int, int, int]], list[int]]:
+        """Tasks ``(s0, s1, g0, g1)`` of about ``target`` raw ids (one if ``target`` is inf), and their sizes.
+
+        Slice ranges; with ``by_group`` (a stack counted per group: statistics only,
+        CSR without limits, or the count of a CSR size) a slice larger than
+        ``target`` is cut further into ranges of its groups (tables).
+        """
+        ng = len(self.groups)
+        if not np.isfinite(target) or not by_group or ng == 1 or self.stack_slice_max <= target:
+            units = [(s0, s1, 0, ng) for s0, s1 in self.ranges(target)]
+            return units, [int(self.slice_ids[s0:s1].sum()) for s0, s1, _, _ in units]
+        counts = [g.slice_ids.tolist() for g in self.groups]                     # (ng, nsl) ints
+        units, sizes = [], []
+        for sl in range(self.nsl):
+            # contiguous groups, a new task once the current one holds target ids
+            g0, acc = 0, 0
+            for g in range(ng):
+                acc += counts[g][sl]
+                if acc >= target or g == ng - 1:
+                    units.append((sl, sl + 1, g0, g + 1))
+                    sizes.append(acc)
+                    g0, acc = g + 1, 0
+        return units, sizes
+
+    def naive_units(self, target: float) -> list[tuple[int, int, int]]:
+        """Naive-view tasks ``(group, p0, p1)``: partition ranges of about ``target`` ids."""
+        out = []
+        P = self.P
+        for i, g in enumerate(self.groups):
+            parts = 1 if not np.isfinite(target) else min(P, max(1, round(g.num_ids / max(target, 1.0))))
+            edges = sorted({P * k // parts for k in range(parts + 1)})
+            out += [(i, a, b) for a, b in itertools.pairwise(edges)]
+        return out
+
+    def naive_task(self, kern: _Backend, g: int, p0: int, p1: int) -> None:
+        """Task: the naive view of group ``g`` over partitions ``[p0, p1)``."""
+        nsl = self.nsl
+        starts = self.g_uloff[g] + self.g_sloff[g, :-1]
+        kern.naive_from_slice_lists(self.ulist, starts, self.ul_cnt[g * nsl:(g + 1) * nsl], self.groups[g].qbits,
+                                    p0, p1, self.naive_g[g])
 
     def ranges(self, target: float) -> list[tuple[int, int]]:
         """Contiguous slice ranges of about ``target`` raw ids each (one if ``target`` is inf)."""
@@ -400,10 +504,35 @@ class _StackJob:
                 "ag": gmax if self.any_gains else 1, "bg": gmax if self.any_gains else 1,
                 "hist": _HIST_SIZE, "gm": len(self.groups), "bounds": len(self.groups) * (self.P + 1)}
 
+    def run_groups(self, kern: _Backend, batch: FeatureBatch, weights, has_w, s0: int, s1: int, g0: int, g1: int,
+                   sc: dict) -> dict:
+        """Task: :func:`~scwork.sharding._split_kernels.count_groups` on slices ``[s0, s1)`` x groups ``[g0, g1)``."""
+        g_oov = np.full(len(self.groups), -1, np.int64)
+        kern.count_groups(batch._ids, batch._splits, weights, has_w, self.n, self.P, self.lbits, self.gptr,
+                          self.feat_rows, self.feat_k, self.g_vocab, self.g_shift, self.g_qbits, self.g_uloff,
+                          self.g_sloff, s0, s1, g0, g1, sc["sk"], sc["ak"], sc["bk"], sc["hist"], self.pairs_g,
+                          self.distinct_g, self.ulist, self.ul_cnt, g_oov)
+        return {"s0": s0, "oov": g_oov, "bad": np.full(len(self.groups), -1, np.int64),
+                "drops": np.zeros((0, 4), np.int64), "drop_g": np.zeros(0, np.int64)}
+
+    def run_write_groups(self, kern: _Backend, batch: FeatureBatch, weights, has_w, s0: int, s1: int, g0: int,
+                         g1: int, sc: dict) -> dict:
+        """Task: :func:`~scwork.sharding._split_kernels.write_groups` on slices ``[s0, s1)`` x groups ``[g0, g1)``."""
+        ng = len(self.groups)
+        g_oov = np.full(ng, -1, np.int64)
+        g_bad = np.full(ng, -1, np.int64)
+        kern.write_groups(batch._ids, batch._splits, weights, has_w, self.combiner, self.n, self.P, self.lbits,
+                          self.gptr, self.feat_rows, self.feat_k, self.g_vocab, self.g_shift, self.g_qbits,
+                          self.g_rowoff, self.g_mode, self.g_uloff, self.g_sloff, s0, s1, g0, g1, sc["sk"], sc["sg"],
+                          sc["ak"], sc["ag"], sc["bk"], sc["bg"], sc["hist"], self.offs, self.pad_lo, self.pad_hi,
+                          self.rowgain, self.emb, self.smp, self.gout, self.distinct_g, self.ulist, self.ul_cnt,
+                          g_oov, g_bad)
+        return {"s0": s0, "oov": g_oov, "bad": g_bad, "drops": np.zeros((0, 4), np.int64),
+                "drop_g": np.zeros(0, np.int64)}
+
     def run_slices(self, kern: _Backend, batch: FeatureBatch, weights, has_w, s0: int, s1: int, worker: int,
                    sc: dict) -> dict:
         """Task: :func:`~scwork.sharding._kernels.stack_slices` on slices ``[s0, s1)``."""
-        self.workers.add(worker)
         ng = len(self.groups)
         g_oov = np.full(ng, -1, np.int64)
         g_bad = np.full(ng, -1, np.int64)
@@ -415,7 +544,7 @@ class _StackJob:
             self.g_mode, self.g_bitmap, self.g_bmoff, self.g_uloff, self.g_sloff, s0, s1, self.keep_all,
             self.max_ids, self.max_uniq, self.allow_cut,
             sc["sk"], sc["sg"], sc["ak"], sc["ag"], sc["bk"], sc["bg"], sc["hist"], sc["gm"], sc["bounds"],
-            self.pairs, self.distinct, self.kept, self.dropped, self.used, g_oov, g_bad, self.bitmaps[worker],
+            self.pairs, self.distinct, self.kept, self.dropped, self.used, g_oov, g_bad, _NO_BITMAP,
             self.ulist, self.ul_cnt,
             self.want_csr, self.cap, self.base, self.R, self.rowgain, self.emb, self.smp, self.gout,
             self.row_pointers, drops, drop_g)
@@ -426,6 +555,7 @@ class _StackJob:
 
         As a whole-group sort would report it: the first out-of-vocabulary id of the
         group in (slice, feature, sample) order, else its first zero-divisor sample.
+        (Only tasks with an error or a dropped pair were kept.)
         """
         tasks = sorted(self.tasks, key=lambda t: t["s0"])
         for g in range(len(self.groups)):
@@ -435,44 +565,32 @@ class _StackJob:
                         return kind, int(t[kind][g])
         return None
 
-    def naive(self, kern: _Backend) -> np.ndarray:
-        """Naive distinct ids per partition: bitmaps ORed over workers, or merged lists."""
-        out = np.zeros(self.P, np.int64)
-        nsl = self.nsl
-        rows = sorted(self.workers)
-        # only the rows of the workers that ran a task of this stack (usually one)
-        bitmaps = self.bitmaps[rows[0]:rows[0] + 1] if len(rows) == 1 else self.bitmaps[rows]
-        for i, g in enumerate(self.groups):
-            if self.g_bitmap[i]:
-                kern.naive_from_bitmaps(bitmaps, int(self.g_bmoff[i]), g.qbits, self.P, out)
-            else:
-                starts = self.g_uloff[i] + self.g_sloff[i, :-1]
-                kern.naive_from_lists(self.ulist, starts, self.ul_cnt[i * nsl:(i + 1) * nsl].copy(), g.qbits, out)
-        return out
+    def task_done(self, out: dict) -> None:
+        """Record a slice task's errors and dropped pairs (tasks with neither need no record)."""
+        if out["drops"].shape[0] or out["oov"].max(initial=-1) >= 0 or out["bad"].max(initial=-1) >= 0:
+            with self.lock:
+                self.tasks.append(out)
 
-    def task_done(self, kern: _Backend, out: dict) -> None:
-        """Record a slice task; the last one of the stack finishes the stack at once.
+    def compact(self, kern: _Backend) -> None:
+        """Task (staged stacks): ``C``, then slices moved from ``sl * stride`` to ``sl * C`` and padded."""
+        self.C = max(_ALIGN, int(self.used.max()) if self.used.size else _ALIGN)
+        kern.compact_slices(self.emb, self.smp, self.gout, self.stride, self.used, self.nsl, self.C)
+        size = self.nsl * self.C
+        self.emb, self.smp, self.gout = self.emb[:size], self.smp[:size], self.gout[:size]
 
-        Finishing (naive view; staged stacks: ``C``, slices moved to ``sl * C`` and
-        padded) in whichever thread ends the stack overlaps it with the other stacks'
-        slice tasks instead of waiting for all of them. On a failing stack (the caller
-        raises afterwards) it is wasted but harmless: every slice stays in its region.
-        """
-        with self.lock:
-            self.tasks.append(out)
-            self.pending -= 1
-            last = self.pending == 0
-        if not last:
-            return
-        self.naive_counts = self.naive(kern)
-        if self.staged:
-            self.C = max(_ALIGN, int(self.used.max()) if self.used.size else _ALIGN)
-            kern.compact_slices(self.emb, self.smp, self.gout, self.stride, self.used, self.nsl, self.C)
-            size = self.nsl * self.C
-            self.emb, self.smp, self.gout = self.emb[:size], self.smp[:size], self.gout[:size]
+    def finish_counts(self) -> None:
+        """Per-group counters summed (statistics-only stacks) and the naive view."""
+        if self.by_group or self.split_csr:
+            ng, nsl, P = len(self.groups), self.nsl, self.P
+            per_group = self.count_pairs if self.split_csr else self.pairs_g
+            self.pairs[:] = per_group.reshape(ng, nsl * P).sum(axis=0)
+            self.distinct[:] = self.distinct_g.reshape(ng, nsl * P).sum(axis=0)
+            self.kept[:] = self.pairs
+        self.naive_counts = self.naive_g.sum(axis=0)
 
     def result(self) -> dict:
         out = {"pairs": self.pairs, "distinct": self.distinct, "naive": self.naive_counts, "kept": self.kept,
+               "input": self.slice_ids,
                "dropped": int(self.dropped.sum()), "static_dropped": 0}
         capacity = self.stack.static_buffer_size_per_sc(self.S)
         if capacity is not None:
@@ -544,139 +662,122 @@ def _row_gains(stack: Stack, batch: FeatureBatch, nsl: int, n: int, lbits: int) 
 
 
 # --------------------------------------------------------------------------------------
-# limit checks
-# --------------------------------------------------------------------------------------
-def _check_limits(stack: Stack, res: dict, G: int, S: int, config: SparsecoreConfig, B: int) -> None:
-    P = stack.num_partitions
-    tables = ", ".join(stack.table_names)
-    table_attr = stack.table_names[0] if len(stack.tables) == 1 else tables
-    if not config.allow_id_dropping:
-        for limit, observed, configured in (
-                ("max_ids_per_partition", res["pairs"], stack.max_ids_per_partition),
-                ("max_unique_ids_per_partition", res["distinct"], stack.max_unique_ids_per_partition)):
-            if configured is None:
-                continue
-            over = observed > configured
-            if over.any():
-                c = int(np.argmax(observed))
-                d, s, p = c // (S * P), (c // P) % S, c % P
-                raise LimitExceededError(
-                    f"stack {stack.name!r} (tables: {tables}): source SparseCore {s} of device {d} sends "
-                    f"{int(observed[c])} {'distinct ' if 'unique' in limit else ''}ids to partition {p}, "
-                    f"above {limit}={configured} ({int(over.sum())} of {observed.size} (device, SC, "
-                    f"partition) streams exceed it). Raise the limit (TableSpec.{limit} or "
-                    "stack_limits=...), set SparsecoreConfig(allow_id_dropping=True), or use a smaller batch.",
-                    limit=limit, observed=int(observed[c]), configured=int(configured), stack=stack.name,
-                    table=table_attr, device=d, sc=s, partition=p)
-    cap = config.max_ids_per_chip_per_sample
-    if cap is not None:
-        per_sc = round_up_array(res["kept"].reshape(G, S, P)).sum(axis=2)
-        per_device = per_sc.sum(axis=1)
-        samples = len(stack.features) * B // G
-        configured = cap * samples
-        if (per_device > configured).any():
-            d = int(np.argmax(per_device))
-            raise LimitExceededError(
-                f"stack {stack.name!r} (tables: {tables}): device {d} fills {int(per_device[d])} CSR slots "
-                f"(padding included) for {samples} samples, above max_ids_per_chip_per_sample={cap} x "
-                f"{samples} = {configured} ({per_device[d] / samples:.1f} per sample). Raise "
-                "SparsecoreConfig.max_ids_per_chip_per_sample (or set it to None).",
-                limit="max_ids_per_chip_per_sample", observed=int(per_device[d]), configured=int(configured),
-                stack=stack.name, table=table_attr, device=d)
-
-
-# --------------------------------------------------------------------------------------
 # driver
 # --------------------------------------------------------------------------------------
-def _oov_masks(batch: FeatureBatch, plan: StackingPlan) -> dict[str, np.ndarray]:
-    masks = {}
-    for f in plan.features:
-        ids = batch.ids(f.name)
-        masks[f.name] = ids >= f.table.vocab_size
-    return masks
-
-
-def _raise_oov(batch: FeatureBatch, plan: StackingPlan, position: int) -> None:
-    masks = _oov_masks(batch, plan)
-    total = int(sum(m.sum() for m in masks.values()))
-    f = next(i for i, name in enumerate(batch.feature_names)
-             if batch._splits[i, 0] <= position < batch._splits[i, -1] and name in masks)
-    name = batch.feature_names[f]
-    spec = next(s for s in plan.features if s.name == name)
-    rs = batch._splits[f]
-    sample = int(np.searchsorted(rs, position, side="right") - 1)
-    bad = int(batch._ids[position])
-    raise OutOfVocabularyError(
-        f"feature {name!r}, sample {sample}: id {bad} is outside the vocabulary of table "
-        f"{spec.table.name!r} (vocab_size={spec.table.vocab_size}, ids 0..{spec.table.vocab_size - 1}); "
-        f"{total} id(s) of the batch are out of vocabulary. Fix the ids, enlarge the table, or pass "
-        "on_out_of_vocabulary='drop' to drop and count them.",
-        feature=name, sample=sample, id=bad, vocab_size=spec.table.vocab_size, count=total)
-
-
 def _execute(plan: StackingPlan, batch: FeatureBatch, G: int, S: int, kern: _Backend, config: SparsecoreConfig,
              want_csr: bool, num_threads: int) -> list[dict]:
-    """Run every stack: slice tasks, error and limit checks, naive view, CSR assembly."""
-    _, has_w = _weights_of(batch)
-    jobs = [_StackJob(st, batch, G, S, want_csr, config, has_w) for st in plan.stacks]
+    """Run every stack: task batches (counts for C, slices, naive view and compaction), checks, results.
+
+    Every step that grows with the input runs as tasks of about ``total ids /
+    (threads * _TASKS_PER_THREAD)`` ids, so that the threads finish together; with one
+    thread each batch has one task per stack.
+    """
+    weights, has_w = _weights_of(batch)
+    counts = _slice_counts(batch, G * S)
+    count_first = num_threads >= _COUNT_FIRST_THREADS
+    jobs = [_StackJob(st, batch, G, S, want_csr, config, has_w, counts, count_first) for st in plan.stacks]
     total = sum(j.num_ids for j in jobs)
     target = total / (num_threads * _TASKS_PER_THREAD) if num_threads > 1 else np.inf
-    ranges = [j.ranges(target) for j in jobs]
-    work = [(j, s0, s1) for j, rs in zip(jobs, ranges) for s0, s1 in rs]
-    sizes = [int(j.slice_ids[s0:s1].sum()) for j, s0, s1 in work]
-    num_threads = min(num_threads, len(work))          # no scratch for threads without work
-    if num_threads > 1:
-        for j in jobs:
-            j.naive_view(num_threads)
 
-    # buffers: scratch per worker, bitmaps per stack (internal, back to the pool at
-    # the end); the CSR buffers handed to the caller (back when they are dropped)
+    counted = [j for j in jobs if j.counted]
+    if counted:
+        units, sizes = _units(counted, target, lambda j: True)
+        _run_tasks(lambda item, worker: item[0].count_task(kern, batch, *item[1:]), units, sizes, num_threads,
+                   "count")
+        for j in counted:
+            j.set_counted_size()
+
+    work, sizes = _units(jobs, target, lambda j: j.by_group or j.split_csr)
+    num_threads = min(num_threads, len(work))          # no scratch for threads without work
+
+    # buffers: scratch per worker and the naive-view lists (internal, back to the pool
+    # at the end); the CSR buffers handed to the caller (back when they are dropped)
     needs: dict[str, int] = {}
     for j in jobs:
         for name, length in j.scratch_needs().items():
             needs[name] = max(needs.get(name, 1), length)
     names = list(needs)
-    dtypes = [np.float32 if name in ("sg", "ag", "bg") else np.int64 for name in names]
-    flat, scratch_buf = _carve([(needs[name], dt) for _ in range(num_threads) for name, dt in zip(names, dtypes)])
-    scratch = [dict(zip(names, flat[w * len(names):(w + 1) * len(names)])) for w in range(num_threads)]
-    bitmaps, bitmap_buf = _carve([(num_threads * j.bitmap_words, np.int64) for j in jobs], zero=True)
+    specs = [(needs[name], np.float32 if name in ("sg", "ag", "bg") else np.int64) for name in names]
+    # one pooled buffer for every worker (recycled by the next call: no fresh pages);
+    # each worker makes its own views at its first task, so that this costs no serial time
+    offsets, per_worker = _layout(specs)
+    per_worker = (per_worker + 63) // 64 * 64
+    scratch_buf = _POOL.take(per_worker * num_threads)
+    scratch: list[dict | None] = [None] * num_threads
+
+    def scratch_of(worker: int) -> dict:
+        if scratch[worker] is None:                       # only this worker touches its entry
+            mine = scratch_buf[worker * per_worker:(worker + 1) * per_worker]
+            scratch[worker] = dict(zip(names, _views(mine, specs, offsets)))
+        return scratch[worker]
+
+    ulists, ulist_buf = _carve([(j.ulist_size, np.int64) for j in jobs])
     try:
-        for j, bm in zip(jobs, bitmaps):
-            j.bitmaps = bm.reshape(num_threads, j.bitmap_words)
+        for j, ul in zip(jobs, ulists):
+            j.ulist = ul
         if want_csr:
             for j, (e, s, g) in zip(jobs, _csr_views([j.out_size for j in jobs])):
                 j.emb, j.smp, j.gout = e, s, g
         else:
             for j in jobs:
                 j.emb, j.smp, j.gout = np.zeros(1, np.int32), np.zeros(1, np.int32), np.zeros(1, np.float32)
-        return _execute_jobs(jobs, ranges, work, sizes, scratch, batch, G, S, kern, config, want_csr, num_threads)
-    finally:
-        del flat, scratch, bitmaps
+
+        def slices(item, worker):
+            j, s0, s1, g0, g1 = item
+            if j.by_group:
+                j.task_done(j.run_groups(kern, batch, weights, has_w, s0, s1, g0, g1, scratch_of(worker)))
+            elif j.split_csr:
+                j.task_done(j.run_write_groups(kern, batch, weights, has_w, s0, s1, g0, g1, scratch_of(worker)))
+            else:
+                j.task_done(j.run_slices(kern, batch, weights, has_w, s0, s1, worker, scratch_of(worker)))
+
+        _run_tasks(slices, work, sizes, num_threads, "slices")
+        # errors in stack order, as a stack-by-stack run would raise them
         for j in jobs:
-            j.bitmaps = None
+            err = j.first_error(("oov",))
+            if err is not None:
+                raise _Oov(err[1])
+        # naive view (per group and partition range) and the compaction of staged stacks
+        finish = [(j, unit) for j in jobs for unit in j.naive_units(target)] + [(j, None) for j in jobs if j.staged]
+        _run_tasks(_finish_task(kern), finish,
+                   [j.num_ids * (u[2] - u[1]) // max(1, j.P * len(j.groups)) if u else 4 * j.num_ids
+                    for j, u in finish], num_threads, "finish")
+        for j in jobs:
+            j.finish_counts()
+        return _check_jobs(jobs, batch, G, S, config, want_csr)
+    finally:
+        del scratch, ulists
+        for j in jobs:
+            j.ulist = None
         _POOL.give(scratch_buf)
-        _POOL.give(bitmap_buf)
+        _POOL.give(ulist_buf)
 
 
-def _execute_jobs(jobs, ranges, work, sizes, scratch, batch, G, S, kern, config, want_csr, num_threads):
-    """:func:`_execute` once the buffers are there."""
-    weights, has_w = _weights_of(batch)
+def _units(jobs, target: float, by_group) -> tuple[list, list[int]]:
+    """``(job, s0, s1, g0, g1)`` tasks of every job and their sizes (raw ids)."""
+    work, sizes = [], []
+    for j in jobs:
+        units, unit_sizes = j.work_units(target, by_group(j))
+        work += [(j, *u) for u in units]
+        sizes += unit_sizes
+    return work, sizes
 
-    def slices(item, worker):
-        j, s0, s1 = item
-        j.task_done(kern, j.run_slices(kern, batch, weights, has_w, s0, s1, worker, scratch[worker]))
 
-    for j, rs in zip(jobs, ranges):
-        j.pending = len(rs)
-    _run_tasks(slices, work, sizes, num_threads)
-    # errors in stack order, as a stack-by-stack run would raise them
+def _finish_task(kern: _Backend):
+    def run(item, worker):
+        j, unit = item
+        if unit is None:
+            j.compact(kern)
+        else:
+            j.naive_task(kern, *unit)
+    return run
+
+
+def _check_jobs(jobs, batch, G, S, config, want_csr):
+    """Limit and gain errors, in the order compute_stats meets them; then the results."""
     B = batch.batch_size
     # errors in the order compute_stats (which computes no gains) meets them:
-    # out-of-vocabulary ids, then the limits, then the gains' zero divisors
-    for j in jobs:
-        err = j.first_error(("oov",))
-        if err is not None:
-            raise _Oov(err[1])
+    # out-of-vocabulary ids (checked by the caller), then the limits, then the gains' zero divisors
     if want_csr:
         for j in jobs:
             _check_limits(j.stack, {"pairs": j.pairs, "distinct": j.distinct, "kept": j.kept}, G, S, config, B)
@@ -698,66 +799,14 @@ def _execute_jobs(jobs, ranges, work, sizes, scratch, batch, G, S, kern, config,
     return [j.result() for j in jobs]
 
 
-def estimate_scratch_bytes(plan: StackingPlan, batch: FeatureBatch, G: int, S: int, want_csr: bool,
-                           num_threads: int = 1) -> int:
-    """Upper estimate (exact integers) of the bytes one call allocates.
-
-    Per stack: the per-(device, SC, partition) counters and their copies in the
-    statistics Dataset (about 8 int64 arrays of ``G * S * P``), the naive-view
-    lists (8 bytes per id), per-worker sort scratch (about 40 bytes per id of the
-    largest slice), and with CSR the row pointers, the stacked-row gains and the
-    ``emb``/``smp``/``gout`` buffers (12 bytes per slot, padding included).
-    """
-    nsl = G * S
-    n = batch.batch_size // nsl
-    # the engine starts at most one worker per slice range, at most nsl per stack
-    workers = min(num_threads, nsl * max(1, len(plan.stacks)))
-    total = 0
-    for st in plan.stacks:
-        P = st.num_partitions
-        per_slice = np.zeros(nsl, np.int64)
-        for f in st.features:
-            rs = batch._splits[batch._feature_index(f.name)]
-            per_slice += rs[n::n] - rs[:-1:n]
-        ids = int(per_slice.sum())
-        total += 8 * 8 * nsl * P + 8 * ids + 48 * int(per_slice.max(initial=0)) * workers
-        if want_csr:
-            total += 4 * nsl * max(P, _ALIGN) + 4 * nsl * (1 << _lbits(len(st.features), n))
-            if st.max_ids_per_partition is not None:
-                slots = nsl * round_up(st.max_ids_per_partition, _ALIGN) * P
-            else:
-                slots = ids + nsl * (_ALIGN - 1) * P + nsl * _ALIGN
-            total += 12 * slots
-    return total
+def _run(*args, **kwargs):
+    """:func:`_run_call`, recorded as one call while profiling (:mod:`scwork.sharding._profile`)."""
+    with _profile.call():
+        return _run_call(*args, **kwargs)
 
 
-def _check_scratch(plan: StackingPlan, batch: FeatureBatch, G: int, S: int, want_csr: bool,
-                   num_threads: int) -> None:
-    need = estimate_scratch_bytes(plan, batch, G, S, want_csr, num_threads)
-    limit = scratch_limit_bytes()
-    if need > limit:
-        P = plan.stacks[0].num_partitions if plan.stacks else 0
-        raise ConfigError(
-            f"this call would allocate about {need:,} bytes ({need / 2**30:,.1f} GiB) of scratch for "
-            f"{len(plan.stacks)} stack(s) on {G} devices x {S} SparseCores x {P} partitions, above the limit "
-            f"of {limit:,} bytes ({SCRATCH_LIMIT_ENV} or the machine's memory). Use a smaller topology or "
-            f"batch, lower max_ids_per_partition, or raise {SCRATCH_LIMIT_ENV} if the machine has the memory."
-        )
-
-
-def _check_gain_inputs(batch: FeatureBatch, plan: StackingPlan) -> None:
-    """Reject weights whose float32 gains overflow, underflow or cancel (preprocess only).
-
-    Runs on the batch the kernels used (out-of-vocabulary ids already dropped) after
-    the out-of-vocabulary and limit checks, the errors :func:`compute_stats` raises.
-    """
-    for st in plan.stacks:
-        for f in st.features:
-            _check_gains(batch, f.name, st.combiner)
-
-
-def _run(batch, features, topology, stacking, config, on_out_of_vocabulary, stack_limits, rotation,
-         activation_mem_bytes_limit, num_threads, backend, want_csr):
+def _run_call(batch, features, topology, stacking, config, on_out_of_vocabulary, stack_limits, rotation,
+              activation_mem_bytes_limit, num_threads, backend, want_csr):
     features = _check_inputs(batch, features, topology, config, on_out_of_vocabulary)
     num_threads = resolve_num_threads(num_threads)
     G, S = topology.num_devices, topology.sparsecores_per_device

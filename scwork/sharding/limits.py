@@ -4,7 +4,8 @@ Compiled limits (``max_ids_per_partition``, ``max_unique_ids_per_partition``) si
 static on-device buffers. Too low: mini-batching or dropped ids; too high: SPMEM and
 HBM pressure ([sc-guide] §7 on limits, §9 on memory, §10 on bottlenecks). This module gives
 
-- :func:`estimate_limits`: the closed-form estimate behind xla_sparse_core_estimate_max_ids ([sc-guide] §6) from batch size and valency only;
+- :func:`estimate_limits`: the closed-form estimate behind ``xla_sparse_core_estimate_max_ids``
+  ([sc-guide] §6), from batch size and valency only;
 - :func:`collect_stats`: the engine's statistics of many steps, stacked on a
   ``step`` dim (limits switched off, so nothing raises or drops);
 - :func:`tune_limits`: per-stack limits from those steps (max or a percentile,
@@ -45,8 +46,9 @@ from scwork._rounding import round_up
 from scwork._progress import progress as _progress
 from scwork.errors import ConfigError, InputError
 from scwork.hardware.topology import Topology
+from scwork.sharding import _profile
 from scwork.sharding.batch import FeatureBatch
-from scwork.sharding.limits_files import Limits, StackLimits
+from scwork.sharding.limits_json_csv import Limits, StackLimits
 from scwork.sharding.specs import SparsecoreConfig
 from scwork.sharding.stacking import (
     DEFAULT_ACTIVATION_MEM_BYTES_LIMIT,
@@ -193,6 +195,7 @@ def _without_limits(plan: StackingPlan) -> StackingPlan:
     return StackingPlan(stacks, plan.topology, plan.rotation, plan.batch_size)
 
 
+@_profile.one_call
 def collect_stats(batches: Iterable[Any], features: Any, topology: Topology, *, stacking: Any = "auto",
                   config: SparsecoreConfig | None = None, stack_limits: Mapping[str, Any] | None = None,
                   rotation: int | None = None,
@@ -682,7 +685,8 @@ def tradeoff(step_stats: Any, candidates: Iterable[int] | None = None, *,
                                                  "max_unique_ids_per_partition", "units": "ids"})},
         attrs={"num_steps": T, "bytes_per_entry": bytes_per_entry,
                "byte_model": "COO entry = int32 embedding id + int32 sample id + float32 gain; buffer per device "
-                             "= round_up(max_ids, 8) * S * P entries ([jte] preprocess_sparse_dense_matmul_input); mini-batching (x64) not modelled",
+                             "= round_up(max_ids, 8) * S * P entries ([jte] preprocess_sparse_dense_matmul_input); "
+                             "mini-batching (x64) not modelled",
                "dropped_model": "from per-stream counts: exact pairs for the max_ids cut alone, exact distinct ids "
                                 "for the max_unique cut alone; raw duplicates not counted"},
     )

@@ -1,4 +1,6 @@
-"""Mini-batching: split a batch that overflows the per-partition limits ([jte] preprocess_sparse_dense_matmul_input).
+"""Mini-batching: splitting a batch that overflows the per-partition limits.
+
+As [jte] preprocess_sparse_dense_matmul_input does it.
 
 When the ids one source SparseCore sends to one partition exceed
 ``max_ids_per_partition`` or ``max_unique_ids_per_partition``, the host can split
@@ -78,7 +80,8 @@ from scwork._rounding import round_up
 from scwork.errors import ConfigError, LimitExceededError
 from scwork.hardware.topology import Topology
 from scwork.sharding import engine as _engine
-from scwork.sharding._threads import resolve_num_threads
+from scwork.sharding import _profile
+from scwork.sharding._threads import _run_tasks, resolve_num_threads
 from scwork.sharding.batch import FeatureBatch
 from scwork.sharding.column_id import column_id_of_id
 from scwork.sharding.results import stats_coords
@@ -380,6 +383,7 @@ def _hash_mode(bucket_hash: Any) -> int:
 # --------------------------------------------------------------------------------------
 # driver
 # --------------------------------------------------------------------------------------
+@_profile.one_call
 def minibatch(batch: FeatureBatch, features: Any, topology: Topology, *, strategy: str = "vocabulary",
               stacking: Any = "auto", config: SparsecoreConfig | None = None,
               stack_limits: Mapping[str, Any] | None = None, num_buckets: int = 64,
@@ -410,8 +414,8 @@ on_out_of_vocabulary
     num_threads : int or None
         Threads of the engine runs the plan makes (:meth:`MiniBatchPlan.preprocess`
         of each mini-batch); None (default): every available core, as for
-        :func:`~scwork.sharding.compute_stats`. The bucket assignment itself runs on
-        one thread.
+        :func:`~scwork.sharding.compute_stats`. The bucket assignment runs on as
+        many threads, one stack per task (results do not depend on it).
 
     Returns
     -------
@@ -481,22 +485,54 @@ on_out_of_vocabulary
     from scwork.sharding import _minibatch_kernels as K
 
     G, S = topology.num_devices, topology.sparsecores_per_device
-    per_stack = []
-    run_of_sample = {}
-    for st in plan.stacks:
-        if strategy == "vocabulary":
-            per_stack.append(_vocabulary_stack(st, batch, G, S, nb, mode, config, backend, K))
+    num_threads = resolve_num_threads(num_threads)
+
+    # Stacks are independent, and so are the tables of a stack whose counts add up
+    # (vocabulary strategy without a prefix cut): one task each, on the engine's
+    # worker threads (the kernels release the GIL); results and errors in stack order.
+    units = []
+    for i, st in enumerate(plan.stacks):
+        if strategy == "vocabulary" and len(st.tables) > 1 and not _has_cut(st, config):
+            units += [(i, g) for g in range(len(st.tables))]
         else:
-            res = _sample_stack(st, batch, G, S, config, backend, K)
+            units.append((i, None))
+
+    def one_unit(unit, worker):
+        st = plan.stacks[unit[0]]
+        if strategy == "vocabulary":
+            return _vocabulary_counts(st, batch, G, S, nb, mode, config, backend, K, unit[1])
+        return _sample_stack(st, batch, G, S, config, backend, K)
+
+    parts = _run_tasks(one_unit, units, [_stack_ids(plan.stacks[i], batch, g) for i, g in units], num_threads,
+                       "stacks")
+    if strategy == "vocabulary":
+        per_stack = [_vocabulary_stack(st, [part for (i, _), part in zip(units, parts) if i == a], config, nb, G, S)
+                     for a, st in enumerate(plan.stacks)]
+    else:
+        per_stack = parts
+    run_of_sample = {}
+    if strategy != "vocabulary":
+        for st, res in zip(plan.stacks, per_stack):
             run_of_sample[st.name] = res.pop("run_of_sample")
-            per_stack.append(res)
     stats = _stats_dataset(plan, topology, batch, per_stack, oov_counts)
     assignment = _assignment_dataset(plan, topology, per_stack, strategy, nb, batch.batch_size)
     return MiniBatchPlan(strategy=strategy, plan=plan, topology=topology, batch=batch, config=config,
                          num_minibatches=stats["num_minibatches"], stats=stats, assignment=assignment,
                          bucket_hash=bucket_hash, num_buckets=nb, hash_key=K.HIGHWAY_KEY,
-                         run_of_sample=run_of_sample, features=features,
-                         num_threads=resolve_num_threads(num_threads))
+                         run_of_sample=run_of_sample, features=features, num_threads=num_threads)
+
+
+def _stack_ids(st, batch: FeatureBatch, table: int | None = None) -> int:
+    """Raw ids of a stack, or of its ``table``-th table (the size of a task)."""
+    name = None if table is None else st.tables[table].table.name
+    return int(sum(batch._splits[batch._feature_index(f.name), -1] - batch._splits[batch._feature_index(f.name), 0]
+                   for f in st.features if name is None or f.table.name == name))
+
+
+def _has_cut(st, config) -> bool:
+    """Whether the vocabulary scan applies a prefix cut (its counts then depend on the tables before)."""
+    max_ids, max_uniq = _limits_of(st)
+    return bool(config.allow_id_dropping) and (max_ids < _NO_LIMIT or max_uniq < _NO_LIMIT)
 
 
 def _handle_oov(batch: FeatureBatch, plan: StackingPlan, on_out_of_vocabulary: str):
@@ -518,7 +554,8 @@ def _limits_of(st) -> tuple[int, int]:
     return a, b
 
 
-def _vocabulary_stack(st, batch, G, S, nb, mode, config, backend, K) -> dict:
+def _vocabulary_counts(st, batch, G, S, nb, mode, config, backend, K, table: int | None) -> tuple:
+    """Per-bucket counts of a stack's tables (every table, or only the ``table``-th), as the scan adds them."""
     P = st.num_partitions
     nsl = G * S
     max_ids, max_uniq = _limits_of(st)
@@ -531,9 +568,19 @@ def _vocabulary_stack(st, batch, G, S, nb, mode, config, backend, K) -> dict:
     raw = np.zeros(nsl * nb, np.int64)
     naive = np.zeros(P * nb, np.int64)
     dropped = np.zeros(nb, np.int64)
-    for g, keys, m, lbits in _engine._iter_sorted_group_keys(st, batch, G, S, backend):
+    for g, keys, m, lbits in _engine._iter_sorted_group_keys(st, batch, G, S, backend, only=table):
         scan(keys, m, P, g.qbits, lbits, g.row_offset, nb, mode, K.HIGHWAY_KEY, cut_ids, cut_uniq, pairs, distinct,
              kept, raw, naive, dropped)
+    return pairs, distinct, kept, raw, naive, dropped
+
+
+def _vocabulary_stack(st, parts, config, nb, G, S) -> dict:
+    """A stack's mini-batches from its tables' counts (``parts``: one tuple per task, added up)."""
+    P = st.num_partitions
+    nsl = G * S
+    allow = config.allow_id_dropping
+    pairs, distinct, kept, raw, naive, dropped = (sum(arrays[1:], arrays[0]) if len(arrays) > 1 else arrays[0]
+                                                  for arrays in zip(*parts))
     pairs = pairs.reshape(nsl, P, nb)
     distinct = distinct.reshape(nsl, P, nb)
     kept = kept.reshape(nsl, P, nb)
@@ -776,7 +823,8 @@ def _stats_dataset(plan, topology, batch, per_stack, oov_counts):
             "num_partitions": P,
             "batch_size": B,
             "samples_per_sc": B // (G * S),
-            "source": "[jte] preprocess_sparse_dense_matmul_input; [jte] sort_and_group_coo_tensors_impl.h, minibatching_splits_impl.h",
+            "source": ("[jte] preprocess_sparse_dense_matmul_input; [jte] sort_and_group_coo_tensors_impl.h, "
+                       "minibatching_splits_impl.h"),
         },
     )
     return ds

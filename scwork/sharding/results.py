@@ -1,4 +1,4 @@
-"""What :func:`~scwork.sharding.preprocess` returns: the CSR buffers of every stack and the statistics beside them.
+"""What ``preprocess`` returns: the CSR buffers of every stack and the statistics beside them.
 """
 
 from __future__ import annotations
@@ -195,8 +195,6 @@ def round_up_array(a: np.ndarray, multiple: int = _ALIGN) -> np.ndarray:
 
 
 def _stats_dataset(plan: StackingPlan, topology: Topology, batch: FeatureBatch, results, oov_counts):
-    import xarray as xr
-
     G, S, P = topology.num_devices, topology.sparsecores_per_device, topology.num_partitions
     nsl = G * S
     B = batch.batch_size
@@ -207,7 +205,10 @@ def _stats_dataset(plan: StackingPlan, topology: Topology, batch: FeatureBatch, 
     uniq = np.stack([r["distinct"].reshape(G, S, P) for r in results])
     kept = np.stack([np.asarray(r["kept"]).reshape(G, S, P) for r in results])
     raw = np.zeros((ns, G, S), np.int64)
-    for a, st in enumerate(plan.stacks):
+    for a, (st, r) in enumerate(zip(plan.stacks, results)):
+        if "input" in r:                        # raw ids per slice, counted by the engine already
+            raw[a] = r["input"].reshape(G, S)
+            continue
         for f in st.features:
             rs = batch._splits[batch._feature_index(f.name)]
             raw[a] += (rs[n::n] - rs[:-1:n]).reshape(G, S)
@@ -226,7 +227,7 @@ def _stats_dataset(plan: StackingPlan, topology: Topology, batch: FeatureBatch, 
     limit_uniq = np.array([-1 if st.max_unique_ids_per_partition is None else st.max_unique_ids_per_partition
                            for st in plan.stacks], np.int64)
     SDSP = ("stack", "device", "sc", "partition")
-    ds = xr.Dataset(
+    return _dataset(
         {
             "ids": var(SDSP, ids, "ids source SparseCore (device, sc) sends to partition, after per-sample "
                        "dedup", "ids"),
@@ -267,8 +268,8 @@ def _stats_dataset(plan: StackingPlan, topology: Topology, batch: FeatureBatch, 
                                                   "whole-batch view: distinct ids per destination partition",
                                                   "ids"),
         },
-        coords=stats_coords(names, G, S, P),
-        attrs={
+        _coords_dataset(tuple(names), G, S, P),
+        {
             "topology": str(topology),
             "num_devices": G,
             "sparsecores_per_device": S,
@@ -278,7 +279,48 @@ def _stats_dataset(plan: StackingPlan, topology: Topology, batch: FeatureBatch, 
             "source": "[jte] preprocess_sparse_dense_matmul_input; [jte] SortAndGroupCooTensorsPerLocalDevice",
         },
     )
+
+
+_COORDS_CACHE: dict[tuple, Any] = {}
+
+
+def _coords_dataset(names: tuple, G: int, S: int, P: int):
+    """A Dataset of the coordinates only (cached: building the indexes costs more than the variables)."""
+    import xarray as xr
+
+    key = (names, G, S, P)
+    ds = _COORDS_CACHE.get(key)
+    if ds is None:
+        if len(_COORDS_CACHE) > 64:
+            _COORDS_CACHE.clear()
+        ds = _COORDS_CACHE[key] = xr.Dataset(coords=stats_coords(names, G, S, P))
     return ds
+
+
+def _dataset(data_vars: dict, coords_ds, attrs: dict):
+    """``xr.Dataset(data_vars, coords, attrs)``, built directly from checked pieces.
+
+    The variables are plain ``(dims, values, attrs)`` over the dims of ``coords_ds``
+    (the statistics' coordinates), so xarray's alignment and index building, about
+    1 ms a call and most of the serial time of a small call, can be skipped. Falls
+    back to the constructor if this xarray has no direct path.
+    """
+    import xarray as xr
+
+    construct = getattr(xr.Dataset, "_construct_direct", None)
+    if construct is None:
+        return xr.Dataset(data_vars, coords=coords_ds.coords, attrs=attrs)
+    variables = {name: var.copy(deep=False) for name, var in coords_ds.variables.items()}
+    sizes = dict(coords_ds.sizes)
+    for name, (dims, values, var_attrs) in data_vars.items():
+        dims = (dims,) if isinstance(dims, str) else tuple(dims)
+        if tuple(np.shape(values)) != tuple(sizes[d] for d in dims):
+            raise ValueError(f"variable {name!r}: shape {np.shape(values)} does not fit dims {dims}")
+        variables[name] = xr.Variable(dims, values, var_attrs)
+    try:
+        return construct(variables, set(coords_ds.coords), sizes, dict(attrs), dict(coords_ds.xindexes))
+    except TypeError:                      # another signature: the public way
+        return xr.Dataset(data_vars, coords=coords_ds.coords, attrs=attrs)
 
 
 def stats_coords(names, G: int, S: int, P: int) -> dict[str, tuple]:

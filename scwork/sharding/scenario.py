@@ -1,4 +1,4 @@
-"""What-ifs of the sharding engine: one batch, its features, a topology and settings, with every result on demand.
+"""What-ifs of the sharding engine: a batch, features, topology and settings, results on demand.
 
 A :class:`Scenario` holds the inputs of :func:`~scwork.sharding.preprocess` and answers
 the questions a user tuning limits asks of them, each computed on first use and cached:

@@ -1,4 +1,6 @@
-"""Dataset shards: finding them (files, folders, globs, dask collections), reading their metadata and rows, writing NPZ shards.
+"""Dataset shards: finding them, reading their metadata and rows, writing NPZ shards.
+
+Shards may be files, folders, globs or dask collections.
 
 A shard is a Parquet file (one list column of ids per feature) or an NPZ file (``<feature>.ids`` and
 ``<feature>.row_splits`` members, read without loading whole members). Rows come back as

@@ -165,7 +165,7 @@ class TableSpec:
         return round_up(self.vocab_size, 8 * num_partitions)
 
     def padded_embedding_dim(self) -> int:
-        """``round_up(embedding_dim, 8)``: rows are padded to 32-byte lines ([jte] table_stacking.py; [sc-guide] §9)."""
+        """``round_up(embedding_dim, 8)``: rows padded to 32-byte lines ([jte] table_stacking.py; [sc-guide] §9)."""
         return round_up(self.embedding_dim, 8)
 
 

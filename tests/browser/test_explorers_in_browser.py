@@ -182,6 +182,20 @@ def _pipeline_timeline(lab):
     _changed(lab, names, before, "host threads slider")
 
 
+def _plan_explorer(lab):
+    before = lab.wait_for_sources("ex", ("points", "front"), "initial constraints")
+    cap = lab.kernel_json("round(float(ex.result.dataset['peak_hbm_bytes'].median()) / 2**30, 4)")
+    box = lab.control("text", "HBM cap GiB (0: none)").locator("input")
+    box.fill(str(cap))
+    box.press("Enter")
+    lab.wait_kernel("round(ex.max_peak_hbm_gib, 4)", cap)
+    _no_error(lab)
+    _changed(lab, ("points",), {"points": before["points"]}, "HBM cap")
+    lab.page.get_by_label("must fit SPMEM and HBM").uncheck()
+    lab.wait_kernel("ex.fits_memory", False)
+    _no_error(lab)
+
+
 EXPLORERS = [
     Explorer(
         "LayoutExplorer", "layout_explorer",
@@ -212,6 +226,11 @@ EXPLORERS = [
         "ex = PipelineTimeline.demo(batch_size=1024)\nex",
         figures=("sequential", "pipelined"), sources=("sequential", "pipelined", "sequential_parts"),
         interact=_pipeline_timeline),
+    Explorer(
+        "PlanExplorer", "plan_explorer",
+        "from scwork.widgets import PlanExplorer\n\n"
+        "ex = PlanExplorer.demo()\nex",
+        figures=("scatter",), sources=("points", "front", "marked"), interact=_plan_explorer),
 ]
 
 

@@ -7,6 +7,13 @@ checks that the compact schedules of :mod:`scwork.collectives.algorithms` hold
 the same transfers per step and cost the same. Docstring examples are left out
 (the library's builders carry them).
 
+Why a whole frozen copy is kept: it is the cheapest independent check of the compact
+step programs. The explicit builders write each transfer out directly and share none of
+the pattern and lane machinery (:mod:`scwork.collectives._lanes`,
+:mod:`scwork.collectives._program`) that the compact ones use, so a bug there cannot
+hide in both; a hand-written expectation per algorithm and topology would cover far
+fewer cases.
+
 The original module docstring follows.
 
 All-reduce algorithms of the multi-dimensional all-reduce patent [md-allreduce] and the

@@ -106,7 +106,7 @@ def test_bf16_pads_to_16_and_halves_rows():
 
 
 # --------------------------------------------------------------------------------------
-# limits from configured values, overrides, statistics and the closed-form estimate behind xla_sparse_core_estimate_max_ids ([sc-guide] §6)
+# limits from configured values, overrides, statistics and the closed-form estimate ([sc-guide] §6)
 # --------------------------------------------------------------------------------------
 def test_limit_sources_and_priority():
     t = _table("t", 1000, 8, ids=64, uniq=32)

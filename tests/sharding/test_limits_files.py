@@ -31,7 +31,8 @@ from scwork.sharding import (
     write_fdo_stats,
     write_limits,
 )
-from scwork.sharding.limits_files import _latest_files_by_process, with_table_limits
+from scwork.sharding.limit_sources import with_table_limits
+from scwork.sharding.fdo_files import _latest_files_by_process
 
 HEADER = "stack,max_ids_per_partition,max_unique_ids_per_partition,required_buffer_size"
 

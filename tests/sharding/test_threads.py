@@ -1,9 +1,9 @@
 """Threads give the same results as one thread; the slice-major kernels equal their references.
 
 The engine cuts each stack into ranges of (device, source SC) slices run by
-``num_threads`` workers (:mod:`scwork.sharding.engine`), and counts the naive view
-in per-worker bitmaps or, for large vocabularies, in per-slice lists. Whatever the
-split, the worker that runs a range and the path taken, statistics, CSR buffers
+``num_threads`` workers (:mod:`scwork.sharding.engine`), statistics-only stacks further
+into ranges of tables, and counts the naive view from per-slice lists in tasks over
+partition ranges. Whatever the split, the worker that runs a task, statistics, CSR buffers
 (gains bit for bit), dropped ids and errors must be those of one thread, and those
 of the literal reference (:mod:`scwork.sharding._reference`).
 """
@@ -107,7 +107,7 @@ def test_threads_give_the_results_of_one_thread(seed):
     batch, feats, topo, stacking, cfg = _case(seed)
     for fn in (preprocess, compute_stats):
         one = _run_or_error(fn, batch, feats, topo, stacking, cfg)
-        for nt in (2, 3):
+        for nt in (2, 3, 8):        # 8: preprocess counts CSR sizes first (_COUNT_FIRST_THREADS)
             _assert_same_outcome(one, _run_or_error(fn, batch, feats, topo, stacking, cfg, num_threads=nt))
 
 
@@ -139,8 +139,8 @@ def test_threads_match_the_literal_reference(seed):
 
 
 @pytest.mark.parametrize("stacking", [None, "auto", "one"])
-def test_fine_split_lists_and_bitmaps_agree(monkeypatch, stacking):
-    """Many tasks per stack and the per-slice lists (no bitmap) give the same results."""
+def test_fine_splits_agree(monkeypatch, stacking):
+    """Many tasks per stack (one slice, one table, one partition each) give the same results."""
     rng = np.random.default_rng(5)
     topo = scwork.Topology(2, 4)
     B = 8 * 40
@@ -164,35 +164,35 @@ def test_fine_split_lists_and_bitmaps_agree(monkeypatch, stacking):
     for nt in (2, 4):
         _assert_same_preprocess(base, preprocess(batch, feats, topo, stacking, num_threads=nt))
         assert base_stats.equals(compute_stats(batch, feats, topo, stacking, num_threads=nt))
-    monkeypatch.setattr(engine, "_BITMAP_BYTES_PER_ID", 0)        # naive view from the lists only
-    monkeypatch.setattr(engine, "_BITMAP_MIN_BYTES", 0)
-    for nt in (1, 3):
+    monkeypatch.setattr(engine, "_TASKS_PER_THREAD", 10**6)       # slices cut by tables, naive by partition
+    for nt in (2, 3, 5):
         _assert_same_preprocess(base, preprocess(batch, feats, topo, stacking, num_threads=nt))
         assert base_stats.equals(compute_stats(batch, feats, topo, stacking, num_threads=nt))
+    monkeypatch.setattr(engine, "_COUNT_FIRST_THREADS", 1)        # CSR sizes counted first, written by tables
+    for nt in (1, 2, 3, 5):
+        _assert_same_preprocess(base, preprocess(batch, feats, topo, stacking, num_threads=nt))
 
 
-@pytest.mark.parametrize("lists", [False, True])
-def test_workers_sharing_a_stack_give_the_results_of_one_thread(monkeypatch, lists):
-    """Every stack's slice ranges spread over both workers (bitmap rows ORed, lists merged)."""
+def test_workers_sharing_a_stack_give_the_results_of_one_thread(monkeypatch):
+    """Every stack's tasks spread over both workers (lists merged by the naive tasks)."""
     import threading
     import time
 
     batch, feats = _big_case()
     topo = scwork.Topology(2, 4)
     cfg = SparsecoreConfig(allow_id_dropping=True, max_ids_per_chip_per_sample=None)
-    if lists:
-        monkeypatch.setattr(engine, "_BITMAP_BYTES_PER_ID", 0)
-        monkeypatch.setattr(engine, "_BITMAP_MIN_BYTES", 0)
     one = {fn: fn(batch, feats, topo, "auto", cfg) for fn in (preprocess, compute_stats)}
     ran = []
-    run_slices = engine._StackJob.run_slices
 
-    def slow_run_slices(self, *args, **kwargs):
-        ran.append((self.stack.name, threading.get_ident()))
-        time.sleep(0.002)                  # lets the other worker take the next range
-        return run_slices(self, *args, **kwargs)
+    def slowed(method):
+        def run(self, *args, **kwargs):
+            ran.append((self.stack.name, threading.get_ident()))
+            time.sleep(0.002)              # lets the other worker take the next range
+            return method(self, *args, **kwargs)
+        return run
 
-    monkeypatch.setattr(engine._StackJob, "run_slices", slow_run_slices)
+    monkeypatch.setattr(engine._StackJob, "run_slices", slowed(engine._StackJob.run_slices))
+    monkeypatch.setattr(engine._StackJob, "run_groups", slowed(engine._StackJob.run_groups))
     monkeypatch.setattr(engine, "_TASKS_PER_THREAD", 8)
     for fn in (preprocess, compute_stats):
         ran.clear()
@@ -221,21 +221,19 @@ def _big_case():
     return FeatureBatch(data), feats
 
 
-def test_naive_view_path_depends_on_vocabulary_and_threads():
-    """The bitmap is used while it is small next to the ids, per worker; else the lists."""
+@pytest.mark.parametrize("nt", [1, 2, 3, 5])
+def test_naive_view_for_small_and_huge_vocabularies(monkeypatch, nt):
+    """Partition-range tasks count the union of the slices' lists (bitmap range or sort)."""
     batch = FeatureBatch.from_ragged({"a": (np.arange(4000) % 1000, np.arange(0, 4001, 10)),
                                       "b": (np.arange(4000) % 7, np.arange(0, 4001, 10))})
     feats = [FeatureSpec("a", TableSpec("big", 10**9, 8)), FeatureSpec("b", TableSpec("small", 1000, 8))]
     topo = scwork.Topology(2, 2)
-    plan = plan_stacking(feats, topo, None, batch_size=batch.batch_size)
-    cfg = SparsecoreConfig()
-    jobs = {st.name: engine._StackJob(st, batch, 2, 2, False, cfg) for st in plan.stacks}
-    for job in jobs.values():
-        job.naive_view(2)
-    assert jobs["big"].g_bitmap.tolist() == [0] and jobs["small"].g_bitmap.tolist() == [1]
-    stats = compute_stats(batch, feats, topo, None, num_threads=2)
-    assert stats["naive_unique_ids_per_partition"].sel(stack="big").values.sum() == 1000
-    assert stats["naive_unique_ids_per_partition"].sel(stack="small").values.sum() == 7
+    monkeypatch.setattr(engine, "_TASKS_PER_THREAD", 10**6)
+    stats = compute_stats(batch, feats, topo, None, num_threads=nt)
+    big = stats["naive_unique_ids_per_partition"].sel(stack="big").values
+    assert big.tolist() == np.bincount(np.arange(1000) % 4, minlength=4).tolist()
+    small = stats["naive_unique_ids_per_partition"].sel(stack="small").values
+    assert small.tolist() == np.bincount(np.arange(7) % 4, minlength=4).tolist()
 
 
 def test_every_csr_slot_is_written_with_threads(monkeypatch):
@@ -414,19 +412,10 @@ def test_count_slice_matches_reference(seed, use_bitmap):
 @given(st.integers(0, 2**32 - 1))
 def test_naive_counts_match_references(seed):
     rng = np.random.default_rng(seed)
-    P, qbits, T = int(rng.integers(1, 20)), int(rng.integers(0, 9)), int(rng.integers(1, 4))
-    words = ((P << qbits) + 63) >> 6
-    off = int(rng.integers(0, 3))
+    P, qbits = int(rng.integers(1, 20)), int(rng.choice([0, 3, 6, 8, 24]))
     u = rng.integers(0, P << qbits, size=int(rng.integers(0, 300)))
-    bitmaps = np.zeros((T, off + words), np.int64)
-    for t, x in zip(rng.integers(0, T, u.size), u):
-        bitmaps[t, off + (x >> 6)] |= np.int64(1) << np.int64(x & 63)
     expect = np.bincount(np.unique(u) >> qbits, minlength=P)
-    for fn in (NK.naive_from_bitmaps, NK.naive_from_bitmaps_reference):
-        naive = np.ones(P, np.int64)
-        fn(bitmaps, off, qbits, P, naive)
-        assert np.array_equal(naive, expect + 1)
-    # lists: each segment a sorted run of distinct values (one slice), with gaps between
+    # each segment a sorted run of distinct values (one slice), with gaps between
     segs = np.array_split(u, int(rng.integers(1, 5)))
     ulist = np.full(u.size + 10 * len(segs), -9, np.int64)
     starts, lens, pos = [], [], 0
@@ -436,10 +425,14 @@ def test_naive_counts_match_references(seed):
         starts.append(pos)
         lens.append(s.size)
         pos += s.size + 3
-    for fn in (NK.naive_from_lists, NK.naive_from_lists_reference):
-        naive = np.zeros(P, np.int64)
-        fn(ulist, np.array(starts, np.int64), np.array(lens, np.int64), qbits, naive)
-        assert np.array_equal(naive, expect)
+    p0 = int(rng.integers(0, P))
+    p1 = int(rng.integers(p0 + 1, P + 1))
+    inside = np.zeros(P, bool)
+    inside[p0:p1] = True
+    for fn in (NK.naive_from_slice_lists, NK.naive_from_slice_lists_reference):
+        naive = np.ones(P, np.int64)
+        fn(ulist, np.array(starts, np.int64), np.array(lens, np.int64), qbits, p0, p1, naive)
+        assert np.array_equal(naive, np.where(inside, expect, 0) + 1)
 
 
 @settings(max_examples=60, deadline=None)
@@ -484,9 +477,12 @@ def test_stack_slices_matches_reference(seed, want_csr):
         outs = {}
         for backend, kb in kern.items():
             job = engine._StackJob(stack, batch, G, S, want_csr, cfg)
+            if job.counted:               # C counted first, as _execute does
+                job.count_task(kb, batch, 0, job.nsl)
+                job.set_counted_size()
             needs = job.scratch_needs()
             sc = {k: np.zeros(v, np.float32 if k in ("sg", "ag", "bg") else np.int64) for k, v in needs.items()}
-            job.bitmaps = np.zeros((1, job.bitmap_words), np.int64)
+            job.ulist = np.full(job.ulist_size, -7, np.int64)
             size = job.out_size
             job.emb, job.smp = np.full(size, -3, np.int32), np.full(size, -3, np.int32)
             job.gout = np.full(size, -3, np.float32)
@@ -497,7 +493,9 @@ def test_stack_slices_matches_reference(seed, want_csr):
             recs = np.concatenate([t1["drops"], t2["drops"]])
             rg = np.concatenate([t1["drop_g"], t2["drop_g"]])
             order = np.lexsort(recs.T[::-1]) if recs.size else np.zeros(0, np.int64)
-            outs[backend] = [job.pairs, job.distinct, job.kept, job.dropped, job.bitmaps, job.ul_cnt,
+            lists = [job.ulist[s:s + c] for s, c in zip((job.g_uloff[:, None] + job.g_sloff[:, :-1]).ravel(),
+                                                         job.ul_cnt)]
+            outs[backend] = [job.pairs, job.distinct, job.kept, job.dropped, *lists, job.ul_cnt,
                              np.concatenate([t1["oov"], t2["oov"], t1["bad"], t2["bad"]])]
             max_ids, max_uniq = engine._limits(stack)
             error = not cfg.allow_id_dropping and ((job.pairs > max_ids).any() or (job.distinct > max_uniq).any())

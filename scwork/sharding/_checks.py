@@ -1,0 +1,153 @@
+"""The sharding engine's checks: limits, out-of-vocabulary ids, gains, the scratch budget.
+
+Each raises a typed error of :mod:`scwork.errors` saying what, where and how to fix
+it (moved out of :mod:`scwork.sharding.engine`, which runs the work).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from scwork.errors import ConfigError, LimitExceededError, OutOfVocabularyError
+from scwork.sharding._scratch import SCRATCH_LIMIT_ENV, scratch_limit_bytes
+from scwork.sharding.batch import FeatureBatch, _check_gains
+from scwork.sharding.results import _ALIGN, round_up_array
+from scwork.sharding.specs import SparsecoreConfig, round_up
+from scwork.sharding.stacking import Stack, StackingPlan
+
+__all__ = ["estimate_scratch_bytes"]
+
+
+def _lbits(K: int, n: int) -> int:
+    return int(K * n - 1).bit_length()
+
+
+# --------------------------------------------------------------------------------------
+# limit checks
+# --------------------------------------------------------------------------------------
+def _check_limits(stack: Stack, res: dict, G: int, S: int, config: SparsecoreConfig, B: int) -> None:
+    P = stack.num_partitions
+    tables = ", ".join(stack.table_names)
+    table_attr = stack.table_names[0] if len(stack.tables) == 1 else tables
+    if not config.allow_id_dropping:
+        for limit, observed, configured in (
+                ("max_ids_per_partition", res["pairs"], stack.max_ids_per_partition),
+                ("max_unique_ids_per_partition", res["distinct"], stack.max_unique_ids_per_partition)):
+            if configured is None:
+                continue
+            over = observed > configured
+            if over.any():
+                c = int(np.argmax(observed))
+                d, s, p = c // (S * P), (c // P) % S, c % P
+                raise LimitExceededError(
+                    f"stack {stack.name!r} (tables: {tables}): source SparseCore {s} of device {d} sends "
+                    f"{int(observed[c])} {'distinct ' if 'unique' in limit else ''}ids to partition {p}, "
+                    f"above {limit}={configured} ({int(over.sum())} of {observed.size} (device, SC, "
+                    f"partition) streams exceed it). Raise the limit (TableSpec.{limit} or "
+                    "stack_limits=...), set SparsecoreConfig(allow_id_dropping=True), or use a smaller batch.",
+                    limit=limit, observed=int(observed[c]), configured=int(configured), stack=stack.name,
+                    table=table_attr, device=d, sc=s, partition=p)
+    cap = config.max_ids_per_chip_per_sample
+    if cap is not None:
+        per_sc = round_up_array(res["kept"].reshape(G, S, P)).sum(axis=2)
+        per_device = per_sc.sum(axis=1)
+        samples = len(stack.features) * B // G
+        configured = cap * samples
+        if (per_device > configured).any():
+            d = int(np.argmax(per_device))
+            raise LimitExceededError(
+                f"stack {stack.name!r} (tables: {tables}): device {d} fills {int(per_device[d])} CSR slots "
+                f"(padding included) for {samples} samples, above max_ids_per_chip_per_sample={cap} x "
+                f"{samples} = {configured} ({per_device[d] / samples:.1f} per sample). Raise "
+                "SparsecoreConfig.max_ids_per_chip_per_sample (or set it to None).",
+                limit="max_ids_per_chip_per_sample", observed=int(per_device[d]), configured=int(configured),
+                stack=stack.name, table=table_attr, device=d)
+
+
+# --------------------------------------------------------------------------------------
+# driver
+# --------------------------------------------------------------------------------------
+def _oov_masks(batch: FeatureBatch, plan: StackingPlan) -> dict[str, np.ndarray]:
+    masks = {}
+    for f in plan.features:
+        ids = batch.ids(f.name)
+        masks[f.name] = ids >= f.table.vocab_size
+    return masks
+
+
+def _raise_oov(batch: FeatureBatch, plan: StackingPlan, position: int) -> None:
+    masks = _oov_masks(batch, plan)
+    total = int(sum(m.sum() for m in masks.values()))
+    f = next(i for i, name in enumerate(batch.feature_names)
+             if batch._splits[i, 0] <= position < batch._splits[i, -1] and name in masks)
+    name = batch.feature_names[f]
+    spec = next(s for s in plan.features if s.name == name)
+    rs = batch._splits[f]
+    sample = int(np.searchsorted(rs, position, side="right") - 1)
+    bad = int(batch._ids[position])
+    raise OutOfVocabularyError(
+        f"feature {name!r}, sample {sample}: id {bad} is outside the vocabulary of table "
+        f"{spec.table.name!r} (vocab_size={spec.table.vocab_size}, ids 0..{spec.table.vocab_size - 1}); "
+        f"{total} id(s) of the batch are out of vocabulary. Fix the ids, enlarge the table, or pass "
+        "on_out_of_vocabulary='drop' to drop and count them.",
+        feature=name, sample=sample, id=bad, vocab_size=spec.table.vocab_size, count=total)
+
+
+def estimate_scratch_bytes(plan: StackingPlan, batch: FeatureBatch, G: int, S: int, want_csr: bool,
+                           num_threads: int = 1) -> int:
+    """Upper estimate (exact integers) of the bytes one call allocates.
+
+    Per stack: the per-(device, SC, partition) counters and their copies in the
+    statistics Dataset (about 8 int64 arrays of ``G * S * P``), the naive-view
+    lists (8 bytes per id), per-worker sort scratch (about 40 bytes per id of the
+    largest slice), and with CSR the row pointers, the stacked-row gains and the
+    ``emb``/``smp``/``gout`` buffers (12 bytes per slot, padding included).
+    """
+    nsl = G * S
+    n = batch.batch_size // nsl
+    # the engine starts at most one worker per slice range, at most nsl per stack
+    workers = min(num_threads, nsl * max(1, len(plan.stacks)))
+    total = 0
+    for st in plan.stacks:
+        P = st.num_partitions
+        per_slice = np.zeros(nsl, np.int64)
+        for f in st.features:
+            rs = batch._splits[batch._feature_index(f.name)]
+            per_slice += rs[n::n] - rs[:-1:n]
+        ids = int(per_slice.sum())
+        total += 8 * 8 * nsl * P + 8 * ids + 48 * int(per_slice.max(initial=0)) * workers
+        if want_csr:
+            total += 4 * nsl * max(P, _ALIGN) + 4 * nsl * (1 << _lbits(len(st.features), n))
+            if st.max_ids_per_partition is not None:
+                slots = nsl * round_up(st.max_ids_per_partition, _ALIGN) * P
+            else:
+                slots = ids + nsl * (_ALIGN - 1) * P + nsl * _ALIGN
+            total += 12 * slots
+    return total
+
+
+def _check_scratch(plan: StackingPlan, batch: FeatureBatch, G: int, S: int, want_csr: bool,
+                   num_threads: int) -> None:
+    need = estimate_scratch_bytes(plan, batch, G, S, want_csr, num_threads)
+    limit = scratch_limit_bytes()
+    if need > limit:
+        P = plan.stacks[0].num_partitions if plan.stacks else 0
+        raise ConfigError(
+            f"this call would allocate about {need:,} bytes ({need / 2**30:,.1f} GiB) of scratch for "
+            f"{len(plan.stacks)} stack(s) on {G} devices x {S} SparseCores x {P} partitions, above the limit "
+            f"of {limit:,} bytes ({SCRATCH_LIMIT_ENV} or the machine's memory). Use a smaller topology or "
+            f"batch, lower max_ids_per_partition, or raise {SCRATCH_LIMIT_ENV} if the machine has the memory."
+        )
+
+
+def _check_gain_inputs(batch: FeatureBatch, plan: StackingPlan) -> None:
+    """Reject weights whose float32 gains overflow, underflow or cancel (preprocess only).
+
+    Runs on the batch the kernels used (out-of-vocabulary ids already dropped) after
+    the out-of-vocabulary and limit checks, the errors :func:`compute_stats` raises.
+    """
+    for st in plan.stacks:
+        for f in st.features:
+            _check_gains(batch, f.name, st.combiner)
+
+

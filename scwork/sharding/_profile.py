@@ -1,0 +1,232 @@
+"""Where an engine call spends its time (serial, tasks) and what that projects at T threads.
+
+The engine runs its work as batches of independent tasks (:func:`_run_tasks`)
+separated by serial code (planning, checks, result building). On a machine with
+few cores the speedup at many threads cannot be measured, but it can be bounded
+from one thread: run the call once with the task lists cut as they would be for
+``T`` threads, but execute every task on the calling thread, timing each task from
+the dispatcher (never inside a numba kernel) and the call as a whole. Then
+
+    time(T) >= serial + sum over task batches of LPT makespan(batch's tasks, T)
+
+where ``serial`` is the call's wall time minus the time inside tasks, and the
+makespan is that of longest-processing-time-first list scheduling on ``T``
+workers (what the dispatcher does: it hands out tasks largest first). The bound
+ignores what more threads cost (memory bandwidth shared by the cores, thread
+start-up), so it is a projection, not a measurement.
+
+Times are the calling thread's CPU time (``CLOCK_THREAD_CPUTIME_ID``: user and
+system, page faults included), not wall time: on a shared machine a thread that
+waits for a core would otherwise charge the wait to whatever task it was running.
+(``time.clock_gettime`` is read directly: ``time.thread_time`` costs about 10 us a
+call on some kernels, which would show up as serial time.)
+
+Profiling is off unless :func:`profiled` is active in the calling thread: then the
+dispatcher checks one attribute per batch of tasks, nothing per task.
+
+Examples
+--------
+>>> from scwork.sharding._profile import lpt_makespan
+>>> lpt_makespan([3.0, 3.0, 2.0, 2.0, 2.0], 2)       # {3, 2, 2} and {3, 2}: LPT is not optimal
+7.0
+>>> lpt_makespan([1.0, 1.0, 1.0], 8)
+1.0
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import heapq
+import threading
+import time
+from dataclasses import dataclass, field
+
+__all__ = ["CallProfile", "lpt_makespan", "profiled", "thread_cpu_s"]
+
+
+def thread_cpu_s() -> float:
+    """CPU seconds of the calling thread."""
+    return time.clock_gettime(_THREAD_CLOCK)
+
+
+_THREAD_CLOCK = getattr(time, "CLOCK_THREAD_CPUTIME_ID", None)
+if _THREAD_CLOCK is None:                      # no such clock (not POSIX): the portable one
+    thread_cpu_s = time.thread_time  # noqa: F811
+
+
+def lpt_makespan(durations, num_workers: int) -> float:
+    """Makespan of longest-processing-time-first list scheduling of ``durations`` on ``num_workers``.
+
+    Tasks are taken largest first, each by the worker that is free earliest.
+    """
+    if num_workers < 1:
+        raise ValueError(f"num_workers must be >= 1, got {num_workers}")
+    loads = [0.0] * min(num_workers, max(1, len(durations)))
+    for d in sorted(durations, reverse=True):
+        heapq.heapreplace(loads, loads[0] + float(d))
+    return max(loads)
+
+
+@dataclass
+class CallProfile:
+    """Timings of one profiled engine call.
+
+    ``plan_threads`` is the thread count the task lists were cut for; ``batches``
+    holds, per batch of tasks (in call order), its name and each task's seconds;
+    ``total_s`` is the call's CPU time (every task ran on the calling thread).
+    """
+
+    plan_threads: int
+    batches: list[tuple[str, list[float]]] = field(default_factory=list)
+    total_s: float = 0.0
+    profiler_s: float = 0.0
+    """Seconds the profiling itself spent between tasks (clock reads, bookkeeping):
+    not part of the call's serial time."""
+
+    @property
+    def task_s(self) -> float:
+        """Seconds inside tasks (all batches)."""
+        return float(sum(sum(ts) for _, ts in self.batches))
+
+    @property
+    def serial_s(self) -> float:
+        """Seconds outside every task (the profiler's own time left out): what no thread count shortens."""
+        return max(0.0, self.total_s - self.task_s - self.profiler_s)
+
+    def critical_path_s(self, num_threads: int) -> float:
+        """Serial seconds plus every batch's LPT makespan on ``num_threads`` workers."""
+        return self.serial_s + float(sum(lpt_makespan(ts, num_threads) for _, ts in self.batches if ts))
+
+    def largest_task_share(self) -> float:
+        """The longest task's share of all task seconds (0 without tasks)."""
+        longest = max((max(ts) for _, ts in self.batches if ts), default=0.0)
+        return longest / self.task_s if self.task_s > 0 else 0.0
+
+    @classmethod
+    def best_of(cls, profiles: list["CallProfile"]) -> "CallProfile":
+        """Task by task, the least time over repeated profiles of the same call.
+
+        A shared machine slows some tasks at random (another process evicts the
+        cache); the minimum over repeats is the task's own cost. Serial and
+        profiler time are minimised the same way. The profiles must have the
+        same batches of the same tasks (the same call, repeated).
+        """
+        first = profiles[0]
+        shapes = [[(name, len(ts)) for name, ts in p.batches] for p in profiles]
+        if any(shape != shapes[0] for shape in shapes):
+            raise ValueError("profiles of different calls (batches or task counts differ)")
+        batches = [(name, [min(p.batches[b][1][i] for p in profiles) for i in range(len(ts))])
+                   for b, (name, ts) in enumerate(first.batches)]
+        best = cls(first.plan_threads, batches)
+        best.total_s = best.task_s + min(p.serial_s for p in profiles)
+        return best
+
+    def summary(self) -> dict:
+        """Plain numbers: totals, serial share, tasks per batch, largest task share."""
+        return {
+            "plan_threads": self.plan_threads,
+            "total_s": self.total_s,
+            "serial_s": self.serial_s,
+            "serial_share": self.serial_s / self.total_s if self.total_s > 0 else 0.0,
+            "tasks": {name: len(ts) for name, ts in self.batches},
+            "largest_task_share": self.largest_task_share(),
+            "critical_path_s": self.critical_path_s(self.plan_threads),
+        }
+
+
+_STATE = threading.local()
+
+
+def active() -> CallProfile | None:
+    """The profile being recorded in this thread, if any."""
+    return getattr(_STATE, "profile", None)
+
+
+@contextlib.contextmanager
+def profiled(plan_threads: int):
+    """Record the engine calls made inside the block as :class:`CallProfile` objects (a list).
+
+    Inside, ``num_threads`` of the engine is replaced by ``plan_threads`` for cutting
+    the work, and every task runs on the calling thread, timed. Each engine call
+    appends one profile to the yielded list.
+    """
+    if isinstance(plan_threads, bool) or not isinstance(plan_threads, int) or plan_threads < 1:
+        raise ValueError(f"plan_threads must be a positive int, got {plan_threads!r}")
+    outer = getattr(_STATE, "profile", None)
+    profiles: list[CallProfile] = []
+    _STATE.sink = profiles
+    _STATE.plan_threads = plan_threads
+    try:
+        yield profiles
+    finally:
+        _STATE.sink = None
+        _STATE.plan_threads = None
+        _STATE.profile = outer
+
+
+def plan_threads() -> int | None:
+    """The thread count to cut work for while :func:`profiled` is active, else None."""
+    return getattr(_STATE, "plan_threads", None)
+
+
+@contextlib.contextmanager
+def call():
+    """Wrap one engine call: a new :class:`CallProfile` while profiling, else nothing.
+
+    Nested engine calls (a path built on the engine calling it) land in the
+    outermost call's profile.
+    """
+    sink = getattr(_STATE, "sink", None)
+    if sink is None or getattr(_STATE, "profile", None) is not None:
+        yield
+        return
+    prof = CallProfile(_STATE.plan_threads)
+    _STATE.profile = prof
+    start = thread_cpu_s()
+    try:
+        yield
+    finally:
+        prof.total_s = thread_cpu_s() - start
+        _STATE.profile = None
+        sink.append(prof)
+
+
+def one_call(fn):
+    """Decorator: each call of ``fn`` is one :func:`call` (the engine calls it makes land in it)."""
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        with call():
+            return fn(*args, **kwargs)
+    return wrapper
+
+
+def run_serially(prof: CallProfile, name: str, fn, items, sizes) -> list:
+    """Run ``fn(item, 0)`` for every item on this thread, in dispatch order, timing each.
+
+    Items are taken in the dispatcher's order (largest ``sizes`` first). Each runs as
+    worker 0: a worker's scratch stays in its core's cache from one task to the next
+    in a threaded run, and running every task with one scratch keeps that so here
+    (cycling through ``num_workers`` scratch areas on one core would charge cache
+    misses a threaded run does not have). Results come back in item order; the
+    first exception in item order is raised after all ran.
+    """
+    entry = thread_cpu_s()
+    order = sorted(range(len(items)), key=lambda i: -sizes[i])
+    results: list = [None] * len(items)
+    times = [0.0] * len(items)
+    errors: dict[int, Exception] = {}
+    for i in order:
+        start = thread_cpu_s()
+        try:
+            results[i] = fn(items[i], 0)
+        except Exception as err:  # noqa: BLE001 - re-raised below, as _run_tasks does
+            errors[i] = err
+        times[i] = thread_cpu_s() - start
+    prof.batches.append((name, times))
+    # everything here outside the tasks is the profiler's (the threaded dispatcher
+    # does none of it), so it is not charged to the call's serial time
+    prof.profiler_s += thread_cpu_s() - entry - sum(times)
+    if errors:
+        raise errors[min(errors)]
+    return results

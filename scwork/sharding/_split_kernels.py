@@ -1,0 +1,350 @@
+"""Numba kernels that cut the sharding engine's work finer than one (device, SC) slice.
+
+A slice of a large stack (many tables stacked) can hold more ids than one thread's
+share of a call, and the steps after the slices (the naive whole-batch view, the
+CSR layout) used to run once per stack. These kernels split that work into small
+independent tasks whose results combine exactly:
+
+count_groups
+    Statistics of a rectangle of (slice, group) runs: the same sorted runs as
+    :func:`~scwork.sharding._kernels.stack_slices`, counted into per-group
+    counters, so two tasks of one slice (different tables) never write the same
+    entry; the engine adds the groups' counters. Exact because per-sample dedup
+    and distinct ids never cross tables (a new table's ids are new ids of the
+    stream).
+slice_pairs
+    Ids after per-sample dedup per (slice, partition) of a range of slices,
+    without sorting (a row holds few ids: each is compared with the row's earlier
+    ids). It gives every slice's CSR size before any slice is written, so the
+    CSR buffer size ``C`` is known and slices are written in place at once,
+    instead of being written at a bounding stride and moved left one after the
+    other, and every group's place in each stream.
+write_groups
+    CSR entries of a rectangle of (slice, group) runs of a stack without limits,
+    at the places :func:`slice_pairs` fixed: tasks of one slice write disjoint
+    entries.
+
+The naive view is cut by partition ranges
+(:func:`scwork.sharding._naive_kernels.naive_from_slice_lists`).
+
+Each kernel has a slow numpy reference beside it (``*_reference``, same
+signature), compared in ``tests/sharding/test_split_kernels.py``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from scwork._jit import jit
+from scwork.sharding._kernels import _LOW32, _U, PAD_ID, count_slice, count_slice_reference, sort_slice, sort_slice_reference
+
+__all__ = [
+    "count_groups",
+    "count_groups_reference",
+    "slice_pairs",
+    "slice_pairs_reference",
+    "write_groups",
+    "write_groups_reference",
+    "warmup",
+]
+
+# Rows longer than this are deduplicated by sorting a copy, shorter ones by comparing
+# each id with the row's earlier ids (quadratic, but branch-light and in registers).
+_SHORT_ROW = 48
+
+
+# --------------------------------------------------------------------------------------
+# count_groups
+# --------------------------------------------------------------------------------------
+@jit(error_model="numpy")
+def count_groups(ids, splits, weights, has_w, n, P, lbits, gptr, feat_rows, feat_k, g_vocab, g_shift, g_qbits,
+                 g_uloff, g_sloff, s0, s1, g0, g1, sk, a_keys, b_keys, hist, pairs_g, distinct_g, ulist, ul_cnt,
+                 g_oov):
+    """Statistics of slices ``[s0, s1)`` x groups ``[g0, g1)`` of one stack (no CSR, no prefix cut).
+
+    Per (slice ``sl``, group ``g``): :func:`~scwork.sharding._kernels.sort_slice`
+    then :func:`~scwork.sharding._kernels.count_slice` into
+    ``pairs_g[g * nsl * P + sl * P + p]`` and ``distinct_g`` (same layout), the
+    run's sorted distinct ids appended to ``ulist`` from ``g_uloff[g] +
+    g_sloff[g, sl]``, their number in ``ul_cnt[g * nsl + sl]``. The first
+    out-of-vocabulary position of group ``g`` in these slices goes to ``g_oov[g]``
+    (if still -1) and the group's later slices are not counted.
+    """
+    nsl = g_sloff.shape[1] - 1
+    dummy_g = np.empty(0, np.float32)
+    dummy_bm = np.empty(0, np.int64)
+    for sl in range(s0, s1):
+        for g in range(g0, g1):
+            if g_oov[g] >= 0:
+                continue
+            a0 = gptr[g]
+            a1 = gptr[g + 1]
+            m, oov, _ = sort_slice(ids, splits, weights, has_w, feat_rows[a0:a1], feat_k[a0:a1], 0, n, sl,
+                                   g_vocab[g], P, g_shift[g], g_qbits[g], lbits, False, sk, dummy_g,
+                                   a_keys, dummy_g, b_keys, dummy_g, hist)
+            if oov >= 0:
+                g_oov[g] = oov
+                continue
+            ul_cnt[g * nsl + sl] = count_slice(sk, m, P, g_qbits[g], g * nsl * P + sl * P, pairs_g, distinct_g,
+                                               False, dummy_bm, 0, ulist, g_uloff[g] + g_sloff[g, sl])
+
+
+def count_groups_reference(ids, splits, weights, has_w, n, P, lbits, gptr, feat_rows, feat_k, g_vocab, g_shift,
+                           g_qbits, g_uloff, g_sloff, s0, s1, g0, g1, sk, a_keys, b_keys, hist, pairs_g,
+                           distinct_g, ulist, ul_cnt, g_oov):
+    """Numpy reference of :func:`count_groups` (the reference sort and count of each run)."""
+    nsl = g_sloff.shape[1] - 1
+    dummy = np.empty(0, np.float32)
+    for sl in range(s0, s1):
+        for g in range(g0, g1):
+            if g_oov[g] >= 0:
+                continue
+            a0, a1 = gptr[g], gptr[g + 1]
+            m, oov, _ = sort_slice_reference(ids, splits, weights, has_w, feat_rows[a0:a1], feat_k[a0:a1], 0, n,
+                                             sl, g_vocab[g], P, g_shift[g], g_qbits[g], lbits, False, sk, dummy,
+                                             a_keys, dummy, b_keys, dummy, hist)
+            if oov >= 0:
+                g_oov[g] = oov
+                continue
+            ul_cnt[g * nsl + sl] = count_slice_reference(sk, m, P, g_qbits[g], g * nsl * P + sl * P, pairs_g,
+                                                         distinct_g, False, None, 0, ulist,
+                                                         g_uloff[g] + g_sloff[g, sl])
+
+
+# --------------------------------------------------------------------------------------
+# slice_pairs
+# --------------------------------------------------------------------------------------
+@jit(error_model="numpy")
+def slice_pairs(ids, splits, n, P, gptr, feat_rows, g_vocab, g_shift, s0, s1, g0, g1, pairs):
+    """``pairs[g * nsl * P + sl * P + p]`` += ids of group ``g`` slice ``sl`` sends to partition ``p``, after per-sample dedup.
+
+    Over groups ``[g0, g1)`` of the stack (``feat_rows[gptr[g]:gptr[g + 1]]``, partition
+    ``(x + g_shift[g]) % P``) and slices ``[s0, s1)`` (``nsl = pairs.size // (ng * P)``).
+    An id is counted unless the same row (feature, sample) had it before. Ids
+    ``>= g_vocab[g]`` are skipped (the sorting pass reports them).
+    """
+    ng = gptr.shape[0] - 1
+    nsl = pairs.shape[0] // (ng * P)
+    pow2 = (P & (P - 1)) == 0
+    longest = 1
+    for g in range(g0, g1):
+        for a in range(gptr[g], gptr[g + 1]):
+            f = feat_rows[a]
+            for b in range(s0 * n, s1 * n):
+                L = splits[f, b + 1] - splits[f, b]
+                if L > longest:
+                    longest = L
+    row = np.empty(longest, np.int64)
+    for g in range(g0, g1):
+        vocab = g_vocab[g]
+        shift = g_shift[g]
+        for a in range(gptr[g], gptr[g + 1]):
+            f = feat_rows[a]
+            for sl in range(s0, s1):
+                c0 = g * nsl * P + sl * P
+                for b in range(sl * n, (sl + 1) * n):
+                    j0 = splits[f, b]
+                    j1 = splits[f, b + 1]
+                    if j1 - j0 <= _SHORT_ROW:
+                        for j in range(j0, j1):
+                            x = ids[_U(j)]
+                            # no early exit: the comparisons vectorise
+                            dup = False
+                            for t in range(j0, j):
+                                dup |= ids[_U(t)] == x
+                            if x < vocab and not dup:
+                                q = (x + shift) & (P - 1) if pow2 else (x + shift) % P
+                                pairs[_U(c0 + q)] += 1
+                    else:
+                        L = j1 - j0
+                        for j in range(L):
+                            row[j] = ids[j0 + j]
+                        srt = np.sort(row[:L])
+                        prev = np.int64(-1)
+                        for j in range(L):
+                            x = srt[j]
+                            if x != prev and x < vocab:
+                                pairs[c0 + (x + shift) % P] += 1
+                            prev = x
+
+
+def slice_pairs_reference(ids, splits, n, P, gptr, feat_rows, g_vocab, g_shift, s0, s1, g0, g1, pairs):
+    """Numpy reference of :func:`slice_pairs`: ``np.unique`` of each row."""
+    ng = len(gptr) - 1
+    nsl = pairs.size // (ng * P)
+    for g in range(g0, g1):
+        for a in range(gptr[g], gptr[g + 1]):
+            f = feat_rows[a]
+            for sl in range(s0, s1):
+                for b in range(sl * n, (sl + 1) * n):
+                    row = np.unique(ids[splits[f, b]:splits[f, b + 1]])
+                    row = row[row < g_vocab[g]]
+                    np.add.at(pairs, g * nsl * P + sl * P + (row + g_shift[g]) % P, 1)
+
+
+# --------------------------------------------------------------------------------------
+# write_groups
+# --------------------------------------------------------------------------------------
+@jit(error_model="numpy")
+def write_groups(ids, splits, weights, has_w, combiner, n, P, lbits, gptr, feat_rows, feat_k, g_vocab, g_shift,
+                 g_qbits, g_rowoff, g_mode, g_uloff, g_sloff, s0, s1, g0, g1, sk, sg, a_keys, a_gains, b_keys,
+                 b_gains, hist, offs, pad_lo, pad_hi, rowgain, emb, smp, gout, distinct_g, ulist, ul_cnt, g_oov,
+                 g_bad):
+    """CSR entries and distinct ids of slices ``[s0, s1)`` x groups ``[g0, g1)`` of a stack without limits.
+
+    The layout is known beforehand (from :func:`slice_pairs`): group ``g``'s ids of
+    stream ``(sl, p)`` go to ``offs[g * nsl * P + sl * P + p]`` onwards (after the
+    earlier groups' ids of that stream, as the partition-major walk of
+    :func:`~scwork.sharding._kernels.stack_slices` writes them). Per (slice, group)
+    run: sorted with gains (:func:`~scwork.sharding._kernels.sort_slice`), then
+    each pair written (``emb`` local row ``(u & qmask) + row_offset``, ``smp`` the
+    local sample row, ``gout`` the gain: ``g_mode`` 2 the carried weight gain, 1
+    ``rowgain[R']``, 0 one; a per-sample duplicate adds its gain to its pair's
+    slot), ``distinct_g[g * nsl * P + sl * P + p]`` counted, the run's distinct
+    ids appended to ``ulist`` as :func:`count_groups` does. The task holding a
+    slice's last group (``g1`` = number of groups) also pads the slice: entries
+    ``[pad_lo[sl * (P + 1) + t], pad_hi[...])`` for ``t <= P`` get id and sample
+    ``PAD_ID``, gain NaN. Errors as :func:`count_groups`, plus the first
+    zero-divisor sample of group ``g`` in ``g_bad[g]``.
+    """
+    ng = gptr.shape[0] - 1
+    nsl = g_sloff.shape[1] - 1
+    lmask = (np.int64(1) << lbits) - 1
+    one = np.float32(1.0)
+    nan = np.float32(np.nan)
+    for sl in range(s0, s1):
+        for g in range(g0, g1):
+            if g_oov[g] >= 0:
+                continue
+            a0 = gptr[g]
+            a1 = gptr[g + 1]
+            mode = g_mode[g]
+            wg = mode == 2
+            m, oov, bad = sort_slice(ids, splits, weights, has_w, feat_rows[a0:a1], feat_k[a0:a1], combiner, n, sl,
+                                     g_vocab[g], P, g_shift[g], g_qbits[g], lbits, wg, sk, sg,
+                                     a_keys, a_gains, b_keys, b_gains, hist)
+            if oov >= 0:
+                g_oov[g] = oov
+                continue
+            if bad >= 0 and g_bad[g] < 0:
+                g_bad[g] = bad
+            qb = g_qbits[g]
+            qmask = (np.int64(1) << qb) - 1
+            roff = g_rowoff[g]
+            c0 = g * nsl * P + sl * P
+            ul0 = g_uloff[g] + g_sloff[g, sl]
+            nu = 0
+            prev_u = np.int64(-1)
+            prev_R = np.int64(-1)
+            prev_p = np.int64(-1)
+            cur = np.int64(-1)
+            for i in range(m):
+                v = sk[_U(i)]
+                u = (v >> 32) & _LOW32
+                Rr = v & _LOW32
+                p = u >> qb
+                if p != prev_p:                   # a new stream: its first slot
+                    cur = offs[_U(c0 + p)] - 1
+                    prev_p = p
+                newx = np.int64(u != prev_u)
+                newr = newx | np.int64(Rr != prev_R)
+                distinct_g[_U(c0 + p)] += newx
+                ulist[_U(ul0 + nu)] = u           # overwritten unless new
+                nu += newx
+                cur += newr
+                pos = _U(cur)
+                emb[pos] = (u & qmask) + roff
+                smp[pos] = Rr & lmask
+                if mode == 2:
+                    gg = sg[_U(i)]
+                elif mode == 1:
+                    gg = rowgain[_U(Rr)]
+                else:
+                    gg = one
+                old = gout[pos]
+                gout[pos] = gg if newr else old + gg
+                prev_u = u
+                prev_R = Rr
+            ul_cnt[g * nsl + sl] = nu
+        if g1 == ng:
+            for t in range(sl * (P + 1), (sl + 1) * (P + 1)):
+                for k in range(pad_lo[t], pad_hi[t]):
+                    emb[k] = PAD_ID
+                    smp[k] = PAD_ID
+                    gout[k] = nan
+
+
+def write_groups_reference(ids, splits, weights, has_w, combiner, n, P, lbits, gptr, feat_rows, feat_k, g_vocab,
+                           g_shift, g_qbits, g_rowoff, g_mode, g_uloff, g_sloff, s0, s1, g0, g1, sk, sg, a_keys,
+                           a_gains, b_keys, b_gains, hist, offs, pad_lo, pad_hi, rowgain, emb, smp, gout, distinct_g,
+                           ulist, ul_cnt, g_oov, g_bad):
+    """Numpy reference of :func:`write_groups`: pairs found with ``np.unique``, gains summed with ``np.add.at``."""
+    ng = len(gptr) - 1
+    nsl = g_sloff.shape[1] - 1
+    for sl in range(s0, s1):
+        for g in range(g0, g1):
+            if g_oov[g] >= 0:
+                continue
+            a0, a1 = gptr[g], gptr[g + 1]
+            wg = g_mode[g] == 2
+            m, oov, bad = sort_slice_reference(ids, splits, weights, has_w, feat_rows[a0:a1], feat_k[a0:a1],
+                                               combiner, n, sl, g_vocab[g], P, g_shift[g], g_qbits[g], lbits, wg,
+                                               sk, sg, a_keys, a_gains, b_keys, b_gains, hist)
+            if oov >= 0:
+                g_oov[g] = oov
+                continue
+            if bad >= 0 and g_bad[g] < 0:
+                g_bad[g] = bad
+            keys = sk[:m]
+            u = (keys >> 32) & _LOW32
+            R = keys & _LOW32
+            if g_mode[g] == 2:
+                gains = sg[:m].astype(np.float32)
+            elif g_mode[g] == 1:
+                gains = rowgain[R]
+            else:
+                gains = np.ones(m, np.float32)
+            pairs, inverse = np.unique(np.stack([u, R], axis=1), axis=0, return_inverse=True)
+            summed = np.zeros(len(pairs), np.float32)
+            seen = np.zeros(len(pairs), bool)
+            for i, k in enumerate(inverse.ravel()):   # in key order: float32 sums as the kernel adds them
+                summed[k] = np.float32(summed[k] + gains[i]) if seen[k] else gains[i]
+                seen[k] = True
+            c0 = g * nsl * P + sl * P
+            pu, pR = pairs[:, 0], pairs[:, 1]
+            p = pu >> g_qbits[g]
+            for q in np.unique(p):
+                mine = p == q
+                start = offs[c0 + q]
+                cnt = int(mine.sum())
+                emb[start:start + cnt] = (pu[mine] & ((1 << g_qbits[g]) - 1)) + g_rowoff[g]
+                smp[start:start + cnt] = pR[mine] & ((1 << lbits) - 1)
+                gout[start:start + cnt] = summed[mine]
+                distinct_g[c0 + q] += np.unique(pu[mine]).size
+            uniq = np.unique(u)
+            ul0 = g_uloff[g] + g_sloff[g, sl]
+            ulist[ul0:ul0 + uniq.size] = uniq
+            ul_cnt[g * nsl + sl] = uniq.size
+        if g1 == ng:
+            for t in range(sl * (P + 1), (sl + 1) * (P + 1)):
+                emb[pad_lo[t]:pad_hi[t]] = PAD_ID
+                smp[pad_lo[t]:pad_hi[t]] = PAD_ID
+                gout[pad_lo[t]:pad_hi[t]] = np.nan
+
+
+def warmup() -> None:
+    """Compile the kernels on tiny inputs (or load them from numba's cache)."""
+    ids = np.array([3, 1, 3, 0, 2, 2], np.int64)
+    splits = np.array([[0, 3, 6]], np.int64)
+    one = np.ones(1, np.int64)
+    zero = np.zeros(1, np.int64)
+    gptr = np.array([0, 1], np.int64)
+    pairs = np.zeros(4, np.int64)
+    slice_pairs(ids, splits, 1, 2, gptr, zero, np.array([4], np.int64), one, 0, 2, 0, 1, pairs)
+    sloff = np.array([[0, 3, 6]], np.int64)
+    ulist = np.zeros(6, np.int64)
+    ul_cnt = np.zeros(2, np.int64)
+    keys = np.empty(6, np.int64)
+    count_groups(ids, splits, np.ones(6, np.float32), np.zeros(1, np.int8), 1, 2, 0, gptr, zero, zero,
+                 np.array([4], np.int64), one, one, zero, sloff, 0, 2, 0, 1, keys, keys.copy(), keys.copy(),
+                 np.empty(3 * 2048, np.int64), pairs, pairs.copy(), ulist, ul_cnt, np.full(1, -1, np.int64))

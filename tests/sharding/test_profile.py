@@ -1,0 +1,61 @@
+"""The profiling mode behind ``bench_sharding.py --project``: same results, sound arithmetic."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import scwork
+from scwork.sharding import compute_stats, minibatch, preprocess
+from scwork.sharding._profile import CallProfile, lpt_makespan, profiled
+from scwork.sharding._synthetic import synthetic_batch
+
+
+def test_lpt_makespan():
+    assert lpt_makespan([3.0, 3.0, 2.0, 2.0, 2.0], 2) == 7.0       # LPT, not the optimum 6
+    assert lpt_makespan([5.0, 4.0, 3.0, 3.0, 3.0], 2) == 10.0
+    assert lpt_makespan([1.0, 2.0, 3.0], 1) == 6.0
+    assert lpt_makespan([1.0, 2.0, 3.0], 8) == 3.0
+    assert lpt_makespan([], 4) == 0.0
+    with pytest.raises(ValueError):
+        lpt_makespan([1.0], 0)
+
+
+def test_profiled_calls_give_the_same_results_and_record_their_tasks():
+    batch, feats = synthetic_batch(batch_size=512, num_features=6, vocab_size=5000, seed=3)
+    topo = scwork.Topology(2, 4)
+    base = compute_stats(batch, feats, topo, "auto", num_threads=1)
+    base_pre = preprocess(batch, feats, topo, None, num_threads=1)
+    with profiled(16) as profiles:
+        stats = compute_stats(batch, feats, topo, "auto")
+        pre = preprocess(batch, feats, topo, None)
+        mb = minibatch(batch, feats, topo, stacking=None)
+    assert stats.equals(base) and pre.stats.equals(base_pre.stats)
+    for name, buf in pre.csr.items():
+        assert np.array_equal(buf.embedding_ids, base_pre.csr[name].embedding_ids)
+    assert len(profiles) == 3                    # one per call, minibatch's own engine work included
+    names = [[n for n, _ in p.batches] for p in profiles]
+    assert names[0] == ["slices", "finish"]
+    assert names[1] == ["count", "slices", "finish"]     # 16 threads: CSR sizes counted first
+    assert names[2] == ["stacks"] and len(profiles[2].batches[0][1]) == 6
+    for p in profiles:
+        assert p.plan_threads == 16 and 0 <= p.task_s <= p.total_s
+        assert p.serial_s <= p.total_s
+        # more workers never lengthen the critical path; one worker runs everything
+        assert p.critical_path_s(64) <= p.critical_path_s(16) <= p.critical_path_s(1)
+        assert p.critical_path_s(1) == pytest.approx(p.serial_s + p.task_s)
+        assert 0 < p.largest_task_share() <= 1
+    assert mb.num_threads == 16
+    # outside the block nothing is recorded and num_threads means itself again
+    compute_stats(batch, feats, topo, "auto", num_threads=1)
+    assert len(profiles) == 3
+
+
+def test_best_of_takes_each_tasks_least_time():
+    a = CallProfile(4, [("slices", [1.0, 5.0]), ("finish", [2.0])], total_s=10.0)
+    b = CallProfile(4, [("slices", [3.0, 1.0]), ("finish", [1.0])], total_s=6.0)
+    best = CallProfile.best_of([a, b])
+    assert best.batches == [("slices", [1.0, 1.0]), ("finish", [1.0])]
+    assert best.serial_s == pytest.approx(min(a.serial_s, b.serial_s))      # 1.0
+    with pytest.raises(ValueError):
+        CallProfile.best_of([a, CallProfile(4, [("slices", [1.0])], total_s=2.0)])

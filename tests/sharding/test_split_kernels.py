@@ -1,0 +1,210 @@
+"""Kernels that cut the engine's work finer than one slice, against their numpy references.
+
+``count_groups`` (statistics of (slice, table) rectangles into per-table counters)
+must add up to what ``stack_slices`` counts per slice; ``slice_pairs`` (ids per
+(slice, partition) after per-sample dedup, without sorting) must equal the sorted
+count, since it fixes the CSR size before any slice is written.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import scwork
+from scwork.sharding import FeatureBatch, FeatureSpec, SparsecoreConfig, TableSpec, plan_stacking, preprocess
+from scwork.sharding import _split_kernels as SK
+
+engine = importlib.import_module("scwork.sharding.engine")
+
+
+def _stack(seed: int):
+    """A random stack of 1-3 tables (some sharing features), long rows included."""
+    rng = np.random.default_rng(seed)
+    G, S = int(rng.integers(1, 4)), int(rng.integers(1, 4))
+    topo = scwork.Topology(G, S)
+    comb = str(rng.choice(["sum", "mean", "sqrtn"]))
+    tables = [TableSpec(f"t{i}", int(rng.choice([3, 50, 5000, 10**8])), 8, combiner=comb)
+              for i in range(int(rng.integers(1, 4)))]
+    feats = [FeatureSpec(f"f{i}", tables[i % len(tables)]) for i in range(len(tables) + int(rng.integers(0, 3)))]
+    B = G * S * int(rng.integers(1, 6))
+    data = {}
+    for f in feats:
+        # mostly short rows; now and then one longer than the kernel's short-row limit
+        lengths = np.where(rng.random(B) < 0.1, rng.integers(40, 120, B), rng.integers(0, 9, B))
+        m = int(lengths.sum())
+        vocab = f.table.vocab_size
+        ids = np.where(rng.random(m) < 0.4, rng.integers(0, min(vocab, 4), m), rng.integers(0, vocab, m))
+        rs = np.concatenate([[0], np.cumsum(lengths)])
+        data[f.name] = (ids, rs, rng.uniform(0.5, 2, m)) if rng.random() < 0.5 else (ids, rs)
+    batch = FeatureBatch(data)
+    plan = plan_stacking(feats, topo, [[t.name for t in tables]], batch_size=B)
+    return batch, plan.stacks[0], G, S, rng
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, 2**32 - 1))
+def test_slice_pairs_matches_reference_and_the_sorted_count(seed):
+    batch, stack, G, S, rng = _stack(seed)
+    job = engine._StackJob(stack, batch, G, S, False, SparsecoreConfig())
+    s0 = int(rng.integers(0, job.nsl))
+    s1 = int(rng.integers(s0 + 1, job.nsl + 1))
+    outs = []
+    ng = len(job.groups)
+    for fn in (SK.slice_pairs, SK.slice_pairs_reference):
+        pairs = np.full(ng * job.nsl * job.P, 3, np.int64)
+        fn(batch._ids, batch._splits, job.n, job.P, job.gptr, job.feat_rows, job.g_vocab, job.g_shift, s0, s1,
+           0, ng, pairs)
+        outs.append(pairs)
+    assert np.array_equal(outs[0], outs[1])
+    # the engine's sorted count of the same slices
+    stats = scwork.sharding.compute_stats(batch, list(stack.features), scwork.Topology(G, S),
+                                          [list(stack.table_names)], num_threads=1)
+    sorted_pairs = stats["ids"].values.reshape(job.nsl, job.P)
+    got = (outs[0].reshape(ng, job.nsl, job.P) - 3).sum(axis=0)
+    assert np.array_equal(got[s0:s1], sorted_pairs[s0:s1])
+    assert (got[:s0] == 0).all() and (got[s1:] == 0).all()
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, 2**32 - 1))
+def test_count_groups_matches_reference_and_adds_up_to_the_slice_counts(seed):
+    batch, stack, G, S, rng = _stack(seed)
+    weights, has_w = engine._weights_of(batch)
+    outs = []
+    for backend in ("numba", "numpy"):
+        kern = engine._Backend(backend)
+        job = engine._StackJob(stack, batch, G, S, False, SparsecoreConfig())
+        job.ulist = np.full(job.ulist_size, -7, np.int64)
+        needs = job.scratch_needs()
+        sc = {k: np.zeros(v, np.float32 if k in ("sg", "ag", "bg") else np.int64) for k, v in needs.items()}
+        ng = len(job.groups)
+        # a rectangle split: slices in two ranges, groups in two ranges
+        s_cut = int(rng.integers(0, job.nsl + 1)) if backend == "numba" else s_cut
+        g_cut = int(rng.integers(0, ng + 1)) if backend == "numba" else g_cut
+        for s0, s1 in ((0, s_cut), (s_cut, job.nsl)):
+            for g0, g1 in ((0, g_cut), (g_cut, ng)):
+                job.task_done(job.run_groups(kern, batch, weights, has_w, s0, s1, g0, g1, sc))
+        lists = [job.ulist[s:s + c] for s, c in zip((job.g_uloff[:, None] + job.g_sloff[:, :-1]).ravel(),
+                                                     job.ul_cnt)]
+        job.finish_counts()
+        outs.append([job.pairs_g, job.distinct_g, job.ul_cnt, *lists])
+        if backend == "numba":
+            # the whole-slice kernel on the same stack
+            whole = engine._StackJob(stack, batch, G, S, False, SparsecoreConfig())
+            whole.ulist = np.zeros(whole.ulist_size, np.int64)
+            whole.emb, whole.smp, whole.gout = np.zeros(1, np.int32), np.zeros(1, np.int32), np.zeros(1, np.float32)
+            whole.run_slices(kern, batch, weights, has_w, 0, whole.nsl, 0, sc)
+            assert np.array_equal(job.pairs, whole.pairs) and np.array_equal(job.distinct, whole.distinct)
+            assert np.array_equal(job.kept, whole.kept) and np.array_equal(job.ul_cnt, whole.ul_cnt)
+    for a, b in zip(*outs, strict=True):
+        assert np.array_equal(a, b)
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(0, 2**32 - 1))
+def test_write_groups_matches_reference_and_the_whole_slice_kernel(seed):
+    """CSR of a stack without limits written by (slice, table) tasks: the layout of stack_slices."""
+    batch, stack, G, S, rng = _stack(seed)
+    weights, has_w = engine._weights_of(batch)
+    cfg = SparsecoreConfig()
+    s_cut = g_cut = None
+    outs = []
+    for backend in ("numba", "numpy"):
+        kern = engine._Backend(backend)
+        job = engine._StackJob(stack, batch, G, S, True, cfg, count_first=True)
+        assert job.split_csr
+        job.count_task(kern, batch, 0, job.nsl)
+        job.set_counted_size()
+        job.ulist = np.full(job.ulist_size, -7, np.int64)
+        job.emb, job.smp = np.full(job.out_size, -3, np.int32), np.full(job.out_size, -3, np.int32)
+        job.gout = np.full(job.out_size, -3, np.float32)
+        needs = job.scratch_needs()
+        sc = {k: np.zeros(v, np.float32 if k in ("sg", "ag", "bg") else np.int64) for k, v in needs.items()}
+        ng = len(job.groups)
+        if s_cut is None:
+            s_cut, g_cut = int(rng.integers(0, job.nsl + 1)), int(rng.integers(0, ng + 1))
+        for s0, s1 in ((0, s_cut), (s_cut, job.nsl)):
+            for g0, g1 in ((0, g_cut), (g_cut, ng)):
+                job.task_done(job.run_write_groups(kern, batch, weights, has_w, s0, s1, g0, g1, sc))
+        job.finish_counts()
+        outs.append([job.emb, job.smp, job.gout.view(np.int32), job.row_pointers, job.pairs, job.distinct,
+                     job.ul_cnt])
+    for a, b in zip(*outs, strict=True):
+        assert np.array_equal(a, b)
+    # the same CSR as the engine's per-slice path (stack_slices, one task per slice range)
+    whole = engine._StackJob(stack, batch, G, S, True, cfg, count_first=True)
+    whole.split_csr = False
+    whole.count_task(engine._Backend("numba"), batch, 0, whole.nsl)
+    whole.set_counted_size()
+    whole.ulist = np.zeros(whole.ulist_size, np.int64)
+    whole.emb, whole.smp = np.full(whole.out_size, -3, np.int32), np.full(whole.out_size, -3, np.int32)
+    whole.gout = np.full(whole.out_size, -3, np.float32)
+    sc = {k: np.zeros(v, np.float32 if k in ("sg", "ag", "bg") else np.int64) for k, v in whole.scratch_needs().items()}
+    whole.run_slices(engine._Backend("numba"), batch, weights, has_w, 0, whole.nsl, 0, sc)
+    got = outs[0]
+    assert np.array_equal(got[0], whole.emb) and np.array_equal(got[1], whole.smp)
+    assert np.array_equal(got[2], whole.gout.view(np.int32)) and np.array_equal(got[3], whole.row_pointers)
+    assert np.array_equal(got[4], whole.pairs) and np.array_equal(got[5], whole.distinct)
+
+
+@pytest.mark.parametrize("count_first", [False, True])
+@pytest.mark.parametrize("nt", [1, 2, 3, 5])
+def test_forced_fine_splits_match_the_literal_reference(monkeypatch, nt, count_first):
+    """Every slice cut by tables and the naive view by partitions: the reference's results."""
+    from scwork.sharding._reference import reference_preprocess
+
+    monkeypatch.setattr(engine, "_TASKS_PER_THREAD", 10**6)
+    monkeypatch.setattr(engine, "_COUNT_FIRST_THREADS", 1 if count_first else 10**6)
+    for seed in range(6):
+        batch, stack, G, S, _ = _stack(seed)
+        topo = scwork.Topology(G, S)
+        stacking = [list(stack.table_names)]
+        feats = list(stack.features)
+        plan = plan_stacking(feats, topo, stacking, batch_size=batch.batch_size)
+        ref = reference_preprocess(batch, plan, topo, allow_id_dropping=True)
+        res = preprocess(batch, feats, topo, stacking, num_threads=nt)
+        stats = scwork.sharding.compute_stats(batch, feats, topo, stacking, num_threads=nt)
+        for name, r in ref.items():
+            s = res.stats.sel(stack=name)
+            assert np.array_equal(s["ids"].values, r["ids"])
+            assert np.array_equal(s["unique_ids"].values, r["unique"])
+            assert np.array_equal(s["naive_unique_ids_per_partition"].values, r["naive_unique"])
+            buf = res.csr[name]
+            assert buf.buffer_size_per_sc == r["buffer_size_per_sc"]
+            for key in ("row_pointers", "embedding_ids", "sample_ids"):
+                assert np.array_equal(getattr(buf, key), r[key])
+            assert np.array_equal(buf.gains, r["gains"], equal_nan=True)
+        assert stats.equals(res.stats)
+
+
+@pytest.mark.parametrize("strategy", ["vocabulary", "sample"])
+def test_minibatch_tasks_give_the_results_of_one_thread(strategy):
+    """Stacks, and the tables of a stack, run as tasks: the plan does not depend on the threads."""
+    from scwork.sharding import minibatch
+
+    rng = np.random.default_rng(11)
+    B = 8 * 32
+    tables = [TableSpec(f"t{i}", 500, 8, max_ids_per_partition=12, max_unique_ids_per_partition=10)
+              for i in range(5)]
+    feats = [FeatureSpec(f"f{i}", tables[i % 5]) for i in range(7)]
+    data = {}
+    for f in feats:
+        lengths = rng.integers(0, 6, B)
+        data[f.name] = (rng.integers(0, 500, int(lengths.sum())), np.concatenate([[0], np.cumsum(lengths)]))
+    batch = FeatureBatch(data)
+    topo = scwork.Topology(2, 4)
+    for stacking, limits in ((None, None), ([["t0", "t1", "t2"], ["t3", "t4"]],
+                                            {"t0_t1_t2": (20, 16), "t3_t4": (14, 12)})):
+        for cfg in (SparsecoreConfig(), SparsecoreConfig(allow_id_dropping=True)):
+            one = minibatch(batch, feats, topo, stacking=stacking, config=cfg, strategy=strategy, num_threads=1,
+                            stack_limits=limits)
+            assert int(one.num_minibatches.max()) > 1          # the limits do split the batch
+            for nt in (2, 3, 5):
+                other = minibatch(batch, feats, topo, stacking=stacking, config=cfg, strategy=strategy,
+                                  num_threads=nt, stack_limits=limits)
+                assert one.stats.equals(other.stats) and one.assignment.equals(other.assignment)
