@@ -14,7 +14,7 @@ import xarray as xr
 
 import scwork
 from scwork.advisor import advise
-from scwork.advisor import _balanced
+from scwork.advisor._context import balanced as _balanced
 from scwork.sharding import FeatureBatch, FeatureSpec, TableSpec, compute_stats, plan_stacking
 
 V5P1 = scwork.Topology.for_chip("v5p", num_chips=1)          # 1 device, 4 SparseCores, P = 4
