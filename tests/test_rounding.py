@@ -81,3 +81,16 @@ def test_hbm_stack_formula_lives_in_one_place():
     source = Path(importlib.import_module("scwork.memory._hbm_numbers").__file__).read_text()
     assert source.count("* U * lrc * 4") == 2        # the forward and backward terms, once each
     assert "* U * lrc" not in Path(hbm.__file__).read_text()
+
+
+def test_the_mutation_map_names_existing_modules_and_tests():
+    # tools/mutation.py runs on demand; a stale path there would only show when someone runs it
+    import importlib.util
+
+    path = ROOT.parent / "tools" / "mutation.py"
+    spec = importlib.util.spec_from_file_location("scwork_mutation_tool", path)
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    missing = [p for module, tests in tool.MODULES.items() for p in (module, *tests)
+               if not (ROOT.parent / p).exists()]
+    assert missing == []
