@@ -1,8 +1,10 @@
 """Latency of every explorer control in the browser: from the change to the settled plot.
 
-A benchmark, not a pass/fail test: it runs only with ``SCWORK_LATENCY=1`` (see
-``benchmarks/bench_browser_latency.py``, which sets it and prints the table). Each
-explorer is built on its notebook's default data (not the small test parameters).
+A benchmark, not a pass/fail test, so it lives here and not under tests/: pytest's
+normal run never collects it. ``benchmarks/bench_browser_latency.py`` runs it and
+prints the table (the browser fixtures are tests/browser's, see ``conftest.py`` beside
+this file). Each explorer is built on its notebook's default data (not the small test
+parameters).
 
 How one control is measured (``SCWORK_LATENCY_REPEATS`` times, default 3):
 
@@ -45,11 +47,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = [
-    pytest.mark.browser, pytest.mark.slow, pytest.mark.requires_widgets,
-    pytest.mark.skipif(os.environ.get("SCWORK_LATENCY") != "1",
-                       reason="latency benchmark: run python benchmarks/bench_browser_latency.py"),
-]
+pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.requires_widgets]
 
 #: Where each explorer is measured: the notebook that shows it and the variable it is in.
 NOTEBOOK_EXPLORERS = {
