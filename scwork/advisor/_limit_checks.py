@@ -38,9 +38,17 @@ def check_limits_low(c: Context):
         return c.skip("limits_too_low", "needs stats, a mini-batch plan or a step model")
     m = c.model
     nmb: dict[str, int] = {}
+    cut_by_others: set[str] = set()
     if c.minibatch is not None:
         nmb = {str(k): int(v) for k, v in zip(c.minibatch.num_minibatches["stack"].values,
                                               c.minibatch.num_minibatches.values)}
+        asg = c.minibatch.assignment
+        if getattr(c.minibatch, "split_scope", "stack") == "batch" and "stack_split_mask" in asg:
+            # The batch's one split (jax-tpu-embedding ORs every stack's mask) also cuts a
+            # stack within its limits: its count is the other stacks' doing, and running
+            # it in one mini-batch is not an option the library has.
+            cut_by_others = {str(k) for k, v in zip(asg["stack"].values, asg["stack_split_mask"].values)
+                             if int(v) == 0}
     elif m is not None:
         nmb = {s: int(n) for s, n in zip(m.stacks, m.detail["num_minibatches"])}
     else:
@@ -66,6 +74,8 @@ def check_limits_low(c: Context):
             evidence.update({"observed_max_ids_per_partition": obs[0],
                              "observed_max_unique_ids_per_partition": obs[1]})
         if stack not in dropped and not below:
+            if stack in cut_by_others:
+                continue
             # Mini-batches no configured limit explains (set by hand, e.g. num_minibatches=4): they
             # cost SparseCore op overheads, but say nothing about the limits.
             if gain is not None and not c.worth(gain):
