@@ -1,6 +1,6 @@
 """Browser latency of every explorer control: change -> settled plot, in JupyterLab + Chromium.
 
-Runs ``tests/browser/test_latency.py`` (which needs the test extra and Debian's
+Runs ``benchmarks/browser_latency/test_latency.py`` (which needs the test extra and Debian's
 Chromium, as the browser tests do) and prints one row per control: the median and
 the worst of ``--repeats`` changes, against the 300 ms target. The explorers are
 built on their notebooks' default data.
@@ -35,11 +35,11 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "latency.json"
-        env = dict(os.environ, SCWORK_LATENCY="1", SCWORK_LATENCY_OUT=str(out),
+        env = dict(os.environ, SCWORK_LATENCY_OUT=str(out),
                    SCWORK_LATENCY_REPEATS=str(args.repeats))
         env.pop("SCWORK_SMALL", None)
         command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                   "tests/browser/test_latency.py"]
+                   "benchmarks/browser_latency/test_latency.py"]
         if args.k:
             command += ["-k", args.k]
         run = subprocess.run(command, cwd=ROOT, env=env)

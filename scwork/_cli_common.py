@@ -76,6 +76,27 @@ def _count(n: int, noun: str, plural: str | None = None) -> str:
     return f"{n:,} {noun if n == 1 else plural or noun + 's'}"
 
 
+#: Largest global batch the commands take: the SparseCore input format counts samples
+#: and ids in 32-bit integers (jax-tpu-embedding's CSR row pointers and sample ids are
+#: int32), so a larger batch cannot be fed to a SparseCore at all.
+MAX_BATCH_SIZE = 2**31 - 1
+
+
+def _batch_size_arg(text: str) -> int:
+    """argparse type of ``--batch-size``: a whole number of samples from 1 to :data:`MAX_BATCH_SIZE`."""
+    try:
+        value = int(text.replace("_", ""), 10)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of samples, e.g. 4096") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value:,} samples: the global batch must be at least 1")
+    if value > MAX_BATCH_SIZE:
+        raise argparse.ArgumentTypeError(
+            f"{value:,} samples is more than {MAX_BATCH_SIZE:,} (2**31 - 1): a SparseCore batch counts its "
+            "samples and ids in 32-bit integers; give the global batch of one step")
+    return value
+
+
 def _topology_text(topology) -> str:
     """``"4 v5p chips (4 devices x 4 SparseCores = 16 partitions)"``, in words with the right plurals."""
     chip = f"{topology.chip} chip" if topology.chip else "chip"

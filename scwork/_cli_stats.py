@@ -82,7 +82,18 @@ def _file_batches(cfg, path: str, batch_size: int, keep_remainder: bool = False)
     multiple of ``batch_size``.
     """
     from scwork.datasets import load_table
+    from scwork.datasets.files import _file_format
+    from scwork.errors import InputError
 
+    # The reader's own message for an unknown extension offers a Python argument (sep=...);
+    # the command has no such option: say what files it reads.
+    try:
+        _file_format(Path(path), None)
+    except InputError:
+        suffix = "".join(Path(path).suffixes[-2:]) or "(none)"
+        raise _UsageError(f"IDS {path}: cannot tell the format from the extension {suffix!r}; the ids are read from "
+                          ".csv, .tsv or .parquet files (optionally .gz/.bz2/.zst/.lz4-compressed), or a directory "
+                          "or glob of them") from None
     columns = list(dict.fromkeys(cfg.columns[f.name] for f in cfg.features))
     table = load_table(path, columns=columns, batch_size=batch_size, drop_remainder=not keep_remainder)
     full, remainder = divmod(table.num_samples, batch_size)
@@ -131,41 +142,49 @@ def _concat_steps(parts):
 
 
 #: What ``scwork stats`` says before the first engine call when the kernels need compiling.
-COMPILE_HINT = "compiling numba kernels on first use (about 20 s; `scwork warmup` does it ahead)"
+COMPILE_HINT = ("compiling numba kernels on first use (about 20 s on an idle machine, more under load; "
+                "cached afterwards; `scwork warmup` does it ahead)")
 
 
 def _kernels_compiled() -> bool:
-    """Whether the engine's statistics kernel is ready: compiled in this process or in numba's cache.
+    """Whether the engine's statistics kernels are ready: compiled in this process or in numba's cache.
 
-    Checks ``stack_slices``, the kernel every statistics step enters (it takes most of
-    the first-use compile time; the kernels it calls compile with it). Cheap: imports
-    the kernel module (the engine imports it anyway) and reads the kernel's small
-    cache index; compiles nothing. True when it cannot tell, so that a change of
-    numba's internals never makes the command print a wrong hint or fail.
+    Checks the kernel a statistics step enters on each of the engine's two paths:
+    ``stack_slices`` (slice by slice) and ``count_groups`` (the split path, which the
+    engine picks for some batches and never compiles ``stack_slices`` on); they take
+    most of the first-use compile time, the kernels they call compile with them. Ready
+    when either is. Cheap: imports the kernel modules (the engine imports them anyway)
+    and reads the kernels' small cache indexes; compiles nothing. True when it cannot
+    tell, so that a change of numba's internals never makes the command print a wrong
+    hint or fail.
     """
     try:
         import numba
 
-        from scwork.sharding import _kernels
+        from scwork.sharding import _kernels, _split_kernels
     except ImportError:
         return True
     if numba.config.DISABLE_JIT:     # plain Python functions: nothing to compile
         return True
-    kernel = _kernels.stack_slices
     try:
-        return bool(kernel.signatures) or bool(kernel._cache._cache_file._load_index())  # numba's private cache API
+        return any(bool(kernel.signatures) or bool(kernel._cache._cache_file._load_index())  # numba's private cache API
+                   for kernel in (_kernels.stack_slices, _split_kernels.count_groups))
     except Exception:  # noqa: BLE001 - a hint is not worth failing the command
         return True
 
 
 def _hint_compiling(args: argparse.Namespace, progress: bool | None) -> None:
-    """Say on stderr that the first engine call compiles the kernels (text mode, in a terminal or with progress on)."""
+    """Say on stderr, in one line, that the first engine call compiles the kernels.
+
+    Said in text mode whether or not stderr is a terminal (a run in a script or CI
+    waits as long; one line in a log explains it); not with ``--json``, and not when
+    progress output is switched off (``--no-progress``, ``SCWORK_PROGRESS=0``).
+    """
     from scwork._progress import progress_enabled
 
     if args.json or getattr(args, "scheduler", None) is not None:  # JSON stays quiet; a cluster compiles remotely
         return
-    shown = progress_enabled(progress)
-    if shown is False or (shown is None and not sys.stderr.isatty()):
+    if progress_enabled(progress) is False:
         return
     if not _kernels_compiled():
         print(f"scwork {args.command}: {COMPILE_HINT}", file=sys.stderr, flush=True)

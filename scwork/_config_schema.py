@@ -9,6 +9,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from scwork._rounding import round_up
 from scwork._validate import shown
 from scwork.errors import ConfigError
 
@@ -110,7 +111,7 @@ def _check_batch(source: str, key: str, value: Any, topology) -> int:
                           "(samples per feature per step), e.g. batch_size = 4096")
     parts = topology.num_devices * topology.sparsecores_per_device
     if parts and value % parts:
-        lower, upper = value // parts * parts, -(-value // parts) * parts
+        lower, upper = value // parts * parts, round_up(value, parts)
         raise ConfigError(
             f"{source}: {key}: {value} does not split evenly over the {parts} SparseCores of the topology "
             f"({topology.num_devices} devices x {topology.sparsecores_per_device}). How to fix: use a multiple "

@@ -14,7 +14,9 @@ from typing import Any, Callable
 
 import numba
 
-__all__ = ["jit", "KERNEL_MODULES", "warmup_all"]
+from scwork import _rounding
+
+__all__ = ["jit", "KERNEL_MODULES", "warmup_all", "round_up"]
 
 #: ``_kernels`` modules whose ``warmup()`` compiles their kernels on tiny inputs.
 #: A subpackage adds itself here when it gets numba kernels.
@@ -41,6 +43,11 @@ def jit(func: Callable[..., Any] | None = None, **options: Any) -> Any:
     if func is None:
         return numba.njit(**opts)
     return numba.njit(**opts)(func)
+
+
+#: :func:`scwork._rounding.round_up` for kernels: the same function, compiled inline
+#: (numba calls no plain Python function from a kernel).
+round_up = jit(inline="always")(_rounding.round_up)
 
 
 def warmup_all(progress: bool | None = None) -> list[str]:

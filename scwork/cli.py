@@ -66,10 +66,12 @@ from scwork._cli_common import (
     EXIT_DOES_NOT_FIT,
     EXIT_INTERRUPTED,
     EXIT_OK,
+    MAX_BATCH_SIZE,
     _count,
     _fmt_bytes,
     _format,
     _json_default,
+    _batch_size_arg,
     _parse_size_arg,
     _print_json,
     _print_table,
@@ -96,7 +98,7 @@ from scwork.errors import ScworkError
 __all__ = ["main", "build_parser", "find_notebooks_dir", "parse_network_spec"]
 
 # The helpers above are re-exported: ``scwork.cli`` stays the one place to import them from.
-_REEXPORTED = (ALL_REDUCE_ALGORITHMS, _network_text, EXIT_DOES_NOT_FIT, EXIT_OK, _count, _fmt_bytes, _format,
+_REEXPORTED = (ALL_REDUCE_ALGORITHMS, MAX_BATCH_SIZE, _network_text, EXIT_DOES_NOT_FIT, EXIT_OK, _count, _fmt_bytes, _format,
                _json_default, _print_json, _print_table, _topology_text, _UsageError, _finding_json,
                COMPILE_HINT, _kernels_compiled, MAP_MAX_COLUMNS, MAP_MAX_ROWS, TOUR, layout_map)
 
@@ -158,7 +160,7 @@ def build_parser() -> argparse.ArgumentParser:
     st.add_argument("ids", help="CSV/TSV/Parquet file (one row per sample, one column per feature; a cell "
                                 "holds 'a|b|c' for several ids), or a directory / glob of shards")
     st.add_argument("--config", required=True, help="model config file (.toml or .json; see scwork.config)")
-    st.add_argument("--batch-size", type=int, default=None, help="global batch (default: the config's)")
+    st.add_argument("--batch-size", type=_batch_size_arg, default=None, help="global batch (default: the config's)")
     st.add_argument("--out", default=None, help="write the tuned limits here (.json or .csv)")
     st.add_argument("--fdo-dir", default=None, help="also write jax-tpu-embedding FDO stats (.npz) here")
     st.add_argument("--fdo-format", choices=("npz", "csv"), default="npz",
@@ -185,7 +187,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="SPMEM per tile, HBM peak per chip, diagnoses and fixes for the model of a config file. "
                     "Exit status 0 when it fits, 1 when it does not fit, 2 on bad input.")
     mem.add_argument("--config", required=True, help="model config file (.toml or .json; see scwork.config)")
-    mem.add_argument("--batch-size", type=int, default=None, help="global batch (default: the config's)")
+    mem.add_argument("--batch-size", type=_batch_size_arg, default=None, help="global batch (default: the config's)")
     mem.add_argument("--num-chips", type=int, default=None, help="chips (default: the config's topology)")
     mem.add_argument("--num-serialized-tables", type=int, default=None,
                      help="xla_sc_num_serialized_tables_to_optimize_hbm")
@@ -213,7 +215,7 @@ def build_parser() -> argparse.ArgumentParser:
     sm.add_argument("ids", nargs="?", default=None,
                     help="optional ids: a CSV/TSV/Parquet file or a directory / glob of shards (as scwork stats)")
     sm.add_argument("--config", required=True, help="model config file (.toml or .json; see scwork.config)")
-    sm.add_argument("--batch-size", type=int, default=None, help="global batch (default: the config's)")
+    sm.add_argument("--batch-size", type=_batch_size_arg, default=None, help="global batch (default: the config's)")
     sm.add_argument("--tc-forward-us", type=float, default=None,
                     help="TensorCore forward time per step in microseconds, for the critical path (with IDS)")
     sm.add_argument("--tc-backward-us", type=float, default=None,
@@ -278,10 +280,34 @@ def _paths_print_as_given():
                 stream.reconfigure(errors=previous)
 
 
+def _unknown_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace, extra: list[str]) -> None:
+    """Exit with a usage error naming the subcommand and, for a misspelt option, the one meant.
+
+    argparse reports arguments no subcommand knows from the top-level parser
+    ("scwork: error: unrecognized arguments"); the subcommand's own parser says
+    which command was meant, and its options are the ones to suggest.
+    """
+    import difflib
+
+    sub = next(action for action in parser._actions if isinstance(action, argparse._SubParsersAction))
+    command = sub.choices[args.command]
+    message = f"unrecognized arguments: {' '.join(extra)}"
+    options = [option for action in command._actions for option in action.option_strings]
+    for word in extra:
+        if word.startswith("--"):
+            close = difflib.get_close_matches(word.split("=", 1)[0], options, n=1, cutoff=0.75)
+            if close:
+                message += f"; did you mean {close[0]}?"
+                break
+    command.error(message)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command with ``argv`` (default ``sys.argv[1:]``); return the exit status."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        _unknown_arguments(parser, args, extra)
     try:
         with _paths_print_as_given():
             return int(args.func(args) or 0)

@@ -100,8 +100,9 @@ class PlanSummary:
         out = []
         for i, chip in enumerate(pc["chip"].values.tolist()):
             row = {"chip": chip,
-                   "hbm": f"{_size(pc['hbm_peak_bytes'].values[i])} / {_size(pc['hbm_capacity_bytes'].values[i])}"
-                          f" ({100 * float(pc['hbm_utilization'].values[i]):.0f}%)",
+                   "hbm (peak / usable)": f"{_size(pc['hbm_peak_bytes'].values[i])} / "
+                                          f"{_size(pc['hbm_usable_bytes'].values[i])}"
+                                          f" ({100 * float(pc['hbm_utilization'].values[i]):.0f}%)",
                    "spmem per tile": f"{_size(pc['spmem_worst_tile_bytes'].values[i])} / "
                                      f"{_size(pc['spmem_capacity_bytes'].values[i])}"
                                      f" ({100 * float(pc['spmem_utilization'].values[i]):.0f}%)"}
@@ -120,6 +121,10 @@ class PlanSummary:
         lines.append("  ".join("-" * w for w in widths))
         for r in rows:
             lines.append("  ".join(str(r[h]).ljust(w) for h, w in zip(header, widths)))
+        if rows:
+            capacity, usable = (int(self.per_chip[name].values[0]) for name in ("hbm_capacity_bytes", "hbm_usable_bytes"))
+            lines.append(f"usable HBM: {_size(usable)} = the chip's {_size(capacity)} less the "
+                         f"{1 - usable / capacity:.0%} headroom kept free (as scwork memory counts it)")
         if self.partition_imbalance is not None:
             lines.append(f"partitions: imbalance (max / mean ids) {self.partition_imbalance:.2f}, "
                          f"divergence from uniform {self.partition_divergence_bits:.3f} bits")
@@ -151,7 +156,8 @@ class PlanSummary:
         return f"<div><table><tr>{head}</tr>{body}</table>{notes}</div>"
 
     def __repr__(self) -> str:
-        return (f"PlanSummary({self.per_chip.sizes['chip']} chips, {self.per_stack.sizes['stack']} stacks, "
+        chips, stacks = self.per_chip.sizes['chip'], self.per_stack.sizes['stack']
+        return (f"PlanSummary({chips} {'chip' if chips == 1 else 'chips'}, {stacks} {'stack' if stacks == 1 else 'stacks'}, "
                 f"{'fits' if self.fits else 'does not fit'})")
 
 
@@ -222,8 +228,13 @@ def plan_summary(features: Any, topology: Any, *, batch_size: int, stats: Any = 
                            {"long_name": "HBM at the step's peak", "units": "bytes"}),
         "hbm_capacity_bytes": ("chip", np.full(C, int(summary["hbm_bytes"]), np.int64),
                                {"long_name": "HBM of the chip", "units": "bytes"}),
-        "hbm_utilization": ("chip", np.full(C, float(summary["hbm_utilization"])),
-                            {"long_name": "HBM at the peak / HBM", "units": "1"}),
+        # One definition of usable HBM with `scwork memory` and scwork.memory: the chip's HBM less
+        # the share kept free (headroom, 10% unless given); the verdict compares the peak with it.
+        "hbm_usable_bytes": ("chip", np.full(C, int(summary["usable_hbm_bytes"]), np.int64),
+                             {"long_name": f"usable HBM: HBM of the chip less the {report.knobs.headroom:.0%} "
+                                           "headroom kept free", "units": "bytes"}),
+        "hbm_utilization": ("chip", np.full(C, float(summary["peak_hbm_bytes"] / summary["usable_hbm_bytes"])),
+                            {"long_name": "HBM at the peak / usable HBM", "units": "1"}),
         "spmem_worst_tile_bytes": ("chip", np.full(C, int(summary["max_spmem_bytes_per_tile"]), np.int64),
                                    {"long_name": f"SPMEM of the fullest tile (stack {summary['max_spmem_stack']})",
                                     "units": "bytes"}),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -568,10 +569,11 @@ def test_stats_announces_the_first_use_compilation_on_stderr_only(ids_csv, monke
     assert cli.COMPILE_HINT not in out + err and json.loads(out)["steps"] == 4
     assert cli.main([*args, "--no-progress"]) == 0
     assert cli.COMPILE_HINT not in capsys.readouterr().err
-    monkeypatch.delenv("SCWORK_PROGRESS")                 # automatic: only when stderr is a terminal
+    monkeypatch.delenv("SCWORK_PROGRESS")                 # automatic: said whether stderr is a terminal or not
     monkeypatch.setattr(sys.stderr, "isatty", lambda: False)
     assert cli.main(args) == 0
-    assert cli.COMPILE_HINT not in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert err.count(cli.COMPILE_HINT) == 1 and len(err.splitlines()) <= 2  # one line (and the unused-rows note)
     monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
     assert cli.main(args) == 0
     assert cli.COMPILE_HINT in capsys.readouterr().err
@@ -679,7 +681,7 @@ def test_an_argument_with_a_newline_keeps_the_error_on_one_line(capsys):
         cli.main(["layout", "layout", "\n"])
     assert exit_.value.code == 2
     err = capsys.readouterr().err
-    assert err == "scwork: error: unrecognized arguments: \\n (see scwork --help)\n"
+    assert err == "scwork layout: error: unrecognized arguments: \\n (see scwork layout --help)\n"
     assert cli.main(["hardware", "v9\x1b[31m\nred"]) == 2          # a typed error: escaped, one line
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "\x1b" not in err and "\\x1b[31m" in err
@@ -734,3 +736,58 @@ def test_sizes_are_parsed_exactly_and_out_of_range_ones_refused():
     run = subprocess.run([sys.executable, "-m", "scwork.cli", "allreduce", "--topology", "torus:4x4",
                           "--bytes", "1e400"], capture_output=True, text=True, timeout=120)
     assert run.returncode == 2 and "out of range" in run.stderr and "Traceback" not in run.stderr
+
+
+def test_cli_messages_of_issue_25(capsys):
+    """Usable HBM is one number in memory and summary, stated; errors name the subcommand; no Python hints;
+    plurals; an absurd batch is a usage error."""
+    from scwork import cli
+
+    assert cli.main(["memory", "--config", str(EXAMPLE)]) == 0
+    memory_out = capsys.readouterr().out
+    assert cli.main(["summary", "--config", str(EXAMPLE)]) == 0
+    summary_out = capsys.readouterr().out
+    usable = re.search(r"of ([\d.]+ GiB) usable", memory_out).group(1)
+    assert f"/ {usable} (" in summary_out and "hbm (peak / usable)" in summary_out
+    assert "/ 95.00 GiB" not in summary_out
+    assert f"usable HBM: {usable} = the chip's 95.00 GiB less the 10% headroom" in summary_out
+    assert "(usable HBM: the chip's 95.00 GiB less the 10% headroom kept free)" in memory_out
+    # A misspelt option: the subcommand's own message, with the option meant.
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["memory", "--config", str(EXAMPLE), "--batchsize", "4096"])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("scwork memory: error: unrecognized arguments: --batchsize 4096; did you mean --batch-size?")
+    # An ids file of an unknown format: what the command reads, not a Python argument.
+    assert cli.main(["summary", "--config", str(EXAMPLE), str(EXAMPLE)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("scwork summary: error: IDS ") and ".csv, .tsv or .parquet" in err
+    assert "sep=" not in err
+    # A batch no SparseCore can take.
+    for command in ("memory", "summary"):
+        with pytest.raises(SystemExit) as exit_:
+            cli.main([command, "--config", str(EXAMPLE), "--batch-size", "16000000000"])
+        assert exit_.value.code == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"scwork {command}: error: argument --batch-size: 16,000,000,000 samples is more than "
+                              "2,147,483,647")
+    assert cli.MAX_BATCH_SIZE == 2**31 - 1
+
+
+def test_plurals_of_one():
+    from scwork import memory
+    from scwork.collectives import Network
+    from scwork.errors import TopologyError
+    from scwork.hardware import Topology
+    from scwork.sharding import FeatureSpec, TableSpec
+    from scwork.summary import plan_summary
+
+    table = TableSpec("t", vocab_size=1000, embedding_dim=8, max_ids_per_partition=64, max_unique_ids_per_partition=64)
+    features = [FeatureSpec("f", table)]
+    topology = Topology.for_chip("v5p", num_chips=1)
+    report = memory.plan(features, topology, batch_size=64)
+    assert "1 stack on" in repr(report) and "1 stacks" not in repr(report)
+    summary = plan_summary(features, topology, batch_size=64)
+    assert repr(summary).startswith("PlanSummary(1 chip, 1 stack, ")
+    with pytest.raises(TopologyError, match=r"network with 1 core per chip has"):
+        Network.grid((10**9,), (True,))

@@ -60,9 +60,9 @@ def test_text_without_ids_is_memory_and_limits_only(capsys):
     assert lines[0] == (f"plan of {EXAMPLE}: batch 4,096 on 4 v5p chips (4 devices x 4 SparseCores = "
                         "16 partitions)")
     assert "\n".join(lines[2:]) == str(expected)
-    assert lines[2].split() == ["chip", "hbm", "spmem", "per", "tile"]       # no load columns
+    assert lines[2].split() == ["chip", "hbm", "(peak", "/", "usable)", "spmem", "per", "tile"]  # no load columns
     assert len([line for line in lines if line[:1].isdigit()]) == 4          # one row per chip
-    assert "2.39 GiB / 95.00 GiB (3%)" in lines[4]                            # peak HBM of the example model
+    assert "2.39 GiB / 85.50 GiB (3%)" in lines[4]                            # peak / usable HBM (as scwork memory)
     assert "ids received" not in out and "critical path" not in out and "imbalance" not in out
     assert "stacks: user limits 64/64; item limits 1024/512; category limits 256/64" in out
     assert lines[-1] == "fits"

@@ -61,15 +61,17 @@ DELETE = object()
 # --------------------------------------------------------------------------------------
 def test_example_config_loads_into_engine_objects():
     cfg = load_config(EXAMPLE)
-    assert isinstance(cfg, ModelConfig)
+    assert type(cfg) is ModelConfig and cfg.batch_size == 4096
     assert [t.name for t in cfg.tables] == ["user", "item", "category"]
     assert all(isinstance(t, TableSpec) for t in cfg.tables)
     assert [f.name for f in cfg.features] == ["user_id", "clicked_items", "viewed_items", "category"]
     assert all(isinstance(f, FeatureSpec) for f in cfg.features)
     assert cfg.features[1].table is cfg.tables[1]   # both item features share one TableSpec
     assert cfg.topology == scwork.Topology.for_chip("v5p", num_chips=4)
-    assert isinstance(cfg.sparsecore_config, SparsecoreConfig)
-    assert cfg.sparsecore_config.max_ids_per_chip_per_sample == 64
+    # every flag the file sets, and the defaults of those it leaves out
+    assert cfg.sparsecore_config == SparsecoreConfig(allow_id_dropping=False, max_ids_per_chip_per_sample=64)
+    assert [(t.vocab_size, t.embedding_dim, t.optimizer) for t in cfg.tables] == [
+        (1_000_000, 64, "adagrad"), (2_000_000, 64, "adagrad"), (1_000, 16, "sgd")]
     assert cfg.batch_size == 4096 and cfg.stacking == "auto"
     assert cfg.memory.dense_weights_bytes == 2 * 2**30
     assert cfg.memory.maximum_parallel_iterations == 2

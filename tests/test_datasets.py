@@ -520,10 +520,8 @@ def test_write_synthetic_parquet_round_trip(tmp_path):
 
 def test_batches_feed_feature_batch(tmp_path):
     # The structure is the input of scwork.sharding.FeatureBatch.from_ragged.
-    try:
-        from scwork.sharding import FeatureBatch
-    except ImportError:  # pragma: no cover - the sharding package is built alongside
-        pytest.skip("scwork.sharding.FeatureBatch not available yet")
+    from scwork.sharding import FeatureBatch
+
     data = datasets.synthetic(8, features=3, valency=3, weights="random", seed=1)
     step = data.step(0)
     batch = FeatureBatch.from_ragged(step)

@@ -117,6 +117,19 @@ def test_every_api_target_imports():
     assert not bad, "mkdocstrings targets that do not resolve:\n" + "\n".join(bad)
 
 
+def test_every_source_key_a_page_cites_links_to_the_references():
+    """A page's prose cites upstream sources as [key]: each such key is a link to its entry."""
+    keys = set(re.findall(r'<a id="([a-z0-9-]+)"></a>', (DOCS / "references.md").read_text(encoding="utf-8")))
+    for page in nav_pages():
+        if page == "references.md":
+            continue
+        text = (DOCS / page).read_text(encoding="utf-8")
+        defined = set(re.findall(r"^\[([a-z0-9-]+)\]:\s*references\.md#\1\s*$", text, re.M))
+        prose = re.sub(r"```.*?```|`[^`]*`", "", text, flags=re.S)
+        cited = {key for key in keys if re.search(r"\[" + re.escape(key) + r"\](?![(:])", prose)}
+        assert cited <= defined, f"{page} cites {sorted(cited - defined)} without a link to the references"
+
+
 @pytest.mark.slow
 def test_mkdocs_build_is_strict_and_warning_free(tmp_path):
     if importlib.util.find_spec("mkdocs") is None:
@@ -132,6 +145,10 @@ def test_mkdocs_build_is_strict_and_warning_free(tmp_path):
     for page in nav_pages():
         built = tmp_path / "site" / ("index.html" if page == "index.md" else Path(page).stem + "/index.html")
         assert built.is_file(), f"{page} was not built ({built})"
+        html = built.read_text(encoding="utf-8")
+        # The pages load nothing from outside (offline: no console errors for a CDN's fonts or scripts).
+        external = re.findall(r"<(?:script|link)[^>]+(?:src|href)=\"(https?://[^\"]+)\"", html)
+        assert not external, f"{page} loads {external} from the network"
 
 
 @pytest.mark.slow

@@ -55,3 +55,26 @@ def test_notebook_runs_top_to_bottom(path, monkeypatch, tmp_path):
     manager.save({"type": "notebook", "format": "json", "content": dict(notebook)}, path.name)
     assert (tmp_path / path.name).read_bytes() == path.read_bytes(), (
         f"saving the executed {path.name} would change it in git")
+
+
+@pytest.mark.slow
+def test_byom_notebook_stops_with_its_reason_without_jax_tpu_embedding():
+    """Notebook 06 on a Python without jax-tpu-embedding (3.11, the README's install): its
+    first cell stops with one line saying what it needs, not a ModuleNotFoundError traceback."""
+    nbformat = pytest.importorskip("nbformat")
+    nbclient = pytest.importorskip("nbclient")
+    path = next(p for p in NOTEBOOKS if p.name.startswith("06_"))
+    notebook = nbformat.read(path, as_version=4)
+    first = next(cell for cell in notebook.cells if cell.cell_type == "code")
+    # The library hidden as if not installed (find_spec answers None for it).
+    hide = nbformat.v4.new_code_cell("import sys\nsys.modules['jax_tpu_embedding'] = None")
+    notebook.cells = [hide, first]
+    client = nbclient.NotebookClient(notebook, timeout=300, kernel_name="python3", allow_errors=True)
+    client.execute()
+    [error] = [o for o in notebook.cells[1].outputs if o.output_type == "error"]
+    assert error.traceback == [error.evalue]  # the reason alone, no traceback
+    assert "needs jax-tpu-embedding" in error.evalue and "Python >= 3.12" in error.evalue
+    assert "[interop]" in error.evalue
+    assert "ModuleNotFoundError" not in str(notebook.cells[1].outputs)
+    metadata = notebook.metadata.get("scwork", {}).get("requires", [])
+    assert "jax_tpu_embedding" in metadata  # the test suite skips the whole notebook on such a Python

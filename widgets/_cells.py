@@ -28,7 +28,7 @@ from bokeh.plotting import figure
 
 from scwork.widgets._colors import CATEGORY_PALETTE, PADDING_COLOR, PADDING_HATCH, category_colors, text_colors
 
-__all__ = ["CellGrid", "strip_width", "AddressStrip"]
+__all__ = ["CellGrid", "strip_width", "AddressStrip", "label_font_px", "MIN_LABEL_FONT_PX"]
 
 
 def _as_column(values: np.ndarray) -> np.ndarray:
@@ -111,6 +111,9 @@ class CellGrid:
         self.max_height = int(max_height)
         self.max_cell_px = int(max_cell_px)
         self.min_label_cell_px = int(min_label_cell_px)
+        #: Characters of the longest label drawn (0: none): the labels are drawn only at a
+        #: font size at which it fits its cell.
+        self.label_chars = 0
         self.palette = tuple(palette)
         self.shape: tuple[int, int] = (0, 0)
         self.has_labels = False
@@ -267,6 +270,7 @@ class CellGrid:
         self.cells.data = data
         self.rect_renderer.visible = True
         self.has_labels = labels is not None
+        self.label_chars = max((len(label) for label in data["label"]), default=0)
         self.image_renderer.visible = False
         # Small grids get one tick per cell centre (up to 64); larger ones automatic ticks.
         if n_cols <= 64:
@@ -320,10 +324,35 @@ class CellGrid:
         fig.frame_height = max(int(round(cell_px * n_rows)), 20)
         fig.x_range.start, fig.x_range.end = 0, max(n_cols, 1)
         fig.y_range.start, fig.y_range.end = -max(n_rows, 1), 0
-        # Labels like "1023" must fit in a cell: scale the font with the cell size, and
-        # hide labels on cells too small to read (the hover still shows every value).
-        self.text_renderer.glyph.text_font_size = f"{int(max(6, min(12, cell_px * 0.38)))}px"
-        self.text_renderer.visible = self.has_labels and cell_px >= self.min_label_cell_px
+        # Labels must fit their cell: the font shrinks with the cell and with the longest
+        # label (a zoomed 65536 x 65536 layout has 9-digit addresses), and labels that do
+        # not fit at a readable size are not drawn (the hover shows every value).
+        font_px = label_font_px(cell_px, self.label_chars)
+        self.text_renderer.glyph.text_font_size = f"{max(font_px, MIN_LABEL_FONT_PX)}px"
+        self.text_renderer.visible = (self.has_labels and cell_px >= self.min_label_cell_px
+                                      and font_px >= MIN_LABEL_FONT_PX)
+
+
+#: Smallest label font drawn, in pixels; smaller labels are left to the hover.
+MIN_LABEL_FONT_PX = 6
+#: Width of one digit in pixels per pixel of font size (bokeh's default sans-serif
+#: font; its digits are about 0.55 em wide, 0.6 leaves room for a comma or a minus).
+_DIGIT_EM = 0.6
+
+
+def label_font_px(cell_px: float, chars: int) -> int:
+    """Font size (px) of the labels of ``chars`` characters in square cells of ``cell_px``; 0 when none fits.
+
+    The font follows the cell (38% of it, 6 to 12 px, so "1023" fits a 14 px cell) and
+    shrinks further until the longest label fits across the cell less 2 px on each side
+    (a digit is about 0.6 em). Below :data:`MIN_LABEL_FONT_PX` the label does not fit
+    at a readable size: the grids do not draw it, the hover shows it.
+    """
+    room = cell_px - 4
+    font = max(MIN_LABEL_FONT_PX, min(12, cell_px * 0.38))
+    if chars:
+        font = min(font, room / (_DIGIT_EM * chars))
+    return int(font) if font >= MIN_LABEL_FONT_PX else 0
 
 
 def strip_width(n: int, *, aspect: float = 4.0, max_single_row: int = 64) -> int:

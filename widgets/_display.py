@@ -17,21 +17,65 @@ __all__ = ["ensure_bokehjs", "wrap", "figure_view", "sync_views", "SyncedDisplay
            "batched_patches", "stop_echoes", "collapse_patch_events", "hold_render_around"]
 
 
-_BOKEHJS_LOADED = False
+#: The kernel clients (pages) that were sent BokehJS, by the ``session`` of their
+#: messages' headers. JupyterLab gives every connection to a kernel a session id of its
+#: own: a page opened or reloaded on a running kernel, or a second page on it, is a new
+#: client and needs BokehJS again; a restarted kernel starts with an empty set.
+_BOKEHJS_SENT_TO: set[str] = set()
+
+
+def _client_session(shell) -> str | None:
+    """The session id of the client whose request the kernel is running now (None if unknown)."""
+    get_parent = getattr(shell.kernel, "get_parent", None)
+    parent = get_parent() if get_parent is not None else getattr(shell, "parent_header", None)
+    session = ((parent or {}).get("header") or {}).get("session")
+    return session or None
+
+
+@functools.cache
+def _bokehjs_load_js() -> str:
+    """The script that loads BokehJS (inlined) into a page that does not have this version yet.
+
+    bokeh's own notebook loader (``bokeh.io.notebook.load_notebook``, with ``INLINE``
+    resources) runs the whole bundle again in a page that already has it; the guard
+    skips it there (a kernel restarted under an open page, two notebooks of one page
+    on one kernel), so the views already drawn keep their BokehJS.
+
+    It is sent as ``application/javascript``, which JupyterLab evaluates as soon as the
+    output arrives. bokeh's ``output_notebook`` also offers it as
+    ``application/vnd.bokehjs_load.v0+json``, which JupyterLab prefers and jupyter_bokeh
+    runs as a ``<script>`` element: a script runs only once its element is in the
+    document, and JupyterLab leaves the cells scrolled out of view out of the
+    document, so an explorer's view could be created before BokehJS (seen as "Could
+    not create a view for model id" after Run All in a re-opened page).
+    """
+    import json
+
+    from bokeh import __version__ as bokeh_version
+    from bokeh.embed.bundle import bundle_for_objs_and_resources
+    from bokeh.io.notebook import _loading_js
+
+    loader = _loading_js(bundle_for_objs_and_resources(None, INLINE), None, 5000, register_mime=True)
+    version = json.dumps(bokeh_version)
+    return (f"if (typeof window.Bokeh === 'undefined' || window.Bokeh.version !== {version}) {{\n"
+            f"{loader}\n}}\n")
 
 
 def ensure_bokehjs() -> None:
-    """Load BokehJS into the notebook page, once per kernel (inlined: works offline).
+    """Load BokehJS into the notebook page that runs this cell, once per page (inlined: works offline).
 
     jupyter_bokeh's ``BokehModel`` renders with the page's BokehJS (``window.Bokeh``)
     but never loads it: without this, every explorer shows "Could not create a view
     for model id" in JupyterLab. The load must be inline (not CDN): the widget view
-    needs BokehJS synchronously when it is created. Outside a Jupyter kernel (scripts,
-    terminal IPython) there is no page and nothing happens.
+    needs BokehJS synchronously when it is created. BokehJS lives in the page, not in
+    the kernel, so the load is sent once per client of the kernel (a page, see
+    :data:`_BOKEHJS_SENT_TO`), as an output of the cell being run, before the
+    explorer's own output. It is the loader bokeh's ``output_notebook`` publishes,
+    guarded so that a page that has this BokehJS runs nothing (see
+    :func:`_bokehjs_load_js`).
+    Outside a Jupyter kernel (scripts, terminal IPython) there is no page and nothing
+    happens.
     """
-    global _BOKEHJS_LOADED
-    if _BOKEHJS_LOADED:
-        return
     try:
         from IPython import get_ipython
     except ImportError:
@@ -39,10 +83,14 @@ def ensure_bokehjs() -> None:
     shell = get_ipython()
     if shell is None or getattr(shell, "kernel", None) is None:
         return
-    from bokeh.io import output_notebook
+    session = _client_session(shell)
+    if session is not None and session in _BOKEHJS_SENT_TO:
+        return
+    from IPython.display import publish_display_data
 
-    output_notebook(resources=INLINE, hide_banner=True)
-    _BOKEHJS_LOADED = True
+    publish_display_data({"application/javascript": _bokehjs_load_js()})
+    if session is not None:
+        _BOKEHJS_SENT_TO.add(session)
 
 
 class _PatchBatch:
@@ -257,8 +305,16 @@ def figure_view(fig_or_layout):
     events): the ranges are not synced back from the page (``ranges_synced=False``),
     which saves one round trip per range and redraw. A person's zoom stays until a
     redraw sets another extent.
+
+    The view is never wider than the box it is in: a figure wider than the output
+    (a 256-column layout grid, a long timeline in a narrow JupyterLab panel) scrolls
+    sideways inside its own box instead of being cut at the output's edge or running
+    under the panels beside it.
     """
-    return wrap(fig_or_layout, ranges_synced=False)
+    view = wrap(fig_or_layout, ranges_synced=False)
+    view.layout.max_width = "100%"
+    view.layout.overflow = "auto hidden"
+    return view
 
 
 def sync_views(widget) -> None:
@@ -276,6 +332,50 @@ def sync_views(widget) -> None:
         if isinstance(item, BokehModel):
             item.update_from_model(item._model)
         stack.extend(getattr(item, "children", ()) or ())
+
+
+_DEFERRING = [0]  # depth of nested _frozen_documents blocks (only the outermost defers)
+
+
+@contextlib.contextmanager
+def _frozen_documents(widget):
+    """Walk each bokeh document under ``widget`` at most once, at the end of the block, and only if needed.
+
+    bokeh walks a whole document again (every model, every property with a model in
+    it) each time a property that holds models changes, e.g. an axis's ticker: the
+    MemoryTimeline's x axis switch changes two tickers of one document, and each walk
+    of that document took about 100 ms in the kernel. Inside the block a document
+    only notes that it needs the walk, and it is done once when the block ends,
+    before :func:`batched_patches` serializes the changes. (bokeh's own
+    ``Document.models.freeze`` walks at its end even when nothing changed: a slider
+    that changes only data would pay a walk it never needed.)
+    """
+    if _DEFERRING[0]:
+        yield
+        return
+    # The explorers' views are BatchedBokehModels: the class is built once (no import
+    # here, so a trait change while the interpreter shuts down costs nothing).
+    view_class = _batched_bokeh_model()
+    documents, stack = {}, [widget]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, view_class) and item._model.document is not None:
+            documents[id(item._model.document)] = item._model.document
+        stack.extend(getattr(item, "children", ()) or ())
+    needed: dict[int, list] = {}
+    for key, document in documents.items():
+        notes = needed[key] = []
+        # An instance attribute: this document's models note the walk instead of doing it.
+        document.models.invalidate = functools.partial(notes.append, True)
+    _DEFERRING[0] += 1
+    try:
+        yield
+    finally:
+        _DEFERRING[0] -= 1
+        for key, document in documents.items():
+            del document.models.invalidate
+            if needed[key]:
+                document.models.recompute()
 
 
 @functools.cache
@@ -308,10 +408,13 @@ class SyncedDisplay:
     _syncing = False
 
     def notify_change(self, change):
-        with batched_patches():
+        with batched_patches(), _frozen_documents(self):
             super().notify_change(change)
 
     def _repr_mimebundle_(self, **kwargs):
+        # An explorer built while another page ran the kernel (or before a page was
+        # reloaded) is shown in a page that may not have BokehJS yet.
+        ensure_bokehjs()
         sync_views(self)
         _warm_xarray()
         return super()._repr_mimebundle_(**kwargs)

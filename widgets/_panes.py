@@ -26,7 +26,10 @@ __all__ = ["TextPane", "hbox", "vbox", "export_layout", "pixels"]
 
 
 class TextPane(ipywidgets.HTML):
-    """A block of HTML text beside the plots, ``width`` pixels wide (an ipywidgets ``HTML``).
+    """A block of HTML text beside the plots, ``width`` pixels wide at most (an ipywidgets ``HTML``).
+
+    Never wider than the box it is in (``max-width``: all of it but the widget's 2 px
+    margins): in a narrow output the text wraps to the width it gets instead of being cut.
 
     ``text`` is the HTML shown (the same name as a bokeh ``Div``'s, so drawing code
     reads the same); ``height`` with ``scroll=True`` gives a fixed-height box that
@@ -37,9 +40,9 @@ class TextPane(ipywidgets.HTML):
 
     def __init__(self, text: str = "", width: int | None = None, *, height: int | None = None,
                  scroll: bool = False, **kwargs):
-        layout = ipywidgets.Layout(width=None if width is None else f"{int(width)}px",
+        layout = ipywidgets.Layout(width=None if width is None else f"{int(width)}px", max_width="calc(100% - 4px)",
                                    height=None if height is None else f"{int(height)}px",
-                                   overflow="auto" if scroll else None, flex="0 0 auto")
+                                   overflow="auto" if scroll else None, flex="0 1 auto")
         self._text = ""
         super().__init__(value="", layout=layout, **kwargs)
         self.add_class("scwork-text")
@@ -56,13 +59,25 @@ class TextPane(ipywidgets.HTML):
 
 
 def vbox(children, **layout) -> ipywidgets.VBox:
-    """Children stacked top to bottom, each at its own size (no stretching)."""
+    """Children stacked top to bottom, each at its own size (no stretching), never wider than the box holding it."""
+    layout = {"max_width": "100%", **layout}
     return ipywidgets.VBox(list(children), layout=ipywidgets.Layout(align_items="flex-start", **layout))
 
 
 def hbox(children, **layout) -> ipywidgets.HBox:
-    """Children side by side, top-aligned, each at its own size (no stretching, no wrapping)."""
-    return ipywidgets.HBox(list(children), layout=ipywidgets.Layout(align_items="flex-start", **layout))
+    """Children side by side, top-aligned, each at its own size; those that do not fit wrap below.
+
+    An explorer's panels (summaries, legends, tables) sit beside its charts in a wide
+    output and go below them in a narrow one (JupyterLab with the file browser open, a
+    laptop screen), instead of covering the charts or being cut at the output's edge.
+    The children keep their sizes (``flex: 0 0 auto``); the gap keeps them apart.
+    """
+    layout = {"flex_flow": "row wrap", "grid_gap": "4px 12px", "max_width": "100%", **layout}
+    box = ipywidgets.HBox(list(children), layout=ipywidgets.Layout(align_items="flex-start", **layout))
+    for child in box.children:
+        if getattr(child, "layout", None) is not None and child.layout.flex is None:
+            child.layout.flex = "0 0 auto"
+    return box
 
 
 def pixels(length: str | None) -> int | None:

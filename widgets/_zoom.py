@@ -16,7 +16,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from scwork.widgets._cells import CellGrid, _as_column
+from scwork.widgets._cells import MIN_LABEL_FONT_PX, CellGrid, _as_column, label_font_px
 from scwork.widgets._colors import category_colors, text_colors
 
 __all__ = ["ZoomGrid"]
@@ -129,6 +129,7 @@ class ZoomGrid(CellGrid):
         self.set_rect_size(0.94 * self.block[1], 0.94 * self.block[0])
         self.rect_renderer.visible = True
         self.has_labels = labels is not None
+        self.label_chars = max((len(label) for label in data["label"]), default=0)
         self.image_renderer.visible = False
         self.figure.xaxis.ticker = self._auto_ticks_x
         self.figure.yaxis.ticker = self._auto_ticks_y
@@ -146,9 +147,13 @@ class ZoomGrid(CellGrid):
         self._set_image(color_index, rows, cols, categories, values, x=c0, y=-(r0 + height), dw=width, dh=height)
 
     def _fit_labels(self) -> None:
-        """Labels only where a drawn cell is large enough on screen to read them."""
+        """Labels only where they fit a drawn cell on screen (the longest one, e.g. a 9-digit address); else hover only."""
         fig = self.figure
         span_x = abs(fig.x_range.end - fig.x_range.start) or 1
-        cell_px = fig.frame_width / span_x * self.block[1]
-        self.text_renderer.glyph.text_font_size = f"{int(max(6, min(12, cell_px * 0.38)))}px"
-        self.text_renderer.visible = self.has_labels and cell_px >= self.min_label_cell_px
+        span_y = abs(fig.y_range.end - fig.y_range.start) or 1
+        # Cells are not square when zoomed: the label must fit the narrower side.
+        cell_px = min(fig.frame_width / span_x * self.block[1], fig.frame_height / span_y * self.block[0])
+        font_px = label_font_px(cell_px, self.label_chars)
+        self.text_renderer.glyph.text_font_size = f"{max(font_px, MIN_LABEL_FONT_PX)}px"
+        self.text_renderer.visible = (self.has_labels and cell_px >= self.min_label_cell_px
+                                      and font_px >= MIN_LABEL_FONT_PX)

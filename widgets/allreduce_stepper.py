@@ -71,7 +71,8 @@ from scwork.widgets._allreduce_steps import (
     schedule_for,
 )
 
-__all__ = ["ALGORITHM_CHOICES", "MAX_NODES", "MESSAGE_SIZES", "TOPOLOGY_KINDS", "AllReduceStepper"]
+__all__ = ["ALGORITHM_CHOICES", "MAX_NODES", "MESSAGE_SIZES", "NEAREST_ALGORITHMS", "TOPOLOGY_KINDS", "AllReduceStepper",
+           "nearest_algorithm"]
 
 
 _DEFAULT_SHAPES = {1: (8,), 2: (4, 4), 3: (4, 4, 4)}
@@ -173,6 +174,10 @@ class AllReduceStepper(_bokeh.SyncedDisplay, ipywidgets.VBox):
         Why the last requested combination could not be shown (engine message);
         empty when the views match the traits. Read-only. The views keep the last
         valid state meanwhile.
+    notice : str
+        What the explorer changed on its own at the last redraw: the algorithm it
+        switched to when a new topology could not run the one shown (the nearest one
+        it runs, :data:`NEAREST_ALGORITHMS`); empty otherwise. Read-only.
     network : Network
         The network drawn.
     schedules, frames : dict of str
@@ -208,6 +213,7 @@ class AllReduceStepper(_bokeh.SyncedDisplay, ipywidgets.VBox):
     algorithm_right = traitlets.Unicode("multi_color_all_reduce")
     vector_bytes = traitlets.Int(2**24)
     error = traitlets.Unicode("", read_only=True)
+    notice = traitlets.Unicode("", read_only=True)
 
     _TOPOLOGY_TRAITS = ("kind", "shape", "wraparound", "cores_per_chip")
     _ENGINE_TRAITS = ("algorithm_left", "algorithm_right", "vector_bytes")
@@ -225,6 +231,7 @@ class AllReduceStepper(_bokeh.SyncedDisplay, ipywidgets.VBox):
         self._valid_cache: OrderedDict = OrderedDict()
         self._batch_depth = 0
         self._refresh_pending = False
+        self._topology_changed = False
         self._syncing = False
         self.network: Network | None = None
         self.schedules: dict[str, Any] = {}
@@ -428,6 +435,7 @@ class AllReduceStepper(_bokeh.SyncedDisplay, ipywidgets.VBox):
             if len(self.shape) == len(self.wraparound) and 1 <= len(self.shape) <= 3:
                 with self._quiet():
                     self.kind = _kind_of(self.shape, self.wraparound)
+            self._topology_changed = True
             self._request_refresh()
 
     def _on_engine_trait(self, change) -> None:
@@ -550,6 +558,21 @@ class AllReduceStepper(_bokeh.SyncedDisplay, ipywidgets.VBox):
             return
         key = self._network_key()
         valid = self._valid_for(network, key)
+        topology_changed, self._topology_changed = self._topology_changed, False
+        switched = []
+        if topology_changed:
+            # A new topology that cannot run an algorithm shown: switch that side to the
+            # nearest one it runs (and say so) instead of leaving the views stale.
+            for side in _SIDES:
+                name = getattr(self, f"algorithm_{side}")
+                if name in valid:
+                    continue
+                replacement = nearest_algorithm(name, valid)
+                if replacement is not None:
+                    with self._quiet():
+                        setattr(self, f"algorithm_{side}", replacement)
+                    switched.append(f"{side}: {ALGORITHM_CHOICES.get(name, name)} does not run on "
+                                    f"{network.name}; switched to {ALGORITHM_CHOICES[replacement]}.")
         runs, errors = {}, []
         for side in _SIDES:
             name = getattr(self, f"algorithm_{side}")
@@ -564,11 +587,13 @@ class AllReduceStepper(_bokeh.SyncedDisplay, ipywidgets.VBox):
                        "valid combination.")
             return
         self.set_trait("error", "")
-        self._error_area.value = ""
+        self.set_trait("notice", "\n".join(switched))
+        self._error_area.value = _bokeh.message_html(self.notice, "warning")
         self._commit(network, key, runs)
 
     def _fail(self, message: str) -> None:
         self.set_trait("error", message)
+        self.set_trait("notice", "")
         self._error_area.value = _bokeh.message_html(message, "error")
         self._sync_controls()
 
@@ -852,6 +877,34 @@ class AllReduceStepper(_bokeh.SyncedDisplay, ipywidgets.VBox):
         default = (f"scwork all-reduce: {self.algorithm_left} vs {self.algorithm_right} on "
                    f"{self.network.name if self.network is not None else '?'}, step {self.step}")
         return self._export(path, title or default)
+
+
+#: For an algorithm a new topology cannot run, the algorithms to switch to, nearest
+#: first: the same idea with fewer requirements (a pincer needs a ring to split the
+#: vector over, a single path runs on a line; multi-color needs a wrapped dimension,
+#: dimension by dimension runs on any grid). The first of them the topology runs is
+#: taken; when none is, the first valid one of the menu.
+NEAREST_ALGORITHMS: dict[str, tuple[str, ...]] = {
+    "pincer": ("single_path",),
+    "rotated_pincer": ("pincer", "single_path"),
+    "improved_rotated_pincer": ("rotated_pincer", "pincer", "single_path"),
+    "ring": ("single_path",),
+    "ring_all_reduce": ("multi_dim_all_reduce", "single_path"),
+    "multi_color_all_reduce": ("multi_dim_all_reduce", "single_path"),
+    "mesh_loop_all_reduce": ("multi_color_all_reduce", "multi_dim_all_reduce", "single_path"),
+    "multi_dim_all_reduce": ("single_path",),
+    "single_path": ("multi_dim_all_reduce",),
+    "reduce_scatter": ("all_gather", "multi_dim_all_reduce"),
+    "all_gather": ("reduce_scatter", "multi_dim_all_reduce"),
+}
+
+
+def nearest_algorithm(name: str, valid: list[str]) -> str | None:
+    """The algorithm of ``valid`` to switch to from ``name`` (see :data:`NEAREST_ALGORITHMS`); None if none is valid."""
+    for candidate in NEAREST_ALGORITHMS.get(name, ()):
+        if candidate in valid:
+            return candidate
+    return valid[0] if valid else None
 
 
 class _TooLarge(ConfigError):

@@ -45,7 +45,7 @@ from typing import Any
 import ipywidgets
 import numpy as np
 import traitlets
-from bokeh.layouts import column, row
+from bokeh.layouts import column
 from bokeh.models import (
     ColumnDataSource,
     DataTable,
@@ -400,7 +400,7 @@ class MemoryTimeline(_bokeh.SyncedDisplay, ipywidgets.VBox):
         self._spmem_caption = TextPane(width=_CHART_WIDTH)
         # The verdict beside the HBM chart and the live-at-peak caption above the Gantt
         # stay bokeh Divs, inside the view of the charts they sit between (see below).
-        self._live_caption = Div(width=_CHART_WIDTH + 300)
+        self._live_caption = Div(width=_CHART_WIDTH)
         self._verdict = Div(width=_SIDE_WIDTH, height=_VERDICT_HEIGHT_PX, styles={"overflow-y": "auto"})
         self._spmem_detail = TextPane(width=_SIDE_WIDTH + 150)
         measured_rows = []
@@ -414,15 +414,16 @@ class MemoryTimeline(_bokeh.SyncedDisplay, ipywidgets.VBox):
         # The HBM chart, the Gantt chart and the table are one bokeh view: the Gantt
         # shares the HBM chart's x range and ticker, the table the Gantt's source, and
         # a selection in either selects the buffer in the HBM chart (a browser-side
-        # link). The verdict (beside the HBM chart) and the live-at-peak caption
-        # (between the charts) are in that view too: a view is one rectangle, and the
-        # table's rows stand beside the Gantt lanes they describe. Each of their text
-        # changes re-lays out this view only.
-        self._linked_view = figure_view(column(row(self._hbm.figure, self._verdict), self._live_caption,
-                                               row(self._gantt.figure, self._live_table)))
+        # link). They are stacked in one column no wider than the charts, so the view
+        # fits a narrow output (JupyterLab with the file browser open) whole: a bokeh
+        # row cannot wrap, and squeezed the table to its first two columns there. The
+        # verdict is a view of its own beside that column, below it when the output is
+        # narrow (a wrapping box); its text changes re-lay out only itself.
+        self._linked_view = figure_view(column(self._hbm.figure, self._live_caption, self._gantt.figure,
+                                               self._live_table))
         self._views = vbox([
             self._hbm_caption,
-            self._linked_view,
+            hbox([self._linked_view, figure_view(self._verdict)]),
             *measured_rows,
             hbox([vbox([self._spmem_caption, figure_view(self._spmem.figure)]), self._spmem_detail]),
         ])
@@ -648,7 +649,7 @@ class MemoryTimeline(_bokeh.SyncedDisplay, ipywidgets.VBox):
             "<b>HBM of one chip, event by event</b>: every band is one buffer, colored by category "
             "(hover for its size and lifetime); solid red line = HBM, dashed = usable after headroom; "
             "gray = the peak event. "
-            + (f"{len(serialized)} stacks serialized, one per SparseCore slot: {', '.join(serialized)}."
+            + (f"{len(serialized)} {'stack' if len(serialized) == 1 else 'stacks'} serialized, one per SparseCore slot: {', '.join(serialized)}."
                if serialized else "No stack serialized: every stack's HBM stack is live through its whole phase.")
             + ("" if program else " Events that move no bytes take no time and do not show here.")
         )
@@ -744,7 +745,7 @@ class MemoryTimeline(_bokeh.SyncedDisplay, ipywidgets.VBox):
         self._spmem.update(
             spm.buffers.T, groups=[name for name, _ in SPMEM_BUFFERS], mode="stack", categories=stacks,
             lines=[(f"TileSpmem {_bokeh.format_bytes(capacity)}", capacity)],
-            title=f"SPMEM of one tile, per stacked table ({len(stacks)} stacks)")
+            title=f"SPMEM of one tile, per stacked table ({len(stacks)} {'stack' if len(stacks) == 1 else 'stacks'})")
         fig = self._spmem.figure
         fig.xaxis.major_label_overrides = {i: _short(name, 18) for i, name in enumerate(stacks)}
         fig.y_range.end = 1.1 * max(capacity, int(total.max()))

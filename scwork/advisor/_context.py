@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 
+from scwork._rounding import round_up
 from scwork.advisor.findings import Finding
 
 
@@ -13,7 +14,7 @@ from scwork.advisor.findings import Finding
 # helpers
 # --------------------------------------------------------------------------------------
 def round8(x: float) -> int:
-    return int(-(-int(math.ceil(x)) // 8) * 8)
+    return int(round_up(math.ceil(x), 8))
 
 
 def collapse(stats, limits: bool = True):

@@ -23,6 +23,7 @@ import os
 import threading
 
 import numpy as np
+from scwork._rounding import ceil_div
 
 from scwork.collectives._input import check_values
 from scwork.collectives.schedule import OPS, Schedule
@@ -150,7 +151,7 @@ def run_fused(schedule: Schedule, arr: np.ndarray, bounds: np.ndarray, groups: n
     _, representative = np.unique(groups, return_index=True)
     block = max(64, _BLOCK_BYTES // max(1, num_nodes * work_dtype.itemsize))
     block = min(block, max(length, 1))
-    num_blocks = -(-length // block)
+    num_blocks = ceil_div(length, block)
     rows = np.empty((len(representative), length), work_dtype)
     sample_elements = np.ascontiguousarray(np.zeros(0) if sample_elements is None else sample_elements, np.int64)
     sampled = np.empty((num_nodes, len(sample_elements)), arr.dtype)

@@ -213,14 +213,14 @@ class Network:
             # Refuse before the per-node and per-link arrays are allocated (and before
             # the name prints the dimensions: a 5,000-digit one cannot be printed).
             raise TopologyError(
-                f"a {'x'.join(shown(d) for d in shape)} network with {k} cores per chip has "
+                f"a {'x'.join(shown(d) for d in shape)} network with {k} {'core' if k == 1 else 'cores'} per chip has "
                 f"{f'{m * k:,}' if (m * k).bit_length() < 1000 else shown(m * k)} nodes, more than "
                 f"scwork.collectives.network.MAX_NODES={MAX_NODES:,} (the largest "
                 "TPU pods have about 9,216 chips); use a smaller shape, or raise MAX_NODES for a what-if")
         num_links = 2 * len(shape) * m + m * k * (k - 1)      # an upper bound: ICI + on-chip
         if num_links > MAX_LINKS:
             raise TopologyError(
-                f"a {'x'.join(str(d) for d in shape)} network with {k:,} cores per chip has up to {num_links:,} "
+                f"a {'x'.join(str(d) for d in shape)} network with {k:,} {'core' if k == 1 else 'cores'} per chip has up to {num_links:,} "
                 f"links ({k:,} x {k - 1:,} on-chip links per chip), more than "
                 f"scwork.collectives.network.MAX_LINKS={MAX_LINKS:,}; use fewer cores per chip (TPU chips have "
                 "1 or 2), or raise MAX_LINKS for a what-if")

@@ -35,6 +35,7 @@ built by :func:`scwork.layout.shape.Shape` (see ``_kernel_program``):
 from __future__ import annotations
 
 import numpy as np
+from scwork._rounding import round_up
 
 from scwork._jit import jit
 
@@ -192,7 +193,7 @@ def tiled_index_fill_reference(logical_dims, physical_axes, extra_major, levels,
                 run = 1
         m = len(merged_tile)
         interleave = list(range(cut)) + [axis for j in range(m) for axis in (cut + j, cut + m + j)]
-        padded = tuple(-(-s // t) * t for s, t in zip(merged_sizes, merged_tile))
+        padded = tuple(round_up(s, t) for s, t in zip(merged_sizes, merged_tile))
         buffer = buffer.transpose(interleave).reshape(prefix + padded)
         buffer = buffer[(slice(None),) * cut + tuple(slice(0, s) for s in merged_sizes)]
         buffer = buffer.reshape(prefix + suffix)

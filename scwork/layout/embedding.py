@@ -28,6 +28,8 @@ Examples
 
 from __future__ import annotations
 
+from scwork._rounding import ceil_div, round_up
+
 import html
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Iterable, Mapping
@@ -71,9 +73,6 @@ def _int_array(values):
         return np.asarray(values, dtype=np.int64)
     return np.asarray(values, dtype=object)
 
-
-def _round_up(value: int, multiple: int) -> int:
-    return -(-value // multiple) * multiple
 
 
 def _dtype(dtype: Any) -> tuple[str, int]:
@@ -180,8 +179,8 @@ class TablePadding:
         values = {
             "name": str(self.name), "vocab_size": vocab, "embedding_dim": dim,
             "dtype": dtype, "num_sparsecores": cores, "line_bytes": line, "itemsize": itemsize,
-            "padded_vocab": _round_up(vocab, VOCAB_ROWS_PER_SPARSECORE_GRANULE * cores),
-            "padded_dim": _round_up(dim, line_elems),
+            "padded_vocab": round_up(vocab, VOCAB_ROWS_PER_SPARSECORE_GRANULE * cores),
+            "padded_dim": round_up(dim, line_elems),
         }
         for key, value in values.items():
             object.__setattr__(self, key, value)
@@ -500,7 +499,7 @@ def packing_whatif(
     if applies:
         rows_per_line = line_elems // table.embedding_dim
         # Integer ceiling: a float division rounds for vocabularies beyond 2**53 rows.
-        lines_packed = table.num_sparsecores * -(-table.rows_per_sparsecore // rows_per_line)
+        lines_packed = table.num_sparsecores * ceil_div(table.rows_per_sparsecore, rows_per_line)
         note = (
             f"width {table.embedding_dim} < {line_elems} elements per {table.line_bytes}-byte line: "
             f"packing {rows_per_line} rows per line (rows never straddle a line) would use "

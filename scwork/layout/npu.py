@@ -51,6 +51,8 @@ NpuStrides(n=12, c=6, h=2, w=1)
 
 from __future__ import annotations
 
+from scwork._rounding import ceil_div, round_up
+
 import html
 import operator
 from dataclasses import dataclass, field
@@ -117,14 +119,6 @@ _INT64_MAX = 2**63 - 1
 MAX_OCCUPANCY_CELLS = 2**25
 
 
-def _ceil_div(a: int, b: int) -> int:
-    return -(-a // b)
-
-
-def _align_up(value: int, multiple: int) -> int:
-    return _ceil_div(value, multiple) * multiple
-
-
 def bytes_of(elements: int, bits: int) -> int:
     """Bytes of ``elements`` elements of ``bits`` bits: whole bytes, rounded up.
 
@@ -136,7 +130,7 @@ def bytes_of(elements: int, bits: int) -> int:
     >>> bytes_of(20, 4), bytes_of(3, 4), bytes_of(5, 16)
     (10, 2, 10)
     """
-    return -(-(int(elements) * int(bits)) // 8)
+    return ceil_div(int(elements) * int(bits), 8)
 
 
 def _dtype_info(dtype: Any) -> tuple[str, int]:
@@ -352,16 +346,16 @@ class LocalLayout:
 
         n, c, h, w = shape
         eu_num = eu_bytes * 8 // bits
-        h_stride = _align_up(w, eu_num) if self.kind == "line_aligned" else w
+        h_stride = round_up(w, eu_num) if self.kind == "line_aligned" else w
         if self.kind == "aligned":
-            c_stride = _align_up(h * w, eu_num)
+            c_stride = round_up(h * w, eu_num)
         elif self.kind == "compact":
             c_stride = h * w
         else:  # line_aligned: every H line starts on an EU boundary
             c_stride = h * h_stride
         # Each batch restarts on the start lane, so it spans the slots the
         # busiest lane needs for channels start_lane .. start_lane + C - 1.
-        n_stride = _ceil_div(start + c, npu_num) * c_stride
+        n_stride = ceil_div(start + c, npu_num) * c_stride
         elements = NpuStrides(n=n_stride, c=c_stride, h=h_stride, w=1)
         object.__setattr__(self, "strides_elements", elements)
         # Sub-byte types: a stride of k elements spans bytes_of(k) bytes (tpu-mlir).
@@ -393,7 +387,7 @@ class LocalLayout:
     @property
     def slots_per_batch(self) -> int:
         """Channel slots (``c``-stride regions) one batch takes on the busiest lane."""
-        return _ceil_div(self.start_lane + self.shape[1], self.npu_num)
+        return ceil_div(self.start_lane + self.shape[1], self.npu_num)
 
     @property
     def bytes_per_lane(self) -> int:
@@ -548,7 +542,7 @@ class LocalLayout:
             if compact.bytes_per_lane < need:
                 verdict = "fits" if compact.bytes_per_lane <= capacity else "still too big"
                 fixes.append(f"compact layout needs {compact.bytes_per_lane} bytes per lane ({verdict})")
-        if self.start_lane and _ceil_div(self.start_lane + c, self.npu_num) > _ceil_div(c, self.npu_num):
+        if self.start_lane and ceil_div(self.start_lane + c, self.npu_num) > ceil_div(c, self.npu_num):
             fixes.append("start_lane=0 saves one slot per batch")
         raise LayoutError(
             f"{self.shape} {self.dtype} ({self.kind}) needs {need} bytes per lane but {info.name} has "
@@ -576,12 +570,12 @@ class LocalLayout:
         # ends after the byte of its last (4-bit types share bytes at odd offsets).
         if s.h == W:
             start = base * bits // 8
-            end = -(-((base + H * W) * bits) // 8)
+            end = ceil_div((base + H * W) * bits, 8)
             return lane, start, end, nn, cc
         hh = np.arange(H, dtype=np.int64)
         first = (base[:, None] + hh[None, :] * s.h).ravel()
         start = first * bits // 8
-        end = -(-((first + W) * bits) // 8)
+        end = ceil_div((first + W) * bits, 8)
         rep = lambda a: np.repeat(a, H)  # noqa: E731 - one value per line
         return rep(lane), start, end, rep(nn), rep(cc)
 
@@ -627,7 +621,7 @@ class LocalLayout:
                               f"beyond what int64 holds ({self.bytes_per_lane:,} bytes per lane)",
                               hint="map a smaller tile of the tensor (fewer N, C or H)")
         eu = self.eu_bytes
-        rows = _ceil_div(self.bytes_per_lane, eu)
+        rows = ceil_div(self.bytes_per_lane, eu)
         # Five int64 maps of lanes x rows, plus the runs (one per (n, c) or line):
         # refuse before allocating what the machine cannot hold.
         runs = self.shape[0] * self.shape[1] * (1 if self.strides_elements.h == self.shape[3] else self.shape[2])

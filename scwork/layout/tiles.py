@@ -16,6 +16,7 @@ from typing import Any, Iterable
 
 import numpy as np
 
+from scwork._rounding import ceil_div as _ceil_div
 from scwork._validate import shown
 from scwork.errors import LayoutError
 
@@ -102,10 +103,6 @@ def _as_tuple(value: Any, what: str, where: tuple) -> tuple:
         return tuple(value)
     except Exception as error:  # noqa: BLE001 - an iterable that fails while iterating
         raise _invalid(f"{what} could not be read as a sequence: {type(error).__name__}", where) from None
-
-
-def _ceil_div(a: int, b: int) -> int:
-    return -(-a // b)
 
 
 # ======================================================================================

@@ -41,6 +41,7 @@ from functools import cached_property
 import numpy as np
 import xarray as xr
 
+from scwork._rounding import ceil_div as _ceil_div
 from scwork._validate import integer, shown
 from scwork.errors import LayoutError
 from scwork.layout.shape import Shape
@@ -61,10 +62,6 @@ MAX_WINDOW_BYTES = 2**30
 #: Most rows :func:`view_overview` checks one by one for an exact padding fraction
 #: (one bool each: 256 MiB).
 MAX_ROW_CHECKS = 2**28
-
-
-def _ceil_div(a: int, b: int) -> int:
-    return -(-a // b)
 
 
 @dataclass(frozen=True)

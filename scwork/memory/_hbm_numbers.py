@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from scwork._rounding import round_up
 from scwork.errors import ConfigError
 from scwork.memory._model import (
     _CAT_INDEX,
@@ -20,13 +21,26 @@ from scwork.memory._model import (
     Knobs,
     Model,
     parse_dtype,
-    round_up,
     stack_dtype,
     stack_limits,
     stack_width,
 )
 
-__all__ = ["HbmNumbers", "hbm_numbers"]
+__all__ = ["HbmNumbers", "hbm_numbers", "stack_bytes_per_sc"]
+
+
+def stack_bytes_per_sc(feature_width, max_unique_ids, logical_replica_count):
+    """Forward and backward HBM stack of one stacked table on one SparseCore, in bytes.
+
+    ``((2 * fw + 1) * U * LRC * 4, 3 * fw * U * LRC * 4)`` (the model of
+    :mod:`scwork.memory.hbm`); ints or numpy arrays. The one place of the formula:
+    :func:`scwork.memory.hbm_stack_bytes` (checked inputs) and the report call it.
+
+    >>> stack_bytes_per_sc(64, 128, 16)
+    (1056768, 1572864)
+    """
+    fw, U, lrc = feature_width, max_unique_ids, logical_replica_count
+    return (2 * fw + 1) * U * lrc * 4, 3 * fw * U * lrc * 4
 
 
 # --------------------------------------------------------------------------------------
@@ -186,16 +200,17 @@ def hbm_numbers(model: Model, knobs: Knobs, *, with_names: bool = True) -> HbmNu
         s_waste[j] = s_bytes[j] - t.slot_count * unpadded * se
         slots_of_stack[i] = max(slots_of_stack[i], t.slot_count)
 
-    fwd_sc = (2 * widths + 1) * U * lrc * 4
-    bwd_sc = 3 * widths * U * lrc * 4
+    fwd_sc, bwd_sc = stack_bytes_per_sc(widths, U, lrc)
     fwd = S * fwd_sc
     bwd = S * bwd_sc
-    fwd_w = S * 2 * (widths - max_dim) * U * lrc * 4
-    bwd_w = S * 3 * (widths - max_dim) * U * lrc * 4
+    # waste: what the padding of the stack width to `widths` adds over the widest table
+    fwd_unpadded, bwd_unpadded = stack_bytes_per_sc(max_dim, U, lrc)
+    fwd_w = S * (fwd_sc - fwd_unpadded)
+    bwd_w = S * (bwd_sc - bwd_unpadded)
     acts = S * sample_count * widths * ACTIVATION_BYTES
     staged = acts.copy() if knobs.stage_gather_operands_in_hbm else np.zeros(T, np.int64)
     staged_w = act_waste if knobs.stage_gather_operands_in_hbm else np.zeros(T, np.int64)
-    Mr = -(-M // CSR_ALIGNMENT) * CSR_ALIGNMENT
+    Mr = round_up(M, CSR_ALIGNMENT)
     # CSR entries of one SparseCore: round_up(max_ids, 8) per partition, or the static
     # size a stack was given (suggested_coo_buffer_size_per_device, as jax-tpu-embedding).
     entries_sc = np.array([Mr[i] * P if st.static_entries_per_sc is None else st.static_entries_per_sc

@@ -19,6 +19,8 @@ Two objects:
 
 from __future__ import annotations
 
+from scwork._rounding import ceil_div, round_up  # round_up re-exported for the memory modules
+
 import dataclasses
 import math
 import numbers
@@ -112,15 +114,6 @@ _CAT_INDEX = {c: i for i, c in enumerate(CATEGORIES)}
 #: Prefetched input steps listed one buffer each; a deeper prefetch is one buffer.
 _NAMED_PREFETCH_STEPS = 64
 _INT64_MAX = 2**63 - 1
-
-
-def round_up(value: int, multiple: int) -> int:
-    """Smallest multiple of ``multiple`` that is ``>= value``.
-
-    >>> round_up(13, 8), round_up(0, 8)
-    (16, 0)
-    """
-    return -(-value // multiple) * multiple
 
 
 # --------------------------------------------------------------------------------------
@@ -356,7 +349,7 @@ class Knobs:
     @property
     def samples_per_sc(self) -> int:
         """``n = ceil(B / P)``: samples of one feature each source SparseCore handles."""
-        return -(-self.batch_size // self.num_partitions)
+        return ceil_div(self.batch_size, self.num_partitions)
 
     @property
     def batch_divides(self) -> bool:

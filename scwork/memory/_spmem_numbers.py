@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from scwork._rounding import ceil_div
 
 from scwork.errors import ConfigError
 from scwork.memory._model import (
@@ -49,7 +50,7 @@ def tile_buffer_bytes(max_ids: int, max_unique: int, feature_width: int, sample_
     ids = round_up(max_ids, CSR_ALIGNMENT)
     uniq = round_up(max_unique, CSR_ALIGNMENT)
     gather = 0 if stage_gather_operands_in_hbm else \
-        -(-(sample_count * feature_width) // num_tiles) * ACTIVATION_BYTES
+        ceil_div(sample_count * feature_width, num_tiles) * ACTIVATION_BYTES
     return (
         gather,
         max(num_partitions, CSR_ALIGNMENT) * INDEX_BYTES,

@@ -79,7 +79,7 @@ from typing import Any
 
 import numpy as np
 
-from scwork.memory._hbm_numbers import HbmNumbers, hbm_numbers
+from scwork.memory._hbm_numbers import HbmNumbers, hbm_numbers, stack_bytes_per_sc
 from scwork.memory._model import (
     CATEGORIES,
     CSR_ALIGNMENT,
@@ -152,7 +152,7 @@ def hbm_stack_bytes(feature_width: int, max_unique_nz_per_row: int,
     fw = check_int("feature_width", feature_width, minimum=1, unit="elements")
     U = check_int("max_unique_nz_per_row", max_unique_nz_per_row, minimum=0, unit="ids")
     lrc = check_int("logical_replica_count", logical_replica_count, minimum=1, unit="replicas")
-    return (2 * fw + 1) * U * lrc * 4, 3 * fw * U * lrc * 4
+    return stack_bytes_per_sc(fw, U, lrc)
 
 
 def table_hbm_bytes(vocab_size: int, embedding_dim: int, *, num_chips: int, sparsecores_per_chip: int,

@@ -242,7 +242,8 @@ class MemoryReport:
     # -- display -----------------------------------------------------------------------
     def __repr__(self) -> str:
         verdict = "fits" if self.fits else "DOES NOT FIT"
-        return (f"MemoryReport({verdict}: {len(self.model.stacks)} stacks on {self.topology}, batch "
+        n = len(self.model.stacks)
+        return (f"MemoryReport({verdict}: {n} {'stack' if n == 1 else 'stacks'} on {self.topology}, batch "
                 f"{self.knobs.batch_size}; SPMEM max {fmt_bytes(self.spmem.total.max())} / "
                 f"{fmt_bytes(self.spmem.capacity)} per tile; HBM peak {fmt_bytes(self.hbm.peak_bytes)} / "
                 f"{fmt_bytes(self.hbm.usable)} usable)")
@@ -260,6 +261,8 @@ class MemoryReport:
             if at_peak[i]:
                 lines.append(f"  {c:<26} {fmt_bytes(at_peak[i]):>12}")
         lines.append(f"  {'total':<26} {fmt_bytes(self.hbm.peak_bytes):>12} of {fmt_bytes(self.hbm.usable)} usable")
+        lines.append(f"  (usable HBM: the chip's {fmt_bytes(self.hbm.capacity)} less the {self.knobs.headroom:.0%} "
+                     "headroom kept free)")
         if self.diagnoses:
             lines += ["", "Diagnoses:"] + [str(f) for f in self.diagnoses]
         return "\n".join(lines)

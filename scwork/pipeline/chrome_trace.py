@@ -53,6 +53,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from scwork._rounding import round_up
 
 from scwork._validate import shown
 from scwork.errors import ConfigError, TraceError
@@ -88,7 +89,7 @@ def _hbm_buffers(model, timeline, memory) -> tuple[dict[str, int], dict[str, int
     per_line = max(1, model.chip.dma_granule_bytes // abytes)
     act = 0
     for st in model._stacks:
-        w_act = -(-st.dim // per_line) * per_line
+        w_act = round_up(st.dim, per_line)
         act += S * st.features * n * w_act * abytes
     step["embedding_activations"] = act
     step["embedding_gradients"] = act

@@ -124,6 +124,7 @@ from typing import Any
 
 import numpy as np
 
+from scwork._rounding import ceil_div
 from scwork._validate import shown
 from scwork.errors import ConfigError
 from scwork.pipeline._inputs import DIRECTIONS, MAX_TIMELINE_STEPS, _as_count, _nonneg, _resolve_inputs
@@ -436,7 +437,7 @@ class StepModel:
         mode = "pipelined" if self.pipelining else "sequential"
         return (f"StepModel({mode} step {self.step_time:.6g} s; sequential {self.sequential_step_time:.6g} s, "
                 f"pipelined {self.pipelined_step_time:.6g} s, speed-up {self.speedup:.3g}x, "
-                f"bottleneck {self.bottleneck}, {len(self.stacks)} stacks on {self.topology})")
+                f"bottleneck {self.bottleneck}, {len(self.stacks)} {'stack' if len(self.stacks) == 1 else 'stacks'} on {self.topology})")
 
     def _repr_html_(self) -> str:
         rows = "".join(f"<tr><td>{p}</td><td style='text-align:right'>{self.phase_time[p] * 1e6:.3f}</td></tr>"
@@ -630,7 +631,7 @@ def _host_times(raw_ids, topology, chip, params):
     """The resources of the schedules, and each host's preprocessing time: ``(units, host_ids, host_s)``."""
     num_chips = topology.num_chips
     cph = min(params.chips_per_host, num_chips)
-    num_hosts = -(-num_chips // cph)
+    num_hosts = ceil_div(num_chips, cph)
     sparsecores_per_chip = topology.sparsecores_per_device * topology.devices_per_chip
     units = Units(num_chips=num_chips, sparsecores_per_chip=sparsecores_per_chip,
                   tensorcores_per_chip=chip.tensorcores_per_chip, num_hosts=num_hosts, chips_per_host=cph)

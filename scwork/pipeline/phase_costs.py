@@ -15,7 +15,8 @@ import numpy as np
 
 from scwork._validate import shown
 from scwork.errors import ConfigError
-from scwork.pipeline._inputs import _ceil_div, _nonneg, _round_up
+from scwork._rounding import ceil_div, round_up
+from scwork.pipeline._inputs import _nonneg
 from scwork.pipeline.params import DTYPE_SIZES, StepModelParams
 
 __all__ = []
@@ -119,10 +120,10 @@ def _sc_model(stacks, ids, uniq, nmb, n, chip, topology, params, num_serialized_
     abytes = params.activation_bytes
 
     # busiest-tile counts (sum over mini-batches of per-stream ceilings)
-    src_tile_ids = _ceil_div(ids, T).sum(axis=(0, 4))                        # (K, G, S)
-    csr_entries = _round_up(ids, 8).sum(axis=4)                             # (M, K, G, S)
-    csr_tile = _ceil_div(csr_entries, T).sum(axis=0)                        # (K, G, S)
-    owner = _ceil_div(uniq, T).sum(axis=(0, 2, 3))                          # (K, P)
+    src_tile_ids = ceil_div(ids, T).sum(axis=(0, 4))                        # (K, G, S)
+    csr_entries = round_up(ids, 8).sum(axis=4)                             # (M, K, G, S)
+    csr_tile = ceil_div(csr_entries, T).sum(axis=0)                        # (K, G, S)
+    owner = ceil_div(uniq, T).sum(axis=(0, 2, 3))                          # (K, P)
     owner_rows = owner.reshape(K, G, S)                                     # partition g*S+s lives on (g, s)
 
     width = np.zeros(K, np.int64)
@@ -136,14 +137,14 @@ def _sc_model(stacks, ids, uniq, nmb, n, chip, topology, params, num_serialized_
     for k, st in enumerate(stacks):
         b = DTYPE_SIZES[st.dtype]
         per_line = max(1, granule // b)
-        width[k] = _round_up(st.dim, per_line)
-        granules[k] = _ceil_div(width[k] * b, granule)
+        width[k] = round_up(st.dim, per_line)
+        granules[k] = ceil_div(width[k] * b, granule)
         row_bytes = granules[k] * granule
-        w_act = _round_up(st.dim, max(1, granule // abytes))
-        act_row_bytes[k] = _ceil_div(w_act * abytes, granule) * granule
-        act_tile_rows = _ceil_div(st.features * n, T)
+        w_act = round_up(st.dim, max(1, granule // abytes))
+        act_row_bytes[k] = ceil_div(w_act * abytes, granule) * granule
+        act_tile_rows = ceil_div(st.features * n, T)
         simd[k] = chip.simd_width_bf16 if b == 2 else chip.simd_width_f32
-        vec_per_row = _ceil_div(width[k], simd[k])
+        vec_per_row = ceil_div(width[k], simd[k])
         combine = params.combine_ops_per_element + (params.dequantize_ops_per_element if st.dtype == "s8" else 0)
         slots = _optimizer_slots(st.optimizer)
         dma_f[k] = (owner_rows[k] * row_bytes + csr_tile[k] * params.csr_bytes_per_id
@@ -214,7 +215,7 @@ def _ici_model(stacks, uniq, topology, chip, params, widths):
     volume = np.zeros((K, 2))
     for k, st in enumerate(stacks):
         fwd_row = widths[k] * DTYPE_SIZES[st.dtype] + params.ici_index_bytes
-        bwd_row = _round_up(st.dim, max(1, chip.dma_granule_bytes // params.activation_bytes)) \
+        bwd_row = round_up(st.dim, max(1, chip.dma_granule_bytes // params.activation_bytes)) \
             * params.activation_bytes + params.ici_index_bytes
         for j, row in enumerate((fwd_row, bwd_row)):
             per_mb = rows[:, k].max(axis=1) * row                                # (M,)
@@ -312,7 +313,7 @@ def _ici_routed(stacks, uniq, topology, chip, params, widths):
     farthest = np.zeros(2)
     for k, st in enumerate(stacks):
         fwd_row = widths[k] * DTYPE_SIZES[st.dtype] + params.ici_index_bytes
-        bwd_row = _round_up(st.dim, max(1, chip.dma_granule_bytes // params.activation_bytes)) \
+        bwd_row = round_up(st.dim, max(1, chip.dma_granule_bytes // params.activation_bytes)) \
             * params.activation_bytes + params.ici_index_bytes
         for j, row in enumerate((fwd_row, bwd_row)):
             for m in range(M):

@@ -61,6 +61,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from scwork._rounding import ceil_div
 
 from scwork.errors import ConfigError, InternalError
 from scwork.pipeline.phases import PHASE_RESOURCE, PHASES, RESOURCE_KINDS, STAGES
@@ -107,9 +108,9 @@ class Units:
                 raise ConfigError(f"Units.{name} must be an integer >= 1, got {v!r}")
         cph = self.chips_per_host
         if cph is None:
-            cph = -(-self.num_chips // self.num_hosts)
+            cph = ceil_div(self.num_chips, self.num_hosts)
             object.__setattr__(self, "chips_per_host", cph)
-        if -(-self.num_chips // cph) != self.num_hosts:
+        if ceil_div(self.num_chips, cph) != self.num_hosts:
             raise ConfigError(f"{self.num_hosts} hosts of {cph} chips do not feed {self.num_chips} chips")
 
     def count(self, kind: str) -> int:

@@ -35,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from scwork._rounding import round_up
 from scwork.errors import ScworkError, StaticBufferWarning
 from scwork.plan._context import _Context
 from scwork.plan._groupings import label
@@ -121,7 +122,7 @@ class _Evaluator:
             buffer = None
             if static_buffer:
                 kept = np.minimum(counts["obs_ids"], max_ids)
-                per_sc = ((kept + 7) // 8 * 8).sum(axis=-1)            # (step, device, sc)
+                per_sc = round_up(kept, 8).sum(axis=-1)            # (step, device, sc)
                 need = round_up(rule.value(per_sc.reshape(steps, -1).max(axis=1)), 8)
                 # Never above what the limits can fill (the library aborts there).
                 buffer = min(max(need, 8) * S, round_up(max_ids, 8) * S * P)
@@ -139,7 +140,7 @@ class _Evaluator:
         buf = lim["suggested_coo_buffer_size_per_device"]
         if buf is not None:
             S = ctx.topology.sparsecores_per_device
-            per_sc = ((counts["held_ids"] + 7) // 8 * 8).sum(axis=-1)
+            per_sc = round_up(counts["held_ids"], 8).sum(axis=-1)
             if (per_sc > round_up(buf, 8 * S) // S).any():
                 return True
         return False
@@ -187,7 +188,7 @@ class _Evaluator:
             return None
         kept = np.minimum(ids, st.max_ids_per_partition)
         if st.suggested_coo_buffer_size_per_device is not None:
-            per_sc = ((kept + 7) // 8 * 8).sum(axis=-1)
+            per_sc = round_up(kept, 8).sum(axis=-1)
             if (per_sc > st.static_buffer_size_per_sc(ctx.topology.sparsecores_per_device)).any():
                 return None
         excess = ids - kept

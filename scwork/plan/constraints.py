@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from scwork._rounding import round_up
 from scwork.errors import ConfigError
 
 __all__ = ["Constraints", "LimitRule", "DEFAULT_LIMIT_RULES", "LIBRARY_LIMIT_RULE", "OBJECTIVES"]
@@ -168,7 +169,7 @@ class LimitRule:
             v = float(np.percentile(per_step, self.percentile, method="inverted_cdf"))
         v = math.ceil(v * self.headroom - 1e-9) if self.headroom != 1 else int(v)
         v = max(1, int(v))      # a limit of 0 is not a limit the library takes
-        return -(-v // self.round_to) * self.round_to
+        return round_up(v, self.round_to)
 
 
 #: The library's own rule ([jte] FDO clients): the largest count observed, as is.

@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
+from scwork._rounding import ceil_div
 
 from scwork.errors import ConfigError, InputError, OutOfVocabularyError, ShardError
 from scwork.sharding.dataset_result import _CONFIGURED_VARS, _SUMMARY_VARS
@@ -275,10 +276,10 @@ def _plan_chunks(job: _Job, target: int) -> list[_Chunk]:
             if hi > lo:
                 segments.append((k, lo - offsets[k], hi - offsets[k]))
             k += 1
-        inner_start = -(-a // B)
+        inner_start = ceil_div(a, B)
         inner_stop = T if b >= used else b // B
         inner_stop = max(inner_stop, inner_start)
-        overlap = range(a // B, min(T, -(-b // B)))
+        overlap = range(a // B, min(T, ceil_div(b, B)))
         fragments = tuple(s for s in sorted({overlap[0], overlap[-1]}) if not inner_start <= s < inner_stop) \
             if len(overlap) else ()
         chunks.append(_Chunk(len(chunks), a, b, segments, inner_start, inner_stop, fragments))

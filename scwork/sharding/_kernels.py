@@ -73,6 +73,8 @@ from __future__ import annotations
 import numpy as np
 
 from scwork._jit import jit
+from scwork._jit import round_up as _round_up
+from scwork._rounding import round_up
 
 __all__ = [
     "sort_group",
@@ -717,7 +719,7 @@ def stack_slices(ids, splits, weights, has_w, combiner, n, P, lbits,
                 kept[c0 + p] = nkept if limited else cur - start
                 e = cur - b0
                 row_pointers[sl * R + p] = e
-                nxt = b0 + (e + 7) // 8 * 8
+                nxt = b0 + _round_up(e, 8)
                 for t in range(cur, min(nxt, wlim)):
                     emb[t] = PAD_ID
                     smp[t] = PAD_ID
@@ -924,7 +926,7 @@ def stack_slices_reference(ids, splits, weights, has_w, combiner, n, P, lbits,
             kept[stream] = pairs[stream]
         if not write or (exceeded and not allow_cut):
             continue
-        ends = np.cumsum(-(-kept[stream] // 8) * 8)
+        ends = np.cumsum(round_up(kept[stream], 8))
         st = np.concatenate([[0], ends[:-1]]).astype(np.int64)
         end = int(ends[-1])
         if cap >= 0 and end > cap:

@@ -35,6 +35,7 @@ from __future__ import annotations
 import numpy as np
 
 from scwork._jit import jit
+from scwork.sharding.column_id import column_id
 
 __all__ = [
     "HIGHWAY_KEY",
@@ -54,6 +55,9 @@ __all__ = [
 
 #: ``kHighwayHashKey`` of jax-tpu-embedding (``coo_format.h``): "arbitrarily chosen,
 #: forever-unchanging".
+#: The stacked column id (:func:`scwork.sharding.column_id.column_id`), compiled into the kernels.
+_column_id = jit(inline="always")(column_id)
+
 HIGHWAY_KEY = np.array([0x4451E30F87DB9609, 0xCA7358A1FD2737F8, 0x4B2C991FCEE4FDEA, 0x0B2658E18326F6BA],
                        dtype=np.uint64)
 
@@ -343,7 +347,7 @@ def scan_group_buckets(keys, m, P, qbits, lbits, row_offset, NB, mode, key, max_
     for i in range(m):
         u = (keys[i] >> 32) & _LOW32
         if u != prev_u:
-            cols[nd] = (u >> qbits) + P * ((u & qmask) + row_offset)
+            cols[nd] = _column_id(u >> qbits, u & qmask, row_offset, P)
             nd += 1
             prev_u = u
     bk = np.empty(max(nd, 1), np.int64)
@@ -396,7 +400,7 @@ def scan_group_buckets_reference(keys, m, P, qbits, lbits, row_offset, NB, mode,
     p = u >> qbits
     q = u & ((1 << qbits) - 1)
     sl = R >> lbits
-    col = p + P * (q + row_offset)
+    col = column_id(p, q, row_offset, P)
     b = _bucket_of_reference(col, mode, NB, key)
     np.add.at(raw, sl * NB + b, 1)
     seen_naive = set()
@@ -442,14 +446,14 @@ def ids_to_buckets(ids, P, col_shift, row_offset, NB, mode, key, out):
         p = x - q * P + col_shift
         if p >= P:
             p -= P
-        cols[i] = p + P * (q + row_offset)
+        cols[i] = _column_id(p, q, row_offset, P)
     _buckets_into(cols, n, mode, NB - 1, key, out)
 
 
 def ids_to_buckets_reference(ids, P, col_shift, row_offset, NB, mode, key, out):
     """Reference of :func:`ids_to_buckets`."""
     x = np.asarray(ids, np.int64)
-    col = (x + col_shift) % P + P * (x // P + row_offset)
+    col = column_id((x + col_shift) % P, x // P, row_offset, P)
     out[:] = _bucket_of_reference(col, mode, NB, key)
 
 
@@ -530,7 +534,7 @@ def sample_split(ids, splits, feat_rows, col_shifts, row_offsets, n, nsl, P, max
                     p = x - q * P + col_shifts[a]
                     if p >= P:
                         p -= P
-                    col = p + P * (q + row_offsets[a])
+                    col = _column_id(p, q, row_offsets[a], P)
                     h = (col * -7046029254386353131) >> 20   # Fibonacci hashing (2**64 / phi, signed)
                     t = h & mask
                     while table[t, 0] != -1 and table[t, 0] != col:
@@ -636,7 +640,7 @@ def sample_split_reference(ids, splits, feat_rows, col_shifts, row_offsets, n, n
             for j in range(int(splits[f, b]), int(splits[f, b + 1])):
                 x = int(ids[j])
                 p = (x + int(col_shifts[a])) % P
-                col = p + P * (x // P + int(row_offsets[a]))
+                col = column_id(p, x // P, int(row_offsets[a]), P)
                 pairs.add((p, col, a))
                 raw += 1
         return pairs, raw

@@ -4,7 +4,8 @@ For tests and benchmarks.
 
 It follows the recipe of [sc-guide] §7 step by step with Python dicts and sets, one
 (device, source SparseCore) slice at a time, and shares no code with the kernels
-(only the stacking plan, which it takes as input). Use it on small batches only.
+(only the stacking plan, which it takes as input, and scwork's one
+``round_up``, pinned by hand in tests/test_rounding.py). Use it on small batches only.
 
 Examples
 --------
@@ -22,6 +23,8 @@ Examples
 from __future__ import annotations
 
 import numpy as np
+
+from scwork._rounding import round_up
 
 __all__ = ["reference_preprocess"]
 
@@ -110,13 +113,10 @@ def reference_preprocess(batch, plan, topology, *, allow_id_dropping: bool = Fal
                     kept[d, s, p] = len(keep_list)
                     kept_pairs[(d, s, p)] = keep_list
         # CSR: partitions in order, each at round_up(previous end, 8)
-        def up(v):
-            return -(-v // 8) * 8
-
-        used = max(up(sum(up(int(kept[d, s, p])) for p in range(P - 1)) + int(kept[d, s, P - 1]))
+        used = max(round_up(sum(round_up(int(kept[d, s, p]), 8) for p in range(P - 1)) + int(kept[d, s, P - 1]), 8)
                    for d in range(G) for s in range(S))
         if stack.max_ids_per_partition is not None:
-            C = up(stack.max_ids_per_partition) * P
+            C = round_up(stack.max_ids_per_partition, 8) * P
         else:
             C = max(8, used)
         R = max(P, 8)
@@ -128,7 +128,7 @@ def reference_preprocess(batch, plan, topology, *, allow_id_dropping: bool = Fal
             for s in range(S):
                 pos = 0
                 for p in range(P):
-                    pos = up(pos)
+                    pos = round_up(pos, 8)
                     for L, row, g in kept_pairs[(d, s, p)]:
                         emb[d, s * C + pos] = L
                         smp[d, s * C + pos] = row
@@ -136,7 +136,7 @@ def reference_preprocess(batch, plan, topology, *, allow_id_dropping: bool = Fal
                         pos += 1
                     rp[d, s * R + p] = pos
                 for p in range(P, R):
-                    rp[d, s * R + p] = up(pos)
+                    rp[d, s * R + p] = round_up(pos, 8)
         out[stack.name] = {
             "ids": ids, "unique": uniq, "kept": kept,
             "naive_ids": ids.sum(axis=(0, 1)),

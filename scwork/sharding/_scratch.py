@@ -16,6 +16,7 @@ import weakref
 from typing import Any
 
 import numpy as np
+from scwork._rounding import round_up
 
 from scwork.errors import ConfigError
 
@@ -131,7 +132,7 @@ def _layout(specs: list[tuple[int, Any]]) -> tuple[list[int], int]:
     offsets = []
     total = 0
     for length, dtype in specs:
-        total = (total + 63) // 64 * 64
+        total = round_up(total, 64)
         offsets.append(total)
         total += max(1, int(length)) * np.dtype(dtype).itemsize
     return offsets, total

@@ -41,6 +41,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
+from scwork._rounding import round_up
 
 from scwork._progress import progress as _progress
 from scwork.errors import ConfigError, InputError
@@ -80,7 +81,7 @@ _STEP_VARS = ("ids", "unique_ids", "max_ids_per_partition", "max_unique_ids_per_
 
 
 def _round_up(value: float, multiple: int) -> int:
-    return int(math.ceil(value / multiple)) * multiple
+    return int(round_up(math.ceil(value), multiple))
 
 
 def _check_positive_int(value: Any, name: str) -> int:
@@ -530,7 +531,7 @@ def coo_buffer_bytes_per_device(max_ids_per_partition: Any, topology: Topology, 
     79872
     """
     a = np.asarray(max_ids_per_partition, np.int64)
-    out = -(-a // _ALIGN) * _ALIGN * topology.sparsecores_per_device * topology.num_partitions * bytes_per_entry
+    out = round_up(a, _ALIGN) * topology.sparsecores_per_device * topology.num_partitions * bytes_per_entry
     return int(out) if out.ndim == 0 else out
 
 
@@ -543,14 +544,14 @@ def static_partition_buffer_bytes(limit: Any, bytes_per_entry: int = BYTES_PER_C
     (1248, [32, 64])
     """
     a = np.asarray(limit, np.int64)
-    out = -(-a // _ALIGN) * _ALIGN * int(bytes_per_entry)
+    out = round_up(a, _ALIGN) * int(bytes_per_entry)
     return int(out) if out.ndim == 0 else out
 
 
 def _default_candidates(step_stats) -> np.ndarray:
     vals = np.asarray(step_stats["observed_max_ids"].values, np.float64).ravel()
     qs = np.percentile(vals, [0, 25, 50, 75, 90, 95, 99, 100]) if vals.size else np.zeros(1)
-    cands = np.unique(np.maximum(_ALIGN, -(-np.ceil(qs).astype(np.int64) // _ALIGN) * _ALIGN))
+    cands = np.unique(np.maximum(_ALIGN, round_up(np.ceil(qs).astype(np.int64), _ALIGN)))
     return cands
 
 
@@ -641,7 +642,7 @@ def tradeoff(step_stats: Any, candidates: Iterable[int] | None = None, *,
     drop_pairs = np.maximum(0, flat_ids[:, :, :, None] - cands).sum(axis=2)   # (stack, step, cand)
     drop_uniq = np.maximum(0, flat_uniq[:, :, :, None] - ucands).sum(axis=2)
     total_pairs = flat_ids.sum(axis=(1, 2))
-    entries = -(-cands // _ALIGN) * _ALIGN * S * P
+    entries = round_up(cands, _ALIGN) * S * P
     names = step_stats["stack"].values
 
     def cv(values, long_name, units):

@@ -44,6 +44,7 @@ from typing import Any
 
 import numpy as np
 
+from scwork._rounding import round_up
 from scwork.errors import ConfigError, InputError
 from scwork.sharding.specs import INT32_MAX
 
@@ -241,8 +242,8 @@ class Limits(Mapping):
 
         out = {}
         for name in stats["stack"].values.tolist():
-            ids = max(1, -(-red("max_ids_per_partition", name) // round_to) * round_to)
-            uniq = max(1, -(-red("max_unique_ids_per_partition", name) // round_to) * round_to)
+            ids = max(1, round_up(red("max_ids_per_partition", name), round_to))
+            uniq = max(1, round_up(red("max_unique_ids_per_partition", name), round_to))
             buf = red("required_buffer_size_per_sc", name) if "required_buffer_size_per_sc" in stats else None
             out[name] = StackLimits(ids, uniq, buf)
         return cls(out, metadata={"source": "observed statistics", "round_to": round_to})

@@ -98,6 +98,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 import numpy as np
+from scwork._rounding import round_up
 
 from scwork.errors import ConfigError, LimitExceededError
 from scwork.hardware.topology import Topology
@@ -105,6 +106,7 @@ from scwork.sharding import engine as _engine
 from scwork.sharding import _profile
 from scwork.sharding._threads import _run_tasks, resolve_num_threads
 from scwork.sharding.batch import FeatureBatch
+from scwork.sharding.column_id import column_id_of_id
 from scwork.sharding.results import stats_coords
 from scwork.sharding.specs import SparsecoreConfig
 from scwork.sharding.stacking import (
@@ -802,7 +804,7 @@ def _largest_sample_count(st, batch, n, nsl, which) -> int:
         x = batch.ids(f.name)
         if not x.size:
             continue
-        col = (x + t.shard_rotation) % P + P * (x // P + t.row_offset_in_shard)
+        col = column_id_of_id(x, P, t.shard_rotation, t.row_offset_in_shard)
         sample = np.repeat(np.arange(batch.batch_size), batch.lengths(f.name))
         k = st.feature_position(f.name)
         # pairs: (sample, feature, col) distinct; distinct ids: (sample, col) distinct
@@ -817,10 +819,6 @@ def _largest_sample_count(st, batch, n, nsl, which) -> int:
 # --------------------------------------------------------------------------------------
 # datasets
 # --------------------------------------------------------------------------------------
-def _round_up8(a: np.ndarray) -> np.ndarray:
-    return -(-a // 8) * 8
-
-
 def _stats_dataset(plan, topology, batch, per_stack, oov_counts):
     import xarray as xr
 
@@ -864,10 +862,10 @@ def _stats_dataset(plan, topology, batch, per_stack, oov_counts):
             "max_unique_ids_per_partition": var(("minibatch", "stack", "device", "partition"), uniq.max(axis=3),
                                                 "max over source SparseCores of distinct ids", "ids"),
             "required_buffer_size_per_sc": var(("minibatch", "stack", "device", "sc"),
-                                               _round_up8(ids).sum(axis=4),
+                                               round_up(ids, 8).sum(axis=4),
                                                "sum over partitions of round_up(ids, 8)", "CSR entries"),
             "required_buffer_size_per_device": var(("minibatch", "stack", "device"),
-                                                   _round_up8(kept).sum(axis=4).sum(axis=3),
+                                                   round_up(kept, 8).sum(axis=4).sum(axis=3),
                                                    "CSR entries one device fills after dropping", "CSR entries"),
             "input_ids": var(("minibatch", "stack", "device", "sc"), raw,
                              "raw ids of the slice in the mini-batch, before dedup", "ids"),

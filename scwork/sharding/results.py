@@ -10,7 +10,7 @@ import numpy as np
 
 from scwork.hardware.topology import Topology
 from scwork.sharding.batch import FeatureBatch
-from scwork.sharding.specs import round_up
+from scwork._rounding import round_up
 from scwork.sharding.stacking import StackingPlan
 
 __all__ = ["CsrBuffers", "PreprocessResult"]
@@ -191,7 +191,7 @@ def _written_within(kept: np.ndarray, capacity: int) -> np.ndarray:
 
 
 def round_up_array(a: np.ndarray, multiple: int = _ALIGN) -> np.ndarray:
-    return -(-a // multiple) * multiple
+    return round_up(a, multiple)
 
 
 def _stats_dataset(plan: StackingPlan, topology: Topology, batch: FeatureBatch, results, oov_counts):

@@ -43,6 +43,8 @@ True
 
 from __future__ import annotations
 
+from scwork._rounding import round_up
+
 import concurrent.futures
 import dataclasses
 import threading
@@ -308,10 +310,10 @@ class Scenario:
         for st in plan.stacks:
             per_sc = st.static_buffer_size_per_sc(S)
             if per_sc is None and st.max_ids_per_partition is not None:
-                per_sc = -(-st.max_ids_per_partition // 8) * 8 * P
+                per_sc = round_up(st.max_ids_per_partition, 8) * P
             if per_sc is None:
                 kept = stats["kept_ids"].sel(stack=st.name).values
-                per_sc = max(8, int((-(-kept // 8) * 8).sum(axis=-1).max()) if kept.size else 8)
+                per_sc = max(8, int(round_up(kept, 8).sum(axis=-1).max()) if kept.size else 8)
             out[st.name] = {"entries_per_device": int(S * per_sc),
                             "bytes_per_device": int(S * rows * 4 + S * per_sc * 12)}
         return out

@@ -27,6 +27,8 @@ Examples
 
 from __future__ import annotations
 
+from scwork._rounding import round_up  # re-exported: scwork.sharding.specs.round_up is public
+
 import math
 import numbers
 import types
@@ -55,15 +57,6 @@ OPTIMIZERS: tuple[str, ...] = ("sgd", "adagrad", "adagrad_momentum", "adam", "ft
 
 #: Embedding ids, sample ids and buffer offsets are int32 on the device.
 INT32_MAX = 2**31 - 1
-
-
-def round_up(value: int, multiple: int) -> int:
-    """Smallest multiple of ``multiple`` that is >= ``value`` (``value >= 0``).
-
-    >>> round_up(13, 8), round_up(16, 8), round_up(0, 8)
-    (16, 16, 0)
-    """
-    return -(-value // multiple) * multiple
 
 
 def _check_int(owner: str, name: str, value: Any, *, minimum: int, allow_none: bool = False,

@@ -638,6 +638,36 @@ def lab(lab_server, chromium):
         lab_server.shutdown_kernels()
 
 
+@pytest.fixture
+def lab_pages(lab_server, chromium):
+    """Open pages on the module's JupyterLab, each in a browser context of its own (a new tab).
+
+    Calling the fixture's value returns a new :class:`LabPage`; ``close(page)`` closes
+    its tab and leaves its kernel running (JupyterLab's default when a page closes).
+    Every page still open is closed afterwards and every kernel shut down.
+    """
+    contexts = {}
+
+    class Pages:
+        def __call__(self) -> LabPage:
+            context = chromium.new_context(viewport={"width": 1680, "height": 2200}, device_scale_factor=1)
+            context.set_default_timeout(TIMEOUT_S * 1000)
+            page = context.new_page()
+            lab_page = LabPage(page, lab_server, ConsoleLog(page))
+            contexts[id(lab_page)] = context
+            return lab_page
+
+        def close(self, lab_page: LabPage) -> None:
+            contexts.pop(id(lab_page)).close()
+
+    try:
+        yield Pages()
+    finally:
+        for context in contexts.values():
+            context.close()
+        lab_server.shutdown_kernels()
+
+
 class OfflinePage:
     """A page that can reach nothing but ``file:``/``data:``/``blob:`` URLs (others are recorded)."""
 

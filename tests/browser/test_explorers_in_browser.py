@@ -238,8 +238,7 @@ def _require(explorer: Explorer) -> None:
     pytest.importorskip("ipywidgets")
     import scwork.widgets
 
-    if explorer.name not in scwork.widgets.__all__:
-        pytest.skip(f"{explorer.name} is not in this version of scwork.widgets")
+    assert explorer.name in scwork.widgets.__all__, f"{explorer.name} is not exported by scwork.widgets"
 
 
 @pytest.mark.parametrize("explorer", EXPLORERS, ids=[e.name for e in EXPLORERS])

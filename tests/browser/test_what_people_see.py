@@ -204,8 +204,7 @@ def _open_explorer(lab, name: str, setup: str, figures) -> None:
     pytest.importorskip("ipywidgets")
     import scwork.widgets
 
-    if name not in scwork.widgets.__all__:
-        pytest.skip(f"{name} is not in this version of scwork.widgets")
+    assert name in scwork.widgets.__all__, f"{name} is not exported by scwork.widgets"
     lab.open_notebook(lab.write_notebook(f"see/{name}.ipynb", [setup]))
     lab.run_all()
     assert lab.kernel_json("ex.error") == ""

@@ -299,7 +299,9 @@ def test_step_model_routes_the_statistics(routed):
         ds = m.to_dataset()
         assert ds["ici_link_bytes"].dims == ("link", "direction")
         assert ds.attrs["ici_hottest_link"][0] == str(links["hottest_link_label"].sel(direction="forward").values)
-        assert m.replace(host_threads=2).ici_links is not None           # replace keeps a2a
+        again = m.replace(host_threads=2)                                 # replace keeps a2a
+        np.testing.assert_array_equal(again.ici_links["link_bytes"], links["link_bytes"])
+        assert again.phase_time["ici_forward"] == m.phase_time["ici_forward"]
         times[name] = m.phase_time["ici_forward"]
     assert times["hot"] > 3 * times["uniform"]
 

@@ -54,7 +54,10 @@ def test_plan_refuses_odd_option_types_and_huge_batches():
         scwork.memory.plan([table], topo, batch_size=64, dtype=[])          # unhashable
     with pytest.raises(ConfigError, match="batch_size must be <= 1,099,511,627,776"):
         scwork.memory.plan([table], topo, batch_size=3 * 10**4000)
-    assert scwork.memory.plan([table], topo, batch_size=2**20) is not None
+    # a batch of 2**20 is fine: n = 2**20 / 16 = 65536 samples per SparseCore, activations
+    # 4 SparseCores x 65536 x width 8 x 4 B per chip
+    big = scwork.memory.plan([table], topo, batch_size=2**20)
+    assert int(big.hbm.activations.sum()) == 4 * 65536 * 8 * 4
 
 
 @pytest.mark.parametrize("knob, value", [

@@ -323,3 +323,11 @@ def test_batch_fix_replans_automatic_stacking():
     # without re-planning (stacks kept apart) a larger batch would have looked fine
     apart = plan(tables, V5P1, **{**kw, "batch_size": batch * 2, "stacking": None})
     assert apart.spmem_fits
+
+
+def test_buffers_beyond_64_bit_byte_counts_are_refused():
+    # width 2**25 with limits of 2**31 - 1: 2**31 distinct rows x 2**25 x 4 B = 2**58 bytes per
+    # tile, past the 2**63 / 64 headroom that keeps every later sum in int64
+    table = TableSpec("t", 8, 2**25, max_ids_per_partition=2**31 - 1, max_unique_ids_per_partition=2**31 - 1)
+    with pytest.raises(ConfigError, match="beyond what scwork's 64-bit byte counts hold"):
+        scwork.memory.plan([table], scwork.Topology.for_chip("v5p", num_chips=1), batch_size=64)

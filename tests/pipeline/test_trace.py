@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 
 import numpy as np
 import pytest
@@ -275,20 +274,6 @@ def test_read_errors(tmp_path):
         read_trace([{"ph": "B", "pid": 1, "tid": 1, "name": "x", "ts": 0}], num_steps=1)
     with pytest.raises(ConfigError, match="time_unit"):
         read_trace([], num_steps=1, time_unit="min")
-
-
-@pytest.mark.skipif(not os.environ.get("SCWORK_TRACE_PROCESSOR"),
-                    reason="set SCWORK_TRACE_PROCESSOR to a trace_processor_shell binary (perfetto would "
-                           "otherwise download one at run time)")
-def test_perfetto_trace_processor_reads_the_export(model, tmp_path):  # pragma: no cover - optional
-    tp_mod = pytest.importorskip("perfetto.trace_processor")
-    path = write_chrome_trace(model, tmp_path / "t.json")
-    config = tp_mod.TraceProcessorConfig(bin_path=os.environ["SCWORK_TRACE_PROCESSOR"])
-    tp = tp_mod.TraceProcessor(trace=str(path), config=config)
-    slices = tp.query("select count(*) as n from slice").as_pandas_dataframe()["n"][0]
-    counters = tp.query("select count(*) as n from counter").as_pandas_dataframe()["n"][0]
-    n_x = sum(1 for e in json.loads(path.read_text())["traceEvents"] if e["ph"] == "X")
-    assert slices == n_x and counters > 0
 
 
 def test_hbm_usage_follows_the_schedule(model):

@@ -64,7 +64,7 @@ def test_estimate_exact_multiple_is_not_bumped():
 
 def test_estimate_per_stack_and_errors():
     ds = estimate_limits(16384, {"a": 20, "b": 10}, scwork.Topology(4, 4))
-    assert isinstance(ds, xr.Dataset)
+    assert ds["stack"].values.tolist() == ["a", "b"] and ds["max_ids_per_partition"].dims == ("stack",)
     assert ds["max_ids_per_partition"].sel(stack="a").item() == 6496
     assert ds["max_ids_per_partition"].attrs["units"] == "ids"
     with pytest.raises(ConfigError, match="valency"):

@@ -192,7 +192,7 @@ def test_plan_object_is_reused_and_checked():
 def test_to_dataset_and_repr():
     t = [TableSpec("a", 100, 10), TableSpec("b", 30, 16, max_ids_per_partition=7)]
     plan = plan_stacking(_feats(*t, per_table=2), scwork.Topology(2, 2), batch_size=8)
-    assert isinstance(plan, StackingPlan)
+    assert [s.name for s in plan.stacks] == ["a_b"] and plan.stacks[0].table_names == ("a", "b")
     ds = plan.to_dataset()
     assert set(ds.sizes) == {"table", "feature", "stack"}
     assert ds.sizes["feature"] == 4 and ds.sizes["stack"] == 1

@@ -297,14 +297,43 @@ def test_given_network_link_parameters_survive_a_shape_change():
 
 # -- errors -------------------------------------------------------------------------------------
 
-def test_invalid_combination_shows_the_error_and_keeps_the_last_state():
+def test_topology_change_switches_to_the_nearest_valid_algorithm_and_says_so():
     s = AllReduceStepper()
+    assert (s.algorithm_left, s.algorithm_right) == ("ring_all_reduce", "multi_color_all_reduce")
+    s.step = 2
+    s.kind = "line"  # a line has no ring: ring_all_reduce cannot run there
+    assert s.error == ""
+    assert s.network.name == "8 line"
+    assert s.algorithm_left == "multi_dim_all_reduce"  # NEAREST_ALGORITHMS["ring_all_reduce"][0]
+    assert s.algorithm_right == "multi_color_all_reduce"  # runs on a line: kept
+    assert s.controls["algorithm_left"].value == "multi_dim_all_reduce"
+    assert "left: ring all-reduce, two rings does not run on 8 line; switched to dimension by dimension" in s.notice
+    assert "right" not in s.notice
+    assert "switched to" in s._error_area.value
+    # The views show the line: every arrow of the left schedule is between neighbours.
+    assert s.schedules["left"].network is s.network
+    assert s.summary["left"]["algorithm"] == "multi_dim_all_reduce"
+    # Later changes redraw as usual (and the notice goes).
+    total_time = s.summary["left"]["total_time"]
+    s.vector_bytes = 2**20
+    assert s.error == "" and s.notice == ""
+    assert s.summary["left"]["total_time"] < total_time  # a smaller message, redrawn
+    # A pincer goes to the single path on a line; nothing valid at all keeps the error path.
+    assert module.nearest_algorithm("pincer", s.valid_algorithms) == "single_path"
+    assert module.nearest_algorithm("improved_rotated_pincer", ["pincer", "single_path"]) == "pincer"
+    assert module.nearest_algorithm("pincer", []) is None
+    assert set(module.NEAREST_ALGORITHMS) == set(module.ALGORITHM_CHOICES)
+
+
+def test_invalid_algorithm_set_by_code_shows_the_error_and_keeps_the_last_state():
+    s = AllReduceStepper()
+    s.kind = "line"
     s.step = 2
     network, frames = s.network, dict(s.frames)
     arrows = dict(s.sources["arrows_left"].data)
-    s.kind = "line"  # a line has no ring: ring_all_reduce is not valid there
+    s.algorithm_left = "ring_all_reduce"  # asked for explicitly: not switched, an error
     assert "no ring" in s.error and "left algorithm 'ring_all_reduce'" in s.error
-    assert "error" in s._error_area.value or "#b71c1c" in s._error_area.value
+    assert "#b71c1c" in s._error_area.value or "error" in s._error_area.value
     assert s.network is network and s.frames == frames
     assert list(s.sources["arrows_left"].data["transfer"]) == list(arrows["transfer"])
     # The menus list what is valid on the line, plus the current (invalid) choice, marked.
@@ -331,7 +360,10 @@ def test_unknown_algorithm_and_too_large_network_are_errors_not_crashes():
     assert str(module.MAX_NODES) in s.error
     assert s.network.name == "4 ring"
     s.algorithm_left = "improved_rotated_pincer"
-    s.shape = (5,)  # odd ring: the improved rotated pincer refuses
+    s.shape = (5,)  # odd ring: the improved rotated pincer does not run there, the nearest does
+    assert s.error == "" and s.algorithm_left == "rotated_pincer"
+    assert "improved rotated pincer (even N) does not run on 5 ring" in s.notice
+    s.algorithm_left = "improved_rotated_pincer"  # asked for by code: the engine's reason
     assert "even number of nodes" in s.error
 
 

@@ -198,3 +198,81 @@ def test_export_html_is_standalone_and_offline(tmp_path):
     assert re.search(r"<link[^>]*\bhref=[\"']https?://", html) is None
     assert "cdn.bokeh.org" not in html
     assert "Bokeh" in html and len(html) > 100_000
+
+
+def test_bokehjs_is_sent_once_to_every_page_of_a_kernel(monkeypatch):
+    """Each client (page) of a kernel gets the BokehJS loader once: a re-opened or second page too."""
+    import IPython
+    import IPython.display
+
+    from scwork.widgets import _display
+
+    class Kernel:
+        session = "page-1"
+
+        def get_parent(self):
+            return {"header": {"session": self.session, "msg_type": "execute_request"}}
+
+    class Shell:
+        kernel = Kernel()
+
+    published = []
+    monkeypatch.setattr(IPython, "get_ipython", lambda: Shell())
+    monkeypatch.setattr(IPython.display, "publish_display_data", lambda data, *a, **k: published.append(data))
+    monkeypatch.setattr(_display, "_BOKEHJS_SENT_TO", set())
+    _display.ensure_bokehjs()
+    _display.ensure_bokehjs()
+    assert len(published) == 1, "the same page got BokehJS twice"
+    [data] = published
+    code = data["application/javascript"]
+    # Guarded: a page that already has this BokehJS runs none of the bundle again.
+    import bokeh
+
+    assert code.startswith(f"if (typeof window.Bokeh === 'undefined' || window.Bokeh.version !== \"{bokeh.__version__}\")")
+    assert "Bokeh.set_log_level" in code  # the inline bundle itself is inside
+    Shell.kernel.session = "page-2"  # the notebook re-opened: a new client of the same kernel
+    _display.ensure_bokehjs()
+    assert len(published) == 2
+    Shell.kernel.session = "page-1"
+    _display.ensure_bokehjs()
+    assert len(published) == 2
+
+
+def test_bokehjs_needs_a_kernel(monkeypatch):
+    """Outside a kernel (scripts, terminal IPython) nothing is published."""
+    import IPython
+    import IPython.display
+
+    from scwork.widgets import _display
+
+    published = []
+    monkeypatch.setattr(IPython.display, "publish_display_data", lambda data, *a, **k: published.append(data))
+    monkeypatch.setattr(IPython, "get_ipython", lambda: None)
+    _display.ensure_bokehjs()
+    monkeypatch.setattr(IPython, "get_ipython", lambda: type("TerminalShell", (), {"kernel": None})())
+    _display.ensure_bokehjs()
+    assert published == []
+
+
+def test_a_trait_change_walks_each_bokeh_document_once(monkeypatch):
+    """The MemoryTimeline's x axis switch changes two tickers of one document: bokeh walked
+    the whole document after each (about 250 ms each); now once, at the end of the change."""
+    from bokeh.document.models import DocumentModelManager
+
+    from scwork.widgets import MemoryTimeline
+
+    explorer = MemoryTimeline.demo()
+    walks = []
+    recompute = DocumentModelManager.recompute
+    monkeypatch.setattr(DocumentModelManager, "recompute",
+                        lambda self: (walks.append(id(self)), recompute(self))[1])
+    ticker = explorer._gantt.figure.xaxis[0].ticker
+    explorer.x_axis = "time" if explorer.x_axis != "time" else "program_order"
+    assert explorer._gantt.figure.xaxis[0].ticker is not ticker  # the tickers did change
+    assert walks and len(walks) == len(set(walks)), "a document was walked more than once"
+    walks.clear()
+    explorer.controls["batch_size"].value = explorer.controls["batch_size"].value + explorer.controls["batch_size"].step
+    assert walks == []  # new data only: no walk at all
+    # The Gantt's new ticker is a model of the document (the deferred walk found it).
+    document = explorer._gantt.figure.document
+    assert document.get_model_by_id(explorer._gantt.figure.xaxis[0].ticker.id) is not None

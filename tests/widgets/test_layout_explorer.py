@@ -460,3 +460,30 @@ def test_first_control_change_after_display_imports_nothing():
         "print(sorted(set(sys.modules) - before))\n")
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, check=True)
     assert out.stdout.strip().splitlines()[-1] == "[]", out.stdout
+
+
+def test_zoomed_addresses_are_drawn_only_where_they_fit_their_cell():
+    """The zoomed 65536 x 65536 layout drew 9-digit addresses over each other: a label is
+    drawn only at a font where the longest one fits its cell, else the hover shows it."""
+    from scwork.widgets._cells import MIN_LABEL_FONT_PX, _DIGIT_EM, label_font_px
+
+    for cell_px in (10, 14, 20, 25, 37.5, 44, 150):
+        for chars in (1, 2, 4, 9, 10):
+            font = label_font_px(cell_px, chars)
+            if font:
+                assert font >= MIN_LABEL_FONT_PX
+                assert chars * _DIGIT_EM * font <= cell_px - 4 + 1e-9   # fits across, 2 px each side
+                assert font <= cell_px - 4
+    assert label_font_px(44, 4) == 12 and label_font_px(25, 9) == 0 and label_font_px(150, 9) == 12
+    big = LayoutExplorer(text="bf16[65536,65536]{1,0:T(8,128)(2,1)}")
+    big.zoom_to(rows=(4096, 4120), cols=(120, 136))   # 24 x 16 cells of 9-digit addresses
+    grid = big._grid
+    assert grid.has_labels and grid.label_chars == 9
+    assert not grid.text_renderer.visible                # 25 px cells: the addresses do not fit
+    hover = [tool for tool in grid.figure.tools if type(tool).__name__ == "HoverTool"][0]
+    assert ("address", "@{address}") in hover.tooltips    # ... the hover shows them
+    big.zoom_to(rows=(4096, 4100), cols=(120, 124))       # 4 x 4 cells: they fit, drawn
+    assert grid.text_renderer.visible
+    font = int(grid.text_renderer.glyph.text_font_size.rstrip("px"))
+    cell_px = min(grid.figure.frame_width / 4, grid.figure.frame_height / 4)
+    assert 9 * _DIGIT_EM * font <= cell_px - 4

@@ -96,3 +96,25 @@ def test_figure_view_does_not_sync_ranges_back_but_keeps_selections_and_events()
     assert not fig.x_range.syncable and not fig.y_range.syncable and not fig.syncable
     assert source.selected.syncable  # a person's selection is still sent to Python
     assert widget._model is fig
+
+
+def test_boxes_wrap_and_nothing_is_wider_than_its_box():
+    """Narrow outputs: panels wrap below the charts, texts wrap, wide charts scroll in their box
+    (the browser test tests/browser/test_widths.py checks what the page then shows)."""
+    fig = figure(width=900, height=200)
+    fig.line([0, 1], [0, 1])
+    chart = figure_view(fig)
+    assert chart.layout.max_width == "100%" and chart.layout.overflow == "auto hidden"
+    panel = TextPane("<b>summary</b>", width=410)
+    assert panel.layout.width == "410px" and panel.layout.max_width == "calc(100% - 4px)"
+    box = hbox([vbox([chart]), panel])
+    assert box.layout.flex_flow == "row wrap"          # the panel goes below when it does not fit
+    assert box.layout.max_width == "100%"
+    # Children keep their sizes (they wrap instead of being squeezed under each other)...
+    assert box.children[0].layout.flex == "0 0 auto"
+    # ... except what sets its own (a text pane may shrink to the line and wrap its text).
+    assert panel.layout.flex == "0 1 auto"
+    assert vbox([panel]).layout.max_width == "100%"
+    # The layouts survive export (the boxes become bokeh rows and columns as before).
+    exported = export_layout(box)
+    assert isinstance(exported, Row) and exported.children[1].width == 410

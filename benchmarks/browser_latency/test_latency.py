@@ -1,8 +1,10 @@
 """Latency of every explorer control in the browser: from the change to the settled plot.
 
-A benchmark, not a pass/fail test: it runs only with ``SCWORK_LATENCY=1`` (see
-``benchmarks/bench_browser_latency.py``, which sets it and prints the table). Each
-explorer is built on its notebook's default data (not the small test parameters).
+A benchmark, not a pass/fail test, so it lives here and not under tests/: pytest's
+normal run never collects it. ``benchmarks/bench_browser_latency.py`` runs it and
+prints the table (the browser fixtures are tests/browser's, see ``conftest.py`` beside
+this file). Each explorer is built on its notebook's default data (not the small test
+parameters).
 
 How one control is measured (``SCWORK_LATENCY_REPEATS`` times, default 3):
 
@@ -45,22 +47,51 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = [
-    pytest.mark.browser, pytest.mark.slow, pytest.mark.requires_widgets,
-    pytest.mark.skipif(os.environ.get("SCWORK_LATENCY") != "1",
-                       reason="latency benchmark: run python benchmarks/bench_browser_latency.py"),
-]
+pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.requires_widgets]
 
-#: Each explorer as its notebook builds it by default (full size, not SCWORK_SMALL).
-SETUPS = {
-    "LayoutExplorer": "from scwork.widgets import LayoutExplorer\nex = LayoutExplorer()\nex",
-    "LoadSkewExplorer": "from scwork.widgets import LoadSkewExplorer\nex = LoadSkewExplorer.demo()\nex",
-    "MemoryTimeline": "from scwork.widgets import MemoryTimeline\nex = MemoryTimeline.demo()\nex",
-    "AllReduceStepper": ("from scwork.collectives import Network\nfrom scwork.widgets import AllReduceStepper\n"
-                         "ex = AllReduceStepper(Network.torus((8, 8)))\nex"),
-    "PipelineTimeline": "from scwork.widgets import PipelineTimeline\nex = PipelineTimeline.demo()\nex",
-    "PlanExplorer": "from scwork.widgets import PlanExplorer\nex = PlanExplorer.demo()\nex",
+#: Where each explorer is measured: the notebook that shows it and the variable it is in.
+NOTEBOOK_EXPLORERS = {
+    "LayoutExplorer": ("01_layouts.ipynb", "explorer"),
+    "LoadSkewExplorer": ("02_sharding_and_limits.ipynb", "explorer"),
+    "MemoryTimeline": ("03_memory.ipynb", "explorer"),
+    "AllReduceStepper": ("04_allreduce.ipynb", "stepper"),
+    "PipelineTimeline": ("05_pipeline_and_advisor.ipynb", "explorer"),
 }
+
+
+def notebook_setup(notebook: str, variable: str) -> str:
+    """One cell that builds ``variable`` exactly as ``notebook`` does, full size, and shows it as ``ex``.
+
+    The kernel runs the notebook's own code cells (read from ``notebooks/`` when the cell
+    runs, so the measurement follows the notebook as it is), from the first one up to
+    the cell that builds the explorer and then every later cell that changes it (e.g.
+    01's ``explorer.text = ...``), with the notebook's folder as working directory and
+    without ``SCWORK_SMALL`` (the notebooks' default sizes, as a person runs them). The
+    cells' own outputs are not shown (``silent``): the page holds only the explorer
+    measured.
+    """
+    path = Path(__file__).resolve().parents[2] / "notebooks" / notebook
+    return (
+        "import os, re, nbformat\n"
+        "from IPython import get_ipython\n"
+        "os.environ.pop('SCWORK_SMALL', None)\n"
+        f"os.chdir({str(path.parent)!r})\n"
+        f"_cells = [c.source for c in nbformat.read({str(path)!r}, as_version=4).cells if c.cell_type == 'code']\n"
+        f"_built = next(i for i, c in enumerate(_cells) if re.search(r'^{variable} = ', c, re.M))\n"
+        f"_run = _cells[:_built + 1] + [c for c in _cells[_built + 1:] if re.search(r'(?<![\\w.]){variable}\\.', c)]\n"
+        "for _source in _run:\n"
+        "    _result = get_ipython().run_cell(_source, silent=True)\n"
+        "    _result.raise_error()\n"
+        f"ex = {variable}\n"
+        "ex"
+    )
+
+
+#: Each explorer as its notebook builds it (full size, not SCWORK_SMALL): the notebook's
+#: own cells, run in the kernel (see :func:`notebook_setup`).
+SETUPS = {name: notebook_setup(*where) for name, where in NOTEBOOK_EXPLORERS.items()}
+# Notebook 07 shows its PlanExplorer without a variable to build it from: its demo data.
+SETUPS["PlanExplorer"] = "from scwork.widgets import PlanExplorer\nex = PlanExplorer.demo()\nex"
 
 #: Free-text controls have no generic change: the text to type, per (explorer, control).
 TEXT_CHANGES = {("LayoutExplorer", "text"): "bf16[8,256]{1,0:T(8,128)(2,1)}"}

@@ -1,0 +1,301 @@
+"""On-demand mutation testing of the engine with cosmic-ray, module by module.
+
+Not part of the pytest run: a mutant run re-runs a module's tests once per mutant,
+which takes minutes to hours. Run it from the repository root::
+
+    nice -n 10 python tools/mutation.py --jobs 2                 # every module below
+    nice -n 10 python tools/mutation.py scwork/sharding/minibatch.py --jobs 1
+    python tools/mutation.py --report                           # scores of finished runs
+
+Each module is mutated in its own copy of the working tree (under
+``.mutation/<module>/``, git-ignored), so the checkout is never touched and two
+modules can run at once (``--jobs``). The copy's tests import the copy's ``scwork``
+(``PYTHONPATH``), which works beside an editable install because the editable
+finder comes after the path finder. Kernels run as plain Python
+(``NUMBA_DISABLE_JIT=1``): a mutated kernel would otherwise be compiled again for
+every mutant, and the pure-Python kernels are tested anyway (``tests/test_nojit.py``).
+
+Mutants that no test can kill because they change nothing observable (equivalent
+mutants) are listed in ``tools/mutation_equivalents.toml`` with the reason; the score
+of a module is ``killed / (mutants - equivalent - incompetent)``. A survivor that is
+not listed there is a missing test.
+
+Why cosmic-ray and not mutmut 3: mutmut 3 does not mutate decorated functions, and
+every numba kernel is decorated (``@jit``); cosmic-ray edits the file itself.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import os
+import shutil
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+WORK = ROOT / ".mutation"
+EQUIVALENTS = Path(__file__).resolve().parent / "mutation_equivalents.toml"
+
+#: Module -> the test files that pin it. Kept small: every mutant runs them.
+MODULES: dict[str, list[str]] = {
+    "scwork/_rounding.py": ["tests/test_rounding.py"],
+    "scwork/sharding/column_id.py": ["tests/test_rounding.py", "tests/sharding/test_minibatch_golden.py"],
+    "scwork/layout/tiles.py": ["tests/layout/test_shape.py", "tests/layout/test_kernels.py"],
+    "scwork/layout/embedding.py": ["tests/layout/test_embedding.py"],
+    "scwork/layout/npu.py": ["tests/layout/test_npu.py"],
+    "scwork/sharding/stacking.py": ["tests/sharding/test_stacking.py", "tests/sharding/test_preprocess.py"],
+    "scwork/sharding/_naive_kernels.py": ["tests/sharding/test_naive_kernels.py"],
+    "scwork/sharding/_reference.py": ["tests/sharding/test_kernels.py", "tests/sharding/test_preprocess.py"],
+    "scwork/sharding/_minibatch_kernels.py": ["tests/sharding/test_minibatch_golden.py",
+                                              "tests/sharding/test_minibatch.py"],
+    "scwork/sharding/minibatch.py": ["tests/sharding/test_minibatch_golden.py", "tests/sharding/test_minibatch.py"],
+    "scwork/sharding/limits.py": ["tests/sharding/test_limits.py", "tests/sharding/test_limit_boundaries.py"],
+    "scwork/sharding/_fdo_csv.py": ["tests/interop/test_fdo_csv.py"],
+    "scwork/memory/_hbm_numbers.py": ["tests/memory/test_hbm.py", "tests/memory/test_csr_rounding.py"],
+    "scwork/memory/_spmem_numbers.py": ["tests/memory/test_spmem.py", "tests/memory/test_csr_rounding.py"],
+    "scwork/collectives/cost.py": ["tests/collectives/test_cost.py"],
+    "scwork/collectives/schedule.py": ["tests/collectives/test_algorithms.py", "tests/collectives/test_properties.py"],
+    "scwork/pipeline/phase_costs.py": ["tests/pipeline/test_model.py", "tests/pipeline/test_phase_costs_pinned.py"],
+    "scwork/pipeline/timeline.py": ["tests/pipeline/test_timeline.py", "tests/pipeline/test_timeline_first_steps.py"],
+    "scwork/advisor/_context.py": ["tests/test_advisor_whatifs.py", "tests/test_advisor.py"],
+    "scwork/advisor/_limit_checks.py": ["tests/test_advisor_whatifs.py", "tests/test_advisor.py"],
+    "scwork/interop/profile.py": ["tests/interop/test_profile.py", "tests/interop/test_zero_length_events.py",
+                                  "tests/interop/test_profile_pinned.py"],
+    "scwork/pipeline/trace.py": ["tests/pipeline/test_trace.py", "tests/interop/test_zero_length_events.py"],
+}
+
+#: Operators left out: they mostly make mutants no test could tell apart (replacing
+#: ``+`` by a bit operator on small counts, renaming variables, dropping ``@jit``,
+#: which only turns the kernel into the pure Python it is tested as anyway).
+EXCLUDED_OPERATORS = [
+    r"core/ReplaceBinaryOperator_.*_(Pow|RShift|LShift|BitOr|BitAnd|BitXor)",
+    r"core/ReplaceBinaryOperator_(Pow|RShift|LShift|BitOr|BitAnd|BitXor)_.*",
+    r"core/ReplaceBinaryOperator_(Add|Sub)_(Div|FloorDiv|Mod)",
+    r"core/ReplaceBinaryOperator_(Mul|Div|FloorDiv|Mod)_(Mod|Div)",
+    r"core/ReplaceComparisonOperator_.*_(Is|IsNot)",
+    r"core/ReplaceComparisonOperator_(Is|IsNot)_.*",
+    r"core/ReplaceUnaryOperator_.*Invert.*",
+    r"core/ReplaceUnaryOperator_UAdd_.*",
+    r"core/ExceptionReplacer",
+    r"core/RemoveDecorator",
+    r"core/VariableReplacer",
+    r"core/VariableInserter",
+]
+
+
+def _slug(module: str) -> str:
+    return module.replace("/", "_").removesuffix(".py")
+
+
+def _copy_tree(dest: Path) -> None:
+    """Copy the tracked and untracked-but-not-ignored files of the checkout to ``dest``."""
+    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=ROOT, check=True,
+                           capture_output=True).stdout.decode().split("\0")
+    if dest.exists():
+        shutil.rmtree(dest)
+    for rel in filter(None, files):
+        src = ROOT / rel
+        if not src.is_file():
+            continue
+        target = dest / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(src, target)
+
+
+def _config(module: str, tests: list[str], timeout: float) -> str:
+    command = (f"{sys.executable} -m pytest -x -q -p no:cacheprovider -p no:randomly "
+               f"--no-header -o addopts='--import-mode=importlib --benchmark-disable' {' '.join(tests)}")
+    excluded = ",\n    ".join(f'"{p}"' for p in EXCLUDED_OPERATORS)
+    return (f'[cosmic-ray]\nmodule-path = "{module}"\ntimeout = {timeout}\nexcluded-modules = []\n'
+            f'test-command = "{command}"\n\n[cosmic-ray.distributor]\nname = "local"\n\n'
+            f'[cosmic-ray.filters.operators-filter]\nexclude-operators = [\n    {excluded},\n]\n')
+
+
+def run_module(module: str, timeout: float) -> str:
+    tests = MODULES[module]
+    work = WORK / _slug(module)
+    _copy_tree(work)
+    (work / "cr.toml").write_text(_config(module, tests, timeout))
+    env = dict(os.environ, NUMBA_DISABLE_JIT="1", PYTHONPATH=str(work), PYTHONDONTWRITEBYTECODE="1")
+    bindir = Path(sys.executable).parent
+    log = open(work / "cr.log", "w")
+
+    def step(*args: str) -> None:
+        subprocess.run(list(args), cwd=work, env=env, check=True, stdout=log, stderr=subprocess.STDOUT)
+
+    step(str(bindir / "cosmic-ray"), "init", "cr.toml", "session.sqlite")
+    step(str(bindir / "cr-filter-operators"), "session.sqlite", "cr.toml")
+    step(str(bindir / "cosmic-ray"), "--verbosity", "ERROR", "baseline", "cr.toml")
+    step(str(bindir / "cosmic-ray"), "exec", "cr.toml", "session.sqlite")
+    shutil.copy2(work / "session.sqlite", WORK / f"{_slug(module)}.sqlite")
+    return module
+
+
+def recheck(module: str, timeout: float) -> int:
+    """Run every survivor of ``module``'s last run again against the checkout's current tests.
+
+    For killing survivors without a whole new run: the work copy gets the current
+    tests (and test data), each surviving mutation is applied alone with ``cosmic-ray
+    apply`` and the module's tests run; a mutant they now kill is recorded as killed.
+    Returns how many were killed.
+    """
+    from cosmic_ray.work_db import WorkDB, use_db
+    from cosmic_ray.work_item import TestOutcome, WorkerOutcome, WorkResult
+
+    work = WORK / _slug(module)
+    path = WORK / f"{_slug(module)}.sqlite"
+    if not path.exists():
+        raise SystemExit(f"{module}: no finished run to recheck ({path} missing)")
+    shutil.copytree(ROOT / "tests", work / "tests", dirs_exist_ok=True)
+    pristine = (ROOT / module).read_text()
+    env = dict(os.environ, NUMBA_DISABLE_JIT="1", PYTHONPATH=str(work), PYTHONDONTWRITEBYTECODE="1")
+    bindir = Path(sys.executable).parent
+    command = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "--no-header", "-o",
+               "addopts=--import-mode=importlib --benchmark-disable", *MODULES[module]]
+    killed = 0
+    with use_db(str(path), WorkDB.Mode.open) as db:
+        done = {item.job_id: result for item, result in db.completed_work_items}
+        for item in db.work_items:
+            result = done.get(item.job_id)
+            if result is None or result.worker_outcome == WorkerOutcome.SKIPPED \
+                    or result.test_outcome != TestOutcome.SURVIVED:
+                continue
+            mutation = item.mutations[0]
+            (work / module).write_text(pristine)
+            subprocess.run([str(bindir / "cosmic-ray"), "apply", module, mutation.operator_name,
+                            str(mutation.occurrence)], cwd=work, env=env, check=True, capture_output=True)
+            try:
+                run = subprocess.run(command, cwd=work, env=env, capture_output=True, timeout=timeout)
+                failed = run.returncode != 0
+            except subprocess.TimeoutExpired:
+                failed = True
+            finally:
+                (work / module).write_text(pristine)
+            if failed:
+                killed += 1
+                db.set_result(item.job_id, WorkResult(worker_outcome=WorkerOutcome.NORMAL,
+                                                      test_outcome=TestOutcome.KILLED, diff=result.diff,
+                                                      output="killed on recheck"))
+    return killed
+
+
+def _equivalents() -> dict[str, list[dict]]:
+    if not EQUIVALENTS.exists():
+        return {}
+    return tomllib.loads(EQUIVALENTS.read_text()).get("module", {})
+
+
+def _source_line(module: str, line: int) -> str:
+    lines = (ROOT / module).read_text().splitlines()
+    return lines[line - 1].strip() if 0 < line <= len(lines) else ""
+
+
+def _mutated_line(diff: str | None) -> str:
+    """The line a mutant wrote (the '+' line of its diff), stripped."""
+    for line in (diff or "").splitlines():
+        if line.startswith("+") and not line.startswith("+++"):
+            return line[1:].strip()
+    return ""
+
+
+def _is(entry: dict, key: tuple[str, str], result) -> bool:
+    """Whether an entry of mutation_equivalents.toml names this mutant (``mutated``: the new line, optional)."""
+    if (entry["operator"], entry["line"].strip()) != key:
+        return False
+    return "mutated" not in entry or entry["mutated"].strip() == _mutated_line(result.diff)
+
+
+def score(module: str, show_survivors: bool = True) -> dict | None:
+    """Killed, survived, equivalent and incompetent mutants of ``module``'s last run."""
+    from cosmic_ray.work_db import WorkDB, use_db
+    from cosmic_ray.work_item import TestOutcome, WorkerOutcome
+
+    path = WORK / f"{_slug(module)}.sqlite"
+    if not path.exists():                         # a run still going: its live session
+        path = WORK / _slug(module) / "session.sqlite"
+    if not path.exists():
+        return None
+    entries = _equivalents().get(module, [])
+    counts = {"mutants": 0, "killed": 0, "survived": 0, "equivalent": 0, "incompetent": 0, "pending": 0,
+              "filtered": 0}
+    survivors = []
+    with use_db(str(path), WorkDB.Mode.open) as db:
+        done = {item.job_id: result for item, result in db.completed_work_items}
+        for item in db.work_items:
+            result = done.get(item.job_id)
+            if result is not None and result.worker_outcome == WorkerOutcome.SKIPPED:
+                counts["filtered"] += 1               # an operator left out (EXCLUDED_OPERATORS)
+                continue
+            counts["mutants"] += 1
+            mutation = item.mutations[0]
+            key = (mutation.operator_name, _source_line(module, mutation.start_pos[0]))
+            if result is None:
+                counts["pending"] += 1
+            elif result.test_outcome == TestOutcome.KILLED:
+                counts["killed"] += 1
+            elif result.test_outcome == TestOutcome.INCOMPETENT:
+                counts["incompetent"] += 1
+            elif any(_is(e, key, result) for e in entries):   # only survivors can be equivalent
+                counts["equivalent"] += 1
+            else:
+                counts["survived"] += 1
+                survivors.append((mutation.start_pos[0], mutation.operator_name, _mutated_line(result.diff)))
+    judged = counts["killed"] + counts["survived"]
+    counts["score"] = counts["killed"] / judged if judged else float("nan")
+    if show_survivors:
+        for line, op, text in sorted(survivors):
+            print(f"  survived {module}:{line} {op.removeprefix('core/')}: {text}")
+    return counts
+
+
+def report(modules: list[str]) -> None:
+    print("| module | mutants | killed | survived | equivalent | incompetent | pending | score |")
+    print("|---|---|---|---|---|---|---|---|")
+    for module in modules:
+        c = score(module, show_survivors=False)
+        if c is None:
+            continue
+        print(f"| `{module}` | {c['mutants']} | {c['killed']} | {c['survived']} | {c['equivalent']} | "
+              f"{c['incompetent']} | {c['pending']} | {100 * c['score']:.1f}% |")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("modules", nargs="*", help=f"modules to mutate (default: all {len(MODULES)})")
+    parser.add_argument("--jobs", type=int, default=2, help="modules mutated at once (default 2)")
+    parser.add_argument("--timeout", type=float, default=300.0, help="seconds one mutant's tests may take")
+    parser.add_argument("--report", action="store_true", help="only print the scores of finished runs")
+    parser.add_argument("--survivors", action="store_true", help="with --report: list every survivor")
+    parser.add_argument("--recheck", action="store_true",
+                        help="run the survivors of finished runs again against the current tests")
+    args = parser.parse_args(argv)
+    unknown = [m for m in args.modules if m not in MODULES]
+    if unknown:
+        parser.error(f"not in tools/mutation.py's MODULES: {', '.join(unknown)}; known: {', '.join(MODULES)}")
+    modules = args.modules or list(MODULES)
+    if args.recheck:
+        for module in modules:
+            if (WORK / f"{_slug(module)}.sqlite").exists():
+                print(f"{module}: {recheck(module, args.timeout)} survivor(s) now killed", flush=True)
+        report(modules)
+        return 0
+    if args.report:
+        if args.survivors:
+            for module in modules:
+                score(module)
+        report(modules)
+        return 0
+    WORK.mkdir(exist_ok=True)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+        for done in pool.map(lambda m: run_module(m, args.timeout), modules):
+            print(f"done: {done}", flush=True)
+            score(done)
+    report(modules)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
