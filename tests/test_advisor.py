@@ -98,8 +98,18 @@ def test_a_stack_cut_by_the_batch_split_is_not_told_to_run_in_one_minibatch():
     assert int(plan.num_minibatches.sel(stack="u")) == int(plan.num_minibatches.sel(stack="t")) > 1
     m = step_model(plan, params=FAST_HOST.replace(sc_op_overhead_s=2e-5))
     advice = advise(model=m, minibatch=plan)
-    assert [f.stack for f in advice.get("limits_too_low")] == ["t"]
+    found = advice.get("limits_too_low")
+    assert [f.stack for f in found] == ["t"]
     assert not advice.get("minibatching_overhead")
+    # t's limits raised, the batch has no split left: both stacks in one mini-batch
+    from scwork.advisor._context import collapse
+    both_one = m.replace(stats=collapse(plan.stats, limits=False), num_minibatches={"t": 1, "u": 1}, plan=plan.plan,
+                         topology=m.topology)
+    assert found[0].gain_s == pytest.approx(m.step_time - both_one.step_time)
+    t_only = m.replace(stats=collapse(plan.stats, limits=False),
+                       num_minibatches={"t": 1, "u": int(plan.num_minibatches.sel(stack="u"))}, plan=plan.plan,
+                       topology=m.topology)
+    assert found[0].gain_s > m.step_time - t_only.step_time
     # planned stack by stack, u is one mini-batch: nothing to say about it either
     alone = minibatch(batch, feats, V5P1, stacking=None, backend="numpy", split_scope="stack")
     assert int(alone.num_minibatches.sel(stack="u")) == 1
