@@ -84,6 +84,37 @@ def test_limits_too_low_from_a_minibatch_plan():
     assert "max_ids_per_partition" in f.flags
 
 
+def test_a_stack_cut_by_the_batch_split_is_not_told_to_run_in_one_minibatch():
+    from scwork.sharding.minibatch import minibatch
+
+    rng = np.random.default_rng(1)
+    batch = FeatureBatch.from_dense({"f": rng.integers(0, 256, (64, 12)), "g": rng.integers(0, 256, (64, 2))})
+    tight = TableSpec("t", 256, 128, max_ids_per_partition=24, max_unique_ids_per_partition=24)
+    roomy = TableSpec("u", 256, 128, max_ids_per_partition=512, max_unique_ids_per_partition=512)
+    feats = [FeatureSpec("f", tight), FeatureSpec("g", roomy)]
+    plan = minibatch(batch, feats, V5P1, stacking=None, backend="numpy")
+    # u fits (no split of its own) but the batch's one split cuts it with t
+    assert plan.assignment["stack_split_mask"].sel(stack="u") == 0
+    assert int(plan.num_minibatches.sel(stack="u")) == int(plan.num_minibatches.sel(stack="t")) > 1
+    m = step_model(plan, params=FAST_HOST.replace(sc_op_overhead_s=2e-5))
+    advice = advise(model=m, minibatch=plan)
+    found = advice.get("limits_too_low")
+    assert [f.stack for f in found] == ["t"]
+    assert not advice.get("minibatching_overhead")
+    # t's limits raised, the batch has no split left: both stacks in one mini-batch
+    from scwork.advisor._context import collapse
+    both_one = m.replace(stats=collapse(plan.stats, limits=False), num_minibatches={"t": 1, "u": 1}, plan=plan.plan,
+                         topology=m.topology)
+    assert found[0].gain_s == pytest.approx(m.step_time - both_one.step_time)
+    t_only = m.replace(stats=collapse(plan.stats, limits=False),
+                       num_minibatches={"t": 1, "u": int(plan.num_minibatches.sel(stack="u"))}, plan=plan.plan,
+                       topology=m.topology)
+    assert found[0].gain_s > m.step_time - t_only.step_time
+    # planned stack by stack, u is one mini-batch: nothing to say about it either
+    alone = minibatch(batch, feats, V5P1, stacking=None, backend="numpy", split_scope="stack")
+    assert int(alone.num_minibatches.sel(stack="u")) == 1
+
+
 def test_limits_too_low_from_dropped_ids_without_a_model():
     table = TableSpec("t", 256, 16, max_ids_per_partition=8, max_unique_ids_per_partition=8)
     feats = [FeatureSpec("f", table)]

@@ -758,8 +758,10 @@ class LoadSkewExplorer(_bokeh.SyncedDisplay, ipywidgets.VBox):
         sizing = ("round_up(max_ids, 8) x S x P entries" if s["configured_max_ids_per_partition"] is not None
                   else "no max_ids limit: sized by the largest required buffer")
         out += (f"<div style='font-size:11px;color:#666'>* CSR buffers preprocess allocates on one device "
-                f"({sizing}; 12 bytes per entry plus row pointers). Mini-batches: the batch split "
-                f"by vocabulary range until every part is within the limits (1: it already is).</div>")
+                f"({sizing}; 12 bytes per entry plus row pointers). Mini-batches: the whole batch cut "
+                f"into vocabulary buckets until every part is within the limits, one cut for every stack "
+                f"as jax-tpu-embedding makes it, so all stacks have the same count (1: it already fits)."
+                f"</div>")
         if name in result.minibatch_notes:
             out += _bokeh.message_html(result.minibatch_notes[name], "warning")
         naive = np.asarray(s["naive_ids_per_partition"])

@@ -14,17 +14,30 @@ def limits_below_observed(conf, obs) -> list[str]:
     return [name for name, cfg, seen in zip(names, conf, obs) if cfg is not None and seen > cfg]
 
 
-def one_minibatch_gain(m, stack: str) -> float:
-    """Seconds per step saved by running ``stack`` in one mini-batch (limits at the observed maximum)."""
+def one_minibatch_gain(m, stack: str, own_masks: dict[str, int] | None = None) -> float:
+    """Seconds per step saved by running ``stack`` in one mini-batch (limits at the observed maximum).
+
+    ``own_masks`` (a mini-batch plan with one split for the batch: every stack's own
+    split mask) makes the what-if the library's: without ``stack``'s bits every stack
+    runs ``popcount(OR of the other masks) + 1`` mini-batches, ``stack`` included.
+    """
     cur = dict(zip(m.stacks, (int(x) for x in m.detail["num_minibatches"])))
     base_stats = m._inputs["stats"]
+    after = {stack: 1}
+    if own_masks is not None:
+        rest = 0
+        for name, mask in own_masks.items():
+            if name != stack:
+                rest |= mask
+        after = dict.fromkeys(cur, bin(rest).count("1") + 1)
     if hasattr(base_stats, "num_minibatches") or "minibatch" in getattr(base_stats, "dims", {}):
         raw = base_stats.stats if hasattr(base_stats, "num_minibatches") else base_stats
-        cur.pop(stack)
-        what = m.replace(stats=collapse(raw, limits=False), num_minibatches={**cur, stack: 1},
+        for name in after:
+            cur.pop(name, None)
+        what = m.replace(stats=collapse(raw, limits=False), num_minibatches={**cur, **after},
                          plan=m._inputs.get("plan") or getattr(base_stats, "plan", None), topology=m.topology)
     else:
-        cur[stack] = 1
+        cur.update(after)
         what = m.replace(num_minibatches=cur)
     return m.step_time - what.step_time
 
@@ -38,9 +51,18 @@ def check_limits_low(c: Context):
         return c.skip("limits_too_low", "needs stats, a mini-batch plan or a step model")
     m = c.model
     nmb: dict[str, int] = {}
+    cut_by_others: set[str] = set()
+    own_masks = None
     if c.minibatch is not None:
         nmb = {str(k): int(v) for k, v in zip(c.minibatch.num_minibatches["stack"].values,
                                               c.minibatch.num_minibatches.values)}
+        asg = c.minibatch.assignment
+        if getattr(c.minibatch, "split_scope", "stack") == "batch" and "stack_split_mask" in asg:
+            # The batch's one split (jax-tpu-embedding ORs every stack's mask) also cuts a
+            # stack within its limits: its count is the other stacks' doing, and running
+            # it in one mini-batch is not an option the library has.
+            own_masks = {str(k): int(v) for k, v in zip(asg["stack"].values, asg["stack_split_mask"].values)}
+            cut_by_others = {k for k, v in own_masks.items() if v == 0}
     elif m is not None:
         nmb = {s: int(n) for s, n in zip(m.stacks, m.detail["num_minibatches"])}
     else:
@@ -58,7 +80,7 @@ def check_limits_low(c: Context):
         below = limits_below_observed(conf, obs)
         gain, basis = None, "no step model: time not estimated"
         if stack in multi and m is not None:
-            gain = one_minibatch_gain(m, stack)
+            gain = one_minibatch_gain(m, stack, own_masks)
             basis = f"step model re-run with stack {stack!r} in one mini-batch (limits at the observed maximum)"
         evidence = {"num_minibatches": nmb.get(stack, 1), "dropped_ids": dropped.get(stack, 0),
                     "configured_max_ids_per_partition": conf[0], "configured_max_unique_ids_per_partition": conf[1]}
@@ -66,6 +88,8 @@ def check_limits_low(c: Context):
             evidence.update({"observed_max_ids_per_partition": obs[0],
                              "observed_max_unique_ids_per_partition": obs[1]})
         if stack not in dropped and not below:
+            if stack in cut_by_others:
+                continue
             # Mini-batches no configured limit explains (set by hand, e.g. num_minibatches=4): they
             # cost SparseCore op overheads, but say nothing about the limits.
             if gain is not None and not c.worth(gain):

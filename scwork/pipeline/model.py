@@ -48,9 +48,10 @@ With ``T`` tiles per SparseCore (``tiles_per_sparsecore``), 32-byte DMA granules
   a slot, the others spread evenly over the slots, so serializing costs
   parallelism. ``N <= 1``: nothing serialized.
 - **Mini-batching.** Mini-batch ``m`` of a stack is a separate op: with a
-  :class:`~scwork.sharding.MiniBatchPlan` its per-mini-batch statistics are used;
-  with a bare ``num_minibatches`` the counts of every (slice, partition) are split
-  as evenly as integers allow. Activations are written once per stack (mini-batches
+  :class:`~scwork.sharding.MiniBatchPlan` its per-mini-batch statistics are used
+  (by default one split for the whole batch, so every stack runs the same number of
+  ops, as jax-tpu-embedding runs them); with a bare ``num_minibatches`` the counts
+  of every (slice, partition) are split as evenly as integers allow. Activations are written once per stack (mini-batches
   accumulate into them).
 - **Dropping.** Counts above a configured limit (possible only with
   ``allow_id_dropping``) are clipped to the limit (the prefix cut keeps at most
@@ -472,7 +473,8 @@ def step_model(stats, plan=None, *, topology=None, chip=None, widths=None, optim
     dtype : str or dict, default "f32"
         Table dtype (``f32``, ``bf16``, ``f16``, ``s8``), or per stack.
     num_minibatches : int or dict, optional
-        Mini-batches per stack (default 1); not with a MiniBatchPlan.
+        Mini-batches per stack (default 1); not with a MiniBatchPlan. An int gives
+        every stack that count, as jax-tpu-embedding's one split for the batch does.
     num_serialized_tables : int, default 1
         ``xla_sc_num_serialized_tables_to_optimize_hbm`` (<= 1: none).
     pipelining : bool, default True

@@ -11,9 +11,9 @@ buffer on/off, mini-batching on/off). Its figures:
   cut and the bucket tree touch nothing then); otherwise the sharding engine runs on
   the stacks concerned (:func:`~scwork.sharding.compute_stats` with
   ``allow_id_dropping``, or :func:`~scwork.sharding.minibatch` with mini-batching on;
-  the step's mini-batch count is the largest of its stacks, for every stack, as
-  jax-tpu-embedding returns one count for the whole input and runs every stack that
-  many times);
+  the step's mini-batch count is the one of the batch's combined split, for every
+  stack: jax-tpu-embedding ORs the split masks of all stacks, returns one count for
+  the whole input and runs every stack that many times);
 - **SPMEM and HBM**: :func:`scwork.memory.plan` of the stacking plan with those limits
   and buffers;
 - **step time**: :func:`scwork.pipeline.step_model` on the statistics of the held-out step
@@ -165,10 +165,11 @@ class _Evaluator:
         if hit is None:
             hit = self._engine[key] = self._run_engine(ctx, plan, over, minibatching)
         dropped, per_step = hit
-        # jax-tpu-embedding returns one mini-batch count per step for the whole input
-        # (preprocess_sparse_dense_matmul_input's num_minibatches) and runs every stack
-        # that many times: each stack gets the largest count of any stack of the step
-        # (the oracle test checks it against the library).
+        # jax-tpu-embedding cuts the whole input by one split, the OR of every stack's
+        # mask (SyncMinibatchingSplit), and runs every stack that many times. A stack
+        # within its limits adds no bit to it, so the split of the stacks over their
+        # limits, which minibatch() gives every one of them, is the step's count for
+        # every stack of the plan (the oracle test checks the split against the library).
         counts = [dict.fromkeys((st.name for st in plan.stacks), max(mb.values(), default=1)) for mb in per_step]
         return dropped, counts
 

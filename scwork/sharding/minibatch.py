@@ -26,10 +26,16 @@ Reproduces ``SortAndGroupCooTensorsPerLocalDeviceImpl`` and
    of the two up, else carry their sum; done once with the ids and
    ``max_ids_per_partition``, once with the distinct ids and
    ``max_unique_ids_per_partition``;
-4. OR the 63-bit split masks of every row of every slice (all devices, all hosts:
-   the reference all-reduces it, so mini-batching is global per stacked table);
+4. OR the 63-bit split masks of every row of every slice and of *every stacked
+   table of the batch* (``SyncMinibatchingSplit`` in ``input_preprocessing.cc``:
+   the tables' masks are OR-ed, then all-reduced over devices and hosts): one
+   split for the whole input, so every stack is cut at the same bucket boundaries
+   and has the same number of mini-batches, and a stack that fits its limits is
+   split too. ``split_scope="stack"`` instead cuts each stack by its own mask (a
+   what-if on one stack);
 5. a set bit cuts the bucket sequence at its node's middle; the mini-batches are
-   the runs of consecutive buckets between cuts (``popcount(split) + 1`` of them);
+   the runs of consecutive buckets between cuts (``popcount(split) + 1`` of them,
+   the same count for every stack with the default ``split_scope="batch"``);
 6. a single bucket above a limit cannot be split: the reference aborts (or, with
    ``allow_id_dropping``, drops by the prefix cut inside each bucket's stream);
    scwork raises :class:`~scwork.errors.LimitExceededError` saying which bucket and
@@ -50,7 +56,8 @@ the fewest contiguous runs of samples whose per-partition ids and distinct ids f
 the limits (a sample goes to the current run if the run still fits with it).
 Mini-batch ``m`` holds run ``m`` of every slice; the count of a stack is the
 largest number of runs of any slice (all SparseCores loop the same number of
-times). A sample that alone exceeds a limit cannot be split: error.
+times). Each stack is planned alone (its own runs and count; there is no
+batch-wide split). A sample that alone exceeds a limit cannot be split: error.
 
 Examples
 --------
@@ -67,6 +74,22 @@ Examples
 [0, 0, 0, 0, 1, 1, 1, 1]
 >>> [sorted(b.ids("f").tolist()) for b in plan.batches()]
 [[0, 1, 2, 3], [4, 5, 6, 7]]
+
+A second table ``u`` that fits its limits is cut with ``t`` (one split for the
+batch, as the library does); ``split_scope="stack"`` leaves it whole:
+
+>>> u = TableSpec("u", 64, 8, max_ids_per_partition=64, max_unique_ids_per_partition=64)
+>>> batch2 = FeatureBatch.from_ragged({"f": ([0, 1, 2, 3, 4, 5, 6, 7], [0, 4, 8]),
+...                                    "g": ([0, 5, 1, 6], [0, 2, 4])})
+>>> features = [FeatureSpec("f", table), FeatureSpec("g", u)]
+>>> both = minibatch(batch2, features, scwork.Topology(1, 1), stacking=None, bucket_hash="identity",
+...                  num_buckets=8)
+>>> both.num_minibatches.values.tolist(), both.minibatch_of("g").tolist()
+([2, 2], [0, 1, 0, 1])
+>>> alone = minibatch(batch2, features, scwork.Topology(1, 1), stacking=None, bucket_hash="identity",
+...                   num_buckets=8, split_scope="stack")
+>>> alone.num_minibatches.values.tolist(), alone.minibatch_of("g").tolist()
+([2, 1], [0, 0, 0, 0])
 """
 
 from __future__ import annotations
@@ -100,11 +123,15 @@ __all__ = [
     "split_positions",
     "bucket_of",
     "STRATEGIES",
+    "SPLIT_SCOPES",
     "BUCKET_HASHES",
 ]
 
 #: Mini-batching strategies of :func:`minibatch`.
 STRATEGIES: tuple[str, ...] = ("vocabulary", "sample")
+#: Scopes of the vocabulary split: ``"batch"`` (one split for every stack, as
+#: jax-tpu-embedding) or ``"stack"`` (each stack cut by its own mask).
+SPLIT_SCOPES: tuple[str, ...] = ("batch", "stack")
 #: Bucket hashes: ``"highway"`` (jax-tpu-embedding's default) or ``"identity"``.
 BUCKET_HASHES: tuple[str, ...] = ("highway", "identity")
 
@@ -224,13 +251,18 @@ class MiniBatchPlan:
     ----------
     strategy : str
         ``"vocabulary"`` or ``"sample"``.
+    split_scope : str
+        ``"batch"``: one vocabulary split for every stack (jax-tpu-embedding's
+        mini-batching, every stack has the same count); ``"stack"``: each stack
+        planned alone (always so for ``"sample"``).
     plan : StackingPlan
         The stacks (with their configured limits).
     topology : scwork.Topology
     batch : FeatureBatch
         The input batch (without out-of-vocabulary ids when those were dropped).
     num_minibatches : xarray.DataArray
-        Dim ``stack``: mini-batches each stack needs (1: no mini-batching).
+        Dim ``stack``: mini-batches of each stack (1: no mini-batching); equal for
+        every stack with ``split_scope="batch"``.
     stats : xarray.Dataset
         The engine's statistics (as :func:`~scwork.sharding.compute_stats`) of every
         mini-batch, with a leading dim ``minibatch`` (``0 .. max - 1``); stacks that
@@ -242,8 +274,10 @@ class MiniBatchPlan:
     """
 
     def __init__(self, *, strategy, plan, topology, batch, config, num_minibatches, stats, assignment,
-                 bucket_hash, num_buckets, hash_key, run_of_sample=None, features=None, num_threads=None):
+                 bucket_hash, num_buckets, hash_key, run_of_sample=None, features=None, num_threads=None,
+                 split_scope="stack"):
         self.strategy = strategy
+        self.split_scope = split_scope
         self.plan = plan
         self.topology = topology
         self.batch = batch
@@ -333,11 +367,12 @@ class MiniBatchPlan:
                  st.max_unique_ids_per_partition) for st in self.plan.stacks]
         return html_table(rows, header=("stack", "mini-batches", "max_ids_per_partition",
                                         "max_unique_ids_per_partition"),
-                          caption=f"MiniBatchPlan (strategy {self.strategy}): at most {self.max_minibatches} "
+                          caption=f"MiniBatchPlan (strategy {self.strategy}, split per {self.split_scope}): at most {self.max_minibatches} "
                                   f"mini-batches per step on {self.topology}")
 
     def __repr__(self) -> str:
-        lines = [f"MiniBatchPlan(strategy={self.strategy!r}, {len(self.plan.stacks)} stacks, "
+        lines = [f"MiniBatchPlan(strategy={self.strategy!r}, split_scope={self.split_scope!r}, "
+                 f"{len(self.plan.stacks)} stacks, "
                  f"max {self.max_minibatches} mini-batches)"]
         for st in self.plan.stacks:
             lines.append(f"  {st.name}: {int(self.num_minibatches.sel(stack=st.name))} mini-batches "
@@ -390,7 +425,7 @@ def minibatch(batch: FeatureBatch, features: Any, topology: Topology, *, strateg
               bucket_hash: str = "highway", rotation: int | None = None,
               activation_mem_bytes_limit: int = DEFAULT_ACTIVATION_MEM_BYTES_LIMIT,
               on_out_of_vocabulary: str = "error", backend: str = "numba",
-              num_threads: int | None = None) -> MiniBatchPlan:
+              num_threads: int | None = None, split_scope: str | None = None) -> MiniBatchPlan:
     """Plan the mini-batches that make every stack of a batch fit its limits.
 
     Parameters
@@ -411,6 +446,14 @@ on_out_of_vocabulary
         ``col_id & (num_buckets - 1)``.
     backend : {"numba", "numpy"}
         ``"numpy"``: the slow reference kernels (small inputs only).
+    split_scope : {"batch", "stack"} or None
+        Vocabulary strategy only. ``"batch"`` (the default, None, for
+        ``"vocabulary"``): the split masks of every stack are OR-ed and every stack is
+        cut by that one mask, as jax-tpu-embedding does, so all stacks have the same
+        ``num_minibatches`` (``popcount(mask) + 1``) and a stack that fits its limits
+        is split too. ``"stack"``: each stack is cut by its own mask (a what-if on one
+        stack: a stack that fits stays one mini-batch). The sample strategy always
+        plans each stack alone (None or ``"stack"``).
     num_threads : int or None
         Threads of the engine runs the plan makes (:meth:`MiniBatchPlan.preprocess`
         of each mini-batch); None (default): every available core, as for
@@ -428,7 +471,10 @@ on_out_of_vocabulary
         largest count of the bucket over every (device, sc, partition) stream),
         ``bucket_ids`` (stack, bucket: deduplicated ids of the bucket in the whole
         batch), ``split_mask`` and ``split_positions`` (stack, int64 bit masks, see
-        :func:`compute_minibatching_split`). For ``"sample"``: ``run_start`` and
+        :func:`compute_minibatching_split`: the mask that cuts the stack, the same
+        for every stack with ``split_scope="batch"``) and ``stack_split_mask``
+        (stack: the mask the stack's own counts give; their OR is ``split_mask``
+        under ``"batch"``); attrs ``split_scope``. For ``"sample"``: ``run_start`` and
         ``run_stop`` (stack, device, sc, minibatch: first and one-past-last local
         sample of each run, -1 where the slice has fewer runs), ``runs_per_sc``
         (stack, device, sc).
@@ -472,6 +518,7 @@ on_out_of_vocabulary
     config = SparsecoreConfig() if config is None else config
     if strategy not in STRATEGIES:
         raise ConfigError(f"strategy must be one of {STRATEGIES}, got {strategy!r}")
+    split_scope = _check_split_scope(split_scope, strategy)
     nb = _check_num_buckets(num_buckets)
     mode = _hash_mode(bucket_hash)
     if backend not in ("numba", "numpy"):
@@ -506,8 +553,19 @@ on_out_of_vocabulary
     parts = _run_tasks(one_unit, units, [_stack_ids(plan.stacks[i], batch, g) for i, g in units], num_threads,
                        "stacks")
     if strategy == "vocabulary":
-        per_stack = [_vocabulary_stack(st, [part for (i, _), part in zip(units, parts) if i == a], config, nb, G, S)
-                     for a, st in enumerate(plan.stacks)]
+        counts = [_vocabulary_stack_counts(st, [part for (i, _), part in zip(units, parts) if i == a], config, nb,
+                                           G, S)
+                  for a, st in enumerate(plan.stacks)]
+        if split_scope == "batch":
+            # jax-tpu-embedding ORs the split of every stacked table of the batch
+            # (input_preprocessing.cc, SyncMinibatchingSplit): one cut for the
+            # whole input, so every stack loops the same number of times.
+            combined = 0
+            for c in counts:
+                combined |= c["stack_split"]
+            per_stack = [_vocabulary_minibatches(c, combined, nb, config) for c in counts]
+        else:
+            per_stack = [_vocabulary_minibatches(c, c["stack_split"], nb, config) for c in counts]
     else:
         per_stack = parts
     run_of_sample = {}
@@ -515,11 +573,26 @@ on_out_of_vocabulary
         for st, res in zip(plan.stacks, per_stack):
             run_of_sample[st.name] = res.pop("run_of_sample")
     stats = _stats_dataset(plan, topology, batch, per_stack, oov_counts)
-    assignment = _assignment_dataset(plan, topology, per_stack, strategy, nb, batch.batch_size)
+    stats.attrs["strategy"] = strategy
+    stats.attrs["split_scope"] = split_scope
+    assignment = _assignment_dataset(plan, topology, per_stack, strategy, nb, batch.batch_size, split_scope)
     return MiniBatchPlan(strategy=strategy, plan=plan, topology=topology, batch=batch, config=config,
                          num_minibatches=stats["num_minibatches"], stats=stats, assignment=assignment,
                          bucket_hash=bucket_hash, num_buckets=nb, hash_key=K.HIGHWAY_KEY,
-                         run_of_sample=run_of_sample, features=features, num_threads=num_threads)
+                         run_of_sample=run_of_sample, features=features, num_threads=num_threads,
+                         split_scope=split_scope)
+
+
+def _check_split_scope(split_scope: Any, strategy: str) -> str:
+    if split_scope is None:
+        return "batch" if strategy == "vocabulary" else "stack"
+    if not isinstance(split_scope, str) or split_scope not in SPLIT_SCOPES:
+        raise ConfigError(f"split_scope must be one of {SPLIT_SCOPES} (or None: 'batch' for the vocabulary "
+                          f"strategy), got {split_scope!r}")
+    if strategy == "sample" and split_scope != "stack":
+        raise ConfigError("split_scope='batch' needs strategy='vocabulary': the sample strategy cuts each stack's "
+                          "samples into its own runs; pass split_scope='stack' or None with strategy='sample'")
+    return split_scope
 
 
 def _stack_ids(st, batch: FeatureBatch, table: int | None = None) -> int:
@@ -574,22 +647,25 @@ def _vocabulary_counts(st, batch, G, S, nb, mode, config, backend, K, table: int
     return pairs, distinct, kept, raw, naive, dropped
 
 
-def _vocabulary_stack(st, parts, config, nb, G, S) -> dict:
-    """A stack's mini-batches from its tables' counts (``parts``: one tuple per task, added up)."""
+def _vocabulary_stack_counts(st, parts, config, nb, G, S) -> dict:
+    """A stack's per-bucket counts (``parts``: one tuple per task, added up) and its own split mask."""
     P = st.num_partitions
     nsl = G * S
-    allow = config.allow_id_dropping
     pairs, distinct, kept, raw, naive, dropped = (sum(arrays[1:], arrays[0]) if len(arrays) > 1 else arrays[0]
                                                   for arrays in zip(*parts))
     pairs = pairs.reshape(nsl, P, nb)
     distinct = distinct.reshape(nsl, P, nb)
-    kept = kept.reshape(nsl, P, nb)
-    raw = raw.reshape(nsl, nb)
-    naive = naive.reshape(P, nb)
-    if not allow:
+    if not config.allow_id_dropping:
         _check_buckets(st, pairs, distinct, G, S, nb)
     split = compute_minibatching_split(pairs.reshape(-1, nb), st.max_ids_per_partition) | \
         compute_minibatching_split(distinct.reshape(-1, nb), st.max_unique_ids_per_partition)
+    return {"pairs": pairs, "distinct": distinct, "kept": kept.reshape(nsl, P, nb), "raw": raw.reshape(nsl, nb),
+            "naive": naive.reshape(P, nb), "dropped": dropped, "stack_split": split}
+
+
+def _vocabulary_minibatches(counts, split, nb, config) -> dict:
+    """A stack's mini-batches when its buckets are cut by ``split`` (its own mask or the batch's)."""
+    pairs, distinct = counts["pairs"], counts["distinct"]
     groups = split_to_minibatches(split, nb)
     M = int(groups[-1]) + 1
     starts = np.flatnonzero(np.r_[True, groups[1:] != groups[:-1]])
@@ -601,11 +677,12 @@ def _vocabulary_stack(st, parts, config, nb, G, S) -> dict:
         "M": M,
         "ids": per_mb(pairs),                   # (M, nsl, P)
         "unique": per_mb(distinct),
-        "kept": per_mb(kept) if allow else per_mb(pairs),
-        "raw": per_mb(raw),                     # (M, nsl)
-        "naive_unique": per_mb(naive),          # (M, P)
-        "dropped": np.add.reduceat(dropped, starts),
+        "kept": per_mb(counts["kept"]) if config.allow_id_dropping else per_mb(pairs),
+        "raw": per_mb(counts["raw"]),           # (M, nsl)
+        "naive_unique": per_mb(counts["naive"]),  # (M, P)
+        "dropped": np.add.reduceat(counts["dropped"], starts),
         "split": split,
+        "stack_split": counts["stack_split"],
         "groups": groups,
         "bucket_max_ids": pairs.max(axis=(0, 1)) if pairs.size else np.zeros(nb, np.int64),
         "bucket_max_unique": distinct.max(axis=(0, 1)) if distinct.size else np.zeros(nb, np.int64),
@@ -801,7 +878,8 @@ def _stats_dataset(plan, topology, batch, per_stack, oov_counts):
                                                   "whole-batch view: distinct ids per destination partition",
                                                   "ids"),
             "num_minibatches": var("stack", np.array([r["M"] for r in per_stack], np.int64),
-                                   "mini-batches the stack needs (1: none)", "mini-batches"),
+                                   "mini-batches of the stack (1: none; split_scope 'batch': the same for "
+                                   "every stack)", "mini-batches"),
             "samples_per_device": var("stack", np.array([len(st.features) * B // G for st in plan.stacks],
                                                         np.int64),
                                       "samples of the stacked input per device (features x B / G)", "samples"),
@@ -830,7 +908,7 @@ def _stats_dataset(plan, topology, batch, per_stack, oov_counts):
     return ds
 
 
-def _assignment_dataset(plan, topology, per_stack, strategy, nb, B):
+def _assignment_dataset(plan, topology, per_stack, strategy, nb, B, split_scope):
     import xarray as xr
 
     names = np.array([st.name for st in plan.stacks], dtype=object)
@@ -853,15 +931,18 @@ def _assignment_dataset(plan, topology, per_stack, strategy, nb, B):
                                {"long_name": "ids of the bucket in the whole batch after per-sample dedup",
                                 "units": "ids"}),
                 "split_mask": ("stack", np.array([r["split"] for r in per_stack], np.int64),
-                               {"long_name": "split bits of the bucket tree (ComputeMinibatchingSplit)",
-                                "units": "bit mask"}),
+                               {"long_name": "split bits that cut the stack's buckets (split_scope 'batch': the "
+                                             "OR of every stack's stack_split_mask)", "units": "bit mask"}),
+                "stack_split_mask": ("stack", np.array([r["stack_split"] for r in per_stack], np.int64),
+                                     {"long_name": "split bits of the stack's own bucket tree "
+                                                   "(ComputeMinibatchingSplit)", "units": "bit mask"}),
                 "split_positions": ("stack", np.array([split_positions(r["split"], nb) for r in per_stack],
                                                       np.int64),
                                     {"long_name": "bit b set: buckets b and b+1 in different mini-batches",
                                      "units": "bit mask"}),
             },
             coords={"stack": names, "bucket": np.arange(nb)},
-            attrs={"strategy": strategy, "num_buckets": nb},
+            attrs={"strategy": strategy, "num_buckets": nb, "split_scope": split_scope},
         )
     M = max(r["M"] for r in per_stack)
     rs = np.full((len(per_stack), G, S, M), -1, np.int64)
@@ -882,5 +963,5 @@ def _assignment_dataset(plan, topology, per_stack, strategy, nb, B):
                                                               "units": "mini-batches"}),
         },
         coords={"stack": names, "device": np.arange(G), "sc": np.arange(S), "minibatch": np.arange(M)},
-        attrs={"strategy": strategy, "samples_per_sc": B // (G * S)},
+        attrs={"strategy": strategy, "samples_per_sc": B // (G * S), "split_scope": split_scope},
     )

@@ -10,8 +10,9 @@ the questions a user tuning limits asks of them, each computed on first use and 
   otherwise, kept in :attr:`~Scenario.error`);
 - :attr:`~Scenario.observed`: the same ids with no limit at all, i.e. what the limits
   would have to be;
-- :attr:`~Scenario.minibatches`: how many vocabulary mini-batches each stack needs to
-  stay within its limits (one when it already does);
+- :attr:`~Scenario.minibatches`: how many vocabulary mini-batches the batch needs to
+  stay within its limits (one split for every stack, as jax-tpu-embedding cuts it, so
+  every stack has the same count; one when everything already fits);
 - :attr:`~Scenario.by_table`: the observed counts of every table alone, at its place in
   its stack (the stack's counts are their sums);
 - :attr:`~Scenario.csr_footprint`: CSR entries and bytes per device of each stack.
@@ -78,10 +79,13 @@ def _background() -> concurrent.futures.ThreadPoolExecutor:
 
 @dataclasses.dataclass(frozen=True)
 class MinibatchCounts:
-    """Vocabulary mini-batches each stack needs to stay within its limits."""
+    """Vocabulary mini-batches of each stack under the batch's one split (the same count for every stack)."""
 
     counts: dict[str, int | None]
-    """Per stack: the number of mini-batches, or None where no split fits."""
+    """Per stack: the number of mini-batches, or None where no split fits (a single
+    bucket over a limit). The other stacks then get the count of the OR of their own
+    split masks: the bits of the stacks without a split are unknown, so it is a lower
+    bound of what the batch would need once those are fixed."""
     notes: dict[str, str]
     """Per stack whose count is None: why (the engine's message)."""
 
@@ -326,27 +330,33 @@ class Scenario:
         except ScworkError:
             pass
         # One stack that no split can fit (a single bucket over its limit) fails the
-        # whole call: ask again stack by stack so the others still get their count.
+        # whole call: ask again stack by stack so the others still get a count, the
+        # one of their combined split (the library ORs the masks of every stack).
         counts_by_stack: dict[str, int | None] = {}
         notes = {}
         plan = self.plan
+        combined = 0
         for st in plan.stacks:
             alone = StackingPlan([st], self.topology, plan.rotation, plan.batch_size)
             try:
                 mb = minibatch(self.batch.select([f.name for f in st.features]), st.features, self.topology,
                                strategy="vocabulary", stacking=alone, config=config, num_threads=self.num_threads)
-                counts_by_stack[st.name] = int(mb.num_minibatches.sel(stack=st.name))
+                combined |= int(mb.assignment["stack_split_mask"].sel(stack=st.name))
+                counts_by_stack[st.name] = 0            # set below, from the combined mask
             except ScworkError as err:
                 counts_by_stack[st.name] = None
                 notes[st.name] = f"no mini-batch split fits: {err}"
-        return MinibatchCounts(counts_by_stack, notes)
+        count = bin(combined).count("1") + 1
+        return MinibatchCounts({name: None if c is None else count for name, c in counts_by_stack.items()}, notes)
 
     @cached_property
     def minibatches(self) -> MinibatchCounts:
-        """Vocabulary mini-batches each stack needs (:func:`~scwork.sharding.minibatch`).
+        """Vocabulary mini-batches of the batch (:func:`~scwork.sharding.minibatch`).
 
-        One per stack when no stream is over its limits: the mini-batching bucket tree
-        never splits then, so the second engine pass is skipped.
+        One split for the whole batch, as jax-tpu-embedding makes it: every stack that
+        can be split has the same count. One per stack when no stream is over its
+        limits: the mini-batching bucket tree never splits then, so the second engine
+        pass is skipped.
         """
         if not self.over_limits:
             return MinibatchCounts({st.name: 1 for st in self.plan.stacks}, {})

@@ -29,8 +29,6 @@ Deliberate differences (scwork keeps them; each is checked where it applies):
   vocabulary (the library does neither);
 - a static buffer larger than the limits allow aborts the library; scwork raises a
   ConfigError when planning;
-- the library ORs the mini-batching split masks of all stacks of a batch; scwork plans
-  each stack alone (``num_minibatches`` per stack) and the oracle checks the OR;
 - an all-zero FDO history gives the library limits of 0; scwork's are at least 1.
 
 Paths scwork models without a library counterpart, checked elsewhere by hand:

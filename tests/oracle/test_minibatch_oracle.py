@@ -6,18 +6,21 @@ preprocessed by ``preprocess_sparse_dense_matmul_input(..., enable_minibatching=
 and by :func:`scwork.sharding.minibatch.minibatch` (HighwayHash buckets, 64 of them, as
 the library).
 
-Compared:
+Compared, scwork's default (``split_scope="batch"``) against the library, exactly:
 
-- the number of mini-batches (the library returns one count for the whole batch);
+- the number of mini-batches: the library returns one count for the whole batch, and
+  scwork gives that count to every stack (one split for the batch: the library ORs
+  the split masks of all stacks, ``SyncMinibatchingSplit`` in
+  ``input_preprocessing.cc``, so every stack is cut at the same bucket boundaries and
+  a stack that fits its limits is split too);
 - both entry points: dense arrays (``preprocess_sparse_dense_matmul_input``) and
   sparse tensors (``preprocess_sparse_dense_matmul_input_from_sparse_tensor``, ragged
   rows, against :meth:`FeatureBatch.from_coo`);
 - the contents of every mini-batch: per (device, source SparseCore, mini-batch,
   partition), the CSR entries (embedding id, sample id, gain) the library writes,
-  against scwork's ids of the buckets that form that mini-batch (scwork's
-  :func:`~scwork.sharding.minibatch.bucket_of` and the split mask), preprocessed by
-  the engine. Equal contents for every mini-batch mean every id went to the bucket
-  group scwork says.
+  against the ids scwork puts in that mini-batch (:meth:`MiniBatchPlan.batch_for`, its
+  bucket assignment), preprocessed by the engine. Equal contents for every mini-batch
+  and stack mean every id went to the mini-batch scwork says.
 
 How the library lays a mini-batched CSR out (read off its output): per device, each
 source SparseCore has ``num_minibatches`` blocks of ``max(P, 8)`` row pointers, SparseCore
@@ -25,13 +28,9 @@ by SparseCore and mini-batch by mini-batch, into one buffer per device; every
 partition's segment starts at ``round_up(previous end, 8)``, row pointers past ``P``
 repeat the block's rounded end.
 
-Difference this suite found (a deliberate difference, kept in scwork): the library
-ORs the split masks of *all* stacks of the batch, so every stack is cut at the same
-bucket boundaries and has the same number of mini-batches (a stack that fits its
-limits is split too). scwork plans each stack on its own (``num_minibatches`` and
-``split_mask`` per stack: a stack that fits stays one mini-batch, which is what a
-what-if on one stack needs); this suite checks the library's split is the OR of
-scwork's per-stack masks, and its contents follow from that.
+scwork's ``split_scope="stack"`` (each stack cut by its own mask, a what-if on one
+stack) has no library counterpart; the library's split is checked to be the OR of
+those per-stack masks too.
 
 Not sent to the library: a single bucket above a limit without id dropping (the library
 aborts the process; scwork raises :class:`~scwork.errors.LimitExceededError`).
@@ -195,27 +194,35 @@ def test_minibatches_and_their_contents_equal_the_library(case):
             enable_minibatching=True)
     library_m = int(np.asarray(out.num_minibatches).ravel()[0])
 
-    # one split for the whole batch: the OR of scwork's per-stack masks
-    split = 0
+    # scwork's default: one split for the whole batch, the same count for every stack
+    assert mb.split_scope == "batch"
+    assert mb.num_minibatches.values.tolist() == [library_m] * len(plan.stacks), \
+        (library_m, mb.num_minibatches.values.tolist())
+    M = library_m
+    split = int(mb.assignment["split_mask"].values[0])
+    assert (mb.assignment["split_mask"].values == split).all()
+    own = 0
     for stack in plan.stacks:
-        split |= int(mb.assignment["split_mask"].sel(stack=stack.name))
-    groups_of_bucket = split_to_minibatches(split, 64)
-    M = int(groups_of_bucket.max()) + 1
-    assert library_m == M, (library_m, M, mb.num_minibatches.values.tolist())
-    assert M >= mb.max_minibatches
+        own |= int(mb.assignment["stack_split_mask"].sel(stack=stack.name))
+    assert split == own            # the OR of every stack's own mask
+    assert bin(split).count("1") + 1 == M
+    for stack in plan.stacks:
+        assert mb.assignment["minibatch_of_bucket"].sel(stack=stack.name).values.tolist() == \
+            split_to_minibatches(split, 64).tolist()
     event(f"{min(M, 4)}{'+' if M >= 4 else ''} mini-batches, {len(plan.stacks)} stack(s)")
+    if M > 1 and len({int(v) for v in mb.assignment["stack_split_mask"].values}) > 1:
+        event("stacks with different own masks cut by their OR")
 
-    # mini-batch m of scwork: the ids whose bucket is in group m, through the engine
-    minibatch_of = {}
+    # mini-batch m of scwork (MiniBatchPlan.batch_for), through the engine, against
+    # the library's block m of every stack
     for f in features:
         stack = plan.stack_of_feature(f.name)
         t = stack.table(f.table.name)
         buckets = bucket_of(batch.ids(f.name), P, t.shard_rotation, t.row_offset_in_shard)
-        minibatch_of[f.name] = groups_of_bucket[buckets]
+        assert mb.minibatch_of(f.name).tolist() == split_to_minibatches(split, 64)[buckets].tolist()
     sdm = out.sparse_dense_matmul_input
     for m in range(M):
-        part = batch._without({n: minibatch_of[n] != m for n in names})
-        ours = preprocess(part, features, topology, plan)
+        ours = preprocess(mb.batch_for(m), features, topology, plan)
         for stack in plan.stacks:
             theirs = _blocks(sdm.lhs_row_pointers[stack.name], sdm.lhs_embedding_ids[stack.name],
                              sdm.lhs_sample_ids[stack.name], sdm.lhs_gains[stack.name], D, S, M, P)
@@ -225,7 +232,7 @@ def test_minibatches_and_their_contents_equal_the_library(case):
 
 
 def test_a_stack_that_fits_is_split_with_the_others():
-    """The worked difference: table u fits its limits, table t does not; the library cuts both."""
+    """Table u fits its limits, table t does not: the library cuts both, and so does scwork."""
     case = dict(D=1, S=2, P=2, batch=4, valency=6, seed=0, stacked=False,
                 tables=[dict(name="t", vocab=512, max_ids=4, max_unique=4),
                         dict(name="u", vocab=512, max_ids=64, max_unique=64)],
@@ -235,13 +242,21 @@ def test_a_stack_that_fits_is_split_with_the_others():
     ids = _ids(case)
     batch = FeatureBatch.from_dense({"f": ids[0], "g": ids[1]})
     mb = minibatch(batch, features, topology, stacking=None)
-    assert int(mb.num_minibatches.sel(stack="u")) == 1 < int(mb.num_minibatches.sel(stack="t"))
+    alone = minibatch(batch, features, topology, stacking=None, split_scope="stack")
+    # per stack, u would stay whole: the case does exercise a stack that fits
+    assert int(alone.num_minibatches.sel(stack="u")) == 1 < int(alone.num_minibatches.sel(stack="t"))
     out, _ = jte_embedding.preprocess_sparse_dense_matmul_input(
         ids, [np.ones_like(a, np.float32) for a in ids], _jte(case, features, None), 1, 1, num_sc_per_device=2,
         enable_minibatching=True)
-    assert int(np.asarray(out.num_minibatches).ravel()[0]) == int(mb.num_minibatches.sel(stack="t"))
-    M = int(mb.num_minibatches.sel(stack="t"))
+    M = int(np.asarray(out.num_minibatches).ravel()[0])
+    assert mb.num_minibatches.values.tolist() == [M, M]
     sdm = out.sparse_dense_matmul_input
     blocks = _blocks(sdm.lhs_row_pointers["u"], sdm.lhs_embedding_ids["u"], sdm.lhs_sample_ids["u"],
                      sdm.lhs_gains["u"], 1, 2, M, 2)
+    # u's ids are spread over several of the library's mini-batches, each one scwork's
     assert sum(1 for m in range(M) if any(blocks[0, s, m, p] for s in range(2) for p in range(2))) > 1
+    plan = plan_stacking(features, topology, None, batch_size=case["batch"])
+    for m in range(M):
+        segments = _segments(preprocess(mb.batch_for(m), features, topology, plan).csr["u"], 1, 2, 2)
+        for (g, s, p), entries in segments.items():
+            assert blocks[g, s, m, p] == entries, (g, s, m, p)

@@ -231,6 +231,26 @@ def test_minibatch_plan_is_used_per_minibatch():
     assert m.phase_time["sc_forward"] == pytest.approx(6.0)
 
 
+def test_minibatch_plan_of_two_stacks_runs_both_the_same_number_of_times():
+    """The batch's one split cuts table u (which fits) with t: both stacks loop twice."""
+    from scwork.sharding import FeatureBatch, FeatureSpec, TableSpec
+    from scwork.sharding.minibatch import minibatch
+
+    batch = FeatureBatch.from_ragged({"f": ([0, 1, 2, 3, 4, 5, 6, 7], [0, 4, 8]), "g": ([0, 5, 1, 6], [0, 2, 4])})
+    t = TableSpec("t", 64, 8, max_ids_per_partition=4, max_unique_ids_per_partition=4)
+    u = TableSpec("u", 64, 8, max_ids_per_partition=64, max_unique_ids_per_partition=64)
+    feats = [FeatureSpec("f", t), FeatureSpec("g", u)]
+    topo = scwork.Topology(1, 1)
+    kw = dict(stacking=None, bucket_hash="identity", num_buckets=8)
+    p = EXACT.replace(sc_op_overhead_s=0.5)
+    together = step_model(minibatch(batch, feats, topo, **kw), chip=tiny_chip(1), params=p)
+    assert together.detail["num_minibatches"].tolist() == [2, 2]
+    alone = step_model(minibatch(batch, feats, topo, split_scope="stack", **kw), chip=tiny_chip(1), params=p)
+    assert alone.detail["num_minibatches"].tolist() == [2, 1]
+    # u's second op costs one more overhead in the forward phase (and its ids move between ops)
+    assert together.phase_time["sc_forward"] > alone.phase_time["sc_forward"]
+
+
 def test_pipelining_flag_picks_the_schedule_and_results_are_xarray():
     m = tiny(tc_forward_s=3.0, tc_backward_s=3.0)
     seq = m.replace(pipelining=False)

@@ -379,19 +379,39 @@ def test_vocabulary_minibatching_properties(seed, nb, bucket_hash):
         assert f"bucket {err.bucket} alone" in str(err) and f">= {observed}" in str(err)
         return
     _check_minibatches_partition_the_input(mb, batch, feats, topo)
-    # count = popcount(split) + 1; one mini-batch when everything fits at once
+    # count = popcount(split) + 1, one split for the whole batch (the OR of every
+    # stack's own mask); a stack that fits at once adds no bit, and when every stack
+    # fits there is one mini-batch
     whole = compute_stats(batch, feats, topo, stacking=_free(mb.plan), config=NO_CHIP_CAP)
+    assert mb.split_scope == mb.assignment.attrs["split_scope"] == "batch"
+    combined = 0
+    all_fit = True
     for s in mb.plan.stacks:
-        split = int(mb.assignment["split_mask"].sel(stack=s.name))
-        M = int(mb.num_minibatches.sel(stack=s.name))
-        assert M == bin(split).count("1") + 1
+        own = int(mb.assignment["stack_split_mask"].sel(stack=s.name))
+        combined |= own
         a, u = limits[s.name]
         fits = (a is None or int(whole["ids"].sel(stack=s.name).max()) <= a) and \
             (u is None or int(whole["unique_ids"].sel(stack=s.name).max()) <= u)
         if fits:
-            assert M == 1
-        # ids of a stack beyond its count are absent
-        assert int(mb.stats["ids"].sel(stack=s.name).isel(minibatch=slice(M, None)).sum()) == 0
+            assert own == 0
+        all_fit &= fits
+    for s in mb.plan.stacks:
+        assert int(mb.assignment["split_mask"].sel(stack=s.name)) == combined
+        assert int(mb.num_minibatches.sel(stack=s.name)) == bin(combined).count("1") + 1
+        assert mb.assignment["minibatch_of_bucket"].sel(stack=s.name).values.tolist() == \
+            mbmod.split_to_minibatches(combined, nb).tolist()
+    if all_fit:
+        assert mb.max_minibatches == 1
+    # per stack: each stack cut by its own mask, ids beyond its count absent
+    alone = minibatch(batch, feats, topo, stacking=stacking, stack_limits=limits, num_buckets=nb,
+                      bucket_hash=bucket_hash, split_scope="stack")
+    _check_minibatches_partition_the_input(alone, batch, feats, topo)
+    for s in alone.plan.stacks:
+        own = int(alone.assignment["split_mask"].sel(stack=s.name))
+        assert own == int(mb.assignment["stack_split_mask"].sel(stack=s.name))
+        M = int(alone.num_minibatches.sel(stack=s.name))
+        assert M == bin(own).count("1") + 1
+        assert int(alone.stats["ids"].sel(stack=s.name).isel(minibatch=slice(M, None)).sum()) == 0
 
 
 @settings(max_examples=EXAMPLES // 2, deadline=None)
@@ -422,7 +442,7 @@ def test_vocabulary_split_mask_equals_reference_tree_on_brute_counts(seed):
                 expected |= _cpp_split(r[0], a)
             if u is not None:
                 expected |= _cpp_split(r[1], u)
-        assert int(mb.assignment["split_mask"].sel(stack=s.name)) == expected
+        assert int(mb.assignment["stack_split_mask"].sel(stack=s.name)) == expected
 
 
 @settings(max_examples=EXAMPLES, deadline=None)
@@ -497,6 +517,72 @@ def test_worked_example_identity_hash():
     assert mb.stats["required_buffer_size_per_sc"].values.ravel().tolist() == [8, 8]
     assert [b.ids("f").tolist() for b in mb.batches()] == [[0, 1, 2, 3], [4, 5, 6, 7]]
     assert [b.row_splits("f").tolist() for b in mb.batches()] == [[0, 4, 4], [0, 0, 4]]
+
+
+def _two_tables(u_ids, u_limit):
+    # P = 1, identity hash, 8 buckets: table t holds ids 0..7 (two samples of four) with
+    # limits 4, so its own tree splits at the root (bit 6: buckets 0..3 | 4..7)
+    batch = FeatureBatch.from_ragged({"f": ([0, 1, 2, 3, 4, 5, 6, 7], [0, 4, 8]), "g": (u_ids, [0, 2, 4])})
+    t = TableSpec("t", 64, 8, max_ids_per_partition=4, max_unique_ids_per_partition=4)
+    u = TableSpec("u", 64, 8, max_ids_per_partition=u_limit, max_unique_ids_per_partition=u_limit)
+    return batch, [FeatureSpec("f", t), FeatureSpec("g", u)]
+
+
+def test_one_split_for_the_batch_cuts_a_stack_that_fits():
+    """Only t overflows; the library's one split for the batch cuts u at t's boundary too."""
+    batch, feats = _two_tables([0, 5, 1, 6], 64)      # u: buckets 0, 5 | 1, 6, 4 ids, fits
+    kw = dict(stacking=None, bucket_hash="identity", num_buckets=8)
+    mb = minibatch(batch, feats, scwork.Topology(1, 1), **kw)
+    assert mb.split_scope == "batch" and mb.assignment.attrs["split_scope"] == "batch"
+    assert mb.assignment["stack_split_mask"].values.tolist() == [0b1000000, 0]
+    assert mb.assignment["split_mask"].values.tolist() == [0b1000000, 0b1000000]
+    assert mb.num_minibatches.values.tolist() == [2, 2]
+    assert mb.assignment["minibatch_of_bucket"].values.tolist() == [[0, 0, 0, 0, 1, 1, 1, 1]] * 2
+    assert mb.minibatch_of("g").tolist() == [0, 1, 0, 1]
+    # ids per mini-batch (stack, then mini-batch): t 4 | 4, u 2 | 2
+    assert mb.stats["ids"].transpose("stack", "minibatch", ...).values.reshape(2, 2).tolist() == [[4, 4], [2, 2]]
+    assert [sorted(b.ids("g").tolist()) for b in mb.batches()] == [[0, 1], [5, 6]]
+    # per stack (the old plan): u stays whole, one mini-batch, nothing in the second
+    alone = minibatch(batch, feats, scwork.Topology(1, 1), split_scope="stack", **kw)
+    assert alone.split_scope == "stack"
+    assert alone.assignment["split_mask"].values.tolist() == [0b1000000, 0]
+    assert alone.num_minibatches.values.tolist() == [2, 1]
+    assert alone.minibatch_of("g").tolist() == [0, 0, 0, 0]
+    assert alone.stats["ids"].transpose("stack", "minibatch", ...).values.reshape(2, 2).tolist() == \
+        [[4, 4], [4, 0]]
+    assert [sorted(b.ids("g").tolist()) for b in alone.batches()] == [[0, 1, 5, 6], []]
+
+
+def test_the_batch_split_is_the_or_of_both_stacks_masks():
+    # u: ids 0, 1 | 2, 3 with limits 2: level 1 carries 2 and 2, level 2 (buckets 0..3)
+    # holds 4 > 2 -> bit 4 (a cut after bucket 1); the root then carries 2 + 0, no cut:
+    # u alone is buckets 0..1 | 2..7, two mini-batches; with t's root cut, three
+    batch, feats = _two_tables([0, 1, 2, 3], 2)
+    kw = dict(stacking=None, bucket_hash="identity", num_buckets=8)
+    mb = minibatch(batch, feats, scwork.Topology(1, 1), **kw)
+    assert mb.assignment["stack_split_mask"].values.tolist() == [0b1000000, 0b10000]
+    assert mb.assignment["split_mask"].values.tolist() == [0b1010000] * 2
+    assert mb.num_minibatches.values.tolist() == [3, 3]
+    assert mb.assignment["minibatch_of_bucket"].values.tolist() == [[0, 0, 1, 1, 2, 2, 2, 2]] * 2
+    assert mb.stats["ids"].transpose("stack", "minibatch", ...).values.reshape(2, 3).tolist() == \
+        [[2, 2, 4], [2, 2, 0]]
+    alone = minibatch(batch, feats, scwork.Topology(1, 1), split_scope="stack", **kw)
+    assert alone.num_minibatches.values.tolist() == [2, 2]
+    assert alone.assignment["minibatch_of_bucket"].values.tolist() == [[0, 0, 0, 0, 1, 1, 1, 1],
+                                                                        [0, 0, 1, 1, 1, 1, 1, 1]]
+    assert alone.stats["ids"].transpose("stack", "minibatch", ...).values.reshape(2, 2).tolist() == \
+        [[4, 4], [2, 2]]
+
+
+def test_split_scope_is_checked():
+    batch, feats = _two_tables([0, 5, 1, 6], 64)
+    with pytest.raises(ConfigError, match="split_scope must be one of"):
+        minibatch(batch, feats, scwork.Topology(1, 1), stacking=None, split_scope="table")
+    with pytest.raises(ConfigError, match="split_scope='batch' needs strategy='vocabulary'"):
+        minibatch(batch, feats, scwork.Topology(1, 1), stacking=None, strategy="sample", split_scope="batch")
+    # the sample strategy plans each stack alone: None means "stack" there
+    mb = minibatch(batch, feats, scwork.Topology(1, 1), stacking=None, strategy="sample")
+    assert mb.split_scope == "stack" and mb.num_minibatches.values.tolist() == [2, 1]
 
 
 def test_single_bucket_overflow_explains_needed_limit():

@@ -171,3 +171,24 @@ def test_footprint_from_statistics_equals_the_buffers_preprocess_builds(data, li
                 "bytes_per_device": sum(a[0].nbytes for a in (buf.row_pointers, buf.embedding_ids,
                                                               buf.sample_ids, buf.gains))}, (limits, name)
         _same(s.effective_stats, s.effective_result.stats)
+
+
+def test_minibatch_counts_when_one_stack_cannot_be_split():
+    """A stack with one bucket over its limit has no count; the others share the OR of their masks."""
+    batch = FeatureBatch.from_ragged({"a": (np.arange(64), np.arange(0, 65, 8)),
+                                      "c": (np.arange(100, 164), np.arange(0, 65, 8)),
+                                      "b": (np.zeros(8, np.int64), np.arange(9))})
+    features = [FeatureSpec("a", TableSpec("ta", 1000, 8)), FeatureSpec("c", TableSpec("tc", 1000, 8)),
+                FeatureSpec("b", TableSpec("tb", 4, 8))]
+    topo = scwork.Topology(1, 1)
+    limits = {"ta": (40, None), "tc": (20, None), "tb": (2, None)}
+    s = Scenario(batch, features, topo, stacking="none", stack_limits=limits)
+    counts = s.minibatches.counts
+    assert counts["tb"] is None and "no mini-batch split fits" in s.minibatches.notes["tb"]
+    # the two that can be split, planned without tb: their one batch split
+    both = minibatch(batch.select(["a", "c"]), features[:2], topo, stacking="none",
+                     stack_limits={k: limits[k] for k in ("ta", "tc")})
+    masks = both.assignment["stack_split_mask"].values.tolist()
+    assert masks[0] != 0 and masks[1] != 0 and masks[0] != masks[1]
+    assert counts["ta"] == counts["tc"] == int(both.num_minibatches.sel(stack="ta")) == \
+        bin(masks[0] | masks[1]).count("1") + 1
