@@ -174,16 +174,6 @@ def test_map_keys_and_the_map_reader():
     assert names_in_map("x `a/b`\n## The map\n`c/d` and `e`\n## Next\n`f/g`") == {"c/d", "e"}
 
 
-#: Modules whose first docstring line is still longer than the rule allows, left to the
-#: work that owns them at the time of writing. Shrink this set; never grow it (a module
-#: listed here that already follows the rule fails too).
-FIRST_LINE_PENDING = frozenset({
-    "sharding/engine", "sharding/_threads", "memory/_hbm_numbers",
-    "widgets/_areas", "widgets/_cells", "widgets/_charts", "widgets/_colors", "widgets/_display",
-    "widgets/_graph", "widgets/_html",
-})
-
-
 def first_line_problem(path: Path) -> str | None:
     """Why the first docstring line of a module does not name its idea in one short sentence."""
     doc = ast.get_docstring(_TREES[next(m for m, p in MODULES.items() if p == path)], clean=False)
@@ -200,7 +190,5 @@ def first_line_problem(path: Path) -> str | None:
 
 def test_every_module_names_its_idea_in_a_first_line_under_100_characters():
     problems = {map_key(path): first_line_problem(path) for path in MODULES.values()}
-    wrong = {k: v for k, v in problems.items() if v and k not in FIRST_LINE_PENDING}
+    wrong = {k: v for k, v in problems.items() if v}
     assert not wrong, wrong
-    fixed = sorted(k for k in FIRST_LINE_PENDING if problems.get(k) is None)
-    assert not fixed, f"these now follow the rule: remove them from FIRST_LINE_PENDING: {fixed}"

@@ -1,4 +1,6 @@
-"""Stepped stacked areas against a capacity (:class:`StackedAreaChart`: what is live at each step), byte axes, and selections linked between two sources.
+"""Stepped stacked areas against a capacity: what is live at each step.
+
+:class:`StackedAreaChart`, byte axes, and selections linked between two sources.
 """
 
 from __future__ import annotations

@@ -1,4 +1,7 @@
-"""Grids of categorical cells: :class:`CellGrid` (rect cells with labels when small, one image glyph with hover when large) and :class:`AddressStrip` (a 1-D buffer in address order wrapped into rows).
+"""Grids of categorical cells and 1-D address strips.
+
+:class:`CellGrid` draws rect cells with labels when small, one image glyph with hover
+when large; :class:`AddressStrip` draws a 1-D buffer in address order wrapped into rows.
 
 Grid convention: row 0 is at the top. Row ``r`` spans ``y`` in ``[-(r+1), -r]`` and
 column ``c`` spans ``x`` in ``[c, c+1]``; the tick formatters print row/column numbers.

@@ -1,4 +1,6 @@
-"""Bar charts and heatmaps of counts (:class:`BarChart`, :class:`Heatmap`), with limit lines and legends.
+"""Bar charts and heatmaps of counts, with limit lines and legends.
+
+:class:`BarChart` and :class:`Heatmap`.
 """
 
 from __future__ import annotations

@@ -1,4 +1,7 @@
-"""Colors shared by every explorer: the categorical palette (ids of tiles, channels, devices...), padding and empty cells, readable text on a fill, ramps and heatmap palettes, the limit line.
+"""Colors shared by every explorer.
+
+The categorical palette (ids of tiles, channels, devices...), padding and empty cells,
+readable text on a fill, ramps and heatmap palettes, the limit line.
 """
 
 from __future__ import annotations

@@ -1,4 +1,7 @@
-"""Showing bokeh figures in Jupyter and exporting them: BokehJS loading, the ``BokehModel`` wrapper, keeping several views in sync, standalone HTML export (inline resources, works offline).
+"""Showing bokeh figures in Jupyter and exporting them.
+
+BokehJS loading, the ``BokehModel`` wrapper, keeping several views in sync, and
+standalone HTML export (inline resources, works offline).
 """
 
 from __future__ import annotations

@@ -1,4 +1,6 @@
-"""Node-link graphs with arrows (:class:`NodeLinkGraph`): nodes in groups, links, and the arrows of the current step; generic enough for any network drawing.
+"""Node-link graphs with arrows, generic enough for any network drawing.
+
+:class:`NodeLinkGraph`: nodes in groups, links, and the arrows of the current step.
 """
 
 from __future__ import annotations

@@ -1,4 +1,6 @@
-"""Small HTML snippets of the explorers: summary tables, status messages, column tables, byte counts in binary units.
+"""Small HTML snippets of the explorers.
+
+Summary tables, status messages, column tables, byte counts in binary units.
 """
 
 from __future__ import annotations

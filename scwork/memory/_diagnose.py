@@ -244,11 +244,12 @@ def spmem_findings(model: Model, knobs: Knobs, spm: SpmemNumbers, *, with_fixes:
             ok = _spmem_ok(model, only=idx)
             if gather > 0 and not knobs.stage_gather_operands_in_hbm and ok(
                     knobs.replace(stage_gather_operands_in_hbm=True)):
+                staged_bytes = (int(spm.sample_count[row]) * int(spm.feature_width[row])
+                                * ACTIVATION_BYTES * knobs.sparsecores_per_chip)
                 fixes.append(Fix(
                     "stage_gather_operands_in_hbm", True,
                     f"stage the gather operand in HBM: frees {gather} bytes per tile; costs "
-                    f"{fmt_bytes(int(spm.sample_count[row]) * int(spm.feature_width[row]) * ACTIVATION_BYTES
-                                 * knobs.sparsecores_per_chip)}"
+                    f"{fmt_bytes(staged_bytes)}"
                     " of HBM per chip while the stack's SparseCore forward pass runs"))
             pair = _stack_limit_fix(model, knobs, spm, row)
             if pair is not None:

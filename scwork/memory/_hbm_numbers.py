@@ -1,4 +1,6 @@
-"""The numbers behind the HBM report: tables, optimizer slots, CSR inputs, activations, the HBM stack and heap per chip.
+"""The numbers behind the HBM report, chip by chip.
+
+Tables, optimizer slots, CSR inputs, activations, the HBM stack and the heap.
 """
 
 from __future__ import annotations

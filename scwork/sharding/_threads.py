@@ -1,4 +1,6 @@
-"""How the sharding engine spreads independent slices over worker threads (the numba kernels release the GIL).
+"""How the sharding engine spreads independent slices over worker threads.
+
+The numba kernels release the GIL, so plain Python threads run them in parallel.
 """
 
 from __future__ import annotations

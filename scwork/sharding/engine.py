@@ -1,4 +1,6 @@
-"""The sharding engine: per-partition statistics, limits and CSR buffers ([jte] preprocess_sparse_dense_matmul_input).
+"""The sharding engine: per-partition statistics, limits and CSR buffers.
+
+It follows [jte] ``preprocess_sparse_dense_matmul_input``.
 
 (The module is called ``engine`` rather than ``preprocess`` so that
 ``scwork.sharding.preprocess`` is always the function, never this module.)
