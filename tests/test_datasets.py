@@ -693,3 +693,19 @@ def test_load_table_with_no_columns_is_refused(tmp_path):
     path.write_text("x\n1\n")
     with pytest.raises(ConfigError, match="columns is empty"):
         load_table(path, columns=[])
+
+
+@pytest.mark.parametrize("valency", [1e19, 2**70, {"kind": "lognormal", "mean": 1e25, "sigma": 0.5}, {"kind": "fixed", "value": 2**40},
+                                     {"kind": "uniform", "low": 0, "high": 2**31}])
+def test_valency_parameters_beyond_max_ids_per_sample_are_config_errors(valency, tmp_path):
+    # A Poisson mean of 1e19 reached numpy's sampler, which raised a bare ValueError
+    # ("lam value too large"; found by tests/fuzz/test_fuzz_public_api.py).
+    from scwork.datasets.synthetic import MAX_IDS_PER_SAMPLE, ValencySpec
+
+    with pytest.raises(ConfigError, match="MAX_IDS_PER_SAMPLE"):
+        ValencySpec.parse(valency)
+    with pytest.raises(ConfigError, match="MAX_IDS_PER_SAMPLE"):
+        datasets.write_synthetic_parquet(tmp_path / "out", num_shards=1, rows_per_shard=1,
+                                                vocab_size=10, valency=valency)
+    assert not (tmp_path / "out").exists()
+    assert ValencySpec.parse(MAX_IDS_PER_SAMPLE).mean == MAX_IDS_PER_SAMPLE

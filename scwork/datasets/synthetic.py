@@ -26,6 +26,9 @@ __all__ = ["VALENCY_KINDS", "ValencySpec", "SyntheticData", "synthetic"]
 
 #: Distributions of the number of ids per sample accepted by :func:`synthetic`.
 VALENCY_KINDS: tuple[str, ...] = ("poisson", "fixed", "uniform", "lognormal")
+#: The largest valency parameter (mean, value, bound) accepted, in ids per sample:
+#: far beyond any real sample, and below where numpy's samplers give up.
+MAX_IDS_PER_SAMPLE: int = 2**31 - 1
 
 
 # ======================================================================================
@@ -113,6 +116,13 @@ class ValencySpec:
             if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
                 raise ConfigError(f"valency {kind} parameter {name!r} must be a finite number, got {value!r}")
             params[name] = float(value)
+        too_large = {n: v for n, v in params.items() if n != "sigma" and v > MAX_IDS_PER_SAMPLE}
+        if too_large:
+            # numpy's Poisson sampler refuses means near 2**63 with a bare ValueError.
+            raise ConfigError(
+                f"valency {kind} parameters {too_large} are above MAX_IDS_PER_SAMPLE="
+                f"{MAX_IDS_PER_SAMPLE:,} ids per sample; use a smaller value"
+            )
         if kind == "poisson" and params["mean"] < 0:
             raise ConfigError(f"Poisson valency mean must be >= 0, got {params['mean']}")
         if kind == "fixed" and (params["value"] < 0 or params["value"] != int(params["value"])):
