@@ -39,7 +39,8 @@ output):
     JupyterLab on the tour notebook.
 
 Exit status: 0 success; 1 only for ``scwork memory`` and ``scwork summary`` when the
-model does not fit, and for ``scwork plan`` when no plan meets the constraints; 2 for bad input (unknown option, invalid config, unreadable file,
+model does not fit, and for ``scwork plan`` when no plan meets the constraints; 2 for bad
+input (unknown option, invalid config, unreadable file,
 an output that cannot be written, ...), with a one-line error on stderr and no file
 written; 130 when interrupted.
 
@@ -98,7 +99,8 @@ from scwork.errors import ScworkError
 __all__ = ["main", "build_parser", "find_notebooks_dir", "parse_network_spec"]
 
 # The helpers above are re-exported: ``scwork.cli`` stays the one place to import them from.
-_REEXPORTED = (ALL_REDUCE_ALGORITHMS, MAX_BATCH_SIZE, _network_text, EXIT_DOES_NOT_FIT, EXIT_OK, _count, _fmt_bytes, _format,
+_REEXPORTED = (ALL_REDUCE_ALGORITHMS, MAX_BATCH_SIZE, _network_text, EXIT_DOES_NOT_FIT, EXIT_OK, _count, _fmt_bytes,
+               _format,
                _json_default, _print_json, _print_table, _topology_text, _UsageError, _finding_json,
                COMPILE_HINT, _kernels_compiled, MAP_MAX_COLUMNS, MAP_MAX_ROWS, TOUR, layout_map)
 

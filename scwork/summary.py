@@ -124,7 +124,8 @@ class PlanSummary:
         for r in rows:
             lines.append("  ".join(str(r[h]).ljust(w) for h, w in zip(header, widths)))
         if rows:
-            capacity, usable = (int(self.per_chip[name].values[0]) for name in ("hbm_capacity_bytes", "hbm_usable_bytes"))
+            capacity, usable = (int(self.per_chip[name].values[0])
+                                for name in ("hbm_capacity_bytes", "hbm_usable_bytes"))
             lines.append(f"usable HBM: {_size(usable)} = the chip's {_size(capacity)} less the "
                          f"{1 - usable / capacity:.0%} headroom kept free (as scwork memory counts it)")
         if self.partition_imbalance is not None:
@@ -159,7 +160,8 @@ class PlanSummary:
 
     def __repr__(self) -> str:
         chips, stacks = self.per_chip.sizes['chip'], self.per_stack.sizes['stack']
-        return (f"PlanSummary({chips} {'chip' if chips == 1 else 'chips'}, {stacks} {'stack' if stacks == 1 else 'stacks'}, "
+        return (f"PlanSummary({chips} {'chip' if chips == 1 else 'chips'}, "
+                f"{stacks} {'stack' if stacks == 1 else 'stacks'}, "
                 f"{'fits' if self.fits else 'does not fit'})")
 
 

@@ -220,7 +220,8 @@ class Network:
         num_links = 2 * len(shape) * m + m * k * (k - 1)      # an upper bound: ICI + on-chip
         if num_links > MAX_LINKS:
             raise TopologyError(
-                f"a {'x'.join(str(d) for d in shape)} network with {k:,} {'core' if k == 1 else 'cores'} per chip has up to {num_links:,} "
+                f"a {'x'.join(str(d) for d in shape)} network with {k:,} {'core' if k == 1 else 'cores'} per chip "
+                f"has up to {num_links:,} "
                 f"links ({k:,} x {k - 1:,} on-chip links per chip), more than "
                 f"scwork.collectives.network.MAX_LINKS={MAX_LINKS:,}; use fewer cores per chip (TPU chips have "
                 "1 or 2), or raise MAX_LINKS for a what-if")
