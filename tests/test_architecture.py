@@ -203,7 +203,6 @@ PENDING_LONG_FUNCTIONS = {
     "scwork/_cli_stats.py:_cmd_stats",
     "scwork/cli.py:build_parser",
     "scwork/collectives/_fused.py:run_fused",
-    "scwork/collectives/execute.py:execute",
     "scwork/collectives/network.py:Network.__init__",
     "scwork/interop/profile.py:read_jax_profile",
     "scwork/layout/npu.py:LocalLayout.occupancy",
