@@ -202,7 +202,6 @@ MAX_LINE_CHARACTERS = 120
 PENDING_LONG_FUNCTIONS = {
     "scwork/cli.py:build_parser",
     "scwork/collectives/_fused.py:run_fused",
-    "scwork/collectives/network.py:Network.__init__",
     "scwork/interop/profile.py:read_jax_profile",
     "scwork/layout/npu.py:LocalLayout.occupancy",
     "scwork/memory/_hbm_numbers.py:hbm_numbers",
