@@ -203,7 +203,6 @@ PENDING_LONG_FUNCTIONS = {
     "scwork/cli.py:build_parser",
     "scwork/collectives/_fused.py:run_fused",
     "scwork/interop/profile.py:read_jax_profile",
-    "scwork/layout/npu.py:LocalLayout.occupancy",
     "scwork/memory/_hbm_numbers.py:hbm_numbers",
     "scwork/pipeline/chrome_trace.py:to_chrome_trace",
     "scwork/pipeline/chrome_trace.py:validate_chrome_trace",
