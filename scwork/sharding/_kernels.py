@@ -498,6 +498,8 @@ def _partition_bounds(keys, m, qbits, P, bounds, b0):
         bounds[b0 + p] = lo
 
 
+# Kept whole although over 120 lines: one loop nest over slices and groups that numba must
+# compile as one, with no call overhead in the hot loop.
 @jit(error_model="numpy")
 def stack_slices(ids, splits, weights, has_w, combiner, n, P, lbits,
                  gptr, feat_rows, feat_k, g_vocab, g_shift, g_qbits, g_rowoff, g_mode, g_bitmap, g_bmoff, g_uloff,
