@@ -201,7 +201,6 @@ MAX_LINE_CHARACTERS = 120
 # below fails if an entry is no longer needed, so the list only shrinks.
 PENDING_LONG_FUNCTIONS = {
     "scwork/cli.py:build_parser",
-    "scwork/interop/profile.py:read_jax_profile",
     "scwork/memory/_hbm_numbers.py:hbm_numbers",
     "scwork/pipeline/chrome_trace.py:to_chrome_trace",
     "scwork/pipeline/chrome_trace.py:validate_chrome_trace",
