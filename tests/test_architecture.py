@@ -210,7 +210,6 @@ PENDING_LONG_FUNCTIONS = {
     "scwork/sharding/limits.py:tradeoff",
     "scwork/sharding/minibatch.py:minibatch",
     "scwork/sharding/stacking.py:plan_stacking",
-    "scwork/summary.py:plan_summary",
 }
 
 
