@@ -207,7 +207,6 @@ PENDING_LONG_FUNCTIONS = {
     "scwork/pipeline/trace.py:read_trace",
     "scwork/plan/search.py:search",
     "scwork/sharding/dataset_stats.py:stats_over_dataset",
-    "scwork/sharding/limits.py:tradeoff",
     "scwork/sharding/minibatch.py:minibatch",
     "scwork/sharding/stacking.py:plan_stacking",
 }
