@@ -93,7 +93,8 @@ def main() -> int:
     # Schedule generation, 4096 nodes.
     net3 = Network.torus((16, 16, 16))
     multi_color_all_reduce(Network.torus((2, 2, 2)))  # first-call overheads
-    result["generate_16x16x16_multi_color_s"] = median_seconds(lambda: multi_color_all_reduce(net3), max(args.repeats, 5))
+    result["generate_16x16x16_multi_color_s"] = median_seconds(lambda: multi_color_all_reduce(net3),
+                                                               max(args.repeats, 5))
     sched3 = multi_color_all_reduce(net3)
     result["generate_16x16x16_transfers"] = sched3.num_transfers
     result["generate_16x16x16_steps"] = sched3.num_steps

@@ -57,7 +57,8 @@ def main() -> int:
     topology = scwork.Topology.for_chip("v5p", num_chips=4)
 
     results = {"num_ids": batch.num_ids, "batch_size": batch.batch_size, "topology": str(topology)}
-    results["compute_stats_ms"] = 1e3 * median_seconds(lambda: compute_stats(batch, features, topology), repeats, warmup=True)
+    results["compute_stats_ms"] = 1e3 * median_seconds(lambda: compute_stats(batch, features, topology), repeats,
+                                                       warmup=True)
     results["preprocess_ms"] = 1e3 * median_seconds(lambda: preprocess(batch, features, topology), repeats, warmup=True)
 
     explorer = LoadSkewExplorer(batch, features, chip="v5p", num_chips=4, cache_size=0)

@@ -70,7 +70,8 @@ def main() -> int:
     fitting = plan(tables, topo, **cases["fits"])
     results["to_dataset"] = {"seconds": median_seconds(fitting.to_dataset, repeats, warmup=True)}
     batches = [1024 * k for k in range(1, 21)]
-    results["sweep20"] = {"seconds": median_seconds(lambda: sweep(tables, topo, "batch_size", batches), repeats, warmup=True)}
+    results["sweep20"] = {"seconds": median_seconds(lambda: sweep(tables, topo, "batch_size", batches), repeats,
+                                                    warmup=True)}
 
     slow = [n for n in cases if results[n]["seconds"] > TARGET_S]
     if args.json:

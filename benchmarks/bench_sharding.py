@@ -233,7 +233,8 @@ def _project(fn, batch, features, topo, stacking, repeats: int) -> dict:
         cpu.append(thread_cpu_s() - c)
         wall.append(time.perf_counter() - w)
     one = min(cpu)                       # the least, as the projection's task times
-    out = {"one_thread_s": one, "one_thread_median_s": statistics.median(cpu), "one_thread_wall_s": statistics.median(wall), "threads": {}}
+    out = {"one_thread_s": one, "one_thread_median_s": statistics.median(cpu),
+           "one_thread_wall_s": statistics.median(wall), "threads": {}}
     for T in PROJECT_THREADS:
         with profiled(T) as profiles:
             for _ in range(repeats):
@@ -256,7 +257,8 @@ def _print_projection(proj: dict) -> None:
             print(f"    T={T:>3}: projected {x['projected_s'] * 1e3:7.2f} ms, speedup x{x['projected_speedup']:5.1f}; "
                   f"serial {x['serial_s'] * 1e3:.2f} ms = {x['serial_share'] * 100:.2f}% (target <= 1%: "
                   f"{'ok' if x['serial_share'] <= SERIAL_SHARE_TARGET else 'MISSED'}); largest task "
-                  f"{x['largest_task_share'] * 100:.3f}% of the task time (target <= {x['largest_task_target'] * 100:.3f}%: "
+                  f"{x['largest_task_share'] * 100:.3f}% of the task time "
+                  f"(target <= {x['largest_task_target'] * 100:.3f}%: "
                   f"{'ok' if x['largest_task_share'] <= x['largest_task_target'] else 'MISSED'}); tasks: {tasks}")
 
 
@@ -396,7 +398,8 @@ def main() -> int:
             runs = {nt: [] for nt in threads}
             for _ in range(repeats):
                 for nt in threads:
-                    runs[nt] += timed_runs(lambda fn=fn, nt=nt, st=stacking: fn(batch, features, topo, st, num_threads=nt), 1)
+                    runs[nt] += timed_runs(
+                        lambda fn=fn, nt=nt, st=stacking: fn(batch, features, topo, st, num_threads=nt), 1)
             for nt in threads:
                 med = statistics.median(runs[nt])
                 res_mode["runs"][f"{name}_{nt}thread"] = {
@@ -409,7 +412,8 @@ def main() -> int:
             fresh = []
             for _ in range(max(3, repeats // 2)):
                 _scratch._POOL.clear()
-                fresh += timed_runs(lambda fn=fn, st=stacking: fn(batch, features, topo, st, num_threads=threads[-1]), 1)
+                fresh += timed_runs(
+                    lambda fn=fn, st=stacking: fn(batch, features, topo, st, num_threads=threads[-1]), 1)
             res_mode["runs"][f"{name}_{threads[-1]}thread_fresh_buffers"] = {
                 "median_s": statistics.median(fresh), "ids_per_s": batch.num_ids / statistics.median(fresh)}
             # allocations of one call (numpy reports them to tracemalloc), buffers not recycled
@@ -495,8 +499,10 @@ def main() -> int:
         for mode, r in jte["modes"].items():
             print(f"  stacking {mode}: library {r['jte_s'] * 1e3:.1f} ms, scwork preprocess "
                   f"{r['preprocess_s'] * 1e3:.1f} ms (x{r['preprocess_ratio']:.2f}, target x2: "
-                  f"{'ok' if r['preprocess_ratio'] >= 2 else 'MISSED'}), compute_stats {r['compute_stats_s'] * 1e3:.1f} ms "
-                  f"(x{r['compute_stats_ratio']:.2f}, target x3: {'ok' if r['compute_stats_ratio'] >= 3 else 'MISSED'}); "
+                  f"{'ok' if r['preprocess_ratio'] >= 2 else 'MISSED'}), "
+                  f"compute_stats {r['compute_stats_s'] * 1e3:.1f} ms "
+                  f"(x{r['compute_stats_ratio']:.2f}, target x3: "
+                  f"{'ok' if r['compute_stats_ratio'] >= 3 else 'MISSED'}); "
                   f"statistics identical: {r['stats_identical']}; load {r['loadavg'][0]:.2f}; peak allocation of one "
                   f"call: preprocess {r['preprocess_peak_alloc_mb']:.0f} MB, compute_stats "
                   f"{r['compute_stats_peak_alloc_mb']:.0f} MB")

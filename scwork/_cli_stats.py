@@ -229,6 +229,35 @@ def _check_outputs(args: argparse.Namespace) -> None:
 def _cmd_stats(args: argparse.Namespace) -> int:
     from scwork.config import load_config
 
+    method, percentile = _checked_stats_options(args)
+    _check_outputs(args)
+    cfg = load_config(args.config)
+    batch_size = cfg.require_batch_size(args.batch_size)
+    progress = False if args.no_progress else None
+    if _is_dataset(args.ids):
+        step_stats, tuned, num_rows, last_batch = _stats_of_dataset(args, cfg, batch_size, progress, method,
+                                                                    percentile)
+    else:
+        step_stats, tuned, num_rows, last_batch = _stats_of_file(args, cfg, batch_size, progress, method,
+                                                                 percentile)
+    rows = _stats_rows(step_stats, tuned)
+    written, fdo_file = _write_stats_outputs(args, cfg, batch_size, step_stats, tuned)
+    num_steps = int(step_stats.sizes["step"])
+    unused_rows = num_rows - ((num_steps - 1) * batch_size + last_batch)
+    if args.json:
+        _print_json({"ids": args.ids, "config": args.config, "batch_size": batch_size, "steps": num_steps,
+                     "rows": num_rows, "unused_rows": unused_rows, "last_batch_size": last_batch,
+                     "keep_remainder": args.keep_remainder, "topology": _topology_text(cfg.topology),
+                     "method": method, "percentile": percentile if method == "percentile" else None,
+                     "stacks": rows, "out": written, "fdo_file": fdo_file})
+        return EXIT_OK
+    _print_stats_report(args, cfg, batch_size, method, percentile, num_rows, num_steps, last_batch, rows,
+                        written, fdo_file)
+    return EXIT_OK
+
+
+def _checked_stats_options(args: argparse.Namespace) -> tuple[str, float]:
+    """``(method, percentile)`` of ``scwork stats`` after checking them and ``--steps``."""
     method = args.method
     if args.percentile is not None:
         if method == "max":
@@ -240,73 +269,79 @@ def _cmd_stats(args: argparse.Namespace) -> int:
         raise _UsageError(f"--percentile must be in (0, 100], got {percentile:g}")
     if args.steps is not None and args.steps < 1:
         raise _UsageError(f"--steps must be >= 1, got {args.steps}")
-    _check_outputs(args)
-    cfg = load_config(args.config)
-    batch_size = cfg.require_batch_size(args.batch_size)
-    progress = False if args.no_progress else None
+    return method, percentile
 
-    if _is_dataset(args.ids):
-        if not (os.path.isdir(args.ids) or glob.glob(args.ids)):
-            raise _UsageError(f"{args.ids}: no file matches this pattern")
-        import re
 
-        from scwork.errors import InputError
-        from scwork.sharding import stats_over_dataset
+def _stats_of_dataset(args, cfg, batch_size: int, progress, method: str, percentile: float):
+    """``(step_stats, tuned, num_rows, last_batch)`` of a directory or glob of shards."""
+    if not (os.path.isdir(args.ids) or glob.glob(args.ids)):
+        raise _UsageError(f"{args.ids}: no file matches this pattern")
+    import re
 
-        _hint_compiling(args, progress)
-        try:
-            with stats_over_dataset(
-                    args.ids, cfg.features, cfg.topology, batch_size=batch_size,
-                    drop_remainder=not args.keep_remainder, stacking=cfg.stacking, config=cfg.sparsecore_config,
-                    stack_limits=cfg.stack_limits, columns=dict(cfg.columns), scheduler=args.scheduler,
-                    progress=progress, tune=method, percentile=percentile,
-                    on_out_of_vocabulary=args.on_out_of_vocabulary) as result:
-                # Fetch per-step arrays a distributed run left on the workers before the client closes.
-                step_stats = result.step_stats.compute() if result.dask_backed else result.step_stats
-                tuned = result.tuned
-                num_rows, last_batch = result.num_samples + result.dropped_samples, result.last_batch_size
-        except InputError as err:
-            # The engine counts the rows while it scans the shards; its message names its own
-            # drop_remainder argument, so say it again in terms of the command's options.
-            found = re.search(r"final batch would hold \d+ samples \((\d+) samples", str(err))
-            if args.keep_remainder and found:
-                _check_remainder(int(found[1]), batch_size, cfg.topology)
-            raise
-        if args.steps is not None and args.steps < step_stats.sizes["step"]:
-            from scwork.sharding import tune_limits
+    from scwork.errors import InputError
+    from scwork.sharding import stats_over_dataset
 
-            step_stats = step_stats.isel(step=slice(0, args.steps))
-            tuned = tune_limits(step_stats, method=method, percentile=percentile)
-            last_batch = batch_size
-    else:
-        if args.scheduler is not None:
-            raise _UsageError("--scheduler distributes a directory or glob of shards; IDS is a single file")
-        from scwork.sharding import collect_stats, tune_limits
+    _hint_compiling(args, progress)
+    try:
+        with stats_over_dataset(
+                args.ids, cfg.features, cfg.topology, batch_size=batch_size,
+                drop_remainder=not args.keep_remainder, stacking=cfg.stacking, config=cfg.sparsecore_config,
+                stack_limits=cfg.stack_limits, columns=dict(cfg.columns), scheduler=args.scheduler,
+                progress=progress, tune=method, percentile=percentile,
+                on_out_of_vocabulary=args.on_out_of_vocabulary) as result:
+            # Fetch per-step arrays a distributed run left on the workers before the client closes.
+            step_stats = result.step_stats.compute() if result.dask_backed else result.step_stats
+            tuned = result.tuned
+            num_rows, last_batch = result.num_samples + result.dropped_samples, result.last_batch_size
+    except InputError as err:
+        # The engine counts the rows while it scans the shards; its message names its own
+        # drop_remainder argument, so say it again in terms of the command's options.
+        found = re.search(r"final batch would hold \d+ samples \((\d+) samples", str(err))
+        if args.keep_remainder and found:
+            _check_remainder(int(found[1]), batch_size, cfg.topology)
+        raise
+    if args.steps is not None and args.steps < step_stats.sizes["step"]:
+        from scwork.sharding import tune_limits
 
-        full, short, table = _file_batches(cfg, args.ids, batch_size, args.keep_remainder)
-        num_rows = table.num_samples
-        if short is not None and args.steps is not None and args.steps <= len(full):
-            short = None            # --steps stops before the partial batch
-        if short is not None:
-            _check_remainder(num_rows, batch_size, cfg.topology)
-        _hint_compiling(args, progress)
-        if short is None:
-            step_stats = collect_stats(full, cfg.features, cfg.topology, stacking=cfg.stacking,
-                                       config=cfg.sparsecore_config, stack_limits=cfg.stack_limits,
-                                       on_out_of_vocabulary=args.on_out_of_vocabulary, max_steps=args.steps,
-                                       progress=progress)
-            last_batch = batch_size
-        else:
-            # collect_stats takes one batch size: the short batch runs on its own, with the plan of the full ones.
-            plan = cfg.stacking_plan(batch_size)
-            step_stats = _concat_steps([
-                collect_stats(batches, cfg.features, cfg.topology, stacking=plan, config=cfg.sparsecore_config,
-                              on_out_of_vocabulary=args.on_out_of_vocabulary, progress=progress)
-                for batches in (full, short) if len(batches)])
-            last_batch = num_rows % batch_size
+        step_stats = step_stats.isel(step=slice(0, args.steps))
         tuned = tune_limits(step_stats, method=method, percentile=percentile)
+        last_batch = batch_size
+    return step_stats, tuned, num_rows, last_batch
 
-    rows = _stats_rows(step_stats, tuned)
+
+def _stats_of_file(args, cfg, batch_size: int, progress, method: str, percentile: float):
+    """``(step_stats, tuned, num_rows, last_batch)`` of one file of ids."""
+    if args.scheduler is not None:
+        raise _UsageError("--scheduler distributes a directory or glob of shards; IDS is a single file")
+    from scwork.sharding import collect_stats, tune_limits
+
+    full, short, table = _file_batches(cfg, args.ids, batch_size, args.keep_remainder)
+    num_rows = table.num_samples
+    if short is not None and args.steps is not None and args.steps <= len(full):
+        short = None            # --steps stops before the partial batch
+    if short is not None:
+        _check_remainder(num_rows, batch_size, cfg.topology)
+    _hint_compiling(args, progress)
+    if short is None:
+        step_stats = collect_stats(full, cfg.features, cfg.topology, stacking=cfg.stacking,
+                                   config=cfg.sparsecore_config, stack_limits=cfg.stack_limits,
+                                   on_out_of_vocabulary=args.on_out_of_vocabulary, max_steps=args.steps,
+                                   progress=progress)
+        last_batch = batch_size
+    else:
+        # collect_stats takes one batch size: the short batch runs on its own, with the plan of the full ones.
+        plan = cfg.stacking_plan(batch_size)
+        step_stats = _concat_steps([
+            collect_stats(batches, cfg.features, cfg.topology, stacking=plan, config=cfg.sparsecore_config,
+                          on_out_of_vocabulary=args.on_out_of_vocabulary, progress=progress)
+            for batches in (full, short) if len(batches)])
+        last_batch = num_rows % batch_size
+    tuned = tune_limits(step_stats, method=method, percentile=percentile)
+    return step_stats, tuned, num_rows, last_batch
+
+
+def _write_stats_outputs(args, cfg, batch_size: int, step_stats, tuned) -> tuple[str | None, str | None]:
+    """Write ``--out`` and ``--fdo-dir``; return the paths written (None where not asked for)."""
     written = fdo_file = None
     # Every output is staged first and renamed into place only when all are written:
     # a failure leaves the old files (or none), never a part of the outputs.
@@ -325,17 +360,14 @@ def _cmd_stats(args: argparse.Namespace) -> int:
             folder = outputs.make_dir(args.fdo_dir, "--fdo-dir")
             fdo_file = str(outputs.stage_in_dir(
                 folder, lambda tmp: write_fdo_stats(step_stats, tmp, format=args.fdo_format), "--fdo-dir"))
-    num_steps = int(step_stats.sizes["step"])
-    unused_rows = num_rows - ((num_steps - 1) * batch_size + last_batch)
+    return written, fdo_file
+
+
+def _print_stats_report(args, cfg, batch_size: int, method: str, percentile: float, num_rows: int,
+                        num_steps: int, last_batch: int, rows, written, fdo_file) -> None:
+    """The text report of ``scwork stats``: a note on unused rows (stderr), the limits table, the files written."""
     # The partial batch left out (not rows that --steps chose to skip).
     dropped = num_rows % batch_size if num_steps == num_rows // batch_size and last_batch == batch_size else 0
-    if args.json:
-        _print_json({"ids": args.ids, "config": args.config, "batch_size": batch_size, "steps": num_steps,
-                     "rows": num_rows, "unused_rows": unused_rows, "last_batch_size": last_batch,
-                     "keep_remainder": args.keep_remainder, "topology": _topology_text(cfg.topology),
-                     "method": method, "percentile": percentile if method == "percentile" else None,
-                     "stacks": rows, "out": written, "fdo_file": fdo_file})
-        return EXIT_OK
     if dropped:
         slices = cfg.topology.num_devices * cfg.topology.sparsecores_per_device
         how = ("--keep-remainder runs them as a last, smaller step" if dropped % slices == 0 else
@@ -362,4 +394,3 @@ def _cmd_stats(args: argparse.Namespace) -> int:
         print(f"\nwrote limits to {written}")
     if fdo_file:
         print(f"wrote FDO stats to {fdo_file}")
-    return EXIT_OK

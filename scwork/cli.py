@@ -39,7 +39,8 @@ output):
     JupyterLab on the tour notebook.
 
 Exit status: 0 success; 1 only for ``scwork memory`` and ``scwork summary`` when the
-model does not fit, and for ``scwork plan`` when no plan meets the constraints; 2 for bad input (unknown option, invalid config, unreadable file,
+model does not fit, and for ``scwork plan`` when no plan meets the constraints; 2 for bad
+input (unknown option, invalid config, unreadable file,
 an output that cannot be written, ...), with a one-line error on stderr and no file
 written; 130 when interrupted.
 
@@ -98,7 +99,8 @@ from scwork.errors import ScworkError
 __all__ = ["main", "build_parser", "find_notebooks_dir", "parse_network_spec"]
 
 # The helpers above are re-exported: ``scwork.cli`` stays the one place to import them from.
-_REEXPORTED = (ALL_REDUCE_ALGORITHMS, MAX_BATCH_SIZE, _network_text, EXIT_DOES_NOT_FIT, EXIT_OK, _count, _fmt_bytes, _format,
+_REEXPORTED = (ALL_REDUCE_ALGORITHMS, MAX_BATCH_SIZE, _network_text, EXIT_DOES_NOT_FIT, EXIT_OK, _count, _fmt_bytes,
+               _format,
                _json_default, _print_json, _print_table, _topology_text, _UsageError, _finding_json,
                COMPILE_HINT, _kernels_compiled, MAP_MAX_COLUMNS, MAP_MAX_ROWS, TOUR, layout_map)
 
@@ -128,6 +130,17 @@ def build_parser() -> argparse.ArgumentParser:
                      epilog="exit status: 0 ok, 1 model does not fit (scwork memory, summary), 2 bad input")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
+    _add_lab_layout_hardware_warmup(sub)
+    _add_stats_parser(sub)
+    _add_memory_parser(sub)
+    _add_summary_parser(sub)
+    add_plan_parser(sub)
+    _add_allreduce_parser(sub)
+    return parser
+
+
+def _add_lab_layout_hardware_warmup(sub) -> None:
+    """The subparsers of ``scwork lab``, ``layout``, ``hardware`` and ``warmup``."""
     lab = sub.add_parser("lab", help="open JupyterLab on the tour notebook")
     lab.add_argument("--no-browser", action="store_true", help="print the URL and keep serving")
     lab.add_argument("--port", type=int, default=8888, help="preferred port (default 8888; a free one otherwise)")
@@ -152,6 +165,9 @@ def build_parser() -> argparse.ArgumentParser:
     warm.add_argument("--json", action="store_true", help="machine-readable output")
     warm.set_defaults(func=_cmd_warmup)
 
+
+def _add_stats_parser(sub) -> None:
+    """The subparser of ``scwork stats``."""
     st = sub.add_parser(
         "stats", help="per-stack limits (max ids, max unique ids, buffer sizes) from real ids",
         description="Run the sharding engine over every batch of IDS and report, per stacked table, the "
@@ -182,6 +198,9 @@ def build_parser() -> argparse.ArgumentParser:
     st.add_argument("--json", action="store_true", help="machine-readable output")
     st.set_defaults(func=_cmd_stats)
 
+
+def _add_memory_parser(sub) -> None:
+    """The subparser of ``scwork memory``."""
     mem = sub.add_parser(
         "memory", help="does the model fit in SPMEM and HBM? (exit 0: fits, 1: does not, 2: bad input)",
         description="SPMEM per tile, HBM peak per chip, diagnoses and fixes for the model of a config file. "
@@ -204,6 +223,9 @@ def build_parser() -> argparse.ArgumentParser:
     mem.add_argument("--json", action="store_true", help="machine-readable output")
     mem.set_defaults(func=_cmd_memory)
 
+
+def _add_summary_parser(sub) -> None:
+    """The subparser of ``scwork summary``."""
     sm = sub.add_parser(
         "summary", help="plan summary: per chip HBM/SPMEM and load, imbalance, limits, critical path "
                         "(exit 1: does not fit)",
@@ -223,8 +245,9 @@ def build_parser() -> argparse.ArgumentParser:
     sm.add_argument("--json", action="store_true", help="machine-readable output (the Datasets as plain JSON)")
     sm.set_defaults(func=_cmd_summary)
 
-    add_plan_parser(sub)
 
+def _add_allreduce_parser(sub) -> None:
+    """The subparser of ``scwork allreduce``."""
     ar = sub.add_parser(
         "allreduce", help="cost of all-reduce algorithms on a ring, torus, mesh or grid",
         description="Steps, transfers, time (alpha-beta model), algbw, busbw and link conflicts of the "
@@ -242,7 +265,6 @@ def build_parser() -> argparse.ArgumentParser:
     ar.add_argument("--pipeline-chunks", type=int, default=1, help="segments per transfer (default 1: no pipelining)")
     ar.add_argument("--json", action="store_true", help="machine-readable output")
     ar.set_defaults(func=_cmd_allreduce)
-    return parser
 
 
 #: Exit status when stdout's reader closed the pipe (128 + SIGPIPE, as the shell reports).

@@ -124,7 +124,8 @@ class PlanSummary:
         for r in rows:
             lines.append("  ".join(str(r[h]).ljust(w) for h, w in zip(header, widths)))
         if rows:
-            capacity, usable = (int(self.per_chip[name].values[0]) for name in ("hbm_capacity_bytes", "hbm_usable_bytes"))
+            capacity, usable = (int(self.per_chip[name].values[0])
+                                for name in ("hbm_capacity_bytes", "hbm_usable_bytes"))
             lines.append(f"usable HBM: {_size(usable)} = the chip's {_size(capacity)} less the "
                          f"{1 - usable / capacity:.0%} headroom kept free (as scwork memory counts it)")
         if self.partition_imbalance is not None:
@@ -159,7 +160,8 @@ class PlanSummary:
 
     def __repr__(self) -> str:
         chips, stacks = self.per_chip.sizes['chip'], self.per_stack.sizes['stack']
-        return (f"PlanSummary({chips} {'chip' if chips == 1 else 'chips'}, {stacks} {'stack' if stacks == 1 else 'stacks'}, "
+        return (f"PlanSummary({chips} {'chip' if chips == 1 else 'chips'}, "
+                f"{stacks} {'stack' if stacks == 1 else 'stacks'}, "
                 f"{'fits' if self.fits else 'does not fit'})")
 
 
@@ -201,6 +203,49 @@ def _check_stats(stats: Any) -> None:
             raise ConfigError(f"plan_summary: stats[{name!r}] must hold whole counts, got {values.dtype} values")
         if values.size and (values.min() < 0 or values.max() > 2.0**62):
             raise ConfigError(f"plan_summary: stats[{name!r}] must hold counts between 0 and 2**62")
+
+
+def _add_observed_load(stats: Any, names: list, topology: Any, C: int, per_chip: dict, per_stack: dict):
+    """Add the ids received per chip and the observed counts per stack; return the partition imbalance and divergence.
+
+    ``imbalance`` is max / mean of the ids per partition, ``divergence`` the KL
+    divergence in bits of their distribution from uniform.
+    """
+    sel = stats.sel(stack=names)
+    received = sel["ids"].sum(dim=("stack", "device", "sc")).values.astype(np.float64)   # per partition
+    P = received.size
+    if P != topology.num_partitions:
+        raise ConfigError(f"stats has {P} partitions, the topology {topology.num_partitions}; compute the "
+                          "statistics on this topology")
+    chip_of_partition = (np.arange(P) // topology.sparsecores_per_device) // topology.devices_per_chip
+    per_chip_ids = np.bincount(chip_of_partition, weights=received, minlength=C)
+    mean_chip = per_chip_ids.mean() if C else 0.0
+    per_chip["ids_received"] = ("chip", per_chip_ids.astype(np.int64),
+                                {"long_name": "ids the chip's partitions receive (all stacks)", "units": "ids"})
+    per_chip["load_vs_mean"] = ("chip", per_chip_ids / mean_chip if mean_chip > 0 else np.ones(C),
+                                {"long_name": "ids received / mean over chips", "units": "1"})
+    total = received.sum()
+    if total > 0:
+        imbalance = float(received.max() / received.mean())
+        q = received / total
+        nz = q > 0
+        divergence = float(np.sum(q[nz] * np.log2(q[nz] * P)))
+    else:
+        imbalance, divergence = 1.0, 0.0
+    observed_ids = sel["max_ids_per_partition"].max(dim=("device", "partition")).values
+    observed_unique = sel["max_unique_ids_per_partition"].max(dim=("device", "partition")).values
+    limit_ids = per_stack["max_ids_per_partition"][1]
+    limit_unique = per_stack["max_unique_ids_per_partition"][1]
+    within = (((limit_ids < 0) | (observed_ids <= limit_ids))
+              & ((limit_unique < 0) | (observed_unique <= limit_unique)))
+    per_stack["observed_max_ids"] = ("stack", observed_ids.astype(np.int64),
+                                     {"long_name": "largest ids per (source SC, partition)", "units": "ids"})
+    per_stack["observed_max_unique_ids"] = ("stack", observed_unique.astype(np.int64),
+                                            {"long_name": "largest distinct ids per (source SC, partition)",
+                                             "units": "ids"})
+    per_stack["within_limits"] = ("stack", within, {"long_name": "observed counts within the limits",
+                                                    "units": ""})
+    return imbalance, divergence
 
 
 def plan_summary(features: Any, topology: Any, *, batch_size: int, stats: Any = None, stacking: Any = "auto",
@@ -300,40 +345,7 @@ def plan_summary(features: Any, topology: Any, *, batch_size: int, stats: Any = 
                                          {"long_name": "limit in force (-1: none)", "units": "ids"}),
     }
     if stats is not None:
-        sel = stats.sel(stack=names)
-        received = sel["ids"].sum(dim=("stack", "device", "sc")).values.astype(np.float64)   # per partition
-        P = received.size
-        if P != topology.num_partitions:
-            raise ConfigError(f"stats has {P} partitions, the topology {topology.num_partitions}; compute the "
-                              "statistics on this topology")
-        chip_of_partition = (np.arange(P) // topology.sparsecores_per_device) // topology.devices_per_chip
-        per_chip_ids = np.bincount(chip_of_partition, weights=received, minlength=C)
-        mean_chip = per_chip_ids.mean() if C else 0.0
-        per_chip["ids_received"] = ("chip", per_chip_ids.astype(np.int64),
-                                    {"long_name": "ids the chip's partitions receive (all stacks)", "units": "ids"})
-        per_chip["load_vs_mean"] = ("chip", per_chip_ids / mean_chip if mean_chip > 0 else np.ones(C),
-                                    {"long_name": "ids received / mean over chips", "units": "1"})
-        total = received.sum()
-        if total > 0:
-            imbalance = float(received.max() / received.mean())
-            q = received / total
-            nz = q > 0
-            divergence = float(np.sum(q[nz] * np.log2(q[nz] * P)))
-        else:
-            imbalance, divergence = 1.0, 0.0
-        observed_ids = sel["max_ids_per_partition"].max(dim=("device", "partition")).values
-        observed_unique = sel["max_unique_ids_per_partition"].max(dim=("device", "partition")).values
-        limit_ids = per_stack["max_ids_per_partition"][1]
-        limit_unique = per_stack["max_unique_ids_per_partition"][1]
-        within = (((limit_ids < 0) | (observed_ids <= limit_ids))
-                  & ((limit_unique < 0) | (observed_unique <= limit_unique)))
-        per_stack["observed_max_ids"] = ("stack", observed_ids.astype(np.int64),
-                                         {"long_name": "largest ids per (source SC, partition)", "units": "ids"})
-        per_stack["observed_max_unique_ids"] = ("stack", observed_unique.astype(np.int64),
-                                                {"long_name": "largest distinct ids per (source SC, partition)",
-                                                 "units": "ids"})
-        per_stack["within_limits"] = ("stack", within, {"long_name": "observed counts within the limits",
-                                                        "units": ""})
+        imbalance, divergence = _add_observed_load(stats, names, topology, C, per_chip, per_stack)
 
     step = None
     if stats is not None:

@@ -394,7 +394,8 @@ def test_stats_on_a_directory_of_shards_matches_stats_over_dataset(tmp_path):
 
 def test_stats_bad_input(ids_csv, tmp_path):
     base = ("stats", str(ids_csv), "--config", str(EXAMPLE), "--batch-size", "64")
-    assert_bad_input(run(*base, "--out", str(tmp_path / "limits.txt"), check=False), "name the limits file .json or .csv")
+    assert_bad_input(run(*base, "--out", str(tmp_path / "limits.txt"), check=False),
+                     "name the limits file .json or .csv")
     assert_bad_input(run(*base, "--method", "max", "--percentile", "90", check=False),
                      "--percentile applies to --method percentile")
     assert_bad_input(run(*base, "--scheduler", "tcp://localhost:1", check=False), "IDS is a single file")

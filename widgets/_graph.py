@@ -194,7 +194,8 @@ class NodeLinkGraph:
 
     def set_graph(self, nodes: Mapping[str, Any], links: Mapping[str, Any],
                   groups: Mapping[str, Any] | None = None, *, notes: Mapping[str, Any] | None = None,
-                  show_labels: bool = True, extent: tuple[np.ndarray, np.ndarray] | None = None, pad: float = 0.5) -> None:
+                  show_labels: bool = True, extent: tuple[np.ndarray, np.ndarray] | None = None,
+                  pad: float = 0.5) -> None:
         """Draw a new network and fit the view to it.
 
         Parameters

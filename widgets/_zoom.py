@@ -147,7 +147,10 @@ class ZoomGrid(CellGrid):
         self._set_image(color_index, rows, cols, categories, values, x=c0, y=-(r0 + height), dw=width, dh=height)
 
     def _fit_labels(self) -> None:
-        """Labels only where they fit a drawn cell on screen (the longest one, e.g. a 9-digit address); else hover only."""
+        """Labels only where they fit a drawn cell on screen; else hover only.
+
+        A label fits when the longest one (e.g. a 9-digit address) does.
+        """
         fig = self.figure
         span_x = abs(fig.x_range.end - fig.x_range.start) or 1
         span_y = abs(fig.y_range.end - fig.y_range.start) or 1

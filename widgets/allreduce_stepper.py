@@ -71,8 +71,8 @@ from scwork.widgets._allreduce_steps import (
     schedule_for,
 )
 
-__all__ = ["ALGORITHM_CHOICES", "MAX_NODES", "MESSAGE_SIZES", "NEAREST_ALGORITHMS", "TOPOLOGY_KINDS", "AllReduceStepper",
-           "nearest_algorithm"]
+__all__ = ["ALGORITHM_CHOICES", "MAX_NODES", "MESSAGE_SIZES", "NEAREST_ALGORITHMS", "TOPOLOGY_KINDS",
+           "AllReduceStepper", "nearest_algorithm"]
 
 
 _DEFAULT_SHAPES = {1: (8,), 2: (4, 4), 3: (4, 4, 4)}

@@ -564,7 +564,8 @@ class LayoutExplorer(_bokeh.SyncedDisplay, ipywidgets.VBox):
             what = (f"{level}, {block[0]:,} x {block[1]:,} cells each: color = tile of each block's "
                     "first cell, gray = all padding, hover for the padding fraction; zoom in "
                     "(wheel or box zoom) to reach single elements")
-        shown_rows, shown_cols = self._grid.window[1] - self._grid.window[0], self._grid.window[3] - self._grid.window[2]
+        shown_rows = self._grid.window[1] - self._grid.window[0]
+        shown_cols = self._grid.window[3] - self._grid.window[2]
         self._grid_caption.text = (
             f"<b>Logical view</b> {_dims(view)}{folded}: showing rows {self._grid.window[0]:,}-"
             f"{self._grid.window[1] - 1:,} and columns {self._grid.window[2]:,}-"

@@ -2,7 +2,8 @@
 
 Bring a batch (or several steps) of ids and the features/tables they look up; pick a
 TPU chip and chip count, stacking on or off, the shard rotation, per-partition limits
-and whether ids may be dropped, and see ([jte] table_stacking.py; [jte] preprocess_sparse_dense_matmul_input; [sc-guide] §10):
+and whether ids may be dropped, and see ([jte] table_stacking.py; [jte]
+preprocess_sparse_dense_matmul_input; [sc-guide] §10):
 
 - per-partition bars of ids and of distinct ids for the selected stack, either split
   by *source* SparseCore (every (device, SC) slice of the batch is processed on its

@@ -649,7 +649,8 @@ class MemoryTimeline(_bokeh.SyncedDisplay, ipywidgets.VBox):
             "<b>HBM of one chip, event by event</b>: every band is one buffer, colored by category "
             "(hover for its size and lifetime); solid red line = HBM, dashed = usable after headroom; "
             "gray = the peak event. "
-            + (f"{len(serialized)} {'stack' if len(serialized) == 1 else 'stacks'} serialized, one per SparseCore slot: {', '.join(serialized)}."
+            + (f"{len(serialized)} {'stack' if len(serialized) == 1 else 'stacks'} serialized, "
+               f"one per SparseCore slot: {', '.join(serialized)}."
                if serialized else "No stack serialized: every stack's HBM stack is live through its whole phase.")
             + ("" if program else " Events that move no bytes take no time and do not show here.")
         )

@@ -601,7 +601,8 @@ class PipelineTimeline(_bokeh.SyncedDisplay, ipywidgets.VBox):
 
         ``pipelining_off`` turns pipelining on; ``host_preprocessing_slow`` sets the
         threads the advisor found necessary; ``minibatching_overhead`` and
-        ``limits_too_low`` (mini-batching) put every stack in one mini-batch; ``hbm_stack_overflow`` serializes the number of
+        ``limits_too_low`` (mini-batching) put every stack in one mini-batch; ``hbm_stack_overflow``
+        serializes the number of
         tables the memory model found.
 
         Parameters

@@ -168,6 +168,33 @@ def run_fused(schedule: Schedule, arr: np.ndarray, bounds: np.ndarray, groups: n
              np.ascontiguousarray(s.destination, np.int64), element_start, element_stop,
              np.ascontiguousarray(s.op == _COMBINE), hazard, starts, entries)
     checks = (*input_screens(arr.dtype, num_nodes, check_input), sample_elements, sampled)
+
+    def scratch() -> tuple:
+        block_values = np.empty((num_nodes, block), work_dtype)
+        return (block_values, block_values.view(np.dtype(f"u{work_dtype.itemsize}")),
+                np.empty(snapshot_size, work_dtype), np.zeros(len(hazard), np.int64))
+
+    def run_range(own: tuple, first: int, end: int) -> int:
+        status, _ = all_reduce_blocks(*before, *own, *after, first, end, *checks)
+        return int(status)
+
+    statuses, side_outcome = _run_block_ranges(run_range, scratch, num_blocks, num_threads, side)
+    problems = [status for status in statuses if status != FUSED_DONE]
+    status = (FUSED_INPUT_FLAGGED if FUSED_INPUT_FLAGGED in problems else problems[0]) if problems else FUSED_DONE
+    return status, rows, sampled, side_outcome
+
+
+def _run_block_ranges(run_range, scratch, num_blocks: int, num_threads: int, side):
+    """Run ``run_range(own scratch, first, end)`` over ranges of blocks on up to ``num_threads`` threads.
+
+    Each thread allocates its scratch with ``scratch()`` and takes the next range
+    until none is left or a range does not end ``FUSED_DONE``. ``side()`` runs on
+    the second thread before it takes blocks (on the calling thread after the
+    blocks when there is one). Returns ``(statuses, (side value, side exception))``
+    and raises the first error a thread raised.
+    """
+    from scwork.collectives._kernels import FUSED_DONE
+
     # Ranges of blocks, several per thread so that the threads end together.
     num_threads = max(1, min(num_threads, num_blocks))
     per_range = max(1, num_blocks // (num_threads * _RANGES_PER_THREAD)) if num_threads > 1 else max(1, num_blocks)
@@ -186,12 +213,10 @@ def run_fused(schedule: Schedule, arr: np.ndarray, bounds: np.ndarray, groups: n
         if side is not None and worker == 1:
             run_side()
         try:
-            scratch = np.empty((num_nodes, block), work_dtype)
-            own = (scratch, scratch.view(np.dtype(f"u{work_dtype.itemsize}")), np.empty(snapshot_size, work_dtype),
-                   np.zeros(len(hazard), np.int64))
+            own = scratch()
             for first, end in ranges:               # next() of a shared iterator is atomic under the GIL
-                status, _ = all_reduce_blocks(*before, *own, *after, first, end, *checks)
-                statuses.append(int(status))
+                status = run_range(own, first, end)
+                statuses.append(status)
                 if status != FUSED_DONE or stop.is_set():
                     stop.set()                      # the caller runs the general path: no point going on
                     return
@@ -213,10 +238,7 @@ def run_fused(schedule: Schedule, arr: np.ndarray, bounds: np.ndarray, groups: n
         raise errors[0]
     if side is not None and num_threads == 1:
         run_side()
-    problems = [status for status in statuses if status != FUSED_DONE]
-    status = (FUSED_INPUT_FLAGGED if FUSED_INPUT_FLAGGED in problems else problems[0]) if problems else FUSED_DONE
-    return status, rows, sampled, tuple(side_outcome)
-
+    return statuses, tuple(side_outcome)
 
 def fused_all_reduce(s: Schedule, arr: np.ndarray, groups: np.ndarray, hazard: np.ndarray,
                      sample_elements: np.ndarray | None = None, num_threads: int = 1, side=None):

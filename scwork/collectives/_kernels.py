@@ -214,6 +214,8 @@ FUSED_INPUT_FLAGGED = 1
 FUSED_INCONSISTENT = 2
 
 
+# Kept whole although over 120 lines: one loop nest over blocks and transfers that numba must
+# compile as one, with no call overhead in the hot loop.
 @jit
 def all_reduce_blocks(data, data_bits, scratch, scratch_bits, snapshot, snapshot_at, out, representative, group_of,
                       step, source, destination, element_start, element_stop, is_combine, hazard, starts, entries,

@@ -490,6 +490,46 @@ def execute(schedule: Schedule, data, *, conflicts: str = "report", check: bool 
     >>> run.verification
     'full'
     """
+    rtol = _checked_options(conflicts, verify, num_threads, check, track, rtol)
+    arr = _as_data(schedule, data, check=False)
+    L = arr.shape[1]
+    if schedule.compact and schedule.num_transfers <= _KEEP_COLUMNS_MAX_TRANSFERS:
+        schedule.explicit()  # kept on the caller's schedule: the next execute() of it skips writing them out
+    sched = schedule.with_size(L * arr.dtype.itemsize, arr.dtype.itemsize)
+    bounds = sched.element_bounds(L)
+    nodes, elements = _verified_nodes_and_elements(schedule, sched, bounds, L, verify, seed)
+    # A large all-reduce checks its input inside the fused kernel (one pass over the data); others check it here.
+    engine, fused_rows, sampled, side = _fused_all_reduce_if_possible(
+        schedule, sched, arr, L, engine, conflicts, track, check, elements, num_threads)
+    if fused_rows is None:
+        _check_values(sched, arr)
+    found, tracker, tracker_error = _conflicts_and_tracker(schedule, side, conflicts)
+    if schedule.collective == "all_to_all":
+        return _execute_all_to_all(sched, arr, found, check)
+    engine = _choose_engine(sched, L, engine)
+    if elements is None:
+        initial, rows, row_of, cmask, abs_rows = _expected(sched, arr)
+    else:
+        initial, rows, row_of, cmask, abs_rows = _expected_at(sched, arr, elements,
+                                                              None if fused_rows is None else sampled)
+    wdt = _work_dtype(arr.dtype)
+    tracker_ran = track and side is not None      # by the fused run, with its final check
+    if tracker_error is not None:
+        raise tracker_error
+    if not tracker_ran:
+        tracker = _Tracker(sched) if track else None  # may refuse a too large network before the buffers exist
+    work, work_row, buffers = _working_buffers(sched, arr, wdt, bounds, initial, engine, fused_rows, row_of,
+                                               None if tracker_ran else tracker)
+    del initial
+    if tracker is not None and check and not tracker_ran:
+        tracker.check_final()
+    max_error, consistent = _compare(sched, work, rows, row_of, cmask, abs_rows, wdt, bounds,
+                                     check, rtol, tracker, nodes=nodes, elements=elements, work_row=work_row)
+    return _execution(sched, buffers, rows, row_of, max_error, found, consistent, nodes, elements)
+
+
+def _checked_options(conflicts, verify, num_threads, check, track, rtol) -> float | None:
+    """Check :func:`execute`'s keyword options (in the order they are documented); return ``rtol`` as a float."""
     if not isinstance(conflicts, str) or conflicts not in ("report", "raise", "ignore"):
         raise ConfigError(f"conflicts must be 'report', 'raise' or 'ignore', got {shown(conflicts)}")
     if not isinstance(verify, str) or verify not in _VERIFY:
@@ -509,22 +549,27 @@ def execute(schedule: Schedule, data, *, conflicts: str = "report", check: bool 
         if not 0 <= tolerance < float("inf"):
             raise ConfigError(f"rtol must be a finite number >= 0 (or None), got {shown(rtol)}")
         rtol = tolerance
-    arr = _as_data(schedule, data, check=False)
-    net = schedule.network
-    L = arr.shape[1]
-    if schedule.compact and schedule.num_transfers <= _KEEP_COLUMNS_MAX_TRANSFERS:
-        schedule.explicit()  # kept on the caller's schedule: the next execute() of it skips writing them out
-    sched = schedule.with_size(L * arr.dtype.itemsize, arr.dtype.itemsize)
-    bounds = sched.element_bounds(L)
-    nodes = elements = None  # every node and element
+    return rtol
+
+
+def _verified_nodes_and_elements(schedule: Schedule, sched: Schedule, bounds, L: int, verify: str, seed: int):
+    """The nodes and elements ``verify`` compares with the reference: ``(None, None)`` for every one."""
     if schedule.collective != "all_to_all" and (
-            verify == "sample" or (verify == "auto" and net.num_nodes * L > FULL_VERIFY_MAX_CELLS)):
+            verify == "sample" or (verify == "auto" and schedule.network.num_nodes * L > FULL_VERIFY_MAX_CELLS)):
         from scwork.collectives._sample import sample_nodes_and_elements
 
-        nodes, elements = sample_nodes_and_elements(_groups(sched), bounds, L, num_nodes=SAMPLE_NODES,
-                                                    num_elements_drawn=SAMPLE_ELEMENTS, seed=seed)
-    # A large all-reduce checks its input inside the fused kernel (one pass over
-    # the data for everything); any other run checks it here, as it always did first.
+        return sample_nodes_and_elements(_groups(sched), bounds, L, num_nodes=SAMPLE_NODES,
+                                         num_elements_drawn=SAMPLE_ELEMENTS, seed=seed)
+    return None, None
+
+
+def _fused_all_reduce_if_possible(schedule: Schedule, sched: Schedule, arr: np.ndarray, L: int, engine: str,
+                                  conflicts: str, track: bool, check: bool, elements, num_threads):
+    """``(engine, fused_rows, sampled, side)``: the fused all-reduce's results, or Nones where it cannot run.
+
+    ``engine`` is the one chosen for an all-reduce (else as given); ``side`` holds what
+    the schedule-only checks found on the kernel's second thread.
+    """
     fused_rows = sampled = side = None
     if schedule.collective == "all_reduce":
         engine = _choose_engine(sched, L, engine)
@@ -535,8 +580,14 @@ def execute(schedule: Schedule, data, *, conflicts: str = "report", check: bool 
                 sched, arr, _groups(sched), hazard, elements,
                 _available_cores() if num_threads is None else num_threads,
                 lambda: _schedule_checks(schedule, sched, conflicts, track, check, hazard))
-    if fused_rows is None:
-        _check_values(sched, arr)
+    return engine, fused_rows, sampled, side
+
+
+def _conflicts_and_tracker(schedule: Schedule, side, conflicts: str):
+    """``(conflicts found, tracker, tracker error)``, from the fused run's second thread or found here.
+
+    Raises the second thread's error, and the first conflict with ``conflicts="raise"``.
+    """
     tracker = tracker_error = None
     if side is not None:
         checked, error = side
@@ -547,43 +598,33 @@ def execute(schedule: Schedule, data, *, conflicts: str = "report", check: bool 
         found = [] if conflicts == "ignore" else schedule.conflicts()
     if found and conflicts == "raise":
         _raise_conflict(schedule, found)
-    if schedule.collective == "all_to_all":
-        return _execute_all_to_all(sched, arr, found, check)
-    engine = _choose_engine(sched, L, engine)
-    if elements is None:
-        initial, rows, row_of, cmask, abs_rows = _expected(sched, arr)
-    else:
-        initial, rows, row_of, cmask, abs_rows = _expected_at(sched, arr, elements,
-                                                              None if fused_rows is None else sampled)
-    wdt = _work_dtype(arr.dtype)
-    tracker_ran = track and side is not None      # by the fused run, with its final check
-    if tracker_error is not None:
-        raise tracker_error
-    if not tracker_ran:
-        tracker = _Tracker(sched) if track else None  # may refuse a too large network before the buffers exist
+    return found, tracker, tracker_error
+
+
+def _working_buffers(sched: Schedule, arr: np.ndarray, wdt, bounds, initial, engine: str, fused_rows, row_of,
+                     tracker):
+    """``(work, work_row, buffers)``: the fused run's group vectors, or the whole schedule run here."""
     if fused_rows is not None:
-        work, work_row = fused_rows, row_of
         if len(fused_rows) == 1:
             buffers = _node_rows(fused_rows, row_of)
         else:
             buffers = _Later(lambda: _node_rows(fused_rows, row_of))
-    else:
-        # The numba engine fills the buffers block by block from ``initial`` (no
-        # separate copy of the whole array first).
-        work, work_row = np.empty(arr.shape, dtype=wdt), None
-        _run(sched, work, None if tracker_ran else tracker, bounds, initial=initial, engine=engine)
-        buffers = work
-    del initial
-    if tracker is not None and check and not tracker_ran:
-        tracker.check_final()
-    max_error, consistent = _compare(sched, work, rows, row_of, cmask, abs_rows, wdt, bounds,
-                                     check, rtol, tracker, nodes=nodes, elements=elements, work_row=work_row)
+        return fused_rows, row_of, buffers
+    # The numba engine fills the buffers block by block from ``initial`` (no
+    # separate copy of the whole array first).
+    work = np.empty(arr.shape, dtype=wdt)
+    _run(sched, work, tracker, bounds, initial=initial, engine=engine)
+    return work, None, work
+
+
+def _execution(sched: Schedule, buffers, rows, row_of, max_error, found, consistent, nodes, elements) -> Execution:
+    """The :class:`Execution` of a checked run (link tables worked out only when first read)."""
     tables = _Later(lambda: _link_tables(sched))
     util, lbytes = _Later(lambda: tables.get()[0]), _Later(lambda: tables.get()[1])
     return Execution(schedule=sched, buffers=buffers, reference=rows, group=row_of, max_error=max_error,
                      conflicts=found, utilisation=util, link_bytes=lbytes, consistent=consistent,
                      verification="full" if elements is None else "sample",
-                     verified_nodes=np.arange(net.num_nodes) if nodes is None else nodes,
+                     verified_nodes=np.arange(sched.network.num_nodes) if nodes is None else nodes,
                      verified_elements=elements)
 
 

@@ -162,39 +162,8 @@ class Network:
     def __init__(self, shape, wraparound, *, cores_per_chip: int = 1, bidirectional: bool = True,
                  ici: LinkClass, on_chip: LinkClass | None = None, chip: str | None = None,
                  name: str | None = None):
-        if isinstance(shape, (int, np.integer)) and not isinstance(shape, bool):
-            shape = (int(shape),)
-        try:
-            shape = tuple(shape)
-        except TypeError:
-            raise TopologyError(f"shape must be a tuple of positive integers, got {shown(shape)}") from None
-        if not shape:
-            raise TopologyError("shape is empty: give at least one dimension, e.g. (8,) or (4, 4)")
-        if len(shape) > 3:
-            raise TopologyError(f"shape {shown(shape)} has {len(shape)} dimensions; networks have 1 to 3")
-        for i, s in enumerate(shape):
-            if isinstance(s, bool) or not isinstance(s, (int, np.integer)):
-                raise TopologyError(f"shape[{i}] must be an integer, got {shown(s)} (shape {shown(shape)})")
-            if s < 1:
-                raise TopologyError(
-                    f"shape[{i}] = {shown(s)}: a network needs at least one chip per dimension "
-                    f"(shape {shown(shape)} holds no nodes); use sizes >= 1"
-                )
-        shape = tuple(int(s) for s in shape)
-        if isinstance(wraparound, (bool, np.bool_)):
-            wraparound = (bool(wraparound),) * len(shape)
-        flags = tuple(wraparound) if isinstance(wraparound, Iterable) and not isinstance(wraparound, (str, bytes)) \
-            else None
-        if flags is None or not all(isinstance(w, (bool, np.bool_)) for w in flags):
-            # bool("no") is True: only real booleans say which dimensions wrap.
-            raise TopologyError(f"wraparound must be True, False or one True/False per dimension, got "
-                                f"{shown(wraparound)}")
-        wraparound = tuple(bool(w) for w in flags)
-        if len(wraparound) != len(shape):
-            raise TopologyError(
-                f"wraparound has {len(wraparound)} flags but shape {shown(shape)} has {len(shape)} "
-                f"dimensions; give one flag per dimension, e.g. wraparound={(True,) * len(shape)}"
-            )
+        shape = _checked_shape(shape)
+        wraparound = _checked_wraparound(wraparound, shape)
         k = _check_positive_int("cores_per_chip", cores_per_chip)
         if not isinstance(bidirectional, (bool, np.bool_)):
             raise TopologyError(f"bidirectional must be True or False, got {shown(bidirectional)}")
@@ -208,22 +177,7 @@ class Network:
         self.link_classes = {"ici": ici}
         if k > 1:
             self.link_classes["on_chip"] = on_chip
-        m = math.prod(shape)
-        if m * k > MAX_NODES:
-            # Refuse before the per-node and per-link arrays are allocated (and before
-            # the name prints the dimensions: a 5,000-digit one cannot be printed).
-            raise TopologyError(
-                f"a {'x'.join(shown(d) for d in shape)} network with {k} {'core' if k == 1 else 'cores'} per chip has "
-                f"{f'{m * k:,}' if (m * k).bit_length() < 1000 else shown(m * k)} nodes, more than "
-                f"scwork.collectives.network.MAX_NODES={MAX_NODES:,} (the largest "
-                "TPU pods have about 9,216 chips); use a smaller shape, or raise MAX_NODES for a what-if")
-        num_links = 2 * len(shape) * m + m * k * (k - 1)      # an upper bound: ICI + on-chip
-        if num_links > MAX_LINKS:
-            raise TopologyError(
-                f"a {'x'.join(str(d) for d in shape)} network with {k:,} {'core' if k == 1 else 'cores'} per chip has up to {num_links:,} "
-                f"links ({k:,} x {k - 1:,} on-chip links per chip), more than "
-                f"scwork.collectives.network.MAX_LINKS={MAX_LINKS:,}; use fewer cores per chip (TPU chips have "
-                "1 or 2), or raise MAX_LINKS for a what-if")
+        m = _checked_network_size(shape, k)
         if name is not None and not isinstance(name, str):
             raise TopologyError(f"name must be a string (or None for the default), got {shown(name)}")
         self.name = name or self._default_name()
@@ -233,6 +187,12 @@ class Network:
         self.node_chip = np.repeat(np.arange(m, dtype=np.int64), k)
         self.node_core = np.tile(np.arange(k, dtype=np.int64), m)
 
+        self._add_links()
+        self._index_links()
+
+    def _add_links(self) -> None:
+        """The ``link_*`` arrays: ICI links along every dimension (each cable once), then on-chip links."""
+        shape, wraparound, m, k = self.shape, self.wraparound, self.num_chips, self.cores_per_chip
         src, dst, dims, signs, wraps = [], [], [], [], []
         seen = set()
         chips = np.arange(m)
@@ -283,9 +243,12 @@ class Network:
         self.link_wrap = np.asarray(wraps, dtype=bool)
         self.link_bandwidth = np.array([self.link_classes[c].bandwidth for c in self.link_kind], dtype=float)
         self.link_latency = np.array([self.link_classes[c].latency for c in self.link_kind], dtype=float)
-        # Lookup keys: ICI by (src chip, dst chip), on chip by (src node, dst node).
+
+    def _index_links(self) -> None:
+        """Sorted lookup keys of the links: ICI by (src chip, dst chip), on chip by (src node, dst node)."""
+        m, k = self.num_chips, self.cores_per_chip
         n = self.num_nodes
-        keys = np.empty(len(src), dtype=np.int64)
+        keys = np.empty(len(self.link_src_chip), dtype=np.int64)
         ici = self.link_src_core < 0
         keys[ici] = self.link_src_chip[ici] * m + self.link_dst_chip[ici]
         src_node = self.link_src_chip * k + self.link_src_core
@@ -734,6 +697,71 @@ class Network:
         for cls_ in self.link_classes.values():
             ds.attrs[f"{cls_.name}_source"] = cls_.source
         return ds
+
+
+def _checked_shape(shape) -> tuple[int, ...]:
+    """``shape`` as a tuple of 1 to 3 positive ints (a bare int is one dimension)."""
+    if isinstance(shape, (int, np.integer)) and not isinstance(shape, bool):
+        shape = (int(shape),)
+    try:
+        shape = tuple(shape)
+    except TypeError:
+        raise TopologyError(f"shape must be a tuple of positive integers, got {shown(shape)}") from None
+    if not shape:
+        raise TopologyError("shape is empty: give at least one dimension, e.g. (8,) or (4, 4)")
+    if len(shape) > 3:
+        raise TopologyError(f"shape {shown(shape)} has {len(shape)} dimensions; networks have 1 to 3")
+    for i, s in enumerate(shape):
+        if isinstance(s, bool) or not isinstance(s, (int, np.integer)):
+            raise TopologyError(f"shape[{i}] must be an integer, got {shown(s)} (shape {shown(shape)})")
+        if s < 1:
+            raise TopologyError(
+                f"shape[{i}] = {shown(s)}: a network needs at least one chip per dimension "
+                f"(shape {shown(shape)} holds no nodes); use sizes >= 1"
+            )
+    shape = tuple(int(s) for s in shape)
+    return shape
+
+
+def _checked_wraparound(wraparound, shape: tuple[int, ...]) -> tuple[bool, ...]:
+    """One wraparound flag per dimension of ``shape`` (a single bool applies to every one)."""
+    if isinstance(wraparound, (bool, np.bool_)):
+        wraparound = (bool(wraparound),) * len(shape)
+    flags = tuple(wraparound) if isinstance(wraparound, Iterable) and not isinstance(wraparound, (str, bytes)) \
+        else None
+    if flags is None or not all(isinstance(w, (bool, np.bool_)) for w in flags):
+        # bool("no") is True: only real booleans say which dimensions wrap.
+        raise TopologyError(f"wraparound must be True, False or one True/False per dimension, got "
+                            f"{shown(wraparound)}")
+    wraparound = tuple(bool(w) for w in flags)
+    if len(wraparound) != len(shape):
+        raise TopologyError(
+            f"wraparound has {len(wraparound)} flags but shape {shown(shape)} has {len(shape)} "
+            f"dimensions; give one flag per dimension, e.g. wraparound={(True,) * len(shape)}"
+        )
+    return wraparound
+
+
+def _checked_network_size(shape: tuple[int, ...], k: int) -> int:
+    """The number of chips of ``shape``, after refusing networks over ``MAX_NODES`` nodes or ``MAX_LINKS`` links."""
+    m = math.prod(shape)
+    if m * k > MAX_NODES:
+        # Refuse before the per-node and per-link arrays are allocated (and before
+        # the name prints the dimensions: a 5,000-digit one cannot be printed).
+        raise TopologyError(
+            f"a {'x'.join(shown(d) for d in shape)} network with {k} {'core' if k == 1 else 'cores'} per chip has "
+            f"{f'{m * k:,}' if (m * k).bit_length() < 1000 else shown(m * k)} nodes, more than "
+            f"scwork.collectives.network.MAX_NODES={MAX_NODES:,} (the largest "
+            "TPU pods have about 9,216 chips); use a smaller shape, or raise MAX_NODES for a what-if")
+    num_links = 2 * len(shape) * m + m * k * (k - 1)      # an upper bound: ICI + on-chip
+    if num_links > MAX_LINKS:
+        raise TopologyError(
+            f"a {'x'.join(str(d) for d in shape)} network with {k:,} {'core' if k == 1 else 'cores'} per chip "
+            f"has up to {num_links:,} "
+            f"links ({k:,} x {k - 1:,} on-chip links per chip), more than "
+            f"scwork.collectives.network.MAX_LINKS={MAX_LINKS:,}; use fewer cores per chip (TPU chips have "
+            "1 or 2), or raise MAX_LINKS for a what-if")
+    return m
 
 
 # -- Hamiltonian paths and cycles on grids ------------------------------------------------

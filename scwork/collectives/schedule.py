@@ -34,7 +34,8 @@ from scwork.collectives import _program
 from scwork.collectives.network import Network
 from scwork.errors import ConfigError
 
-__all__ = ["COLLECTIVES", "MAX_CHUNK_BOUNDS", "MAX_EXPLICIT_TRANSFERS", "MAX_NBYTES", "MAX_STREAM_RECORDS", "OPS", "PHASES",
+__all__ = ["COLLECTIVES", "MAX_CHUNK_BOUNDS", "MAX_EXPLICIT_TRANSFERS", "MAX_NBYTES", "MAX_STREAM_RECORDS", "OPS",
+           "PHASES",
            "Schedule", "Transfer", "chunk_bounds"]
 
 #: Most transfers a schedule writes out as explicit columns (``schedule.source`` ...,

@@ -445,18 +445,9 @@ def read_jax_profile(source, *, patterns=DEFAULT_LANE_PATTERNS, phase_patterns=J
     ConfigError
         Bad patterns or lane / phase names, bad ``steps`` / ``num_steps`` / bounds.
     """
-    if steps is not None and (not isinstance(steps, str) or steps not in ("auto", "device", "host")):
-        raise ConfigError(f"steps must be 'auto', 'device', 'host' or None, got {steps!r}")
-    for what, value in (("max_bytes", max_bytes), ("max_events", max_events)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ConfigError(f"{what} must be an integer >= 1, got {value!r}")
+    _check_steps_and_bounds(steps, max_bytes, max_events)
     rules = _compile_lanes(patterns)
-    try:
-        step_rx = re.compile(step_name) if step_name is not None else None
-        thread_rx = re.compile(step_thread)
-    except (re.error, TypeError) as err:
-        raise ConfigError(f"step_name {step_name!r} / step_thread {step_thread!r} is not a regular expression: "
-                          f"{err}") from None
+    step_rx, thread_rx = _step_regexes(step_name, step_thread)
     events = _events_of(source, max_bytes, max_events)
     pnames, tnames, spans = _spans(events)
 
@@ -465,10 +456,53 @@ def read_jax_profile(source, *, patterns=DEFAULT_LANE_PATTERNS, phase_patterns=J
 
     markers, taken, step_threads = _step_markers(spans, label, steps, step_rx, thread_rx)
     markers.sort()
+    _check_markers_disjoint(markers)
+    lanes, used, out, unmapped, unknown = _lane_events(spans, label, rules, taken, step_threads, qualify_names)
+    resource_patterns = tuple((lane, rf"^scwork:{lane} chip (?P<chip>\d+) unit (?P<unit>\d+) \|")
+                              for lane in RESOURCE_KINDS)
+    measured = read_trace({"traceEvents": _normalised_events(lanes, used, out, markers)},
+                          resource_patterns=resource_patterns, phase_patterns=phase_patterns,
+                          step_pattern=rf"^{_STEPS_PROCESS} \| Steps$" if markers else None,
+                          num_steps=None if markers else num_steps, top_level_only=top_level_only, time_unit="us")
+    for name, count in unmapped.items():
+        measured.unmapped[name] = measured.unmapped.get(name, 0) + count
+    measured.unknown_threads = sorted(unknown)
+    return measured
+
+
+def _check_steps_and_bounds(steps, max_bytes, max_events) -> None:
+    """Refuse a ``steps`` other than "auto", "device", "host" or None, and bounds that are no integer >= 1."""
+    if steps is not None and (not isinstance(steps, str) or steps not in ("auto", "device", "host")):
+        raise ConfigError(f"steps must be 'auto', 'device', 'host' or None, got {steps!r}")
+    for what, value in (("max_bytes", max_bytes), ("max_events", max_events)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ConfigError(f"{what} must be an integer >= 1, got {value!r}")
+
+
+def _step_regexes(step_name: str | None, step_thread: str):
+    """``(step_name, step_thread)`` compiled (the first None when not given)."""
+    try:
+        step_rx = re.compile(step_name) if step_name is not None else None
+        thread_rx = re.compile(step_thread)
+    except (re.error, TypeError) as err:
+        raise ConfigError(f"step_name {step_name!r} / step_thread {step_thread!r} is not a regular expression: "
+                          f"{err}") from None
+    return step_rx, thread_rx
+
+
+def _check_markers_disjoint(markers: list) -> None:
+    """Refuse sorted step markers that overlap."""
     for (s0, e0), (s1, e1) in itertools.pairwise(markers):
         if s1 < e0:
             raise TraceError(f"step markers overlap: [{s0}, {e0}] and [{s1}, {e1}] (trace units): give step_name= "
                              f"to pick one kind of annotation, or steps='device' / 'host'")
+
+
+def _lane_events(spans: dict, label, rules, taken: set, step_threads: set, qualify_names: bool):
+    """The events of lane threads renumbered to one pid per (lane, chip, unit).
+
+    Returns ``(lanes, used (pid, tid) pairs, events, unmapped names -> count, unknown thread labels)``.
+    """
     lanes: dict[tuple, int] = {}  # (lane, chip, unit) -> pid of the normalised trace
     threads: dict[tuple, int] = {}  # original (pid, tid) -> tid of the normalised trace
     out: list[dict] = []
@@ -499,6 +533,11 @@ def read_jax_profile(source, *, patterns=DEFAULT_LANE_PATTERNS, phase_patterns=J
             used.add((pid, tid))
             out.append({"ph": "X", "pid": pid, "tid": tid, "ts": s, "dur": e - s,
                         "name": _qualified(name, args) if qualify_names else name})
+    return lanes, used, out, unmapped, unknown
+
+
+def _normalised_events(lanes: dict, used: set, out: list, markers: list) -> list:
+    """Name records of the lanes and threads, the events, and the step markers on a "Steps" line."""
     meta = [{"ph": "M", "pid": pid, "name": "process_name", "args": {"name": f"scwork:{lane} chip {chip} unit {unit}"}}
             for (lane, chip, unit), pid in lanes.items()]
     meta += [{"ph": "M", "pid": pid, "tid": tid, "name": "thread_name", "args": {"name": f"thread {tid}"}}
@@ -508,16 +547,7 @@ def read_jax_profile(source, *, patterns=DEFAULT_LANE_PATTERNS, phase_patterns=J
                  {"ph": "M", "pid": 0, "tid": 0, "name": "thread_name", "args": {"name": "Steps"}}]
         out += [{"ph": "X", "pid": 0, "tid": 0, "ts": s, "dur": e - s, "name": str(i)}
                 for i, (s, e) in enumerate(markers)]
-    resource_patterns = tuple((lane, rf"^scwork:{lane} chip (?P<chip>\d+) unit (?P<unit>\d+) \|")
-                              for lane in RESOURCE_KINDS)
-    measured = read_trace({"traceEvents": meta + out}, resource_patterns=resource_patterns,
-                          phase_patterns=phase_patterns,
-                          step_pattern=rf"^{_STEPS_PROCESS} \| Steps$" if markers else None,
-                          num_steps=None if markers else num_steps, top_level_only=top_level_only, time_unit="us")
-    for name, count in unmapped.items():
-        measured.unmapped[name] = measured.unmapped.get(name, 0) + count
-    measured.unknown_threads = sorted(unknown)
-    return measured
+    return meta + out
 
 
 # --------------------------------------------------------------------------------------

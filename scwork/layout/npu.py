@@ -608,28 +608,9 @@ class LocalLayout:
         True
         """
         import numpy as np
-        import xarray as xr
 
-        max_cells = integer("max_cells", max_cells, minimum=0, error=LayoutError)
-        if max_cells > MAX_OCCUPANCY_CELLS:
-            raise LayoutError(f"max_cells={max_cells:,} is more than MAX_OCCUPANCY_CELLS={MAX_OCCUPANCY_CELLS:,} "
-                              "(five int64 maps of that many cells are allocated)",
-                              hint="map a smaller tile of the tensor instead")
-        if self.bytes_per_lane * 8 + self.strides_elements.n * self.element_bits >= 2**62:
-            # The runs below are int64 numpy arithmetic on bit offsets; past this they would wrap.
-            raise LayoutError(f"the occupancy map of {self.shape} {self.dtype} ({self.kind}) has byte offsets "
-                              f"beyond what int64 holds ({self.bytes_per_lane:,} bytes per lane)",
-                              hint="map a smaller tile of the tensor (fewer N, C or H)")
+        rows = self._check_occupancy_size(max_cells)
         eu = self.eu_bytes
-        rows = ceil_div(self.bytes_per_lane, eu)
-        # Five int64 maps of lanes x rows, plus the runs (one per (n, c) or line):
-        # refuse before allocating what the machine cannot hold.
-        runs = self.shape[0] * self.shape[1] * (1 if self.strides_elements.h == self.shape[3] else self.shape[2])
-        if self.npu_num * rows > max_cells or runs > max_cells:
-            raise LayoutError(
-                f"the occupancy map of {self.shape} {self.dtype} ({self.kind}) has {self.npu_num} lanes x "
-                f"{rows:,} EU rows and {runs:,} data runs, more than max_cells={max_cells:,}",
-                hint="map a smaller tile of the tensor (fewer N, C or H), or pass a larger max_cells")
         batch = np.full((self.npu_num, rows), -1, dtype=np.int64)
         channel = np.full((self.npu_num, rows), -1, dtype=np.int64)
         owners = np.zeros((self.npu_num, rows), dtype=np.int64)
@@ -642,39 +623,39 @@ class LocalLayout:
             pick = run_lane == lane
             if not pick.any():
                 continue
-            order = np.argsort(run_start[pick], kind="stable")
-            s = run_start[pick][order]
-            e = run_end[pick][order]
-            owner_n = run_n[pick][order]
-            owner_c = run_c[pick][order]
-            # Runs of 4-bit elements may share their boundary byte (compact layout, odd
-            # element counts): start each run after the bytes already counted, so the
-            # runs are disjoint; then "data bytes below x" is the sum of the runs that
-            # start before x minus the part of the last one past x.
-            s_data = np.maximum(s, np.concatenate(([s[0]], np.maximum.accumulate(e)[:-1])))
-            e_data = np.maximum(e, s_data)
-            cum = np.concatenate(([0], np.cumsum(e_data - s_data)))
+            used[lane], batch[lane], channel[lane], owners[lane] = _lane_occupancy(
+                run_start[pick], run_end[pick], run_n[pick], run_c[pick], row_start, row_end)
+        return self._occupancy_dataset(rows, row_start, batch, channel, owners, used)
 
-            def below(x):
-                k = np.searchsorted(s_data, x, side="left")
-                over = np.where(k > 0, np.maximum(e_data[np.maximum(k - 1, 0)] - x, 0), 0)
-                return cum[k] - over
+    def _check_occupancy_size(self, max_cells) -> int:
+        """The number of EU rows of the occupancy map, after refusing maps over ``max_cells`` cells or int64."""
+        max_cells = integer("max_cells", max_cells, minimum=0, error=LayoutError)
+        if max_cells > MAX_OCCUPANCY_CELLS:
+            raise LayoutError(f"max_cells={max_cells:,} is more than MAX_OCCUPANCY_CELLS={MAX_OCCUPANCY_CELLS:,} "
+                              "(five int64 maps of that many cells are allocated)",
+                              hint="map a smaller tile of the tensor instead")
+        if self.bytes_per_lane * 8 + self.strides_elements.n * self.element_bits >= 2**62:
+            # The runs below are int64 numpy arithmetic on bit offsets; past this they would wrap.
+            raise LayoutError(f"the occupancy map of {self.shape} {self.dtype} ({self.kind}) has byte offsets "
+                              f"beyond what int64 holds ({self.bytes_per_lane:,} bytes per lane)",
+                              hint="map a smaller tile of the tensor (fewer N, C or H)")
+        rows = ceil_div(self.bytes_per_lane, self.eu_bytes)
+        # Five int64 maps of lanes x rows, plus the runs (one per (n, c) or line):
+        # refuse before allocating what the machine cannot hold.
+        runs = self.shape[0] * self.shape[1] * (1 if self.strides_elements.h == self.shape[3] else self.shape[2])
+        if self.npu_num * rows > max_cells or runs > max_cells:
+            raise LayoutError(
+                f"the occupancy map of {self.shape} {self.dtype} ({self.kind}) has {self.npu_num} lanes x "
+                f"{rows:,} EU rows and {runs:,} data runs, more than max_cells={max_cells:,}",
+                hint="map a smaller tile of the tensor (fewer N, C or H), or pass a larger max_cells")
+        return rows
 
-            used[lane] = below(row_end) - below(row_start)
-            first = np.searchsorted(e, row_start, side="right")      # first run ending after the row start
-            last = np.searchsorted(s, row_end, side="left")          # runs starting before the row end
-            has = (first < last) & (used[lane] > 0)
-            idx = np.minimum(first, len(s) - 1)
-            batch[lane] = np.where(has, owner_n[idx], -1)
-            channel[lane] = np.where(has, owner_c[idx], -1)
-            # Runs of one (n, c) are adjacent in address order, so the owners of
-            # runs first..last-1 are 1 + the owner changes between them.
-            change = np.zeros(len(s), dtype=np.int64)
-            change[1:] = (owner_n[1:] != owner_n[:-1]) | (owner_c[1:] != owner_c[:-1])
-            cum_change = np.cumsum(change)
-            distinct = 1 + cum_change[np.maximum(last - 1, 0)] - cum_change[idx]
-            owners[lane] = np.where(has, distinct, 0)
+    def _occupancy_dataset(self, rows: int, row_start, batch, channel, owners, used) -> "xarray.Dataset":
+        """The occupancy maps as a Dataset with the layout's coordinates and attributes."""
+        import numpy as np
+        import xarray as xr
 
+        eu = self.eu_bytes
         coords: dict[str, Any] = {
             "lane": ("lane", np.arange(self.npu_num, dtype=np.int64), {"long_name": "NPU lane"}),
             "row": ("row", np.arange(rows, dtype=np.int64),
@@ -761,6 +742,45 @@ class LocalLayout:
                         f"<td style='text-align:left'>{html.escape(str(value))}</td></tr>")
         title = html.escape(f"LocalLayout {self.shape} {self.dtype} ({self.kind})")
         return f"<table><caption>{title}</caption>{''.join(rows)}</table>"
+
+
+def _lane_occupancy(start, end, run_n, run_c, row_start, row_end):
+    """``(used_bytes, batch, channel, owners)`` per EU row of one lane, from the data runs in it."""
+    import numpy as np
+
+    order = np.argsort(start, kind="stable")
+    s = start[order]
+    e = end[order]
+    owner_n = run_n[order]
+    owner_c = run_c[order]
+    # Runs of 4-bit elements may share their boundary byte (compact layout, odd
+    # element counts): start each run after the bytes already counted, so the
+    # runs are disjoint; then "data bytes below x" is the sum of the runs that
+    # start before x minus the part of the last one past x.
+    s_data = np.maximum(s, np.concatenate(([s[0]], np.maximum.accumulate(e)[:-1])))
+    e_data = np.maximum(e, s_data)
+    cum = np.concatenate(([0], np.cumsum(e_data - s_data)))
+
+    def below(x):
+        k = np.searchsorted(s_data, x, side="left")
+        over = np.where(k > 0, np.maximum(e_data[np.maximum(k - 1, 0)] - x, 0), 0)
+        return cum[k] - over
+
+    used = below(row_end) - below(row_start)
+    first = np.searchsorted(e, row_start, side="right")      # first run ending after the row start
+    last = np.searchsorted(s, row_end, side="left")          # runs starting before the row end
+    has = (first < last) & (used > 0)
+    idx = np.minimum(first, len(s) - 1)
+    batch = np.where(has, owner_n[idx], -1)
+    channel = np.where(has, owner_c[idx], -1)
+    # Runs of one (n, c) are adjacent in address order, so the owners of
+    # runs first..last-1 are 1 + the owner changes between them.
+    change = np.zeros(len(s), dtype=np.int64)
+    change[1:] = (owner_n[1:] != owner_n[:-1]) | (owner_c[1:] != owner_c[:-1])
+    cum_change = np.cumsum(change)
+    distinct = 1 + cum_change[np.maximum(last - 1, 0)] - cum_change[idx]
+    owners = np.where(has, distinct, 0)
+    return used, batch, channel, owners
 
 
 def local_layout(

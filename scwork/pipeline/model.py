@@ -51,7 +51,8 @@ With ``T`` tiles per SparseCore (``tiles_per_sparsecore``), 32-byte DMA granules
   :class:`~scwork.sharding.MiniBatchPlan` its per-mini-batch statistics are used
   (by default one split for the whole batch, so every stack runs the same number of
   ops, as jax-tpu-embedding runs them); with a bare ``num_minibatches`` the counts
-  of every (slice, partition) are split as evenly as integers allow. Activations are written once per stack (mini-batches
+  of every (slice, partition) are split as evenly as integers allow. Activations are written once per
+  stack (mini-batches
   accumulate into them).
 - **Dropping.** Counts above a configured limit (possible only with
   ``allow_id_dropping``) are clipped to the limit (the prefix cut keeps at most
@@ -437,7 +438,8 @@ class StepModel:
         mode = "pipelined" if self.pipelining else "sequential"
         return (f"StepModel({mode} step {self.step_time:.6g} s; sequential {self.sequential_step_time:.6g} s, "
                 f"pipelined {self.pipelined_step_time:.6g} s, speed-up {self.speedup:.3g}x, "
-                f"bottleneck {self.bottleneck}, {len(self.stacks)} {'stack' if len(self.stacks) == 1 else 'stacks'} on {self.topology})")
+                f"bottleneck {self.bottleneck}, {len(self.stacks)} {'stack' if len(self.stacks) == 1 else 'stacks'} "
+                f"on {self.topology})")
 
     def _repr_html_(self) -> str:
         rows = "".join(f"<tr><td>{p}</td><td style='text-align:right'>{self.phase_time[p] * 1e6:.3f}</td></tr>"

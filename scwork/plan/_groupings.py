@@ -36,7 +36,10 @@ def table_keys(features: Sequence[FeatureSpec]) -> dict[str, tuple]:
 
 
 def activation_bytes(features: Sequence[FeatureSpec], samples_per_sc: int) -> dict[str, int]:
-    """Per table, ``padded_dim * samples_per_sc * 4`` summed over its features ([jte] ``auto_stack_tables``' measure)."""
+    """Per table, ``padded_dim * samples_per_sc * 4`` summed over its features.
+
+    This is [jte] ``auto_stack_tables``' measure.
+    """
     out: dict[str, int] = {}
     for f in features:
         out[f.table.name] = out.get(f.table.name, 0) + f.table.padded_embedding_dim() * samples_per_sc * 4

@@ -16,10 +16,11 @@ Examples
 0.0001
 >>> LimitRule("percentile", percentile=90, headroom=1.25).name
 'p90x1.25'
->>> Constraints(max_drop_rate=-1)
+>>> Constraints(max_drop_rate=-1)  # doctest: +NORMALIZE_WHITESPACE
 Traceback (most recent call last):
 ...
-scwork.errors.ConfigError: Constraints.max_drop_rate must be a number in [0, 1] (a share of the held-out ids), got -1. How to fix: give e.g. max_drop_rate=0 (no id may be dropped) or 1e-4
+scwork.errors.ConfigError: Constraints.max_drop_rate must be a number in [0, 1] (a share of the held-out ids),
+got -1. How to fix: give e.g. max_drop_rate=0 (no id may be dropped) or 1e-4
 """
 
 from __future__ import annotations

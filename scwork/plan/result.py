@@ -435,13 +435,17 @@ class PlanSearchResult:
 
     @property
     def baseline(self) -> PlanCandidate:
-        """The library's default plan at the best plan's topology and per-chip batch (or the first, with none feasible)."""
+        """The library's default plan at the best plan's topology and per-chip batch.
+
+        With no plan feasible, the first default plan.
+        """
         bases = self.baselines
         if not self.dataset["feasible"].values.any():
             return bases[0]
         best = self.best
         for b in bases:
-            if b.knobs["topology"] == best.knobs["topology"] and b.knobs["per_chip_batch"] == best.knobs["per_chip_batch"]:
+            if (b.knobs["topology"] == best.knobs["topology"]
+                    and b.knobs["per_chip_batch"] == best.knobs["per_chip_batch"]):
                 return b
         return bases[0]
 

@@ -47,10 +47,11 @@ def parse_topologies(value: Any) -> list[Topology]:
     --------
     >>> [t.num_chips for t in parse_topologies("v5p:4,8")]
     [4, 8]
-    >>> parse_topologies("v5p:5")
+    >>> parse_topologies("v5p:5")  # doctest: +NORMALIZE_WHITESPACE
     Traceback (most recent call last):
     ...
-    scwork.errors.ConfigError: v5p has no documented slice of 5 chips; its slices have 4, 8, 16, 32, 64, 128, 192, 256, ... chips. How to fix: pick one of those counts
+    scwork.errors.ConfigError: v5p has no documented slice of 5 chips; its slices have 4, 8, 16, 32, 64, 128, 192,
+    256, ... chips. How to fix: pick one of those counts
     """
     from scwork.hardware import slices
 

@@ -322,7 +322,10 @@ def sort_group(ids, splits, weights, has_w, feat_rows, feat_k, combiner, n, nsl,
 
 def _keys_reference(ids, splits, weights, has_w, feat_rows, feat_k, combiner, n, nsl, K, P, col_shift, qbits,
                     lbits, first_slice=0):
-    """Unsorted (u, R', gain) arrays of slices ``[first_slice, nsl)`` of one group, and the first zero-divisor sample."""
+    """Unsorted (u, R', gain) arrays of slices ``[first_slice, nsl)`` of one group.
+
+    Also returns the first zero-divisor sample.
+    """
     B = splits.shape[1] - 1
     us, Rs, gs = [], [], []
     bad = -1
@@ -495,6 +498,8 @@ def _partition_bounds(keys, m, qbits, P, bounds, b0):
         bounds[b0 + p] = lo
 
 
+# Kept whole although over 120 lines: one loop nest over slices and groups that numba must
+# compile as one, with no call overhead in the hot loop.
 @jit(error_model="numpy")
 def stack_slices(ids, splits, weights, has_w, combiner, n, P, lbits,
                  gptr, feat_rows, feat_k, g_vocab, g_shift, g_qbits, g_rowoff, g_mode, g_bitmap, g_bmoff, g_uloff,
@@ -528,7 +533,8 @@ def stack_slices(ids, splits, weights, has_w, combiner, n, P, lbits,
 
     ``keep_all`` (needed for ``write`` or a prefix cut) keeps the sorted runs of all
     groups of a slice side by side in ``sk`` / ``sg``; else each group reuses the
-    start of ``sk``. With limits and ``allow_cut``: the prefix cut of [jte] preprocess_sparse_dense_matmul_input, dropped raw ids
+    start of ``sk``. With limits and ``allow_cut``: the prefix cut of [jte]
+    preprocess_sparse_dense_matmul_input, dropped raw ids
     in ``dropped[sl]``, dropped pairs appended to ``drops`` (``(R', u, p, raw
     count)``, group in ``drop_g``; both grown as needed). Limits without
     ``allow_cut``: every pair is written (the caller raises if a limit is exceeded);
@@ -773,7 +779,9 @@ def compact_slices(emb, smp, gout, stride, used, nsl, C):
 # references of the slice-major kernels
 def scan_group_reference(keys, gains, m, P, qbits, lbits, row_offset, max_ids, max_uniq, pairs, distinct, kept,
                          naive_uniq, write, gain_mode, rowgain, cursor, emb, smp, gout, drops, ndrops):
-    """The [jte] preprocess_sparse_dense_matmul_input counting and prefix cut of one sorted group, per stream, in the obvious way.
+    """The [jte] preprocess_sparse_dense_matmul_input counting and prefix cut of one sorted group.
+
+    Per stream, in the obvious way.
 
     The building block of :func:`stack_slices_reference` (the counters carry over
     between the groups of a stack).

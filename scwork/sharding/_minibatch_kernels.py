@@ -460,6 +460,8 @@ def ids_to_buckets_reference(ids, P, col_shift, row_offset, NB, mode, key, out):
 # --------------------------------------------------------------------------------------
 # sample_split: greedy sample-dimension mini-batching
 # --------------------------------------------------------------------------------------
+# Kept whole although over 120 lines: one loop nest over samples and partitions that numba must
+# compile as one, with no call overhead in the hot loop.
 @jit(error_model="numpy")
 def sample_split(ids, splits, feat_rows, col_shifts, row_offsets, n, nsl, P, max_ids, max_uniq, table, starts,
                  nruns, rec, raw_runs):

@@ -36,7 +36,8 @@ from __future__ import annotations
 import numpy as np
 
 from scwork._jit import jit
-from scwork.sharding._kernels import _LOW32, _U, PAD_ID, count_slice, count_slice_reference, sort_slice, sort_slice_reference
+from scwork.sharding._kernels import (_LOW32, _U, PAD_ID, count_slice, count_slice_reference, sort_slice,
+                                      sort_slice_reference)
 
 __all__ = [
     "count_groups",
@@ -116,7 +117,9 @@ def count_groups_reference(ids, splits, weights, has_w, n, P, lbits, gptr, feat_
 # --------------------------------------------------------------------------------------
 @jit(error_model="numpy")
 def slice_pairs(ids, splits, n, P, gptr, feat_rows, g_vocab, g_shift, s0, s1, g0, g1, pairs):
-    """``pairs[g * nsl * P + sl * P + p]`` += ids of group ``g`` slice ``sl`` sends to partition ``p``, after per-sample dedup.
+    """``pairs[g * nsl * P + sl * P + p]`` += ids of group ``g`` slice ``sl`` sends to partition ``p``.
+
+    Counted after per-sample dedup.
 
     Over groups ``[g0, g1)`` of the stack (``feat_rows[gptr[g]:gptr[g + 1]]``, partition
     ``(x + g_shift[g]) % P``) and slices ``[s0, s1)`` (``nsl = pairs.size // (ng * P)``).

@@ -57,7 +57,8 @@ because faulting in fresh pages costs about as much as the kernels: the engine
 keeps up to an eighth of the memory (512 MiB to 4 GiB) of such buffers
 (:func:`release_buffers` drops them).
 
-Both also report the *naive* whole-batch view (the recipe of [sc-guide] §7 without the split over SparseCores): the same
+Both also report the *naive* whole-batch view (the recipe of [sc-guide] §7 without the split
+over SparseCores): the same
 counting without the device/SparseCore split, i.e. what a GPU all-to-all sees per
 destination (``naive_ids_per_partition``, ``naive_unique_ids_per_partition``).
 
@@ -442,7 +443,10 @@ class _StackJob:
 
     def count_task(self, kern: _Backend, batch: FeatureBatch, s0: int, s1: int, g0: int = 0,
                    g1: int | None = None) -> None:
-        """Task: pairs per (group, slice, partition) of slices ``[s0, s1)`` x groups ``[g0, g1)`` (for ``C``, the layout)."""
+        """Task: pairs per (group, slice, partition) of slices ``[s0, s1)`` x groups ``[g0, g1)``.
+
+        For ``C``, the layout.
+        """
         kern.slice_pairs(batch._ids, batch._splits, self.n, self.P, self.gptr, self.feat_rows, self.g_vocab,
                          self.g_shift, s0, s1, g0, len(self.groups) if g1 is None else g1, self.count_pairs)
 

@@ -560,6 +560,43 @@ def _default_candidates(step_stats) -> np.ndarray:
     return cands
 
 
+def _checked_candidates(step_stats: Any, candidates, unique_candidates):
+    """``(max_ids candidates, max_unique_ids candidates)`` of :func:`tradeoff` as int64 arrays, checked."""
+    cands = _default_candidates(step_stats) if candidates is None else np.asarray(list(candidates))
+    if cands.ndim != 1 or cands.size == 0 or cands.dtype.kind not in "iu" or (cands < 1).any():
+        raise ConfigError(f"candidates must be a non-empty list of positive ints, got {candidates!r}")
+    if np.unique(cands).size != cands.size:
+        raise ConfigError(f"candidates must be distinct, got {cands.tolist()}")
+    if unique_candidates is None:
+        ucands = cands.copy()
+    else:
+        ucands = np.asarray(list(unique_candidates))
+        if ucands.shape != cands.shape or ucands.dtype.kind not in "iu" or (ucands < 1).any():
+            raise ConfigError("unique_candidates must be positive ints, one per candidate "
+                              f"({cands.size}), got {unique_candidates!r}")
+    return cands.astype(np.int64), ucands.astype(np.int64)
+
+
+def _limit_exceedances(step_stats: Any, cands: np.ndarray, ucands: np.ndarray):
+    """Per (stack, step, candidate): whether the observed maxima exceed it, and the pairs and ids a cut drops.
+
+    Returns ``(stacks, steps, over_ids, over_unique, dropped_pairs, dropped_unique, total_pairs per stack)``.
+    """
+    ids = step_stats["ids"].transpose("stack", "step", "device", "sc", "partition").values
+    uniq = step_stats["unique_ids"].transpose("stack", "step", "device", "sc", "partition").values
+    ns, T = ids.shape[0], ids.shape[1]
+    flat_ids = ids.reshape(ns, T, -1)
+    flat_uniq = uniq.reshape(ns, T, -1)
+    obs_ids = flat_ids.max(axis=2) if flat_ids.shape[2] else np.zeros((ns, T), np.int64)
+    obs_uniq = flat_uniq.max(axis=2) if flat_uniq.shape[2] else np.zeros((ns, T), np.int64)
+    over_ids = obs_ids[:, :, None] > cands[None, None, :]            # (stack, step, cand)
+    over_uniq = obs_uniq[:, :, None] > ucands[None, None, :]
+    drop_pairs = np.maximum(0, flat_ids[:, :, :, None] - cands).sum(axis=2)   # (stack, step, cand)
+    drop_uniq = np.maximum(0, flat_uniq[:, :, :, None] - ucands).sum(axis=2)
+    total_pairs = flat_ids.sum(axis=(1, 2))
+    return ns, T, over_ids, over_uniq, drop_pairs, drop_uniq, total_pairs
+
+
 def tradeoff(step_stats: Any, candidates: Iterable[int] | None = None, *,
              unique_candidates: Iterable[int] | None = None, bytes_per_entry: int = BYTES_PER_COO_ENTRY):
     """What candidate limits would cost, stack by stack, over the collected steps.
@@ -617,36 +654,12 @@ def tradeoff(step_stats: Any, candidates: Iterable[int] | None = None, *,
     _check_step_stats(step_stats, ("ids", "unique_ids", "observed_max_ids", "observed_max_unique_ids"))
     import xarray as xr
 
-    cands = _default_candidates(step_stats) if candidates is None else np.asarray(list(candidates))
-    if cands.ndim != 1 or cands.size == 0 or cands.dtype.kind not in "iu" or (cands < 1).any():
-        raise ConfigError(f"candidates must be a non-empty list of positive ints, got {candidates!r}")
-    if np.unique(cands).size != cands.size:
-        raise ConfigError(f"candidates must be distinct, got {cands.tolist()}")
-    if unique_candidates is None:
-        ucands = cands.copy()
-    else:
-        ucands = np.asarray(list(unique_candidates))
-        if ucands.shape != cands.shape or ucands.dtype.kind not in "iu" or (ucands < 1).any():
-            raise ConfigError("unique_candidates must be positive ints, one per candidate "
-                              f"({cands.size}), got {unique_candidates!r}")
+    cands, ucands = _checked_candidates(step_stats, candidates, unique_candidates)
     bytes_per_entry = _check_positive_int(bytes_per_entry, "bytes_per_entry")
     S = int(step_stats.sizes["sc"])
     P = int(step_stats.sizes["partition"])
-    cands = cands.astype(np.int64)
-    ucands = ucands.astype(np.int64)
 
-    ids = step_stats["ids"].transpose("stack", "step", "device", "sc", "partition").values
-    uniq = step_stats["unique_ids"].transpose("stack", "step", "device", "sc", "partition").values
-    ns, T = ids.shape[0], ids.shape[1]
-    flat_ids = ids.reshape(ns, T, -1)
-    flat_uniq = uniq.reshape(ns, T, -1)
-    obs_ids = flat_ids.max(axis=2) if flat_ids.shape[2] else np.zeros((ns, T), np.int64)
-    obs_uniq = flat_uniq.max(axis=2) if flat_uniq.shape[2] else np.zeros((ns, T), np.int64)
-    over_ids = obs_ids[:, :, None] > cands[None, None, :]            # (stack, step, cand)
-    over_uniq = obs_uniq[:, :, None] > ucands[None, None, :]
-    drop_pairs = np.maximum(0, flat_ids[:, :, :, None] - cands).sum(axis=2)   # (stack, step, cand)
-    drop_uniq = np.maximum(0, flat_uniq[:, :, :, None] - ucands).sum(axis=2)
-    total_pairs = flat_ids.sum(axis=(1, 2))
+    ns, T, over_ids, over_uniq, drop_pairs, drop_uniq, total_pairs = _limit_exceedances(step_stats, cands, ucands)
     entries = round_up(cands, _ALIGN) * S * P
     names = step_stats["stack"].values
 

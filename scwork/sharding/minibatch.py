@@ -367,7 +367,8 @@ class MiniBatchPlan:
                  st.max_unique_ids_per_partition) for st in self.plan.stacks]
         return html_table(rows, header=("stack", "mini-batches", "max_ids_per_partition",
                                         "max_unique_ids_per_partition"),
-                          caption=f"MiniBatchPlan (strategy {self.strategy}, split per {self.split_scope}): at most {self.max_minibatches} "
+                          caption=f"MiniBatchPlan (strategy {self.strategy}, split per {self.split_scope}): "
+                                  f"at most {self.max_minibatches} "
                                   f"mini-batches per step on {self.topology}")
 
     def __repr__(self) -> str:

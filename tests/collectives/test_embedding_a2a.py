@@ -1,4 +1,7 @@
-"""The embedding all-to-all from data: byte matrix by hand, routes against a hop-by-hop walk, hot links, step model, SOK."""
+"""The embedding all-to-all from data.
+
+Byte matrix by hand, routes against a hop-by-hop walk, hot links, step model, SOK.
+"""
 
 from __future__ import annotations
 
@@ -60,7 +63,8 @@ def test_byte_matrix_by_hand():
 
 def test_minibatches_are_summed_and_dropped_ids_clipped():
     topo = scwork.Topology(2, 1)
-    u = np.array([[[[1, 2]], [[3, 4]]], [[[5, 6]], [[7, 9]]]])[:, None]       # (minibatch, stack, device, sc, partition)
+    # (minibatch, stack, device, sc, partition)
+    u = np.array([[[[1, 2]], [[3, 4]]], [[[5, 6]], [[7, 9]]]])[:, None]
     limit = xr.DataArray([8], dims="stack")
     a2a = embedding_all_to_all(stats_of(u, ["t"], configured_max_unique_ids_per_partition=limit), topo, widths=1,
                                dtype_bytes=1)

@@ -153,7 +153,8 @@ def workspace(tmp_path_factory):
         "huge_batch.toml": example.replace("batch_size = 4096", "batch_size = 4611686018427387904"),
         "negative.toml": example.replace("embedding_dim = 16", "embedding_dim = -16"),
         "float.toml": example.replace("batch_size = 4096", "batch_size = nan"),
-        "unicode.toml": example.replace('name = "user"', 'name = "ユーザー\\u0000"').replace('"user"', '"ユーザー"'),
+        "unicode.toml": example.replace('name = "user"', 'name = "ユーザー\\u0000"')
+                               .replace('"user"', '"ユーザー"'),
         "no_chip.toml": example.replace('chip = "v5p"', "sparsecores_per_chip = 4"),
         "not_a_table.toml": "tables = 3\n",
         "config.json": json.dumps({"batch_size": 16, "topology": {"chip": "v5p", "num_chips": 1},
@@ -188,7 +189,8 @@ def workspace(tmp_path_factory):
 # ======================================================================================
 # hostile values
 # ======================================================================================
-HOSTILE_NUMBERS = ("0", "-1", "-7", str(2**40), str(2**62), str(16 * 10**20), "0.9999999999999999", "nan", "NaN", "inf", "-inf", "1e400", "-1e400", "1e308", "1e-400",
+HOSTILE_NUMBERS = ("0", "-1", "-7", str(2**40), str(2**62), str(16 * 10**20), "0.9999999999999999", "nan", "NaN",
+                   "inf", "-inf", "1e400", "-1e400", "1e308", "1e-400",
                    str(2**31), str(2**63), str(2**64), "9" * 400, "1.5", "", " ", "\u0663", "\uff11\uff12",
                    "0x10", "1_000", "+5", "1e3", "-0", "½", "Ⅻ", "1,5")
 HOSTILE_SIZES = ("1e400", "-1", "0", "nan", "inf", "1" * 100, "0.5", "1.5 GiB", "4GiB", "1000000TB",

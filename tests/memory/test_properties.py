@@ -21,7 +21,8 @@ def memory_inputs(draw, *, tight: bool = False, max_tables: int = 6):
     chip = draw(st.sampled_from(["v5p", "v6e", "tpu7x"]))
     chips = draw(st.integers(1, 8))
     topo = scwork.Topology.for_chip(chip, num_chips=chips)
-    estimated = draw(st.booleans())          # limits from the closed-form estimate ([sc-guide] §6), not configured ones
+    # Limits from the closed-form estimate ([sc-guide] §6), not configured ones.
+    estimated = draw(st.booleans())
     tables = []
     for i in range(draw(st.integers(1, max_tables))):
         ids = draw(st.integers(1, 4096))

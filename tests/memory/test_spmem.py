@@ -308,7 +308,8 @@ def test_batch_not_divisible_is_rounded_up_with_a_warning():
 
 
 def test_batch_fix_replans_automatic_stacking():
-    # Estimated limits (the closed-form estimate of [sc-guide] §6) grow with the samples per SparseCore: at 2**20 samples every table is
+    # Estimated limits (the closed-form estimate of [sc-guide] §6) grow with the samples per SparseCore:
+    # at 2**20 samples every table is
     # its own stack (8 * 262144 * 4 B of activations each > 2 MiB) and the CSR rows overflow. At the
     # smaller batch the fix proposes, automatic stacking merges the tables (more ids per stack), so the
     # search must re-plan the stacks to find a batch that really fits.

@@ -138,7 +138,8 @@ def test_pure_python_path():
 
 def test_unique_limit_rank_is_stream_wide_across_the_tables_of_a_stack():
     # Two tables stacked on one partition, max_unique = 1: the rank of an id among the
-    # stream's distinct ids does not restart at the second table (the prefix cut of [jte] preprocess_sparse_dense_matmul_input).
+    # stream's distinct ids does not restart at the second table (the prefix cut of [jte]
+    # preprocess_sparse_dense_matmul_input).
     import scwork
     from scwork.sharding import FeatureBatch, FeatureSpec, SparsecoreConfig, TableSpec, preprocess
 

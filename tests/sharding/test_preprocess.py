@@ -1,4 +1,7 @@
-"""preprocess / compute_stats: [jte] preprocess_sparse_dense_matmul_input semantics, worked example, errors, limits, CSR."""
+"""preprocess / compute_stats: [jte] preprocess_sparse_dense_matmul_input semantics.
+
+Worked example, errors, limits, CSR.
+"""
 
 from __future__ import annotations
 

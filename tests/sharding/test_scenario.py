@@ -47,8 +47,8 @@ def test_run_under_limits_is_preprocess(data):
 
 def test_over_limits_keeps_the_error_and_observes_without_limits(data):
     batch, features = data
-    s = Scenario(batch, features, TOPO).with_(stack_limits={name: (8, 4) for name in
-                                                            [st.name for st in Scenario(batch, features, TOPO).plan.stacks]})
+    names = [st.name for st in Scenario(batch, features, TOPO).plan.stacks]
+    s = Scenario(batch, features, TOPO).with_(stack_limits={name: (8, 4) for name in names})
     assert not s.within_limits and s.over_limits
     with pytest.raises(LimitExceededError) as info:
         preprocess(batch, features, TOPO, s.plan)

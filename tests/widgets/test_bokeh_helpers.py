@@ -228,7 +228,8 @@ def test_bokehjs_is_sent_once_to_every_page_of_a_kernel(monkeypatch):
     # Guarded: a page that already has this BokehJS runs none of the bundle again.
     import bokeh
 
-    assert code.startswith(f"if (typeof window.Bokeh === 'undefined' || window.Bokeh.version !== \"{bokeh.__version__}\")")
+    assert code.startswith("if (typeof window.Bokeh === 'undefined' || "
+                           f"window.Bokeh.version !== \"{bokeh.__version__}\")")
     assert "Bokeh.set_log_level" in code  # the inline bundle itself is inside
     Shell.kernel.session = "page-2"  # the notebook re-opened: a new client of the same kernel
     _display.ensure_bokehjs()

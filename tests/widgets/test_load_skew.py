@@ -122,7 +122,7 @@ def test_bad_inputs_are_reported():
         LoadSkewExplorer("ids", _features())
 
 
-# -- [jte] preprocess_sparse_dense_matmul_input worked example -----------------------------------------------------------
+# -- [jte] preprocess_sparse_dense_matmul_input worked example ---------------------------------------------------
 
 @pytest.fixture
 def spec_example():
