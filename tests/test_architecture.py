@@ -194,27 +194,31 @@ def test_every_module_names_its_idea_in_a_first_line_under_100_characters():
     assert not wrong, wrong
 
 
+# Lines of code of a function, its docstring left out.
 MAX_FUNCTION_LINES = 120
 MAX_LINE_CHARACTERS = 120
 # Functions still over the limit, left for a later split (issue 24): each is a straight-line driver
 # whose steps have not yet been given names. Remove an entry once its function is split; the test
 # below fails if an entry is no longer needed, so the list only shrinks.
 PENDING_LONG_FUNCTIONS = {
-    "scwork/memory/_hbm_numbers.py:hbm_numbers",
-    "scwork/pipeline/chrome_trace.py:to_chrome_trace",
     "scwork/pipeline/chrome_trace.py:validate_chrome_trace",
-    "scwork/pipeline/model.py:step_model",
     "scwork/pipeline/trace.py:read_trace",
-    "scwork/plan/search.py:search",
-    "scwork/sharding/dataset_stats.py:stats_over_dataset",
-    "scwork/sharding/minibatch.py:minibatch",
-    "scwork/sharding/stacking.py:plan_stacking",
 }
 
 
 def _is_numba_kernel(node: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
     """Whether a decorator's name contains "jit": such kernels stay whole so numba compiles one loop nest."""
     return any("jit" in ast.unparse(decorator) for decorator in node.decorator_list)
+
+
+def _code_lines(node: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
+    """Lines of a function without its docstring: numpydoc text and examples are not steps to split."""
+    lines = node.end_lineno - node.lineno + 1
+    first = node.body[0]
+    if len(node.body) > 1 and isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) \
+            and isinstance(first.value.value, str):
+        lines -= first.end_lineno - first.lineno + 1
+    return lines
 
 
 def long_functions(tree: ast.Module, where: str, limit: int = MAX_FUNCTION_LINES) -> dict[str, int]:
@@ -226,7 +230,7 @@ def long_functions(tree: ast.Module, where: str, limit: int = MAX_FUNCTION_LINES
             if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 name = prefix + child.name
                 if not isinstance(child, ast.ClassDef) and not _is_numba_kernel(child):
-                    lines = child.end_lineno - child.lineno + 1
+                    lines = _code_lines(child)
                     if lines > limit:
                         found[f"{where}:{name}"] = lines
                 visit(child, name + ".")
