@@ -320,6 +320,23 @@ def read_trace(source, *, resource_patterns=DEFAULT_RESOURCE_PATTERNS, phase_pat
     ConfigError
         Bad patterns, unknown phase names, unknown time unit.
     """
+    scale, rpat, ppat, spat = _read_options(resource_patterns, phase_patterns, step_pattern, top_level_only,
+                                            time_unit)
+    events = _load(source)
+    pnames, tnames = _thread_names(events)
+    per_thread = _complete_events(events, scale)
+
+    def label(key):
+        return f"{pnames.get(key[0], '')} | {tnames.get(key, '')}"
+
+    marker_key, steps, n_steps = _steps(per_thread, label, spat, num_steps)
+    out, unmapped, unknown = _mapped_events(per_thread, label, marker_key, spat, rpat, ppat, steps, top_level_only)
+    return MeasuredTrace(out["kind"], out["chip"], out["unit"], out["phase"], out["name"], out["start"],
+                         out["end"], out["step"], steps, n_steps, unmapped, sorted(set(unknown)))
+
+
+def _read_options(resource_patterns, phase_patterns, step_pattern, top_level_only, time_unit):
+    """The checked options of :func:`read_trace`: seconds per time unit and compiled patterns."""
     scale = {"us": 1e-6, "ns": 1e-9, "ms": 1e-3, "s": 1.0}.get(time_unit) if isinstance(time_unit, str) else None
     if scale is None:
         raise ConfigError(f"time_unit must be 'us', 'ns', 'ms' or 's', got {shown(time_unit)}")
@@ -340,7 +357,11 @@ def read_trace(source, *, resource_patterns=DEFAULT_RESOURCE_PATTERNS, phase_pat
         raise ConfigError(f"step_pattern {shown(step_pattern)} is not a regular expression: {err}") from None
     if not isinstance(top_level_only, (bool, np.bool_)):
         raise ConfigError(f"top_level_only must be True or False, got {shown(top_level_only)}")
-    events = _load(source)
+    return scale, rpat, ppat, spat
+
+
+def _thread_names(events) -> tuple[dict, dict]:
+    """Process names by pid and thread names by (pid, tid), from the metadata ('M') events."""
     pnames: dict = {}
     tnames: dict = {}
     for e in events:
@@ -351,7 +372,11 @@ def read_trace(source, *, resource_patterns=DEFAULT_RESOURCE_PATTERNS, phase_pat
                 pnames[e.get("pid")] = _text(e["args"].get("name", ""))
             elif e.get("name") == "thread_name":
                 tnames[(e.get("pid"), e.get("tid"))] = _text(e["args"].get("name", ""))
-    # complete events per thread (X, and B/E pairs)
+    return pnames, tnames
+
+
+def _complete_events(events, scale: float) -> dict[tuple, list[tuple[float, float, str]]]:
+    """(start s, end s, name) per thread from 'X' events and matched 'B'/'E' pairs; every problem at once."""
     per_thread: dict[tuple, list[tuple[float, float, str]]] = {}
     open_b: dict[tuple, list] = {}
     problems = []
@@ -392,10 +417,11 @@ def read_trace(source, *, resource_patterns=DEFAULT_RESOURCE_PATTERNS, phase_pat
             problems.append(f"{len(stack)} 'B' event(s) without 'E' on pid {key[0]} tid {key[1]}")
     if problems:
         raise TraceError(problems)
+    return per_thread
 
-    def label(key):
-        return f"{pnames.get(key[0], '')} | {tnames.get(key, '')}"
 
+def _steps(per_thread, label, spat, num_steps):
+    """The step-marker thread (or None), the steps' (start, end) in seconds, and the number of steps."""
     marker_key = None
     if spat is not None:
         cands = sorted((k for k in per_thread if spat.search(label(k))), key=lambda k: (str(k[0]), str(k[1])))
@@ -410,7 +436,12 @@ def read_trace(source, *, resource_patterns=DEFAULT_RESOURCE_PATTERNS, phase_pat
         n_steps = num_steps
     else:
         raise TraceError("the trace has no step markers (no thread matches step_pattern): pass num_steps=")
-    out = {k: [] for k in ("kind", "chip", "unit", "phase", "name", "start", "end", "step")}
+    return marker_key, steps, n_steps
+
+
+def _mapped_events(per_thread, label, marker_key, spat, rpat, ppat, steps, top_level_only):
+    """Columns of the events mapped to a resource and phase, the unmapped names, the unknown threads."""
+    out: dict[str, list] = {k: [] for k in ("kind", "chip", "unit", "phase", "name", "start", "end", "step")}
     unmapped: dict[str, int] = {}
     unknown = []
     for key, items in per_thread.items():
@@ -451,8 +482,7 @@ def read_trace(source, *, resource_patterns=DEFAULT_RESOURCE_PATTERNS, phase_pat
             for field_, value in (("kind", kind), ("chip", chip), ("unit", unit), ("phase", phase),
                                   ("name", name), ("start", s), ("end", e), ("step", step)):
                 out[field_].append(value)
-    return MeasuredTrace(out["kind"], out["chip"], out["unit"], out["phase"], out["name"], out["start"],
-                         out["end"], out["step"], steps, n_steps, unmapped, sorted(set(unknown)))
+    return out, unmapped, unknown
 
 
 # --------------------------------------------------------------------------------------
