@@ -197,13 +197,6 @@ def test_every_module_names_its_idea_in_a_first_line_under_100_characters():
 # Lines of code of a function, its docstring left out.
 MAX_FUNCTION_LINES = 120
 MAX_LINE_CHARACTERS = 120
-# Functions still over the limit, left for a later split (issue 24): each is a straight-line driver
-# whose steps have not yet been given names. Remove an entry once its function is split; the test
-# below fails if an entry is no longer needed, so the list only shrinks.
-PENDING_LONG_FUNCTIONS = {
-    "scwork/pipeline/chrome_trace.py:validate_chrome_trace",
-    "scwork/pipeline/trace.py:read_trace",
-}
 
 
 def _is_numba_kernel(node: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
@@ -249,10 +242,7 @@ def test_no_function_outside_numba_kernels_is_over_120_lines():
     found: dict[str, int] = {}
     for name, path in MODULES.items():
         found.update(long_functions(_TREES[name], _where(path)))
-    new = {k: v for k, v in found.items() if k not in PENDING_LONG_FUNCTIONS}
-    assert not new, f"split these into named steps (at most {MAX_FUNCTION_LINES} lines each): {new}"
-    settled = PENDING_LONG_FUNCTIONS - set(found)
-    assert not settled, f"no longer over the limit: remove from PENDING_LONG_FUNCTIONS: {sorted(settled)}"
+    assert not found, f"split these into named steps (at most {MAX_FUNCTION_LINES} lines each): {found}"
 
 
 def test_the_long_function_finder_skips_kernels_and_names_methods():

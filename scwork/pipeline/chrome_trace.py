@@ -49,6 +49,7 @@ import json
 import math
 import numbers
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -508,92 +509,135 @@ def validate_chrome_trace(trace, *, require_names: bool = True, tolerance_us: fl
         problems.append(f"not JSON serialisable without NaN/Infinity: {shown(str(err), 200)}")
     except RecursionError:
         problems.append("not JSON serialisable: nested too deeply")
-    by_ph: dict[str, int] = {}
-    pnames: dict[Any, str] = {}
-    tnames: dict[tuple, str] = {}
-    slices: dict[tuple, list[tuple[float, float, int]]] = {}
-    flows: dict[Any, dict[str, tuple]] = {}
-    counters: set[str] = set()
-    used_pids, used_threads = set(), set()
+    scan = _TraceScan()
     for n, e in enumerate(events):
-        where = f"event {n}"
-        if not isinstance(e, Mapping):
-            problems.append(f"{where} is not an object")
-            continue
-        ph = e.get("ph")
-        if not isinstance(ph, str) or ph not in _PHASE_TYPES:
-            by_ph[shown(ph)] = by_ph.get(shown(ph), 0) + 1
-            problems.append(f"{where}: unknown ph {shown(ph)}")
-            continue
-        by_ph[ph] = by_ph.get(ph, 0) + 1
-        bad_ids = [key for key in ("pid",) + (("tid",) if ph not in ("C",) else ())
-                   if key in e and not _id(e[key], str_ok=False)]
-        for key in bad_ids:
-            problems.append(f"{where}: {key} must be an integer, got {shown(e[key])}")
-        if bad_ids:
-            continue        # the id cannot key a process or thread
-        if "pid" not in e:
-            problems.append(f"{where} ({ph}): missing pid")
-            continue
-        if ph == "M":
-            name, args = e.get("name"), e.get("args")
-            if not isinstance(name, str) or name not in _META:
-                problems.append(f"{where}: unknown metadata {shown(name)}")
-            elif not isinstance(args, Mapping):
-                problems.append(f"{where}: metadata {name} needs args")
-            elif name.endswith("_name"):
-                if not isinstance(args.get("name"), str):
-                    problems.append(f"{where}: {name} needs args.name (a string)")
-                elif name == "process_name":
-                    pnames[e["pid"]] = args["name"]
-                else:
-                    tnames[(e["pid"], e.get("tid"))] = args["name"]
-            elif name.endswith("sort_index") and not _num(args.get("sort_index")):
-                problems.append(f"{where}: {name} needs a numeric args.sort_index")
-            continue
-        if not _num(e.get("ts")) or e.get("ts") < 0:
-            problems.append(f"{where} ({ph}): ts must be a finite number >= 0, got {shown(e.get('ts'))}")
-            continue
-        if not isinstance(e.get("name"), str):
-            problems.append(f"{where} ({ph}): name must be a string")
-        used_pids.add(e["pid"])
-        if ph == "C":
-            args = e.get("args")
-            if not isinstance(args, Mapping) or not args:
-                problems.append(f"{where}: counter {shown(e.get('name'))} needs non-empty args")
-            elif not all(_num(v) for v in args.values()):
-                problems.append(f"{where}: counter {shown(e.get('name'))} has non-numeric values {shown(dict(args))}")
-            counters.add(e["name"] if isinstance(e.get("name"), str) else shown(e.get("name")))
-            continue
-        if "tid" not in e:
-            problems.append(f"{where} ({ph}): missing tid")
-            continue
-        key = (e["pid"], e["tid"])
-        if ph == "X":
-            if not _num(e.get("dur")) or e["dur"] < 0:
-                problems.append(f"{where}: complete event {shown(e.get('name'))} needs dur >= 0, got "
-                                f"{shown(e.get('dur'))}")
-                continue
-            slices.setdefault(key, []).append((float(e["ts"]), float(e["ts"] + e["dur"]), n))
-            used_threads.add(key)
-        elif ph in ("s", "t", "f"):
-            if "id" not in e:
-                problems.append(f"{where}: flow event needs an id")
-                continue
-            if not _id(e["id"], str_ok=True):
-                problems.append(f"{where}: flow id must be an integer or a string, got {shown(e['id'])}")
-                continue
-            rec = flows.setdefault(e["id"], {})
-            if ph in rec:
-                problems.append(f"{where}: flow id {shown(e['id'])} has two '{ph}' events")
-            rec[ph] = (key, float(e["ts"]), e.get("bp"))
+        _scan_event(scan, n, e, problems)
 
     def tol(at: float) -> float:
         # float64 timestamps carry ~16 digits: far from 0 one rounding step exceeds any
         # fixed tolerance, so allow 1e-12 of the timestamp too (1 ps per second).
         return max(tolerance_us, abs(at) * 1e-12)
 
-    # nesting per thread
+    max_depth = _check_nesting(scan.slices, tol, problems)
+    matched = _check_flows(scan.flows, scan.slices, tol, problems)
+    if require_names:
+        for pid in sorted(scan.used_pids, key=str):
+            if pid not in scan.pnames:
+                problems.append(f"pid {pid} has events but no process_name")
+        for key in sorted(scan.used_threads, key=str):
+            if key not in scan.tnames:
+                problems.append(f"pid {key[0]} tid {key[1]} has complete events but no thread_name")
+    if problems:
+        raise TraceError(problems)
+    pnames, tnames = scan.pnames, scan.tnames
+    order = sorted(pnames, key=lambda p: (str(type(p)), p))
+    return {
+        "events": len(events),
+        "by_ph": scan.by_ph,
+        "processes": [pnames[p] for p in order],
+        "threads": sorted(f"{pnames.get(k[0], k[0])} | {tnames.get(k, k[1])}" for k in scan.used_threads),
+        "counter_names": sorted(scan.counters),
+        "flows": matched,
+        "max_depth": max_depth,
+    }
+
+
+@dataclass
+class _TraceScan:
+    """What :func:`validate_chrome_trace` gathers in one pass over the events."""
+
+    by_ph: dict = field(default_factory=dict)
+    pnames: dict = field(default_factory=dict)
+    tnames: dict = field(default_factory=dict)
+    slices: dict = field(default_factory=dict)      # (pid, tid) -> [(start, end, event index)]
+    flows: dict = field(default_factory=dict)       # flow id -> {"s"/"t"/"f": ((pid, tid), ts, bp)}
+    counters: set = field(default_factory=set)
+    used_pids: set = field(default_factory=set)
+    used_threads: set = field(default_factory=set)
+
+
+def _scan_event(scan: _TraceScan, n: int, e: Any, problems: list[str]) -> None:
+    """Check one event's fields for its type and record what later checks need."""
+    where = f"event {n}"
+    if not isinstance(e, Mapping):
+        problems.append(f"{where} is not an object")
+        return
+    ph = e.get("ph")
+    if not isinstance(ph, str) or ph not in _PHASE_TYPES:
+        scan.by_ph[shown(ph)] = scan.by_ph.get(shown(ph), 0) + 1
+        problems.append(f"{where}: unknown ph {shown(ph)}")
+        return
+    scan.by_ph[ph] = scan.by_ph.get(ph, 0) + 1
+    bad_ids = [key for key in ("pid",) + (("tid",) if ph not in ("C",) else ())
+               if key in e and not _id(e[key], str_ok=False)]
+    for key in bad_ids:
+        problems.append(f"{where}: {key} must be an integer, got {shown(e[key])}")
+    if bad_ids:
+        return        # the id cannot key a process or thread
+    if "pid" not in e:
+        problems.append(f"{where} ({ph}): missing pid")
+        return
+    if ph == "M":
+        _scan_metadata(scan, where, e, problems)
+        return
+    if not _num(e.get("ts")) or e.get("ts") < 0:
+        problems.append(f"{where} ({ph}): ts must be a finite number >= 0, got {shown(e.get('ts'))}")
+        return
+    if not isinstance(e.get("name"), str):
+        problems.append(f"{where} ({ph}): name must be a string")
+    scan.used_pids.add(e["pid"])
+    if ph == "C":
+        args = e.get("args")
+        if not isinstance(args, Mapping) or not args:
+            problems.append(f"{where}: counter {shown(e.get('name'))} needs non-empty args")
+        elif not all(_num(v) for v in args.values()):
+            problems.append(f"{where}: counter {shown(e.get('name'))} has non-numeric values {shown(dict(args))}")
+        scan.counters.add(e["name"] if isinstance(e.get("name"), str) else shown(e.get("name")))
+        return
+    if "tid" not in e:
+        problems.append(f"{where} ({ph}): missing tid")
+        return
+    key = (e["pid"], e["tid"])
+    if ph == "X":
+        if not _num(e.get("dur")) or e["dur"] < 0:
+            problems.append(f"{where}: complete event {shown(e.get('name'))} needs dur >= 0, got "
+                            f"{shown(e.get('dur'))}")
+            return
+        scan.slices.setdefault(key, []).append((float(e["ts"]), float(e["ts"] + e["dur"]), n))
+        scan.used_threads.add(key)
+    elif ph in ("s", "t", "f"):
+        if "id" not in e:
+            problems.append(f"{where}: flow event needs an id")
+            return
+        if not _id(e["id"], str_ok=True):
+            problems.append(f"{where}: flow id must be an integer or a string, got {shown(e['id'])}")
+            return
+        rec = scan.flows.setdefault(e["id"], {})
+        if ph in rec:
+            problems.append(f"{where}: flow id {shown(e['id'])} has two '{ph}' events")
+        rec[ph] = (key, float(e["ts"]), e.get("bp"))
+
+
+def _scan_metadata(scan: _TraceScan, where: str, e: Mapping, problems: list[str]) -> None:
+    """A metadata ('M') event: process and thread names, sort indices."""
+    name, args = e.get("name"), e.get("args")
+    if not isinstance(name, str) or name not in _META:
+        problems.append(f"{where}: unknown metadata {shown(name)}")
+    elif not isinstance(args, Mapping):
+        problems.append(f"{where}: metadata {name} needs args")
+    elif name.endswith("_name"):
+        if not isinstance(args.get("name"), str):
+            problems.append(f"{where}: {name} needs args.name (a string)")
+        elif name == "process_name":
+            scan.pnames[e["pid"]] = args["name"]
+        else:
+            scan.tnames[(e["pid"], e.get("tid"))] = args["name"]
+    elif name.endswith("sort_index") and not _num(args.get("sort_index")):
+        problems.append(f"{where}: {name} needs a numeric args.sort_index")
+
+
+def _check_nesting(slices: dict, tol, problems: list[str]) -> int:
+    """Complete events nest properly on every thread (no partial overlap); returns the deepest nesting."""
     max_depth = 0
     for key, items in slices.items():
         items.sort(key=lambda x: (x[0], -(x[1] - x[0])))
@@ -607,7 +651,11 @@ def validate_chrome_trace(trace, *, require_names: bool = True, tolerance_us: fl
                 continue
             stack.append((s, e, n))
             max_depth = max(max_depth, len(stack))
+    return max_depth
 
+
+def _check_flows(flows: dict, slices: dict, tol, problems: list[str]) -> int:
+    """Every flow has one start and one end, in order, each inside a slice of its thread; returns the matched."""
     def bound(key, ts):
         return any(s - tol(s) <= ts <= e + tol(e) for s, e, _ in slices.get(key, ()))
 
@@ -626,24 +674,6 @@ def validate_chrome_trace(trace, *, require_names: bool = True, tolerance_us: fl
         if not bound(fkey, fts):
             problems.append(f"flow id {shown(fid)} ends outside any slice of pid {fkey[0]} tid {fkey[1]}")
         matched += 1
-    if require_names:
-        for pid in sorted(used_pids, key=str):
-            if pid not in pnames:
-                problems.append(f"pid {pid} has events but no process_name")
-        for key in sorted(used_threads, key=str):
-            if key not in tnames:
-                problems.append(f"pid {key[0]} tid {key[1]} has complete events but no thread_name")
-    if problems:
-        raise TraceError(problems)
-    order = sorted(pnames, key=lambda p: (str(type(p)), p))
-    return {
-        "events": len(events),
-        "by_ph": by_ph,
-        "processes": [pnames[p] for p in order],
-        "threads": sorted(f"{pnames.get(k[0], k[0])} | {tnames.get(k, k[1])}" for k in used_threads),
-        "counter_names": sorted(counters),
-        "flows": matched,
-        "max_depth": max_depth,
-    }
+    return matched
 
 
