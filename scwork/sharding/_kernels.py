@@ -500,6 +500,28 @@ def _partition_bounds(keys, m, qbits, P, bounds, b0):
 
 # Kept whole although over 120 lines: one loop nest over slices and groups that numba must
 # compile as one, with no call overhead in the hot loop.
+@jit(inline="always")
+def entry_gain(mode, sg, rowgain, one, i, Rr):
+    """The gain of sorted id ``i``: its own weight (mode 2), its row's (mode 1), or one."""
+    if mode == 2:
+        return sg[_U(i)]
+    if mode == 1:
+        return rowgain[_U(Rr)]
+    return one
+
+
+@jit(inline="always")
+def write_csr_entry(emb, smp, gout, pos, u, Rr, qmask, roff, lmask, gain, new_entry):
+    """Write CSR slot ``pos``: the row (local row plus the stack's row offset), the sample, the gain.
+
+    Repeats of an id within one sample land on the same slot (``new_entry`` false) and
+    add their gains, as the library's per-sample dedup combines them.
+    """
+    emb[pos] = (u & qmask) + roff
+    smp[pos] = Rr & lmask
+    gout[pos] = gain if new_entry else gout[pos] + gain
+
+
 @jit(error_model="numpy")
 def stack_slices(ids, splits, weights, has_w, combiner, n, P, lbits,
                  gptr, feat_rows, feat_k, g_vocab, g_shift, g_qbits, g_rowoff, g_mode, g_bitmap, g_bmoff, g_uloff,
@@ -640,17 +662,8 @@ def stack_slices(ids, splits, weights, has_w, combiner, n, P, lbits,
                         else:
                             ulist[_U(ul0 + nu)] = u
                             nu += newx
-                        pos = _U(cur - 1)
-                        emb[pos] = (u & qmask) + roff
-                        smp[pos] = Rr & lmask
-                        if mode == 2:
-                            gg = sg[_U(i)]
-                        elif mode == 1:
-                            gg = rowgain[_U(Rr)]
-                        else:
-                            gg = one
-                        old = gout[pos]
-                        gout[pos] = gg if newr else old + gg
+                        write_csr_entry(emb, smp, gout, _U(cur - 1), u, Rr, qmask, roff, lmask,
+                                        entry_gain(mode, sg, rowgain, one, i, Rr), newr)
                         prev_u = u
                         prev_R = Rr
                     ul_cnt[gi] = nu

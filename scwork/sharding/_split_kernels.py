@@ -36,8 +36,8 @@ from __future__ import annotations
 import numpy as np
 
 from scwork._jit import jit
-from scwork.sharding._kernels import (_LOW32, _U, PAD_ID, count_slice, count_slice_reference, sort_slice,
-                                      sort_slice_reference)
+from scwork.sharding._kernels import (_LOW32, _U, PAD_ID, count_slice, count_slice_reference, entry_gain,
+                                      sort_slice, sort_slice_reference, write_csr_entry)
 
 __all__ = [
     "count_groups",
@@ -255,17 +255,8 @@ def write_groups(ids, splits, weights, has_w, combiner, n, P, lbits, gptr, feat_
                 ulist[_U(ul0 + nu)] = u           # overwritten unless new
                 nu += newx
                 cur += newr
-                pos = _U(cur)
-                emb[pos] = (u & qmask) + roff
-                smp[pos] = Rr & lmask
-                if mode == 2:
-                    gg = sg[_U(i)]
-                elif mode == 1:
-                    gg = rowgain[_U(Rr)]
-                else:
-                    gg = one
-                old = gout[pos]
-                gout[pos] = gg if newr else old + gg
+                write_csr_entry(emb, smp, gout, _U(cur), u, Rr, qmask, roff, lmask,
+                                entry_gain(mode, sg, rowgain, one, i, Rr), newr)
                 prev_u = u
                 prev_R = Rr
             ul_cnt[g * nsl + sl] = nu
