@@ -238,8 +238,11 @@ def test_plan_summary(case, data):
             report_wrong("summary.plan_summary", f"an unknown keyword's error does not name plan_summary: {error}")
         return
     pc = summary.per_chip
-    # Bounds: utilizations are the peaks over the capacities; loads add up to what the partitions receive.
-    for used, capacity, ratio in (("hbm_peak_bytes", "hbm_capacity_bytes", "hbm_utilization"),
+    # Bounds: utilizations are the peaks over what may be used (HBM: the chip's capacity less the
+    # headroom, as `scwork memory` counts it; SPMEM: the tile); loads add up to what the partitions receive.
+    if (pc["hbm_usable_bytes"].values > pc["hbm_capacity_bytes"].values).any():
+        report_wrong("summary.plan_summary", f"usable HBM {pc['hbm_usable_bytes'].values} over the capacity")
+    for used, capacity, ratio in (("hbm_peak_bytes", "hbm_usable_bytes", "hbm_utilization"),
                                   ("spmem_worst_tile_bytes", "spmem_capacity_bytes", "spmem_utilization")):
         expected = pc[used].values / pc[capacity].values
         if not np.allclose(pc[ratio].values, expected, rtol=1e-9) or (pc[used].values < 0).any():
