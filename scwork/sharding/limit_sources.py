@@ -15,7 +15,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from scwork.errors import ConfigError
+from scwork._validate import shown
+from scwork.errors import ConfigError, InputError
 from scwork.sharding.fdo_files import FdoStats, read_fdo_stats
 from scwork.sharding.limits_json_csv import Limits, _check_known, _stack_names, read_limits, write_limits_file
 from scwork.sharding.specs import FeatureSpec
@@ -36,7 +37,12 @@ def _coerce_limits(limits: Any) -> Limits:
         return to_limits()
     if isinstance(limits, (str, os.PathLike)):
         p = Path(limits)
-        return read_fdo_stats(p).to_limits() if p.is_dir() else read_limits(p)
+        try:
+            is_folder = p.is_dir()
+        except OSError as err:      # e.g. a name longer than the file system allows
+            raise InputError(f"limits path {shown(str(limits))} cannot be read: {err.strerror}; pass an "
+                             f"existing limits file (JSON or CSV) or an FDO stats folder") from None
+        return read_fdo_stats(p).to_limits() if is_folder else read_limits(p)
     if isinstance(limits, Mapping):
         return Limits(limits)
     raise ConfigError(f"limits must be a Limits, TunedLimits, FdoStats, a mapping or a path, got "
