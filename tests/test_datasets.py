@@ -709,3 +709,13 @@ def test_valency_parameters_beyond_max_ids_per_sample_are_config_errors(valency,
                                                 vocab_size=10, valency=valency)
     assert not (tmp_path / "out").exists()
     assert ValencySpec.parse(MAX_IDS_PER_SAMPLE).mean == MAX_IDS_PER_SAMPLE
+
+
+def test_zipf_pmf_beyond_max_pmf_size_is_refused_before_allocating():
+    # zipf_pmf(134217726, ...) allocated 3 GiB and hit the fuzz watchdog's memory limit (MemoryError).
+    from scwork.datasets.zipf import MAX_PMF_SIZE
+
+    with pytest.raises(ConfigError, match="MAX_PMF_SIZE"):
+        datasets.zipf_pmf(MAX_PMF_SIZE + 1, 1.05)
+    pmf = datasets.zipf_pmf(4, 1.0)
+    assert pmf.tolist() == pytest.approx([12 / 25, 6 / 25, 4 / 25, 3 / 25])

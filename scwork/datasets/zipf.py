@@ -50,8 +50,18 @@ def zipf_pmf(vocab_size: int, exponent: float) -> np.ndarray:
     """
     vocab_size = _check_vocab(vocab_size, "vocab_size")
     exponent = _check_exponent(exponent)
+    if vocab_size > MAX_PMF_SIZE:
+        # One float64 per rank plus two temporaries of the same size: refuse before allocating.
+        raise ConfigError(
+            f"zipf_pmf of {vocab_size:,} ranks would take {3 * 8 * vocab_size / 2**30:,.1f} GiB, more than "
+            f"scwork.datasets.zipf.MAX_PMF_SIZE={MAX_PMF_SIZE:,} ranks; draw ids with sample_zipf instead "
+            f"(it needs no table of probabilities)")
     weights = np.arange(1, vocab_size + 1, dtype=np.float64) ** -exponent
     return weights / weights.sum()
+
+
+#: Most ranks :func:`zipf_pmf` tabulates (2**24: 128 MiB of float64 plus two temporaries).
+MAX_PMF_SIZE = 2**24
 
 
 #: Most ids one :func:`sample_zipf` call draws (2**27: 1 GiB of int64 ranks plus temporaries).
