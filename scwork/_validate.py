@@ -82,3 +82,35 @@ def integers(name: str, value: Any, *, error: type[Exception] = ConfigError) -> 
     if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
         raise error(f"{name} must be a sequence of integers, got {shown(value)}")
     return tuple(integer(f"{name}[{i}]", item, error=error) for i, item in enumerate(value))
+
+
+#: The largest signed 64-bit integer: counts beyond it cannot go into int64 arrays.
+INT64_MAX = 2**63 - 1
+
+
+def decimal_int(text: Any, maximum: int = INT64_MAX) -> int | None:
+    """``int(text)`` for a text of ASCII digits (an optional sign first) up to ``maximum`` in size.
+
+    Returns None when the text is not such a number or its magnitude exceeds
+    ``maximum``. Python's ``int()`` refuses decimal texts longer than 4,300 digits, so
+    the digits are counted first and leading zeros dropped before ``int()`` sees them:
+    a reader can then raise its own typed error naming the file and line.
+
+    Examples
+    --------
+    >>> decimal_int("042"), decimal_int("-7"), decimal_int("9" * 5000), decimal_int("١٢")
+    (42, -7, None, None)
+    >>> decimal_int("0" * 5000 + "1")
+    1
+    """
+    if not isinstance(text, str):
+        return None
+    sign = -1 if text[:1] == "-" else 1
+    digits = text[1:] if text[:1] in "+-" else text
+    if not digits or not digits.isascii() or not digits.isdigit():
+        return None
+    significant = digits.lstrip("0") or "0"
+    if len(significant) > len(str(maximum)):
+        return None
+    value = sign * int(significant)
+    return value if abs(value) <= maximum else None

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from scwork._validate import decimal_int
 from scwork._validate import shown as _shown
 from scwork.datasets._checks import _positive_int
 from scwork.datasets.synthetic import synthetic
@@ -388,8 +389,7 @@ def _column_to_ragged(column, multi_value_sep: str | None):
             except pa.ArrowInvalid:
                 # say which value and sample (without int() on a 5,000-digit token)
                 tokens = canonical.to_pylist()
-                bad = next((i for i, t in enumerate(tokens)
-                            if len(t.lstrip("+-").lstrip("0")) > 19 or not -2**63 <= int(t) < 2**63), None)
+                bad = next((i for i, t in enumerate(tokens) if decimal_int(t) is None), None)
                 if bad is None:
                     raise _ColumnError("an integer id does not fit in int64") from None
                 shown = tokens[bad] if len(tokens[bad]) <= 40 else f"{tokens[bad][:20]}... ({len(tokens[bad])} digits)"

@@ -31,7 +31,7 @@ from typing import Any
 
 from scwork._validate import shown
 from scwork.errors import ConfigError, InputError
-from scwork.interop._numbers import decimal_int
+from scwork._validate import decimal_int
 
 __all__ = ["parse", "format_message"]
 

@@ -20,7 +20,7 @@ import numpy as np
 
 from scwork._validate import shown
 from scwork.errors import LayoutError, XlaDumpError
-from scwork.interop._numbers import decimal_int
+from scwork._validate import decimal_int
 from scwork.layout import Shape, parse
 from scwork.layout.tiles import DTYPES
 

@@ -118,7 +118,7 @@ import numpy as np
 
 from scwork._validate import shown
 from scwork.errors import LayoutError, XlaDumpError
-from scwork.interop._numbers import decimal_int
+from scwork._validate import decimal_int
 from scwork.interop._xla_text import (
     MAX_FILE_BYTES,
     OomAllocation,

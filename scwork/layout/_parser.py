@@ -37,6 +37,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from scwork._validate import decimal_int
 from scwork.errors import LayoutError
 
 __all__ = ["ATTRIBUTE_ORDER", "DIM_LEVEL_TYPES", "ParsedShape", "Token", "parse_shape_text", "tokenize"]
@@ -54,7 +55,6 @@ _ATTRIBUTE_MEANING = {
     "SC": "split configs", "P": "physical shape", "M": "dynamic shape metadata prefix bytes",
 }
 
-_INT64_MAX = 2**63 - 1
 _PUNCTUATION = set("[]{}(),:*#?+~")
 
 
@@ -100,13 +100,10 @@ def tokenize(text: str) -> list[Token]:
             if not (digits.isascii() and digits.isdigit()):
                 raise LayoutError(f"malformed number {word!r}: expected a whole decimal number",
                                   text, start, hint="write sizes as plain integers such as 128")
-            # A 64-bit number has at most 19 digits; checking the length first also keeps
-            # int() away from texts longer than its conversion limit (4300 digits).
-            # (leading zeros stripped first: "000...01" with 5,000 zeros is 1, but int() refuses the text)
-            significant = digits.lstrip("0") or "0"
-            value = (-1 if word.startswith("-") else 1) * int(significant) if len(significant) <= 19 \
-                else _INT64_MAX + 1
-            if abs(value) > _INT64_MAX:
+            # decimal_int counts the digits (leading zeros dropped) before int(), which refuses
+            # texts over 4,300 digits; None here means the number does not fit in int64.
+            value = decimal_int(word)
+            if value is None:
                 shown = word if len(word) <= 40 else f"{word[:20]}... ({len(digits)} digits)"
                 raise LayoutError(f"number {shown} does not fit in a signed 64-bit integer", text, start)
             tokens.append(Token("int", word, start, value))
