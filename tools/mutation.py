@@ -105,27 +105,51 @@ def _copy_tree(dest: Path) -> None:
         shutil.copy2(src, target)
 
 
-def _config(module: str, tests: list[str], timeout: float) -> str:
-    command = (f"{sys.executable} -m pytest -x -q -p no:cacheprovider -p no:randomly "
-               f"--no-header -o addopts='--import-mode=importlib --benchmark-disable' {' '.join(tests)}")
+def _config(module: str, timeout: float) -> str:
+    # Each mutant runs only the tests that execute the mutated statement (tools/_mutant_tests.py).
+    command = f"{sys.executable} tools/_mutant_tests.py run"
     excluded = ",\n    ".join(f'"{p}"' for p in EXCLUDED_OPERATORS)
     return (f'[cosmic-ray]\nmodule-path = "{module}"\ntimeout = {timeout}\nexcluded-modules = []\n'
             f'test-command = "{command}"\n\n[cosmic-ray.distributor]\nname = "local"\n\n'
             f'[cosmic-ray.filters.operators-filter]\nexclude-operators = [\n    {excluded},\n]\n')
 
 
+def _env(work: Path) -> dict[str, str]:
+    return dict(os.environ, NUMBA_DISABLE_JIT="1", PYTHONPATH=str(work), PYTHONDONTWRITEBYTECODE="1")
+
+
+def _full_command(module: str) -> list[str]:
+    """The module's whole test files, as every mutant ran them before tools/_mutant_tests.py."""
+    return [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-p", "no:randomly", "--no-header",
+            "-o", "addopts=--import-mode=importlib --benchmark-disable", *MODULES[module]]
+
+
+def _apply(work: Path, module: str, pristine: str, mutation) -> None:
+    (work / module).write_text(pristine)
+    subprocess.run([str(Path(sys.executable).parent / "cosmic-ray"), "apply", module, mutation.operator_name,
+                    str(mutation.occurrence)], cwd=work, env=_env(work), check=True, capture_output=True)
+
+
+def _killed(command: list[str], work: Path, timeout: float) -> bool:
+    try:
+        return subprocess.run(command, cwd=work, env=_env(work), capture_output=True, timeout=timeout).returncode != 0
+    except subprocess.TimeoutExpired:
+        return True
+
+
 def run_module(module: str, timeout: float) -> str:
     tests = MODULES[module]
     work = WORK / _slug(module)
     _copy_tree(work)
-    (work / "cr.toml").write_text(_config(module, tests, timeout))
-    env = dict(os.environ, NUMBA_DISABLE_JIT="1", PYTHONPATH=str(work), PYTHONDONTWRITEBYTECODE="1")
+    (work / "cr.toml").write_text(_config(module, timeout))
+    env = _env(work)
     bindir = Path(sys.executable).parent
     log = open(work / "cr.log", "w")
 
     def step(*args: str) -> None:
         subprocess.run(list(args), cwd=work, env=env, check=True, stdout=log, stderr=subprocess.STDOUT)
 
+    step(sys.executable, "tools/_mutant_tests.py", "map", module, *tests)
     step(str(bindir / "cosmic-ray"), "init", "cr.toml", "session.sqlite")
     step(str(bindir / "cr-filter-operators"), "session.sqlite", "cr.toml")
     step(str(bindir / "cosmic-ray"), "--verbosity", "ERROR", "baseline", "cr.toml")
@@ -150,11 +174,13 @@ def recheck(module: str, timeout: float) -> int:
     if not path.exists():
         raise SystemExit(f"{module}: no finished run to recheck ({path} missing)")
     shutil.copytree(ROOT / "tests", work / "tests", dirs_exist_ok=True)
+    shutil.copytree(ROOT / "tools", work / "tools", dirs_exist_ok=True)
     pristine = (ROOT / module).read_text()
-    env = dict(os.environ, NUMBA_DISABLE_JIT="1", PYTHONPATH=str(work), PYTHONDONTWRITEBYTECODE="1")
-    bindir = Path(sys.executable).parent
-    command = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "--no-header", "-o",
-               "addopts=--import-mode=importlib --benchmark-disable", *MODULES[module]]
+    (work / module).write_text(pristine)
+    # The map again, with the tests added since the run.
+    subprocess.run([sys.executable, "tools/_mutant_tests.py", "map", module, *MODULES[module]], cwd=work,
+                   env=_env(work), check=True, capture_output=True)
+    command = [sys.executable, "tools/_mutant_tests.py", "run"]
     killed = 0
     with use_db(str(path), WorkDB.Mode.open) as db:
         done = {item.job_id: result for item, result in db.completed_work_items}
@@ -163,15 +189,9 @@ def recheck(module: str, timeout: float) -> int:
             if result is None or result.worker_outcome == WorkerOutcome.SKIPPED \
                     or result.test_outcome != TestOutcome.SURVIVED:
                 continue
-            mutation = item.mutations[0]
-            (work / module).write_text(pristine)
-            subprocess.run([str(bindir / "cosmic-ray"), "apply", module, mutation.operator_name,
-                            str(mutation.occurrence)], cwd=work, env=env, check=True, capture_output=True)
+            _apply(work, module, pristine, item.mutations[0])
             try:
-                run = subprocess.run(command, cwd=work, env=env, capture_output=True, timeout=timeout)
-                failed = run.returncode != 0
-            except subprocess.TimeoutExpired:
-                failed = True
+                failed = _killed(command, work, timeout)
             finally:
                 (work / module).write_text(pristine)
             if failed:
@@ -180,6 +200,58 @@ def recheck(module: str, timeout: float) -> int:
                                                       test_outcome=TestOutcome.KILLED, diff=result.diff,
                                                       output="killed on recheck"))
     return killed
+
+
+def verify(module: str, count: int, timeout: float) -> int:
+    """Re-run ``count`` judged mutants of ``module`` with its whole test files; compare with the selected tests.
+
+    Takes the mutants spread evenly over the session, survivors first (a wrong
+    "survived" is the costly mistake), runs each against the whole test files (the
+    command every mutant ran before ``tools/_mutant_tests.py``) and against the
+    selection, and prints both verdicts and times. Returns how many disagree.
+    """
+    import time
+
+    from cosmic_ray.work_db import WorkDB, use_db
+    from cosmic_ray.work_item import TestOutcome, WorkerOutcome
+
+    work = WORK / _slug(module)
+    path = WORK / f"{_slug(module)}.sqlite"
+    if not path.exists():
+        path = work / "session.sqlite"
+    if not (work / "mutant_tests.json").exists() or not path.exists():
+        raise SystemExit(f"{module}: run it first (no session or map under {work})")
+    pristine = (ROOT / module).read_text()
+    with use_db(str(path), WorkDB.Mode.open) as db:
+        done = {item.job_id: result for item, result in db.completed_work_items}
+        judged = [(item, done[item.job_id]) for item in db.work_items if item.job_id in done
+                  and done[item.job_id].worker_outcome != WorkerOutcome.SKIPPED]
+    survivors = [j for j in judged if j[1].test_outcome == TestOutcome.SURVIVED]
+    others = [j for j in judged if j[1].test_outcome != TestOutcome.SURVIVED]
+    pick = survivors[:: max(1, len(survivors) // max(1, count // 2))][: count // 2]
+    pick += others[:: max(1, len(others) // max(1, count - len(pick)))][: count - len(pick)]
+    disagree, times = 0, {"selected": 0.0, "full": 0.0}
+    for item, _ in pick:
+        mutation = item.mutations[0]
+        verdicts = {}
+        _apply(work, module, pristine, mutation)
+        try:
+            for name, command in (("selected", [sys.executable, "tools/_mutant_tests.py", "run"]),
+                                  ("full", _full_command(module))):
+                start = time.perf_counter()
+                verdicts[name] = _killed(command, work, timeout)
+                times[name] += time.perf_counter() - start
+        finally:
+            (work / module).write_text(pristine)
+        same = verdicts["selected"] == verdicts["full"]
+        disagree += not same
+        print(f"{'same' if same else 'DIFFERENT'}: line {mutation.start_pos[0]} {mutation.operator_name} "
+              f"#{mutation.occurrence}: selected {'killed' if verdicts['selected'] else 'survived'}, "
+              f"full {'killed' if verdicts['full'] else 'survived'}", flush=True)
+    n = max(1, len(pick))
+    print(f"{module}: {len(pick) - disagree} of {len(pick)} verdicts agree; seconds per mutant: "
+          f"whole test files {times['full'] / n:.2f}, selected tests {times['selected'] / n:.2f}")
+    return disagree
 
 
 def _equivalents() -> dict[str, list[dict]]:
@@ -269,6 +341,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds one mutant's tests may take")
     parser.add_argument("--report", action="store_true", help="only print the scores of finished runs")
     parser.add_argument("--survivors", action="store_true", help="with --report: list every survivor")
+    parser.add_argument("--verify", type=int, metavar="N", default=0,
+                        help="re-run N judged mutants with the whole test files and compare verdicts")
     parser.add_argument("--recheck", action="store_true",
                         help="run the survivors of finished runs again against the current tests")
     args = parser.parse_args(argv)
@@ -276,6 +350,8 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"not in tools/mutation.py's MODULES: {', '.join(unknown)}; known: {', '.join(MODULES)}")
     modules = args.modules or list(MODULES)
+    if args.verify:
+        return int(any([verify(module, args.verify, args.timeout) for module in modules]))
     if args.recheck:
         for module in modules:
             if (WORK / f"{_slug(module)}.sqlite").exists():
