@@ -37,16 +37,27 @@ import ast
 import difflib
 import json
 import os
+import signal
 import sys
 import time
 from pathlib import Path
 
-import pytest
-
 MAP = "mutant_tests.json"
 PRISTINE = "mutant_pristine.py"
+SOCKET = "mutant_tests.sock"
+#: What the fork server imports once, so a mutant's pytest starts without them (never scwork). Forking
+#: after these is safe with one BLAS thread (OPENBLAS_NUM_THREADS=1, set by tools/mutation.py); pandas
+#: brings pyarrow, whose one idle thread has fork handlers. --verify checks the verdicts anyway.
+PRELOAD = ["pytest", "numpy", "pandas", "xarray", "scipy", "numba", "hypothesis", "_pytest.python",
+           "_pytest.doctest"]
 PYTEST_ARGS = ["-x", "-q", "-p", "no:cacheprovider", "-p", "no:randomly", "--no-header",
                "-o", "addopts=--import-mode=importlib --benchmark-disable"]
+
+
+def _hookimpl(**kwargs):
+    from pluggy import HookimplMarker          # what pytest.hookimpl is, without importing pytest
+
+    return HookimplMarker("pytest")(**kwargs)
 
 
 class _LineRecorder:
@@ -84,17 +95,17 @@ class _LineRecorder:
     def pytest_collection_modifyitems(self, items):
         self.items = list(items)
 
-    @pytest.hookimpl(tryfirst=True)
+    @_hookimpl(tryfirst=True)
     def pytest_runtest_setup(self, item):
         _clear_caches()
         self._switch(self.per_test.setdefault(item.nodeid, set()))
         self.durations[item.nodeid] = time.perf_counter()
 
-    @pytest.hookimpl(tryfirst=True)
+    @_hookimpl(tryfirst=True)
     def pytest_runtest_call(self, item):
         self._switch(self.per_test.setdefault(item.nodeid, set()))
 
-    @pytest.hookimpl(tryfirst=True)
+    @_hookimpl(tryfirst=True)
     def pytest_runtest_teardown(self, item, nextitem):
         self._switch(self.per_test.setdefault(item.nodeid, set()))
 
@@ -107,7 +118,7 @@ def _fixture_hooks(recorder: _LineRecorder):
     """``pytest_fixture_setup`` as a hook wrapper, so the context switches back after the fixture ran."""
 
     class Wrap:
-        @pytest.hookimpl(wrapper=True)
+        @_hookimpl(wrapper=True)
         def pytest_fixture_setup(self, fixturedef, request):
             if fixturedef.scope == "function":
                 return (yield)
@@ -133,6 +144,8 @@ def _clear_caches() -> None:
 
 
 def build_map(module: str, tests: list[str]) -> int:
+    import pytest
+
     recorder = _LineRecorder(Path(module))
     try:
         code = pytest.main([*PYTEST_ARGS, *tests], plugins=[recorder, _fixture_hooks(recorder)])
@@ -215,21 +228,119 @@ def run_mutant() -> int:
     chosen = select(map_data, Path(PRISTINE).read_text(), Path(module).read_text())
     if chosen is None:
         targets, what = map_data["tests"], "every test (the mutated statement runs at import)"
+        seconds = sum(map_data["seconds"])
     elif not chosen:
         print("mutant_tests: no test executes the mutated statement: survived, not run")
         return 0
     else:
         targets, what = chosen, f"{len(chosen)} test(s) executing the mutated statement"
-    print(f"mutant_tests: running {what}", flush=True)
+        index = {n: i for i, n in enumerate(map_data["node_ids"])}
+        seconds = sum(map_data["seconds"][index[n]] for n in chosen)
+    # A mutant that loops forever is killed, as cosmic-ray's own timeout would, but after
+    # ten times what its tests took unmutated (plus the start-up) instead of a fixed limit.
+    signal.alarm(int(60 + 10 * seconds))
+    print(f"mutant_tests: running {what}, at most {int(60 + 10 * seconds)} s", flush=True)
+    import pytest
+
     return int(pytest.main([*PYTEST_ARGS, *targets]))
+
+
+def serve() -> int:
+    """Fork server: import the heavy third-party modules once, fork a fresh child per mutant.
+
+    A mutant's own test process then only imports scwork (mutated) and the test files.
+    The child is killed when the client goes away (cosmic-ray's timeout kills the
+    client's process group, which the forked child is not in).
+    """
+    import importlib
+    import select as select_
+    import socket
+    import warnings
+
+    for name in PRELOAD:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            pass
+    assert not any(m == "scwork" or m.startswith("scwork.") for m in sys.modules), "the server must not import scwork"
+    path = Path(SOCKET)
+    path.unlink(missing_ok=True)
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(str(path))
+    server.listen(1)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    children: set[int] = set()
+    try:
+        while True:
+            conn, _ = server.accept()
+            with conn:
+                if conn.recv(16) != b"run":
+                    continue
+                with warnings.catch_warnings():            # pyarrow's idle thread: see PRELOAD
+                    warnings.simplefilter("ignore", DeprecationWarning)
+                    pid = os.fork()
+                if pid == 0:                                   # the child: one mutant's tests
+                    server.close()
+                    os.setsid()
+                    out = os.open("mutant_tests.out", os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+                    os.dup2(out, 1)
+                    os.dup2(out, 2)
+                    code = 1
+                    try:
+                        code = run_mutant()
+                    finally:
+                        sys.stdout.flush()
+                        os._exit(code)
+                children.add(pid)
+                while True:
+                    done, status = os.waitpid(pid, os.WNOHANG)
+                    if done:
+                        conn.sendall(str(os.waitstatus_to_exitcode(status)).encode())
+                        break
+                    readable, _, _ = select_.select([conn], [], [], 0.05)
+                    if readable and not conn.recv(16):         # the client is gone: timed out
+                        os.killpg(pid, signal.SIGKILL)
+                        os.waitpid(pid, 0)
+                        break
+                children.discard(pid)
+    finally:
+        for pid in children:                                   # stopped mid-mutant
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        path.unlink(missing_ok=True)
+
+
+def client() -> int:
+    """``run`` through the fork server when one listens here, else in this process."""
+    import socket
+
+    if Path(SOCKET).exists():
+        conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            conn.connect(SOCKET)
+        except OSError:
+            conn.close()
+        else:
+            with conn:
+                conn.sendall(b"run")
+                answer = conn.recv(16)
+            if answer:
+                print(Path("mutant_tests.out").read_text(errors="replace")[-4000:])
+                return int(answer)
+            return 1
+    return run_mutant()
 
 
 def main(argv: list[str]) -> int:
     if argv[:1] == ["map"] and len(argv) >= 3:
         return build_map(argv[1], argv[2:])
     if argv == ["run"]:
-        return run_mutant()
-    print("usage: _mutant_tests.py map MODULE TEST... | run", file=sys.stderr)
+        return client()
+    if argv == ["serve"]:
+        return serve()
+    print("usage: _mutant_tests.py map MODULE TEST... | run | serve", file=sys.stderr)
     return 2
 
 

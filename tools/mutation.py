@@ -28,10 +28,12 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import contextlib
 import os
 import shutil
 import subprocess
 import sys
+import time
 import tomllib
 from pathlib import Path
 
@@ -115,7 +117,24 @@ def _config(module: str, timeout: float) -> str:
 
 
 def _env(work: Path) -> dict[str, str]:
-    return dict(os.environ, NUMBA_DISABLE_JIT="1", PYTHONPATH=str(work), PYTHONDONTWRITEBYTECODE="1")
+    return dict(os.environ, NUMBA_DISABLE_JIT="1", PYTHONPATH=str(work), PYTHONDONTWRITEBYTECODE="1",
+                OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
+
+
+@contextlib.contextmanager
+def _fork_server(work: Path):
+    """tools/_mutant_tests.py's fork server in ``work`` while the mutants run (numpy, pandas... imported once)."""
+    server = subprocess.Popen([sys.executable, "tools/_mutant_tests.py", "serve"], cwd=work, env=_env(work),
+                              stdout=subprocess.DEVNULL, stderr=open(work / "serve.log", "w"))
+    try:
+        for _ in range(600):
+            if (work / "mutant_tests.sock").exists() or server.poll() is not None:
+                break
+            time.sleep(0.1)
+        yield
+    finally:
+        server.terminate()
+        server.wait()
 
 
 def _full_command(module: str) -> list[str]:
@@ -137,23 +156,30 @@ def _killed(command: list[str], work: Path, timeout: float) -> bool:
         return True
 
 
-def run_module(module: str, timeout: float) -> str:
+def run_module(module: str, timeout: float, resume: bool = False) -> str:
     tests = MODULES[module]
     work = WORK / _slug(module)
-    _copy_tree(work)
+    resume = resume and (work / "session.sqlite").exists() and (work / "mutant_tests.json").exists()
+    if resume:                         # a stopped run: its work copy, session and map as they were
+        shutil.copytree(ROOT / "tools", work / "tools", dirs_exist_ok=True)
+        (work / module).write_text((work / "mutant_pristine.py").read_text())
+    else:
+        _copy_tree(work)
     (work / "cr.toml").write_text(_config(module, timeout))
     env = _env(work)
     bindir = Path(sys.executable).parent
-    log = open(work / "cr.log", "w")
+    log = open(work / "cr.log", "a" if resume else "w")
 
     def step(*args: str) -> None:
         subprocess.run(list(args), cwd=work, env=env, check=True, stdout=log, stderr=subprocess.STDOUT)
 
-    step(sys.executable, "tools/_mutant_tests.py", "map", module, *tests)
-    step(str(bindir / "cosmic-ray"), "init", "cr.toml", "session.sqlite")
-    step(str(bindir / "cr-filter-operators"), "session.sqlite", "cr.toml")
-    step(str(bindir / "cosmic-ray"), "--verbosity", "ERROR", "baseline", "cr.toml")
-    step(str(bindir / "cosmic-ray"), "exec", "cr.toml", "session.sqlite")
+    if not resume:
+        step(sys.executable, "tools/_mutant_tests.py", "map", module, *tests)
+        step(str(bindir / "cosmic-ray"), "init", "cr.toml", "session.sqlite")
+        step(str(bindir / "cr-filter-operators"), "session.sqlite", "cr.toml")
+        step(str(bindir / "cosmic-ray"), "--verbosity", "ERROR", "baseline", "cr.toml")
+    with _fork_server(work):
+        step(str(bindir / "cosmic-ray"), "exec", "cr.toml", "session.sqlite")
     shutil.copy2(work / "session.sqlite", WORK / f"{_slug(module)}.sqlite")
     return module
 
@@ -182,7 +208,7 @@ def recheck(module: str, timeout: float) -> int:
                    env=_env(work), check=True, capture_output=True)
     command = [sys.executable, "tools/_mutant_tests.py", "run"]
     killed = 0
-    with use_db(str(path), WorkDB.Mode.open) as db:
+    with use_db(str(path), WorkDB.Mode.open) as db, _fork_server(work):
         done = {item.job_id: result for item, result in db.completed_work_items}
         for item in db.work_items:
             result = done.get(item.job_id)
@@ -210,8 +236,6 @@ def verify(module: str, count: int, timeout: float) -> int:
     command every mutant ran before ``tools/_mutant_tests.py``) and against the
     selection, and prints both verdicts and times. Returns how many disagree.
     """
-    import time
-
     from cosmic_ray.work_db import WorkDB, use_db
     from cosmic_ray.work_item import TestOutcome, WorkerOutcome
 
@@ -231,23 +255,24 @@ def verify(module: str, count: int, timeout: float) -> int:
     pick = survivors[:: max(1, len(survivors) // max(1, count // 2))][: count // 2]
     pick += others[:: max(1, len(others) // max(1, count - len(pick)))][: count - len(pick)]
     disagree, times = 0, {"selected": 0.0, "full": 0.0}
-    for item, _ in pick:
-        mutation = item.mutations[0]
-        verdicts = {}
-        _apply(work, module, pristine, mutation)
-        try:
-            for name, command in (("selected", [sys.executable, "tools/_mutant_tests.py", "run"]),
-                                  ("full", _full_command(module))):
-                start = time.perf_counter()
-                verdicts[name] = _killed(command, work, timeout)
-                times[name] += time.perf_counter() - start
-        finally:
-            (work / module).write_text(pristine)
-        same = verdicts["selected"] == verdicts["full"]
-        disagree += not same
-        print(f"{'same' if same else 'DIFFERENT'}: line {mutation.start_pos[0]} {mutation.operator_name} "
-              f"#{mutation.occurrence}: selected {'killed' if verdicts['selected'] else 'survived'}, "
-              f"full {'killed' if verdicts['full'] else 'survived'}", flush=True)
+    with _fork_server(work):
+        for item, _ in pick:
+            mutation = item.mutations[0]
+            verdicts = {}
+            _apply(work, module, pristine, mutation)
+            try:
+                for name, command in (("selected", [sys.executable, "tools/_mutant_tests.py", "run"]),
+                                      ("full", _full_command(module))):
+                    start = time.perf_counter()
+                    verdicts[name] = _killed(command, work, timeout)
+                    times[name] += time.perf_counter() - start
+            finally:
+                (work / module).write_text(pristine)
+            same = verdicts["selected"] == verdicts["full"]
+            disagree += not same
+            print(f"{'same' if same else 'DIFFERENT'}: line {mutation.start_pos[0]} {mutation.operator_name} "
+                  f"#{mutation.occurrence}: selected {'killed' if verdicts['selected'] else 'survived'}, "
+                  f"full {'killed' if verdicts['full'] else 'survived'}", flush=True)
     n = max(1, len(pick))
     print(f"{module}: {len(pick) - disagree} of {len(pick)} verdicts agree; seconds per mutant: "
           f"whole test files {times['full'] / n:.2f}, selected tests {times['selected'] / n:.2f}")
@@ -338,11 +363,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("modules", nargs="*", help=f"modules to mutate (default: all {len(MODULES)})")
     parser.add_argument("--jobs", type=int, default=2, help="modules mutated at once (default 2)")
-    parser.add_argument("--timeout", type=float, default=300.0, help="seconds one mutant's tests may take")
+    parser.add_argument("--timeout", type=float, default=900.0,
+                        help="seconds one mutant's tests may take at most (each mutant also stops at ten "
+                             "times its tests' unmutated time plus a minute, see tools/_mutant_tests.py)")
     parser.add_argument("--report", action="store_true", help="only print the scores of finished runs")
     parser.add_argument("--survivors", action="store_true", help="with --report: list every survivor")
     parser.add_argument("--verify", type=int, metavar="N", default=0,
                         help="re-run N judged mutants with the whole test files and compare verdicts")
+    parser.add_argument("--resume", action="store_true",
+                        help="go on with a stopped run's pending mutants instead of starting afresh")
     parser.add_argument("--recheck", action="store_true",
                         help="run the survivors of finished runs again against the current tests")
     args = parser.parse_args(argv)
@@ -366,7 +395,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     WORK.mkdir(exist_ok=True)
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-        for done in pool.map(lambda m: run_module(m, args.timeout), modules):
+        for done in pool.map(lambda m: run_module(m, args.timeout, args.resume), modules):
             print(f"done: {done}", flush=True)
             score(done)
     report(modules)
