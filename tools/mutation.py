@@ -394,10 +394,18 @@ def main(argv: list[str] | None = None) -> int:
         report(modules)
         return 0
     WORK.mkdir(exist_ok=True)
+    def one(module: str) -> str | None:
+        try:
+            return run_module(module, args.timeout, args.resume)
+        except subprocess.CalledProcessError as error:   # e.g. its tests fail unmutated: see its cr.log
+            print(f"failed: {module}: {error}; see {WORK / _slug(module) / 'cr.log'}", flush=True)
+            return None
+
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-        for done in pool.map(lambda m: run_module(m, args.timeout, args.resume), modules):
-            print(f"done: {done}", flush=True)
-            score(done)
+        for done in pool.map(one, modules):
+            if done is not None:
+                print(f"done: {done}", flush=True)
+                score(done)
     report(modules)
     return 0
 
