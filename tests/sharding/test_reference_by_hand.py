@@ -37,3 +37,12 @@ def test_limits_are_not_applied_unless_dropping_is_allowed():
     ref = _reference([0, 1, 2, 3, 4], max_ids=1, max_unique=1)
     assert ref["kept"].tolist() == [[[5]]]
     assert ref["dropped"] == 0 and ref["drops"] == []
+
+
+def test_an_empty_batch_still_has_one_row_of_eight_slots():
+    # no limit configured: the buffer is the used size rounded to 8 but never under 8 slots, as the
+    # engine sizes it (scenario.py), so an empty batch still gets one group of 8 padded slots
+    ref = _reference([])
+    assert ref["buffer_size_per_sc"] == 8
+    assert ref["embedding_ids"].shape == (1, 8)
+    assert ref["row_pointers"].tolist() == [[0] * 8]
