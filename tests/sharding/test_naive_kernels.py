@@ -101,3 +101,12 @@ def test_warmup_runs():
     K.warmup()
     if hasattr(K.naive_from_slice_lists, "signatures"):
         assert K.naive_from_slice_lists.signatures
+
+
+def test_a_huge_sparse_range_is_counted_without_a_bitmap_over_it():
+    # qbits = 40: two partitions span 2**41 ids, a bitmap of 2**35 words (256 GiB). Three ids found:
+    # the kernel must gather and sort them (memory linear in the ids), not allocate the range.
+    ulist, seg_start, seg_len = _lists([[3, 2**40 + 7], [2**40 + 7, 2**41 - 1]])
+    naive = np.zeros(2, np.int64)
+    K.naive_from_slice_lists(ulist, seg_start, seg_len, 40, 0, 2, naive)
+    assert naive.tolist() == [1, 2]
