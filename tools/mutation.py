@@ -1,11 +1,14 @@
 """On-demand mutation testing of the engine with cosmic-ray, module by module.
 
-Not part of the pytest run: a mutant run re-runs a module's tests once per mutant,
-which takes minutes to hours. Run it from the repository root::
+Not part of the pytest run. Run it from the repository root, with the Python that has
+cosmic-ray (3.12 or newer: the line map uses ``sys.monitoring``)::
 
-    nice -n 10 python tools/mutation.py --jobs 2                 # every module below
-    nice -n 10 python tools/mutation.py scwork/sharding/minibatch.py --jobs 1
-    python tools/mutation.py --report                           # scores of finished runs
+    nice -n 10 python tools/mutation.py --jobs 1                 # every module below, in turn
+    nice -n 10 python tools/mutation.py scwork/sharding/minibatch.py
+    python tools/mutation.py --report --survivors                # scores of finished runs
+    python tools/mutation.py scwork/sharding/limits.py --recheck # survivors against the current tests
+    python tools/mutation.py scwork/sharding/limits.py --resume  # go on with a stopped run
+    python tools/mutation.py scwork/sharding/limits.py --verify 6
 
 Each module is mutated in its own copy of the working tree (under
 ``.mutation/<module>/``, git-ignored), so the checkout is never touched and two
@@ -14,6 +17,11 @@ modules can run at once (``--jobs``). The copy's tests import the copy's ``scwor
 finder comes after the path finder. Kernels run as plain Python
 (``NUMBA_DISABLE_JIT=1``): a mutated kernel would otherwise be compiled again for
 every mutant, and the pure-Python kernels are tested anyway (``tests/test_nojit.py``).
+
+A mutant runs only the tests that execute the statement it changed, through a fork
+server that has numpy, pandas, xarray and pytest imported (``tools/_mutant_tests.py``
+says how, and why the verdict is the one the whole test files would give;
+``--verify N`` checks that on N mutants of a finished run and times both).
 
 Mutants that no test can kill because they change nothing observable (equivalent
 mutants) are listed in ``tools/mutation_equivalents.toml`` with the reason; the score
