@@ -110,3 +110,21 @@ def test_a_huge_sparse_range_is_counted_without_a_bitmap_over_it():
     naive = np.zeros(2, np.int64)
     K.naive_from_slice_lists(ulist, seg_start, seg_len, 40, 0, 2, naive)
     assert naive.tolist() == [1, 2]
+
+
+@pytest.mark.parametrize("fn", FNS, ids=IDS)
+def test_sorted_path_counts_id_one_when_it_comes_first(fn):
+    # the sort path (qbits 20: a 2**20-bit range for 3 ids) with 1 as the smallest id: the
+    # "previous id" before the first one must equal no id, 1 included
+    naive = np.zeros(1, np.int64)
+    fn(*_lists([[1, 9], [1, 700000]]), 20, 0, 1, naive)
+    assert naive.tolist() == [3]
+
+
+def test_warmup_calls_the_kernel_on_both_branches(monkeypatch):
+    # warmup() exists to compile the kernel (numba compiles on the first call), so it must call
+    # it: once with partitions sharing words (qbits < 6), once with whole words (qbits >= 6)
+    seen = []
+    monkeypatch.setattr(K, "naive_from_slice_lists", lambda *args: seen.append(args[3]))
+    K.warmup()
+    assert min(seen) < 6 <= max(seen)
