@@ -128,3 +128,12 @@ def test_warmup_calls_the_kernel_on_both_branches(monkeypatch):
     monkeypatch.setattr(K, "naive_from_slice_lists", lambda *args: seen.append(args[3]))
     K.warmup()
     assert min(seen) < 6 <= max(seen)
+
+
+@pytest.mark.parametrize("fn", FNS, ids=IDS)
+def test_ids_two_partitions_past_the_range_are_left_out(fn):
+    # qbits 2, range [0, 2) of 4 partitions: ids 1 and 5 count (partitions 0, 1); 9 and 13
+    # (partitions 2 and 3, past the range's end) are another task's, their entries stay 0
+    naive = np.zeros(4, np.int64)
+    fn(*_lists([[1, 9], [5, 13]]), 2, 0, 2, naive)
+    assert naive.tolist() == [1, 1, 0, 0]
