@@ -248,3 +248,12 @@ def test_only_the_latest_file_of_each_process_is_read(tmp_path):
     got = read_fdo_stats(tmp_path)
     assert [Path(f).name for f in got.files] == ["fdo_stats_1_1.csv", "fdo_stats_0_40.csv"]
     assert got.max_ids_per_partition["t"].tolist() == [7]
+
+
+def test_a_long_bad_value_is_shown_cut_at_40_characters():
+    from scwork.sharding._fdo_csv import parse_fdo_csv
+
+    bad = "x" * 39 + "yz" + "0" * 20          # 61 characters: the message shows exactly the first 40
+    with pytest.raises(InputError) as err:
+        parse_fdo_csv("f.csv", f"key,values\r\nt_max_ids,1 {bad}\r\n")
+    assert f"value {'x' * 39 + 'y'!r} is not an integer" in str(err.value)
