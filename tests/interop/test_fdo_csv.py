@@ -257,3 +257,31 @@ def test_a_long_bad_value_is_shown_cut_at_40_characters():
     with pytest.raises(InputError) as err:
         parse_fdo_csv("f.csv", f"key,values\r\nt_max_ids,1 {bad}\r\n")
     assert f"value {'x' * 39 + 'y'!r} is not an integer" in str(err.value)
+
+
+@pytest.mark.parametrize("text, message", [
+    ("", "line 1: the header must be 'key,values' .*got ''"),                   # no header row at all
+    ("id,values\r\nt_max_ids,1\r\n", "line 1: the header must be 'key,values'"),  # sorts before the header
+    ("key,values\r\nt_max_ids\r\n", r"line 2: expected .* got 1 cells \['t_max_ids'\]"),
+    ("key,values\r\n,1 2\r\n", r"line 2: expected .* got 2 cells \['', '1 2'\]"),       # no key
+    ("key,values\r\nk,1,2,3,4\r\n", r"got 5 cells \['k', '1', '2'\]$"),            # the first 3 cells shown
+])
+def test_parse_fdo_csv_rejects_by_hand(text, message):
+    from scwork.sharding._fdo_csv import parse_fdo_csv
+
+    with pytest.raises(InputError, match=message):
+        parse_fdo_csv("f.csv", text)
+
+
+def test_parse_fdo_csv_skips_blank_lines_and_reads_on():
+    from scwork.sharding._fdo_csv import parse_fdo_csv
+
+    got = parse_fdo_csv("f.csv", "key,values\r\nt_max_ids,1 2\r\n\r\nt_max_unique_ids,3 4\r\n")
+    assert {k: v.tolist() for k, v in got.items()} == {"t_max_ids": [1, 2], "t_max_unique_ids": [3, 4]}
+
+
+def test_format_fdo_csv_refuses_three_dimensional_arrays():
+    from scwork.sharding._fdo_csv import format_fdo_csv
+
+    with pytest.raises(ConfigError, match=r"shape \(1, 2, 2\) cannot be written as CSV rows"):
+        format_fdo_csv({"t_max_ids": np.zeros((1, 2, 2), np.int64)})
