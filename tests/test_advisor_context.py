@@ -43,3 +43,19 @@ def test_observed_limits_are_the_largest_counts_of_each_stack():
     # stack a: partitions (5, 9) ids, (3, 2) unique; stack b: (0, 7), (0, 7)
     got = observed_limits(_stats([-1, -1], [-1, -1], ids=[5, 9, 0, 7], unique=[3, 2, 0, 7]))
     assert got == {"a": (9, 3), "b": (7, 7)}
+
+
+def _context(step_time_s, min_gain_fraction):
+    from scwork.advisor._context import Context
+
+    return Context(config=None, plan=None, stats=None, memory=None,
+                   model=SimpleNamespace(step_time=step_time_s),
+                   minibatch=None, thresholds=SimpleNamespace(min_gain_fraction=min_gain_fraction),
+                   batch_size=None, dtype=None)
+
+
+def test_a_gain_of_exactly_the_threshold_is_worth_offering():
+    c = _context(2.0, 0.25)                 # threshold 0.5 s, exact in binary
+    assert c.worth(0.5) and c.worth(0.75)
+    assert not c.worth(0.4375) and not c.worth(None)
+    assert not _context(None, 0.25).worth(1.0)          # no step time modelled: nothing to compare with
