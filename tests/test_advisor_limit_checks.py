@@ -1,0 +1,68 @@
+"""The advisor's limit checks (scwork.advisor._limit_checks) on inputs written out by hand.
+
+Statistics are built directly (two stacks, one device, one SparseCore, two
+partitions) so every observed maximum, configured limit and drop count is a number
+in the test; no step model, so no time is estimated.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import xarray as xr
+
+from scwork.advisor._context import Context
+from scwork.advisor._limit_checks import check_limits_low, limits_below_observed
+
+DIMS = ("stack", "device", "sc", "partition")
+
+
+def _stats(ids, unique, configured_ids, configured_unique, dropped=(0, 0)):
+    shape = (2, 1, 1, 2)
+    return xr.Dataset(
+        {"ids": (DIMS, np.asarray(ids).reshape(shape)), "unique_ids": (DIMS, np.asarray(unique).reshape(shape)),
+         "input_ids": (DIMS, np.asarray(ids).reshape(shape)),
+         "configured_max_ids_per_partition": (("stack",), np.asarray(configured_ids)),
+         "configured_max_unique_ids_per_partition": (("stack",), np.asarray(configured_unique)),
+         "dropped_ids": (("stack",), np.asarray(dropped))},
+        coords={"stack": ["a", "b"]})
+
+
+def _context(stats, minibatch=None):
+    return Context(config=None, plan=None, stats=stats, memory=None, model=None, minibatch=minibatch,
+                   thresholds=SimpleNamespace(min_gain_fraction=0.01, limits_high_ratio=4.0),
+                   batch_size=None, dtype=None)
+
+
+def test_a_limit_equal_to_the_observed_maximum_is_not_below_it():
+    assert limits_below_observed((8, 8), (8, 8)) == []
+    assert limits_below_observed((8, 8), (9, 8)) == ["max_ids_per_partition"]
+    assert limits_below_observed((8, 4), (8, 5)) == ["max_unique_ids_per_partition"]
+    assert limits_below_observed((None, 4), (100, 4)) == [] and limits_below_observed((8, 8), None) == []
+
+
+def test_dropped_ids_finding_reports_both_configured_limits():
+    # stack a: observed (12, 6) over limits (10, 5), 3 ids dropped of 12 + 0 input ids
+    c = _context(_stats([12, 0, 4, 4], [6, 0, 2, 2], [10, 64], [5, 64], dropped=[3, 0]))
+    check_limits_low(c)
+    (f,) = c.findings
+    assert (f.id, f.stack, f.severity) == ("limits_too_low", "a", "warning")
+    e = f.evidence
+    assert (e["configured_max_ids_per_partition"], e["configured_max_unique_ids_per_partition"]) == (10, 5)
+    assert (e["observed_max_ids_per_partition"], e["observed_max_unique_ids_per_partition"]) == (12, 6)
+    assert e["limits_below_observed"] == ["max_ids_per_partition", "max_unique_ids_per_partition"]
+    assert e["dropped_ids"] == 3 and e["dropped_share"] == 3 / 12
+    assert "max_ids_per_partition=16, max_unique_ids_per_partition=8" in f.fix     # 12 and 6 rounded up to 8
+
+
+def test_per_stack_split_does_not_blame_other_stacks():
+    # split_scope "stack": a stack whose own mask is 0 is still reported for its extra mini-batches
+    # (only the batch-wide split makes its count the other stacks' doing)
+    stats = _stats([4, 4, 4, 4], [2, 2, 2, 2], [8, 8], [8, 8])
+    nmb = xr.DataArray([2, 1], dims=("stack",), coords={"stack": ["a", "b"]})
+    asg = xr.Dataset({"stack_split_mask": (("stack",), [0, 1])}, coords={"stack": ["a", "b"]})
+    for scope, found in (("stack", ["a"]), ("batch", [])):
+        c = _context(stats, SimpleNamespace(num_minibatches=nmb, assignment=asg, split_scope=scope, stats=stats))
+        check_limits_low(c)
+        assert [f.stack for f in c.findings if f.id == "minibatching_overhead"] == found, scope
