@@ -66,3 +66,32 @@ def test_per_stack_split_does_not_blame_other_stacks():
         c = _context(stats, SimpleNamespace(num_minibatches=nmb, assignment=asg, split_scope=scope, stats=stats))
         check_limits_low(c)
         assert [f.stack for f in c.findings if f.id == "minibatching_overhead"] == found, scope
+
+
+def test_each_stack_gets_its_own_finding():
+    # stack a: 2 mini-batches its limits (8, 8) do not need; stack b: ids dropped. Both are reported.
+    stats = _stats([4, 4, 12, 0], [2, 2, 6, 0], [8, 8], [8, 8], dropped=[0, 5])
+    nmb = xr.DataArray([2, 1], dims=("stack",), coords={"stack": ["a", "b"]})
+    asg = xr.Dataset({"stack_split_mask": (("stack",), [1, 0])}, coords={"stack": ["a", "b"]})
+    c = _context(stats, SimpleNamespace(num_minibatches=nmb, assignment=asg, split_scope="stack", stats=stats))
+    check_limits_low(c)
+    assert [(f.id, f.stack) for f in c.findings] == [("minibatching_overhead", "a"), ("limits_too_low", "b")]
+
+
+def test_dropped_share_of_a_stack_without_input_ids_is_zero():
+    stats = _stats([0, 0, 0, 0], [0, 0, 0, 0], [8, 8], [8, 8], dropped=[2, 0])
+    c = _context(stats)
+    check_limits_low(c)
+    (f,) = c.findings
+    assert f.evidence["dropped_share"] == 0.0
+
+
+def test_limits_high_counts_an_observed_maximum_of_one_as_one():
+    from scwork.advisor._limit_checks import check_limits_high
+
+    # observed (1, 1); ratio 4: max_ids 4 is not above 4 * 1, max_unique 6 is: one finding, suggesting 8 and 8
+    c = _context(_stats([1, 0, 1, 0], [1, 0, 1, 0], [4, 4], [6, 4]))
+    check_limits_high(c)
+    (f,) = c.findings
+    assert (f.id, f.stack) == ("limits_too_high", "a")
+    assert "towards max_ids_per_partition=8, max_unique_ids_per_partition=8" in f.fix
