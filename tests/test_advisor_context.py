@@ -33,10 +33,10 @@ def test_minus_one_in_the_statistics_means_no_limit():
 
 def test_minus_one_falls_back_to_the_plans_limit():
     plan = SimpleNamespace(stacks=[SimpleNamespace(name="a", max_ids_per_partition=32, max_unique_ids_per_partition=4),
-                                   SimpleNamespace(name="b", max_ids_per_partition=None,
-                                                   max_unique_ids_per_partition=None)])
+                                   SimpleNamespace(name="b", max_ids_per_partition=24,
+                                                   max_unique_ids_per_partition=12)])
     got = configured_limits(_stats([16, -1], [-1, 8]), plan, None)
-    assert got == {"a": (16, 4), "b": (None, 8)}           # the statistics win where they say something
+    assert got == {"a": (16, 4), "b": (24, 8)}             # the statistics win where they say something
 
 
 def test_observed_limits_are_the_largest_counts_of_each_stack():

@@ -95,3 +95,28 @@ def test_limits_high_counts_an_observed_maximum_of_one_as_one():
     (f,) = c.findings
     assert (f.id, f.stack) == ("limits_too_high", "a")
     assert "towards max_ids_per_partition=8, max_unique_ids_per_partition=8" in f.fix
+
+
+def test_statistics_given_win_over_the_minibatch_plans_and_stand_in_for_missing_ones():
+    stats = _stats([4, 4, 4, 4], [2, 2, 2, 2], [8, 8], [8, 8])
+    nmb = xr.DataArray([2, 1], dims=("stack",), coords={"stack": ["a", "b"]})
+    asg = xr.Dataset({"stack_split_mask": (("stack",), [1, 0])}, coords={"stack": ["a", "b"]})
+    # statistics passed, the plan's own absent: the passed ones are read
+    c = _context(stats, SimpleNamespace(num_minibatches=nmb, assignment=asg, split_scope="stack", stats=None))
+    check_limits_low(c)
+    assert [(f.id, f.stack) for f in c.findings] == [("minibatching_overhead", "a")]
+    assert c.findings[0].evidence["observed_max_ids_per_partition"] == 4
+    # no statistics passed: the mini-batch plan's are read
+    c = _context(None, SimpleNamespace(num_minibatches=nmb, assignment=asg, split_scope="stack", stats=stats))
+    check_limits_low(c)
+    assert c.findings[0].evidence["observed_max_ids_per_partition"] == 4
+
+
+def test_batch_split_blames_only_stacks_whose_own_mask_is_empty():
+    # split_scope "batch": a (mask 0) is cut by b's bits and not reported; b (mask 1) is
+    stats = _stats([4, 4, 4, 4], [2, 2, 2, 2], [8, 8], [8, 8])
+    nmb = xr.DataArray([2, 2], dims=("stack",), coords={"stack": ["a", "b"]})
+    asg = xr.Dataset({"stack_split_mask": (("stack",), [0, 1])}, coords={"stack": ["a", "b"]})
+    c = _context(stats, SimpleNamespace(num_minibatches=nmb, assignment=asg, split_scope="batch", stats=stats))
+    check_limits_low(c)
+    assert [(f.id, f.stack) for f in c.findings] == [("minibatching_overhead", "b")]
