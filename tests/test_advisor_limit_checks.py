@@ -120,3 +120,31 @@ def test_batch_split_blames_only_stacks_whose_own_mask_is_empty():
     c = _context(stats, SimpleNamespace(num_minibatches=nmb, assignment=asg, split_scope="batch", stats=stats))
     check_limits_low(c)
     assert [(f.id, f.stack) for f in c.findings] == [("minibatching_overhead", "b")]
+
+
+class _TwoStackModel:
+    """A step model stand-in: 0.5 s + 0.25 s per mini-batch of stack b + 0.1 ms per mini-batch of stack a."""
+
+    stacks = ["a", "b"]
+
+    def __init__(self, nmb):
+        self.nmb = dict(nmb)
+        self.detail = {"num_minibatches": [self.nmb["a"], self.nmb["b"]]}
+        self._inputs = {"stats": None}
+        self.step_time = 0.5 + 0.25 * self.nmb["b"] + 1e-4 * self.nmb["a"]
+
+    def replace(self, num_minibatches):
+        return _TwoStackModel(num_minibatches)
+
+
+def test_a_stack_not_worth_a_finding_does_not_hide_the_next_one():
+    # both stacks run in 2 mini-batches with limits below what they see; one mini-batch saves stack a
+    # 0.1 ms (under 1% of the step: not offered) and stack b 0.25 s (offered)
+    stats = _stats([12, 0, 12, 0], [6, 0, 6, 0], [8, 8], [4, 4])
+    model = _TwoStackModel({"a": 2, "b": 2})
+    model._inputs["stats"] = stats
+    c = Context(config=None, plan=None, stats=stats, memory=None, model=model, minibatch=None,
+                thresholds=SimpleNamespace(min_gain_fraction=0.01, limits_high_ratio=4.0), batch_size=None, dtype=None)
+    check_limits_low(c)
+    assert [(f.id, f.stack) for f in c.findings] == [("limits_too_low", "b")]
+    assert abs(c.findings[0].gain_s - 0.25) < 1e-12
