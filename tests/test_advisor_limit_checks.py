@@ -148,3 +148,45 @@ def test_a_stack_not_worth_a_finding_does_not_hide_the_next_one():
     check_limits_low(c)
     assert [(f.id, f.stack) for f in c.findings] == [("limits_too_low", "b")]
     assert abs(c.findings[0].gain_s - 0.25) < 1e-12
+
+
+def test_one_minibatch_gain_with_a_batch_split_keeps_the_other_stacks_bits():
+    from scwork.advisor._limit_checks import one_minibatch_gain
+
+    # both stacks run in 3 mini-batches; their own split masks a = 0b011, b = 0b100. Without a's bits
+    # every stack runs popcount(0b100) + 1 = 2; without b's, popcount(0b011) + 1 = 3: nothing saved.
+    model = _TwoStackModel({"a": 3, "b": 3})
+    model._inputs["stats"] = _stats([1, 1, 1, 1], [1, 1, 1, 1], [8, 8], [8, 8])
+    masks = {"a": 0b011, "b": 0b100}
+    assert abs(one_minibatch_gain(model, "a", masks) - (0.25 + 1e-4)) < 1e-12
+    assert one_minibatch_gain(model, "b", masks) == 0.0
+    assert abs(one_minibatch_gain(model, "b") - 0.5) < 1e-12          # per-stack split: b alone to 1
+
+
+def test_minibatching_overhead_worth_and_wording():
+    # neither stack's limits (8, 4) are below what it sees (4, 2); one mini-batch saves a 0.1 ms (not
+    # offered: under 1% of the step) and b 0.25 s (offered, with the limits and maxima in the fix)
+    stats = _stats([4, 4, 4, 4], [2, 2, 2, 2], [8, 8], [4, 4])
+    model = _TwoStackModel({"a": 2, "b": 2})
+    model._inputs["stats"] = stats
+    c = Context(config=None, plan=None, stats=stats, memory=None, model=model, minibatch=None,
+                thresholds=SimpleNamespace(min_gain_fraction=0.01, limits_high_ratio=4.0), batch_size=None, dtype=None)
+    check_limits_low(c)
+    assert [(f.id, f.stack) for f in c.findings] == [("minibatching_overhead", "b")]
+    assert "its configured limits (8, 4) are not below the observed maximum (4, 2)" in c.findings[0].fix
+
+
+def test_limits_too_low_fix_names_the_rounded_maximum():
+    c = _context(_stats([12, 0, 4, 4], [6, 0, 2, 2], [10, 64], [5, 64], dropped=[3, 0]))
+    check_limits_low(c)
+    assert "max_ids_per_partition=16, max_unique_ids_per_partition=8 (observed maximum rounded up to 8)" \
+        in c.findings[0].fix
+
+
+def test_limits_high_treats_no_ids_as_one():
+    from scwork.advisor._limit_checks import check_limits_high
+
+    # stack b sees no ids at all: its limits (4, 4) are compared with 4 * 1, not above; stack a's 40 is
+    c = _context(_stats([1, 1, 0, 0], [1, 1, 0, 0], [40, 4], [4, 4]))
+    check_limits_high(c)
+    assert [(f.id, f.stack) for f in c.findings] == [("limits_too_high", "a")]
