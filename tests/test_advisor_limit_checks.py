@@ -148,6 +148,7 @@ def test_a_stack_not_worth_a_finding_does_not_hide_the_next_one():
     check_limits_low(c)
     assert [(f.id, f.stack) for f in c.findings] == [("limits_too_low", "b")]
     assert abs(c.findings[0].gain_s - 0.25) < 1e-12
+    assert "allow_id_dropping" not in c.findings[0].fix           # nothing dropped: no warning about it
 
 
 def test_one_minibatch_gain_with_a_batch_split_keeps_the_other_stacks_bits():
@@ -186,7 +187,40 @@ def test_limits_too_low_fix_names_the_rounded_maximum():
 def test_limits_high_treats_no_ids_as_one():
     from scwork.advisor._limit_checks import check_limits_high
 
-    # stack b sees no ids at all: its limits (4, 4) are compared with 4 * 1, not above; stack a's 40 is
-    c = _context(_stats([1, 1, 0, 0], [1, 1, 0, 0], [40, 4], [4, 4]))
+    # ratio 4. Stack a sees no ids: limits (4, 4) are compared with 4 * 1, not above. Stack b sees
+    # (1, 1): max_ids 6 is above 4 * 1 (and not above 4 * 2), so b alone is reported, towards (8, 8).
+    c = _context(_stats([0, 0, 1, 0], [0, 0, 1, 0], [4, 6], [4, 4]))
+    check_limits_high(c)
+    assert [(f.id, f.stack) for f in c.findings] == [("limits_too_high", "b")]
+    assert "towards max_ids_per_partition=8, max_unique_ids_per_partition=8" in c.findings[0].fix
+
+
+def test_limits_high_suggests_eight_for_a_stack_without_ids():
+    from scwork.advisor._limit_checks import check_limits_high
+
+    c = _context(_stats([0, 0, 1, 0], [0, 0, 1, 0], [4, 4], [40, 4]))
     check_limits_high(c)
     assert [(f.id, f.stack) for f in c.findings] == [("limits_too_high", "a")]
+    assert "towards max_ids_per_partition=8, max_unique_ids_per_partition=8" in c.findings[0].fix
+
+
+def test_limits_high_skips_a_planned_stack_the_statistics_do_not_have():
+    from scwork.advisor._limit_checks import check_limits_high
+
+    # the plan also has stack "0" (sorted first), absent from the statistics: skipped, a still reported
+    plan = SimpleNamespace(stacks=[SimpleNamespace(name="0", max_ids_per_partition=400, max_unique_ids_per_partition=400)],
+                           stack=lambda name: SimpleNamespace(embedding_dim=8), num_partitions=2,
+                           topology=SimpleNamespace(sparsecores_per_chip=4))
+    c = Context(config=None, plan=plan, stats=_stats([1, 0, 1, 0], [1, 0, 1, 0], [40, 4], [4, 4]), memory=None,
+                model=None, minibatch=None, thresholds=SimpleNamespace(min_gain_fraction=0.01, limits_high_ratio=4.0),
+                batch_size=None, dtype=None)
+    check_limits_high(c)
+    assert [(f.id, f.stack) for f in c.findings] == [("limits_too_high", "a")]
+
+
+def test_one_dropped_id_is_reported_and_its_fix_warns_about_dropping():
+    c = _context(_stats([12, 0, 4, 4], [6, 0, 2, 2], [10, 64], [5, 64], dropped=[1, 0]))
+    check_limits_low(c)
+    (f,) = c.findings
+    assert (f.id, f.stack, f.severity) == ("limits_too_low", "a", "warning")
+    assert "keep allow_id_dropping=False unless intended" in f.fix
