@@ -53,6 +53,8 @@ def test_dropped_ids_finding_reports_both_configured_limits():
     assert (e["observed_max_ids_per_partition"], e["observed_max_unique_ids_per_partition"]) == (12, 6)
     assert e["limits_below_observed"] == ["max_ids_per_partition", "max_unique_ids_per_partition"]
     assert e["dropped_ids"] == 3 and e["dropped_share"] == 3 / 12
+    assert e["num_minibatches"] == 1                                 # no mini-batch plan, no model: one
+    assert f.gain_basis == "accuracy: dropped ids are lost lookups" and f.gain_s is None
     assert "max_ids_per_partition=16, max_unique_ids_per_partition=8" in f.fix     # 12 and 6 rounded up to 8
 
 
@@ -149,6 +151,7 @@ def test_a_stack_not_worth_a_finding_does_not_hide_the_next_one():
     assert [(f.id, f.stack) for f in c.findings] == [("limits_too_low", "b")]
     assert abs(c.findings[0].gain_s - 0.25) < 1e-12
     assert "allow_id_dropping" not in c.findings[0].fix           # nothing dropped: no warning about it
+    assert c.findings[0].gain_basis.startswith("step model re-run with stack 'b' in one mini-batch")
 
 
 def test_one_minibatch_gain_with_a_batch_split_keeps_the_other_stacks_bits():
