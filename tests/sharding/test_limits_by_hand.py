@@ -67,3 +67,44 @@ def test_tradeoff_a_maximum_equal_to_the_candidate_is_not_over():
     t = tradeoff(ds, [9, 10], unique_candidates=[4, 3])
     assert t["share_steps_over_max_unique_ids"].sel(stack="t").values.tolist() == [0.0, 0.5]
     assert t["share_steps_over_max_ids"].sel(stack="t").values.tolist() == [0.0, 0.0]    # 9 reached, not over
+
+
+def test_percentile_above_100_is_refused():
+    ds = _step_stats([[3, 5], [9, 1]], [[2, 2], [4, 1]])
+    with pytest.raises(ConfigError, match=r"percentile must be a number in \(0, 100\]"):
+        tune_limits(ds, method="percentile", percentile=100.5)
+    assert tune_limits(ds, method="percentile", percentile=100).percentile == 100.0
+
+
+def test_tuned_limits_caption_names_the_method_and_percentile():
+    ds = _step_stats([[3, 5], [9, 1]], [[2, 2], [4, 1]])
+    assert "TunedLimits (percentile 50, round_to=8, 2 steps)" in tune_limits(ds, method="percentile",
+                                                                              percentile=50)._repr_html_()
+    assert "TunedLimits (max, round_to=8, 2 steps)" in tune_limits(ds)._repr_html_()
+
+
+def test_static_partition_buffer_bytes_of_one_limit_is_an_int():
+    from scwork.sharding.limits import static_partition_buffer_bytes
+
+    got = static_partition_buffer_bytes(100)            # round_up(100, 8) = 104 entries of 12 bytes
+    assert type(got) is int and got == 1248
+
+
+def test_merged_limits_keep_their_units():
+    from scwork.sharding.limits import merge_step_stats
+
+    dims = ("step", "stack")
+    ds = xr.Dataset({name: (dims, np.array([[8], [16]]), {"units": unit})
+                     for name, unit in (("max_ids_per_partition", "ids"), ("max_unique_ids_per_partition", "ids"),
+                                        ("required_buffer_size_per_sc", "CSR entries"))},
+                    coords={"stack": ["t"]})
+    merged = merge_step_stats(ds)
+    assert merged["max_ids_per_partition"].values.tolist() == [16]
+    assert merged["required_buffer_size_per_sc"].attrs["units"] == "CSR entries"
+
+
+def test_default_candidates_are_the_rounded_percentiles_of_the_observed_maxima():
+    # observed max ids per step 16 and 1000: percentiles 0, 25, 50, 75, 90, 95, 99, 100 are 16, 262,
+    # 508, 754, 901.6, 950.8, 990.16, 1000; up to whole ids and then to a multiple of 8
+    ds = _step_stats([[16, 0], [1000, 0]], [[1, 0], [1, 0]])
+    assert tradeoff(ds)["candidate"].values.tolist() == [16, 264, 512, 760, 904, 952, 992, 1000]
