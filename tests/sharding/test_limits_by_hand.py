@@ -108,3 +108,28 @@ def test_default_candidates_are_the_rounded_percentiles_of_the_observed_maxima()
     # 508, 754, 901.6, 950.8, 990.16, 1000; up to whole ids and then to a multiple of 8
     ds = _step_stats([[16, 0], [1000, 0]], [[1, 0], [1, 0]])
     assert tradeoff(ds)["candidate"].values.tolist() == [16, 264, 512, 760, 904, 952, 992, 1000]
+
+
+def test_estimate_peak_worked_by_hand():
+    # B = 64 over 1 device x 4 SparseCores, valency 1.1: L = 16 * 1.1 = 17.6 ids per SparseCore, P = 4;
+    # peak = 0.2 * 17.6 + 0.8 * 17.6 / 4 + 2 * sqrt(4.4) = 3.52 + 3.52 + 4.1952354 = 11.2352354
+    est = estimate_limits(64, 1.1, scwork.Topology(1, 4))
+    assert est["ids_per_sc"] == pytest.approx(17.6)
+    assert est["peak"] == pytest.approx(11.2352354, abs=1e-6)
+    assert est["max_ids_per_partition"] == 16            # round_up(1.25 * 11.24 = 14.04, 8)
+    assert est["max_unique_ids_per_partition"] == 8      # round_up(7.02, 8)
+
+
+@pytest.mark.parametrize("headroom", [float("inf"), float("nan"), 0.5])
+def test_headroom_must_be_finite_and_at_least_one(headroom):
+    ds = _step_stats([[3, 5], [9, 1]], [[2, 2], [4, 1]])
+    with pytest.raises(ConfigError, match="headroom must be a finite number >= 1"):
+        tune_limits(ds, headroom=headroom)
+
+
+def test_tuned_limits_repr_lists_every_stack():
+    # observed max ids 5 and 9, max unique 2 and 4: method max proposes 16 and 8 (at least round_to 8)
+    text = repr(tune_limits(_step_stats([[3, 5], [9, 1]], [[2, 2], [4, 1]])))
+    assert text.splitlines() == ["TunedLimits(max, round_to=8, 2 steps)",
+                                 "  t: max_ids_per_partition 16, max_unique_ids_per_partition 8, "
+                                 "steps needing mini-batching 0.0%"]
