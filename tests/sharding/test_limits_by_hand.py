@@ -133,3 +133,14 @@ def test_tuned_limits_repr_lists_every_stack():
     assert text.splitlines() == ["TunedLimits(max, round_to=8, 2 steps)",
                                  "  t: max_ids_per_partition 16, max_unique_ids_per_partition 8, "
                                  "steps needing mini-batching 0.0%"]
+
+
+def test_collect_stats_refuses_a_later_step_with_a_smaller_batch():
+    from scwork.errors import InputError
+    from scwork.sharding import FeatureBatch, FeatureSpec, TableSpec
+    from scwork.sharding.limits import collect_stats
+
+    big = FeatureBatch.from_ragged({"f": ([1, 2, 3, 4], [0, 1, 2, 3, 4])})
+    small = FeatureBatch.from_ragged({"f": ([1, 2], [0, 1, 2])})
+    with pytest.raises(InputError, match="step 1: batch size 2 differs from the first step's 4"):
+        collect_stats([big, small], [FeatureSpec("f", TableSpec("t", 64, 8))], scwork.Topology(1, 1), stacking=None)
