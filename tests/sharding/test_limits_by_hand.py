@@ -144,3 +144,13 @@ def test_collect_stats_refuses_a_later_step_with_a_smaller_batch():
     small = FeatureBatch.from_ragged({"f": ([1, 2], [0, 1, 2])})
     with pytest.raises(InputError, match="step 1: batch size 2 differs from the first step's 4"):
         collect_stats([big, small], [FeatureSpec("f", TableSpec("t", 64, 8))], scwork.Topology(1, 1), stacking=None)
+
+
+def test_percentile_method_defaults_to_the_99th():
+    assert tune_limits(_step_stats([[3, 5], [9, 1]], [[2, 2], [4, 1]]), method="percentile").percentile == 99.0
+
+
+def test_tradeoff_buffer_bytes_worked_by_hand():
+    # 1 SparseCore, 2 partitions: candidate 8 -> 8 * S * P = 16 entries of 12 bytes; 9 -> 16 * 2 = 32 entries
+    t = tradeoff(_step_stats([[3, 5], [9, 1]], [[2, 2], [4, 1]]), [8, 9])
+    assert t["coo_buffer_bytes_per_device"].sel(stack="t").values.tolist() == [192, 384]
