@@ -154,3 +154,9 @@ def test_tradeoff_buffer_bytes_worked_by_hand():
     # 1 SparseCore, 2 partitions: candidate 8 -> 8 * S * P = 16 entries of 12 bytes; 9 -> 16 * 2 = 32 entries
     t = tradeoff(_step_stats([[3, 5], [9, 1]], [[2, 2], [4, 1]]), [8, 9])
     assert t["coo_buffer_bytes_per_device"].sel(stack="t").values.tolist() == [192, 384]
+
+
+@pytest.mark.parametrize("percentile", [True, "50", 0, -5])
+def test_percentile_must_be_a_number_in_range(percentile):
+    with pytest.raises(ConfigError, match=r"percentile must be a number in \(0, 100\]"):
+        tune_limits(_step_stats([[3, 5], [9, 1]], [[2, 2], [4, 1]]), method="percentile", percentile=percentile)
