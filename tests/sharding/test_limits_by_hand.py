@@ -160,3 +160,35 @@ def test_tradeoff_buffer_bytes_worked_by_hand():
 def test_percentile_must_be_a_number_in_range(percentile):
     with pytest.raises(ConfigError, match=r"percentile must be a number in \(0, 100\]"):
         tune_limits(_step_stats([[3, 5], [9, 1]], [[2, 2], [4, 1]]), method="percentile", percentile=percentile)
+
+
+@pytest.mark.parametrize("valency", [True, "2", float("inf"), -1.0])
+def test_estimate_refuses_a_bool_string_infinite_or_negative_valency(valency):
+    with pytest.raises(ConfigError, match="valency must be a finite number >= 0"):
+        estimate_limits(64, valency, scwork.Topology(1, 4))
+
+
+def test_estimate_divides_the_batch_exactly():
+    # B = 65 over 2 devices x 2 SparseCores, valency 1: L = 65 / 2 / 2 = 16.25 ids (not 65 // 2 / 2 = 16)
+    assert estimate_limits(65, 1.0, scwork.Topology(2, 2))["ids_per_sc"] == 16.25
+
+
+@pytest.mark.parametrize("headroom", [True, "2"])
+def test_headroom_must_be_a_number(headroom):
+    with pytest.raises(ConfigError, match="headroom must be a finite number >= 1"):
+        tune_limits(_step_stats([[3, 5], [9, 1]], [[2, 2], [4, 1]]), headroom=headroom)
+
+
+def test_collect_stats_reads_no_batch_past_max_steps():
+    from scwork.sharding import FeatureBatch, FeatureSpec, TableSpec
+    from scwork.sharding.limits import collect_stats
+
+    def batches():
+        batch = FeatureBatch.from_ragged({"f": ([1, 2], [0, 1, 2])})
+        yield batch
+        yield batch
+        raise AssertionError("collect_stats read a batch past max_steps")
+
+    ds = collect_stats(batches(), [FeatureSpec("f", TableSpec("t", 64, 8))], scwork.Topology(1, 1), stacking=None,
+                       max_steps=2)
+    assert ds.sizes["step"] == 2
