@@ -35,6 +35,7 @@ Examples
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 import numbers
 from collections.abc import Iterable, Mapping
@@ -268,10 +269,11 @@ on_out_of_vocabulary, num_threads, backend
     total = len(batches) if hasattr(batches, "__len__") else None
     if max_steps is not None:
         total = max_steps if total is None else min(total, max_steps)
-    bar = _progress(batches, total=total, desc="collecting statistics", enabled=progress, unit="step")
+    # islice stops before asking for batch max_steps + 1: a generator (a dataset reader) is
+    # not made to read, and the caller does not lose, a batch that is not used.
+    source = batches if max_steps is None else itertools.islice(batches, max_steps)
+    bar = _progress(source, total=total, desc="collecting statistics", enabled=progress, unit="step")
     for step, item in enumerate(bar):
-        if max_steps is not None and step >= max_steps:
-            break
         batch = _as_batch(item, step)
         if plan is None:
             plan = plan_stacking(features, topology, stacking, batch_size=batch.batch_size, rotation=rotation,
@@ -284,7 +286,7 @@ on_out_of_vocabulary, num_threads, backend
         ds = compute_stats(batch, features, topology, stacking=free, config=free_config,
                            on_out_of_vocabulary=on_out_of_vocabulary, num_threads=num_threads, backend=backend)
         steps.append(ds[list(_STEP_VARS)])
-    if bar is not batches:
+    if bar is not source:
         bar.close()  # a bar left open by max_steps would otherwise linger until garbage collection
     if not steps:
         raise InputError("no batches: collect_stats needs at least one step")
