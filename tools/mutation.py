@@ -213,11 +213,16 @@ def recheck(module: str, timeout: float) -> int:
         raise SystemExit(f"{module}: no finished run to recheck ({path} missing)")
     shutil.copytree(ROOT / "tests", work / "tests", dirs_exist_ok=True)
     shutil.copytree(ROOT / "tools", work / "tools", dirs_exist_ok=True)
-    pristine = (ROOT / module).read_text()
+    # The module as it was mutated (the session's mutations and line numbers are of that text),
+    # even if the checkout changed it since.
+    pristine = _mutated_source(module)
     (work / module).write_text(pristine)
-    # The map again, with the tests added since the run.
-    subprocess.run([sys.executable, "tools/_mutant_tests.py", "map", module, *MODULES[module]], cwd=work,
-                   env=_env(work), check=True, capture_output=True)
+    # The map again, with the tests added since the run (those failing on that text left out).
+    remap = subprocess.run([sys.executable, "tools/_mutant_tests.py", "remap", module, *MODULES[module]], cwd=work,
+                           env=_env(work), check=True, capture_output=True, text=True)
+    for line in remap.stdout.splitlines():
+        if "left out" in line:
+            print(line, flush=True)
     command = [sys.executable, "tools/_mutant_tests.py", "run"]
     killed = 0
     with use_db(str(path), WorkDB.Mode.open) as db, _fork_server(work):
@@ -257,7 +262,7 @@ def verify(module: str, count: int, timeout: float) -> int:
         path = work / "session.sqlite"
     if not (work / "mutant_tests.json").exists() or not path.exists():
         raise SystemExit(f"{module}: run it first (no session or map under {work})")
-    pristine = (ROOT / module).read_text()
+    pristine = _mutated_source(module)
     with use_db(str(path), WorkDB.Mode.open) as db:
         done = {item.job_id: result for item, result in db.completed_work_items}
         judged = [(item, done[item.job_id]) for item in db.work_items if item.job_id in done
@@ -297,8 +302,14 @@ def _equivalents() -> dict[str, list[dict]]:
     return tomllib.loads(EQUIVALENTS.read_text()).get("module", {})
 
 
+def _mutated_source(module: str) -> str:
+    """The module's text as its last run mutated it (the work copy's pristine copy), else the checkout's."""
+    saved = WORK / _slug(module) / "mutant_pristine.py"
+    return saved.read_text() if saved.exists() else (ROOT / module).read_text()
+
+
 def _source_line(module: str, line: int) -> str:
-    lines = (ROOT / module).read_text().splitlines()
+    lines = _mutated_source(module).splitlines()
     return lines[line - 1].strip() if 0 < line <= len(lines) else ""
 
 

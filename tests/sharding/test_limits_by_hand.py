@@ -192,3 +192,8 @@ def test_collect_stats_reads_no_batch_past_max_steps():
     ds = collect_stats(batches(), [FeatureSpec("f", TableSpec("t", 64, 8))], scwork.Topology(1, 1), stacking=None,
                        max_steps=2)
     assert ds.sizes["step"] == 2
+
+
+def test_tradeoff_dropped_share_of_a_stack_without_ids_is_zero():
+    t = tradeoff(_step_stats([[0, 0], [0, 0]], [[0, 0], [0, 0]]), [8])
+    assert t["dropped_pairs_share"].sel(stack="t").values.tolist() == [0.0]
