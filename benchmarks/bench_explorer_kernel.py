@@ -55,43 +55,35 @@ def build(notebook: str, variable: str):
 
 
 class PatchRecorder:
-    """Records what the explorers' views send: bytes of content, layout-triggering changes, new models."""
+    """Records what the explorers' views send: bytes of content, layout-triggering changes, new models.
+
+    It wraps the function that builds each patch message from the events left to send
+    (after the views dropped what the page already has).
+    """
 
     def __init__(self):
         from bokeh.document.events import ColumnDataChangedEvent, ModelChangedEvent
 
-        from scwork.widgets._display import _batched_bokeh_model
+        from scwork.widgets import _display
 
-        self.cls = _batched_bokeh_model()
-        self.original = self.cls._send_patch
+        original = _display._inline_patch
         self.reset()
         recorder = self
 
-        def send_patch(widget, events):
-            sent = []
-            original_send = widget.send
-
-            def capture(message, buffers=None):
-                sent.append(message)
-
-            widget.send = capture
-            try:
-                recorder.original(widget, events)
-            finally:
-                del widget.send
+        def inline_patch(events):
+            message = original(events)
             recorder.patches += 1
-            recorder.bytes += sum(len(m["payload"]) for m in sent)
+            recorder.bytes += len(message.header_json) + len(message.metadata_json) + len(message.content_json)
+            recorder.new_models += message.content_json.count('"type":"object"')
             for event in events:
                 if isinstance(event, ModelChangedEvent) and event.attr != "hold_render":
                     recorder.props += 1
                     recorder.prop_names.add(f"{type(event.model).__name__}.{event.attr}")
                 elif isinstance(event, ColumnDataChangedEvent):
                     recorder.data += 1
-            recorder.new_models += sum(content.count('"type":"object"') for content in sent[-1:]
-                                       for content in [content["payload"]])
-            del original_send
+            return message
 
-        self.cls._send_patch = send_patch
+        _display._inline_patch = inline_patch
 
     def reset(self):
         self.patches = self.bytes = self.props = self.data = self.new_models = 0
