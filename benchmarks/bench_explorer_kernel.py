@@ -13,7 +13,11 @@ the bytes of patch content, the changes that make BokehJS lay the document out a
     python benchmarks/bench_explorer_kernel.py [--repeats 3] [-k EXPLORER]
 
 Each control: ``--repeats`` times (change, then back to the default unmeasured);
-medians printed.
+medians printed: wall time, and the process's CPU time (less sensitive to other
+processes on a shared machine). Columns: patches (bokeh PATCH-DOC messages), KiB
+(their size), props (property changes other than data: the ones that can make
+BokehJS lay a view out again), data (sources whose data is sent), models (objects
+serialized inside the patches).
 """
 
 from __future__ import annotations
@@ -167,18 +171,20 @@ def measure(name, explorer, repeats, recorder, states, text_changes):
             if act is None:
                 continue
             seen.add(control_name)
-            times, sent = [], []
+            times, cpu_times, sent = [], [], []
             for _ in range(repeats):
                 act = change(c, control_name, text_changes)
                 recorder.reset()
-                t0 = time.perf_counter()
+                t0, c0 = time.perf_counter(), time.process_time()
                 act()
                 times.append(time.perf_counter() - t0)
+                cpu_times.append(time.process_time() - c0)
                 sent.append((recorder.patches, recorder.bytes, recorder.props, recorder.data,
                              recorder.new_models, sorted(recorder.prop_names)))
                 restore(explorer, default_here)
             label = control_name + (f" ({state_label})" if state_label else "")
             rows.append({"explorer": name, "control": label, "median_ms": statistics.median(times) * 1e3,
+                         "cpu_ms": statistics.median(cpu_times) * 1e3,
                          "first_ms": times[0] * 1e3, "patches": sent[-1][0], "bytes": sent[-1][1],
                          "props": sent[-1][2], "data": sent[-1][3], "new_models": sent[-1][4],
                          "prop_names": sent[-1][5]})
@@ -225,10 +231,11 @@ def main(argv=None) -> int:
         text_changes = {control: text for (ex, control), text in TEXT_CHANGES.items() if ex == name}
         rows += measure(name, explorer, args.repeats, recorder, EXTRA_STATES.get(name, {}), text_changes)
     print(f"load average: {' '.join(open('/proc/loadavg').read().split()[:3])}")
-    print(f"{'explorer':17} {'control':30} {'median':>7} {'first':>7} {'patches':>7} {'KiB':>7} {'props':>5} "
-          f"{'data':>5} {'models':>6}")
+    print(f"{'explorer':17} {'control':30} {'median':>7} {'cpu':>7} {'first':>7} {'patches':>7} {'KiB':>7} "
+          f"{'props':>5} {'data':>5} {'models':>6}")
     for row in rows:
-        print(f"{row['explorer']:17} {row['control']:30} {row['median_ms']:6.0f}ms {row['first_ms']:6.0f}ms "
+        print(f"{row['explorer']:17} {row['control']:30} {row['median_ms']:6.0f}ms {row['cpu_ms']:6.0f}ms "
+              f"{row['first_ms']:6.0f}ms "
               f"{row['patches']:7d} {row['bytes'] / 1024:7.1f} {row['props']:5d} {row['data']:5d} "
               f"{row['new_models']:6d}" + (f"  {' '.join(row['prop_names'])}" if args.names else ""))
     if args.json:

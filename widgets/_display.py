@@ -204,7 +204,7 @@ def _same_column(new, old) -> bool:
     new = list(new)
     if len(new) != len(old):
         return False
-    if any(isinstance(item, np.ndarray) for item in new):  # an image glyph's column: one 2-D array per image
+    if new and isinstance(new[0], np.ndarray):  # an image glyph's column: one 2-D array per image
         return all(_same_column(a, b) for a, b in zip(new, old))
     try:
         return bool(new == old)
@@ -216,7 +216,10 @@ def _column_copy(column):
     """A copy of a source column as it was sent: arrays copied (also inside lists), other items are immutable."""
     if isinstance(column, np.ndarray):
         return column.copy()
-    return [item.copy() if isinstance(item, np.ndarray) else item for item in column]
+    column = list(column)
+    if column and isinstance(column[0], np.ndarray):  # an image glyph's column: one 2-D array per image
+        return [item.copy() for item in column]
+    return column
 
 
 class SentColumns:
