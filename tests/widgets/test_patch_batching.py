@@ -259,3 +259,22 @@ def test_a_redraw_sends_only_the_columns_that_changed(monkeypatch):
     assert sent == {moved.id: ["x", "y", "name"], same.id: None}
     _replay(widget, page, recorder)
     assert _state(page) == _state(widget._document)
+
+
+def test_memory_timeline_reorder_sends_the_table_not_the_hbm_chart(monkeypatch):
+    """sort_by changes the order of the live buffers only: the HBM chart's data (hundreds of
+    segments) stays on the page, the Gantt bars and table are sent, and the page ends with
+    the kernel's state."""
+    from scwork.widgets import MemoryTimeline
+
+    explorer = MemoryTimeline.demo()
+    widget = explorer._linked_view
+    page = _page_copy(widget)
+    recorder = _Recorder(monkeypatch)
+    explorer.controls["sort_by"].index = 1 - explorer.controls["sort_by"].index
+    [message] = recorder.patches(widget)
+    sent = {event["model"]["id"] for event in message.content["events"] if event["kind"] == "ColumnDataChanged"}
+    assert explorer.sources["live_at_peak"].id in sent
+    assert explorer.sources["hbm_segments"].id not in sent and len(explorer.sources["hbm_segments"].data["top"]) > 10
+    _replay(widget, page, recorder)
+    assert _state(page) == _state(widget._document)
