@@ -221,7 +221,8 @@ def _bokeh_column(*items):
 
 def test_a_redraw_sends_only_the_columns_that_changed(monkeypatch):
     fig = figure(width=200, height=200)
-    moved = ColumnDataSource({"x": np.array([0.0, 1.0, np.nan]), "y": np.array([0.0, 1.0, 2.0]), "name": ["a", "b", "c"]})
+    moved = ColumnDataSource({"x": np.array([0.0, 1.0, np.nan]), "y": np.array([0.0, 1.0, 2.0]),
+                              "name": ["a", "b", "c"]})
     same = ColumnDataSource({"x": np.array([0.0, 1.0, np.nan]), "name": ["a", "b", "c"]})
     fig.scatter("x", "y", source=moved)
     fig.scatter("x", "x", source=same)
