@@ -250,6 +250,11 @@ class SentColumns:
             if isinstance(model, ColumnDataSource):
                 self._sent[model.id] = {name: _column_copy(col) for name, col in model.data.items()}
 
+    def forget(self, model) -> None:
+        """Send ``model``'s data whole next time (the page changed it itself); any other model: nothing."""
+        if model is not None:
+            self._sent.pop(model.id, None)
+
     def reduce(self, events: list) -> list:
         """``events`` with each whole-data change cut to the columns that changed (dropped if none did)."""
         from bokeh.document.events import ColumnDataChangedEvent
@@ -319,6 +324,9 @@ def _batched_bokeh_model():
 
         def _document_patched(self, event) -> None:
             if event.setter is self:
+                # A change the page made (an edited table cell): what it has is no longer
+                # what was sent, so the source's next change goes whole.
+                self._sent_columns.forget(getattr(event, "model", None))
                 return
             if _PatchBatch.depth:
                 _PatchBatch.held.setdefault(id(self), (self, []))[1].append(event)

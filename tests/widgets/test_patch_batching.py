@@ -279,3 +279,20 @@ def test_memory_timeline_reorder_sends_the_table_not_the_hbm_chart(monkeypatch):
     assert explorer.sources["hbm_segments"].id not in sent and len(explorer.sources["hbm_segments"].data["top"]) > 10
     _replay(widget, page, recorder)
     assert _state(page) == _state(widget._document)
+
+
+def test_data_the_page_changed_is_sent_whole_next_time(monkeypatch):
+    fig = figure(width=200, height=200)
+    source = ColumnDataSource({"x": [0.0, 1.0], "y": [2.0, 3.0]})
+    fig.scatter("x", "y", source=source)
+    widget = _bokeh.wrap(fig)
+    recorder = _Recorder(monkeypatch)
+    # The page edits "x" (as an editable table would): the kernel applies it, sends nothing back.
+    source.set_from_json("data", {"x": [5.0, 6.0], "y": [2.0, 3.0]}, setter=widget)
+    assert recorder.fragments == []
+    # Python then sets what it had sent before: the page has other values, so all of it goes.
+    with _bokeh.batched_patches():
+        source.data = {"x": [0.0, 1.0], "y": [2.0, 3.0]}
+    [message] = recorder.patches(widget)
+    [event] = [event for event in message.content["events"] if event["kind"] == "ColumnDataChanged"]
+    assert event["cols"] is None
