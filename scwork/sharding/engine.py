@@ -489,19 +489,22 @@ class _StackJob:
             # plain Python on the per-slice counts: a few numpy calls per stack cost
             # more than these lists (nsl is the number of SparseCores, tens)
             cum = [0, *itertools.accumulate(self.slice_list)]
-            units = [(s0, s1, 0, ng) for s0, s1 in self.ranges(target, cum)]
+            units = [(s0, s1, 0, ng) for s0, s1 in self.ranges(target)]
             return units, [cum[s1] - cum[s0] for s0, s1, _, _ in units]
         counts = self.counts.tolist()                                            # (ng, nsl) ints
         units, sizes = [], []
         for sl in range(self.nsl):
-            # contiguous groups, a new task once the current one holds target ids
+            # contiguous groups, as many as stay within target ids (a larger group alone)
             g0, acc = 0, 0
             for g in range(ng):
-                acc += counts[g][sl]
-                if acc >= target or g == ng - 1:
-                    units.append((sl, sl + 1, g0, g + 1))
+                c = counts[g][sl]
+                if acc and acc + c > target:
+                    units.append((sl, sl + 1, g0, g))
                     sizes.append(acc)
-                    g0, acc = g + 1, 0
+                    g0, acc = g, 0
+                acc += c
+            units.append((sl, sl + 1, g0, ng))
+            sizes.append(acc)
         return units, sizes
 
     def naive_units(self, target: float) -> list[tuple[int, int, int]]:
@@ -521,23 +524,26 @@ class _StackJob:
         kern.naive_from_slice_lists(self.ulist, starts, self.ul_cnt[g * nsl:(g + 1) * nsl], self.groups[g].qbits,
                                     p0, p1, self.naive_g[g])
 
-    def ranges(self, target: float, cum: list[int] | None = None) -> list[tuple[int, int]]:
-        """Contiguous slice ranges of about ``target`` raw ids each (one if ``target`` is inf).
+    def ranges(self, target: float) -> list[tuple[int, int]]:
+        """Contiguous slice ranges of at most ``target`` raw ids each (one if ``target`` is inf).
 
-        Range ``k`` ends after the first slice whose running total reaches ``k / parts``
-        of the stack's ids. ``cum``: running totals with a leading 0, if known.
+        Greedy: a range takes the next slice while it stays within ``target``; a
+        slice larger than ``target`` is a range of its own. (Cutting at fractions of
+        the total merged neighbouring slices into tasks of up to twice the target,
+        the largest tasks at 64 threads.)
         """
-        total = self.num_ids
         nsl = self.nsl
-        parts = 1 if not math.isfinite(target) else int(min(nsl, max(1, round(total / max(target, 1.0)))))
-        if parts == 1:
+        if not math.isfinite(target) or self.num_ids <= target:
             return [(0, nsl)]
-        if cum is None:
-            cum = [0, *itertools.accumulate(self.slice_list)]
-        running = cum[1:]
-        cuts = {min(max(bisect.bisect_left(running, total * k / parts) + 1, 1), nsl - 1) for k in range(1, parts)}
-        edges = sorted(cuts | {0, nsl})
-        return list(itertools.pairwise(edges))
+        out = []
+        s0, acc = 0, 0
+        for sl, c in enumerate(self.slice_list):
+            if acc and acc + c > target:
+                out.append((s0, sl))
+                s0, acc = sl, 0
+            acc += c
+        out.append((s0, nsl))
+        return out
 
     def scratch_needs(self) -> dict[str, int]:
         """Lengths of the per-worker scratch arrays a task of this stack uses."""
