@@ -299,23 +299,28 @@ on_out_of_vocabulary, num_threads, backend
             raise InternalError(f"step {step}: statistics of another shape than step 0's (same plan expected)")
     data = {v: (("step", *first[v].dims), np.stack([ds[v].values for ds in steps]), dict(first[v].attrs))
             for v in _STEP_VARS}
-    coords = {name: first.coords[name].variable for name in first.coords}
-    coords["step"] = ("step", np.arange(len(steps)), {"long_name": "step index"})
-    out = xr.Dataset(data, coords=coords, attrs=dict(first.attrs))
-    out["observed_max_ids"] = out["max_ids_per_partition"].max(["device", "partition"])
-    out["observed_max_ids"].attrs = {"long_name": "max over devices and partitions of max_ids_per_partition",
-                                     "units": "ids"}
-    out["observed_max_unique_ids"] = out["max_unique_ids_per_partition"].max(["device", "partition"])
-    out["observed_max_unique_ids"].attrs = {"long_name": "max over devices and partitions of "
-                                                         "max_unique_ids_per_partition", "units": "ids"}
-    out["observed_required_buffer_size"] = out["required_buffer_size_per_sc"].max(["device", "sc"])
-    out["observed_required_buffer_size"].attrs = {"long_name": "max over devices and SCs of "
-                                                               "required_buffer_size_per_sc", "units": "CSR entries"}
+    # the summaries from the same arrays (assigning them to the Dataset one by one
+    # aligned each against it: about as long as the rest of the call's serial part)
+    if first["max_ids_per_partition"].dims != ("stack", "device", "partition") or \
+            first["required_buffer_size_per_sc"].dims != ("stack", "device", "sc"):
+        raise InternalError("compute_stats' statistics changed dims; collect_stats' summaries expect "
+                            "(stack, device, partition) and (stack, device, sc)")
+    data["observed_max_ids"] = (("step", "stack"), data["max_ids_per_partition"][1].max(axis=(2, 3)), {
+        "long_name": "max over devices and partitions of max_ids_per_partition", "units": "ids"})
+    data["observed_max_unique_ids"] = (("step", "stack"), data["max_unique_ids_per_partition"][1].max(axis=(2, 3)),
+                                       {"long_name": "max over devices and partitions of "
+                                                     "max_unique_ids_per_partition", "units": "ids"})
+    data["observed_required_buffer_size"] = (
+        ("step", "stack"), data["required_buffer_size_per_sc"][1].max(axis=(2, 3)),
+        {"long_name": "max over devices and SCs of required_buffer_size_per_sc", "units": "CSR entries"})
     for var, attr in (("configured_max_ids_per_partition", "max_ids_per_partition"),
                       ("configured_max_unique_ids_per_partition", "max_unique_ids_per_partition")):
         vals = [getattr(s, attr) for s in plan.stacks]
-        out[var] = ("stack", np.array([-1 if v is None else v for v in vals], np.int64),
-                    {"long_name": f"configured {attr} (-1: none)", "units": "ids"})
+        data[var] = ("stack", np.array([-1 if v is None else v for v in vals], np.int64),
+                     {"long_name": f"configured {attr} (-1: none)", "units": "ids"})
+    coords = {name: first.coords[name].variable for name in first.coords}
+    coords["step"] = ("step", np.arange(len(steps)), {"long_name": "step index"})
+    out = xr.Dataset(data, coords=coords, attrs=dict(first.attrs))
     out.attrs.update(steps[0].attrs)
     out.attrs["num_steps"] = len(steps)
     out.attrs["source"] = "scwork.sharding.limits.collect_stats (compute_stats per step, limits off)"

@@ -37,7 +37,8 @@ def test_profiled_calls_give_the_same_results_and_record_their_tasks():
     names = [[n for n, _ in p.batches] for p in profiles]
     assert names[0] == ["slices", "finish"]
     assert names[1] == ["count", "slices", "finish"]     # 16 threads: CSR sizes counted first
-    assert names[2] == ["stacks"] and len(profiles[2].batches[0][1]) == 6
+    # minibatch: each feature's largest id (the out-of-vocabulary check), then the stacks
+    assert names[2] == ["oov", "stacks"] and [len(ts) for _, ts in profiles[2].batches] == [6, 6]
     for p in profiles:
         assert p.plan_threads == 16 and 0 <= p.task_s <= p.total_s
         assert p.serial_s <= p.total_s
