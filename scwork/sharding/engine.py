@@ -383,7 +383,7 @@ class _StackJob:
         self.g_sloff = sloff
         # naive view: every (group, slice) run appends its sorted distinct ids to
         # ulist (carved by _execute); tasks over partition ranges merge them
-        self.g_bitmap = np.zeros(ng, np.int8)
+        self.g_bitmap = meta["bitmap"]
         self.g_bmoff = zeros(ng)
         self.ulist_size = max(1, self.num_ids)
         self.ulist = None
@@ -400,10 +400,11 @@ class _StackJob:
         self.kept = zeros(nsl * P)
         self.dropped = zeros(nsl)
         self.used = zeros(nsl)
+        # (kernels read rowgain only with a combiner; without CSR they never touch row_pointers)
         self.rowgain = (_row_gains(stack, meta["batch"], nsl, n, self.lbits) if want_csr and self.combiner
-                        else np.zeros(1, np.float32))
+                        else meta["no_gains"])
         self.R = max(P, _ALIGN)
-        self.row_pointers = np.empty(nsl * self.R if want_csr else 1, np.int32)
+        self.row_pointers = np.empty(nsl * self.R, np.int32) if want_csr else meta["no_row_pointers"]
         self.C = None
         self.cap = -1
         self.base = meta["zeros_nsl"]                            # read-only zeros until set below
@@ -776,10 +777,14 @@ def _make_jobs(plan: StackingPlan, batch: FeatureBatch, G: int, S: int, want_csr
         for key, vals in parts.items():
             spans[key] = (len(flat), len(flat) + len(vals))
             flat += vals
-        layout.append((spans, weighted))
+        layout.append((spans, weighted, gptr))
     meta_all = np.array(flat, np.int64)
     zeros_nsl = np.zeros(nsl, np.int64)
     zeros_nsl.flags.writeable = False
+    # the engine's naive view always uses lists (no bitmap): one zero flag per group
+    bitmaps = np.zeros(max(1, total_groups), np.int8)
+    no_gains = np.zeros(1, np.float32)
+    no_row_pointers = np.zeros(1, np.int32)
 
     # one zeroed block for every counter of every job: sizes first, then views
     ng_of = [stack_groups[si + 1] - stack_groups[si] for si in range(len(stacks))]
@@ -802,11 +807,16 @@ def _make_jobs(plan: StackingPlan, batch: FeatureBatch, G: int, S: int, want_csr
     jobs = []
     for si, st in enumerate(stacks):
         g0, g1 = stack_groups[si], stack_groups[si + 1]
-        spans, weighted = layout[si]
+        spans, weighted, _ = layout[si]
         meta = {key: meta_all[a:b] for key, (a, b) in spans.items()}
         meta["batch"] = batch
         meta["zeros_nsl"] = zeros_nsl
-        groups = [_Group(d[0], meta_all[0:0] if not d[2] else np.array(d[2], np.int64), np.array(d[1], np.int64),
+        meta["bitmap"] = bitmaps[g0:g1]
+        meta["no_gains"] = no_gains
+        meta["no_row_pointers"] = no_row_pointers
+        rows_view, ks_view = meta["feat_rows"], meta["feat_k"]
+        gptr = layout[si][2]
+        groups = [_Group(d[0], rows_view[gptr[i]:gptr[i + 1]], ks_view[gptr[i]:gptr[i + 1]],
                          d[3], d[4], d[5], d[6], d[7], group_totals[g0 + i], gcounts[g0 + i])
                   for i, d in enumerate(described[si])]
         if stack_slices_all is not None:

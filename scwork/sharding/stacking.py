@@ -506,12 +506,14 @@ def _plan_key(features, topology, stacking, batch_size, rotation, activation_mem
 
     if not isinstance(features, (list, tuple)) or not all(type(f) is FeatureSpec for f in features):
         return None
-    if not (stacking is None or isinstance(stacking, (str, StackingPlan))) or stack_limits:
+    if not (stacking is None or isinstance(stacking, (str, StackingPlan))):
+        return None
+    if stack_limits is not None and not (isinstance(stack_limits, Mapping) and len(stack_limits) == 0):
         return None
     scalars = (batch_size, rotation, activation_mem_bytes_limit)
-    key = (tuple(features), topology, stacking if not isinstance(stacking, StackingPlan) else id(stacking),
-           stacking if isinstance(stacking, StackingPlan) else None, scalars, tuple(type(v) for v in scalars),
-           config, type(stack_limits), stack_limit_rule)
+    # a StackingPlan compares by identity: the key holds the plan itself, never an id of a dead one
+    # (an empty stack_limits plans as None does)
+    key = (tuple(features), topology, stacking, scalars, tuple(type(v) for v in scalars), config, stack_limit_rule)
     try:
         hash(key)
     except TypeError:
