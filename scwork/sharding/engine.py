@@ -910,13 +910,17 @@ def _execute(plan: StackingPlan, batch: FeatureBatch, G: int, S: int, kern: _Bac
     target = total / (num_threads * _TASKS_PER_THREAD) if num_threads > 1 else np.inf
 
     counted = [j for j in jobs if j.counted]
+    count_units = None
     if counted:
-        units, sizes = _units(counted, target, lambda j: True)
-        _run_tasks(lambda item, worker: item[0].count_task(kern, batch, *item[1:]), units, sizes, num_threads,
+        count_units = _units(counted, target, lambda j: True)
+        _run_tasks(lambda item, worker: item[0].count_task(kern, batch, *item[1:]), *count_units, num_threads,
                    "count")
         _set_counted_sizes(counted)
 
-    work, sizes = _units(jobs, target, lambda j: j.by_group or j.split_csr)
+    if count_units is not None and len(counted) == len(jobs) and all(j.split_csr for j in jobs):
+        work, sizes = count_units          # the same cut (every job is cut by groups either way)
+    else:
+        work, sizes = _units(jobs, target, lambda j: j.by_group or j.split_csr)
     num_threads = min(num_threads, len(work))          # no scratch for threads without work
 
     # buffers: scratch per worker and the naive-view lists (internal, back to the pool
