@@ -260,6 +260,7 @@ def _project(fn, batch, features, topo, stacking, repeats: int) -> dict:
             "projected_s": crit, "projected_speedup": one / crit, "serial_s": best.serial_s,
             "serial_share": best.serial_s / one, "one_thread_total_s": statistics.median(p.total_s for p in profiles),
             "largest_task_share": best.largest_task_share(), "largest_task_target": 1 / (4 * T),
+            "largest_size_share": best.largest_size_share(),
             "tasks": {name: len(ts) for name, ts in best.batches}, "peak_alloc_mb": peak_mb}
     return out
 
@@ -274,7 +275,8 @@ def _print_projection(proj: dict) -> None:
                   f"{'ok' if x['serial_share'] <= SERIAL_SHARE_TARGET else 'MISSED'}); largest task "
                   f"{x['largest_task_share'] * 100:.3f}% of the task time "
                   f"(target <= {x['largest_task_target'] * 100:.3f}%: "
-                  f"{'ok' if x['largest_task_share'] <= x['largest_task_target'] else 'MISSED'}); peak allocation "
+                  f"{'ok' if x['largest_task_share'] <= x['largest_task_target'] else 'MISSED'}), "
+                  f"{x['largest_size_share'] * 100:.3f}% of its batch's ids; peak allocation "
                   f"{x['peak_alloc_mb']:.0f} MB; tasks: {tasks}")
 
 

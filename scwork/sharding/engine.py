@@ -35,12 +35,12 @@ It follows [jte] ``preprocess_sparse_dense_matmul_input``.
 
 How it runs (and why it is fast)
 --------------------------------
-Slices are independent, so the work is cut into tasks of about ``total ids /
+Slices are independent, so the work is cut into tasks of at most ``total ids /
 (8 * num_threads)`` ids each, run by ``num_threads`` worker threads (the numba
 kernels release the GIL; with one thread every stack is one task): ranges of a
 stack's ``G * S`` slices, and a slice larger than that cut further into ranges of
 its groups (tables), whose counts add up exactly (per-sample dedup and distinct ids
-never cross tables). Per slice and group the ids are radix-sorted in cache,
+never cross tables); only one table of one slice may be larger. Per slice and group the ids are radix-sorted in cache,
 counted, and with CSR written partition by partition (:mod:`scwork.sharding._kernels`,
 :mod:`scwork.sharding._split_kernels`). Every step after the slices is a batch of
 tasks too: the naive view by (group, partition range), and, without a configured
@@ -48,7 +48,8 @@ tasks too: the naive view by (group, partition range), and, without a configured
 threads every slice's CSR size is counted first (a pass over the ids without
 sorting) so that each (slice, table) task writes in place; with fewer, slices are
 written at a bounding stride and moved left in place, one task per stack. What stays
-serial (planning, checks, building the Dataset) is a few milliseconds;
+serial (planning, checks, building the Dataset) is a few milliseconds, built for
+all stacks at once where it can be (:func:`_make_jobs`, :func:`_set_counted_sizes`);
 ``python benchmarks/bench_sharding.py --project`` measures it and projects the
 speedup at 16 to 208 threads (:mod:`scwork.sharding._profile`). Results do not
 depend on the number of threads or on which thread ran what. Buffers of finished

@@ -46,6 +46,12 @@ def test_profiled_calls_give_the_same_results_and_record_their_tasks():
         assert p.critical_path_s(64) <= p.critical_path_s(16) <= p.critical_path_s(1)
         assert p.critical_path_s(1) == pytest.approx(p.serial_s + p.task_s)
         assert 0 < p.largest_task_share() <= 1
+        assert [len(sz) for sz in p.sizes] == [len(ts) for _, ts in p.batches]
+        assert 0 < p.largest_size_share() <= 1
+    # every raw id of the batch is in exactly one slices task (the cut loses and repeats none)
+    slices = dict(zip([n for n, _ in profiles[0].batches], profiles[0].sizes))["slices"]
+    assert sum(slices) == batch.num_ids and max(slices) <= batch.num_ids / (16 * 8) + max(
+        int(n) for n in np.diff(batch._splits[:, ::512 // 8], axis=1).ravel())
     assert mb.num_threads == 16
     # outside the block nothing is recorded and num_threads means itself again
     compute_stats(batch, feats, topo, "auto", num_threads=1)
