@@ -92,7 +92,6 @@ the same for unique ids (no id repeats inside one slice), and
 
 from __future__ import annotations
 
-import bisect
 import itertools
 import math
 import threading
@@ -338,8 +337,8 @@ class _StackJob:
             _, has_w = _weights_of(batch)
         if slice_counts is None:
             slice_counts = _slice_counts(batch, G * S)
-        (job,) = _make_jobs(_OneStack((stack,)), batch, G, S, want_csr, config or SparsecoreConfig(), has_w, slice_counts,
-                            count_first)
+        (job,) = _make_jobs(_OneStack((stack,)), batch, G, S, want_csr, config or SparsecoreConfig(), has_w,
+                            slice_counts, count_first)
         self.__dict__.update(job.__dict__)
 
     def setup(self, stack: Stack, G: int, S: int, n: int, groups: list[_Group], want_csr: bool,
@@ -697,24 +696,17 @@ class _StackJob:
         self.C = capacity
 
 
-def _make_jobs(plan: StackingPlan, batch: FeatureBatch, G: int, S: int, want_csr: bool, config: SparsecoreConfig,
-               has_w: np.ndarray, slice_counts: np.ndarray, count_first: bool) -> list[_StackJob]:
-    """Every stack's :class:`_StackJob`, their tables built in one pass over all stacks.
+def _describe_groups(stacks, batch: FeatureBatch):
+    """Per stack, per group (table): ``(table, ks, rows, names, shift, row offset, vocab, qbits)``.
 
-    The same tables as building each stack on its own (:func:`_groups` per stack),
-    but the per-(group, slice) counts, their offsets and maxima are computed for all
-    groups of all stacks with a few numpy calls, the small per-group rows come from
-    one int64 array and every zero-filled counter is a view of one zeroed block.
+    Also the feature rows of every group in order, where each group starts among
+    them, and the first group of each stack (a last entry: the number of groups).
     """
-    nsl = G * S
-    n = batch.batch_size // nsl
     index = batch._index
-    has_w_list = has_w.tolist()
-    stacks = plan.stacks
     rows_in_order: list[int] = []          # feature rows, group by group, stack by stack
     group_starts: list[int] = []           # first position of each group in rows_in_order
     stack_groups: list[int] = [0]          # first group of each stack
-    described = []                         # per stack: per group (table, ks, rows, names, shift, rowoff, vocab, qbits)
+    described = []
     for st in stacks:
         P = st.num_partitions
         k_of_table: dict[str, list[int]] = {}
@@ -737,6 +729,23 @@ def _make_jobs(plan: StackingPlan, batch: FeatureBatch, G: int, S: int, want_csr
                          t.row_offset_in_shard, vocab, int((vocab - 1) // P).bit_length()))
         described.append(mine)
         stack_groups.append(stack_groups[-1] + len(mine))
+    return described, rows_in_order, group_starts, stack_groups
+
+
+def _make_jobs(plan: StackingPlan, batch: FeatureBatch, G: int, S: int, want_csr: bool, config: SparsecoreConfig,
+               has_w: np.ndarray, slice_counts: np.ndarray, count_first: bool) -> list[_StackJob]:
+    """Every stack's :class:`_StackJob`, their tables built in one pass over all stacks.
+
+    The same tables as building each stack on its own (:func:`_groups` per stack),
+    but the per-(group, slice) counts, their offsets and maxima are computed for all
+    groups of all stacks with a few numpy calls, the small per-group rows come from
+    one int64 array and every zero-filled counter is a view of one zeroed block.
+    """
+    nsl = G * S
+    n = batch.batch_size // nsl
+    has_w_list = has_w.tolist()
+    stacks = plan.stacks
+    described, rows_in_order, group_starts, stack_groups = _describe_groups(stacks, batch)
     total_groups = stack_groups[-1]
     if total_groups == 0 or not rows_in_order:
         gcounts = np.zeros((total_groups, nsl), np.int64)

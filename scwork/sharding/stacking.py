@@ -676,11 +676,7 @@ def _plan_stacking(features: Any, topology: Topology, stacking: StackingArg = "a
         listed = {name for group in stacking for name in group}
         unstacked = {name for name in tables if name not in listed}
 
-    # features of each table, in the given order (one pass: a set per feature and
-    # stack was quadratic in the tables, most of a call's planning time at 26 tables)
-    features_of: dict[str, list[FeatureSpec]] = {}
-    for f in features:
-        features_of.setdefault(f.table.name, []).append(f)
+    features_of = _features_by_table(features)
     stacks = []
     for group in groups:
         specs = [tables[n] for n in group]
@@ -708,13 +704,7 @@ def _plan_stacking(features: Any, topology: Topology, stacking: StackingArg = "a
                 f"stack {name!r} has {offset * P} rows; embedding ids are int32 on the device, so a "
                 f"stack holds at most {INT32_MAX} rows: split it into smaller stacks"
             )
-        if len(group) == 1:
-            feats = tuple(features_of.get(group[0], ()))
-        else:
-            members = set(group)
-            feats = tuple(f for f in features if f.table.name in members)
-        if len(group) == 1 and group[0] in unstacked:
-            feats = tuple(sorted(feats, key=lambda f: f.name))
+        feats = _group_features(group, features, features_of, unstacked)
         max_ids, max_uniq = _stack_limits(name, specs, P, config, stack_limits, stack_limit_rule)
         # Only a table the library leaves unstacked keeps its static buffer size
         # (prepare_feature_specs_for_training); its stacking functions drop it.
@@ -731,6 +721,30 @@ def _plan_stacking(features: Any, topology: Topology, stacking: StackingArg = "a
     if stack_limits:
         _check_stack_names(stack_limits, names)
     return StackingPlan(stacks, topology, rotation, batch_size)
+
+
+def _features_by_table(features) -> dict[str, list[FeatureSpec]]:
+    """Features of each table, in the given order.
+
+    One pass: a set per feature and stack was quadratic in the tables, most of a
+    call's planning time at 26 tables.
+    """
+    features_of: dict[str, list[FeatureSpec]] = {}
+    for f in features:
+        features_of.setdefault(f.table.name, []).append(f)
+    return features_of
+
+
+def _group_features(group: list[str], features, features_of: dict, unstacked: set[str]) -> tuple:
+    """Features of a group's tables: in the given order, or by name for a table left unstacked."""
+    if len(group) == 1:
+        feats = tuple(features_of.get(group[0], ()))
+    else:
+        members = set(group)
+        feats = tuple(f for f in features if f.table.name in members)
+    if len(group) == 1 and group[0] in unstacked:
+        feats = tuple(sorted(feats, key=lambda f: f.name))
+    return feats
 
 
 def _check_stack_names(stack_limits: Mapping[str, Any], names: Sequence[str]) -> None:
