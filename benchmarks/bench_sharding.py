@@ -306,7 +306,7 @@ def _scenario(batch, features, topo, stacking, num_threads=None):
 _DATASET: dict = {}
 
 
-def _dataset_dir(num_features: int, dim: int) -> str:
+def _dataset_dir(num_features: int) -> str:
     """8 Parquet shards of 16384 samples x ``num_features`` features, Poisson(20), Zipf 1.05 hashed."""
     if "dir" not in _DATASET:
         import tempfile
@@ -332,7 +332,7 @@ def _over_dataset(batch, features, topo, stacking, num_threads=None):
     from scwork.sharding import stats_over_dataset
     from scwork.sharding._profile import call, plan_threads, profiled
 
-    folder = _dataset_dir(len(features), features[0].table.embedding_dim)
+    folder = _dataset_dir(len(features))
     # stats_over_dataset has no num_threads: its one-thread run is the engine's work
     # cut for one thread, on this thread (the profiler does exactly that)
     one = num_threads == 1 and plan_threads() is None
