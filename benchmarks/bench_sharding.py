@@ -48,7 +48,11 @@ the hosts that matter: speedups at 16, 64 and 208 threads computed from one-thre
 profiles (serial time + LPT makespan of every task batch, see
 ``scwork/sharding/_profile.py``), with the design targets (serial <= 1% of one
 thread; at 64 threads no task over 1/(4T) of the work); ``--paths`` adds
-``collect_stats`` over 8 batches and ``minibatch``, ``--large`` the large input.
+``collect_stats`` over 8 batches, ``minibatch``, ``Scenario.compute()`` (what the
+explorers run) and ``stats_over_dataset`` over 8 Parquet shards (dask's sync
+scheduler), ``--large`` the large input, ``--only`` a subset of the cases; each
+projected case also states the peak allocation (``tracemalloc``) of one call with
+the work cut for T threads.
 
     python benchmarks/bench_sharding.py [--quick] [--json] [--repeats 7] [--threads 1,2]
                                         [--stacking none,auto] [--subset 1024] [--large] [--jte-only]
@@ -241,11 +245,23 @@ def _project(fn, batch, features, topo, stacking, repeats: int) -> dict:
                 fn(batch, features, topo, stacking)
         best = CallProfile.best_of(profiles)
         crit = best.critical_path_s(T)
+        # peak allocation of one call with the work cut for T threads (scratch for T
+        # workers), no recycled buffer: what a T-core host allocates per call
+        from scwork.sharding import release_buffers
+
+        release_buffers()
+        tracemalloc.start()
+        with profiled(T):
+            kept = fn(batch, features, topo, stacking)
+        peak_mb = tracemalloc.get_traced_memory()[1] / 2**20
+        tracemalloc.stop()
+        del kept
         out["threads"][T] = {
             "projected_s": crit, "projected_speedup": one / crit, "serial_s": best.serial_s,
             "serial_share": best.serial_s / one, "one_thread_total_s": statistics.median(p.total_s for p in profiles),
             "largest_task_share": best.largest_task_share(), "largest_task_target": 1 / (4 * T),
-            "tasks": {name: len(ts) for name, ts in best.batches}}
+            "largest_size_share": best.largest_size_share(),
+            "tasks": {name: len(ts) for name, ts in best.batches}, "peak_alloc_mb": peak_mb}
     return out
 
 
@@ -259,7 +275,9 @@ def _print_projection(proj: dict) -> None:
                   f"{'ok' if x['serial_share'] <= SERIAL_SHARE_TARGET else 'MISSED'}); largest task "
                   f"{x['largest_task_share'] * 100:.3f}% of the task time "
                   f"(target <= {x['largest_task_target'] * 100:.3f}%: "
-                  f"{'ok' if x['largest_task_share'] <= x['largest_task_target'] else 'MISSED'}); tasks: {tasks}")
+                  f"{'ok' if x['largest_task_share'] <= x['largest_task_target'] else 'MISSED'}), "
+                  f"{x['largest_size_share'] * 100:.3f}% of its batch's ids; peak allocation "
+                  f"{x['peak_alloc_mb']:.0f} MB; tasks: {tasks}")
 
 
 def _collect_8(batch, features, topo, stacking, num_threads=None):
@@ -274,8 +292,58 @@ def _minibatch(batch, features, topo, stacking, num_threads=None):
     return minibatch(batch, features, topo, stacking=stacking, num_threads=num_threads)
 
 
+def _scenario(batch, features, topo, stacking, num_threads=None):
+    """What the explorers run: a fresh Scenario computed, its statistics read (one profiled call)."""
+    from scwork.sharding import Scenario
+    from scwork.sharding._profile import call
+
+    with call():
+        sc = Scenario(batch, features, topo, stacking, num_threads=num_threads).compute()
+        return sc.stats
+
+
+#: The Parquet shards of ``--paths``' stats_over_dataset (written once per run).
+_DATASET: dict = {}
+
+
+def _dataset_dir(num_features: int) -> str:
+    """8 Parquet shards of 16384 samples x ``num_features`` features, Poisson(20), Zipf 1.05 hashed."""
+    if "dir" not in _DATASET:
+        import tempfile
+
+        from scwork.datasets import write_synthetic_parquet
+
+        _DATASET["tmp"] = tempfile.TemporaryDirectory(prefix="bench_sharding_")
+        names = [f"f{i}" for i in range(num_features)]
+        write_synthetic_parquet(_DATASET["tmp"].name, 8, rows_per_shard=16384, features=names,
+                                vocab_size=1_000_000, valency=20, zipf_exponent=1.05, seed=0)
+        _DATASET["dir"] = _DATASET["tmp"].name
+    return _DATASET["dir"]
+
+
+def _over_dataset(batch, features, topo, stacking, num_threads=None):
+    """stats_over_dataset over 8 Parquet shards of the standard input's shape, dask's sync scheduler.
+
+    The scheduler runs the chunks on the calling thread (so that the profile sees
+    them); the engine inside uses ``num_threads`` (its default with None).
+    """
+    import contextlib
+
+    from scwork.sharding import stats_over_dataset
+    from scwork.sharding._profile import call, plan_threads, profiled
+
+    folder = _dataset_dir(len(features))
+    # stats_over_dataset has no num_threads: its one-thread run is the engine's work
+    # cut for one thread, on this thread (the profiler does exactly that)
+    one = num_threads == 1 and plan_threads() is None
+    with profiled(1) if one else contextlib.nullcontext(), call():
+        return stats_over_dataset(folder, features, topo, batch_size=batch.batch_size, stacking=stacking,
+                                  scheduler="sync", progress=False)
+
+
 #: Paths built on the engine, projected with ``--project --paths``.
-PATHS = {"collect_stats_8_batches": _collect_8, "minibatch": _minibatch}
+PATHS = {"collect_stats_8_batches": _collect_8, "minibatch": _minibatch, "scenario_compute": _scenario,
+         "stats_over_dataset_8_shards": _over_dataset}
 
 
 def project_main(args) -> int:
@@ -293,14 +361,22 @@ def project_main(args) -> int:
     for label, (params, topo) in inputs.items():
         batch, features = synthetic_batch(**params, valency=20.0, zipf_s=1.05, embedding_dim=args.dim, seed=0)
         proj = {}
+        wanted = [w for w in (args.only or "").split(",") if w]
+
+        def chosen(key: str) -> bool:
+            return not wanted or any(w in key for w in wanted)
+
         for mode in modes:
             for name, fn in (("preprocess", preprocess), ("compute_stats", compute_stats)):
-                proj[f"{mode}/{name}"] = _project(fn, batch, features, topo, STACKING[mode], max(3, args.repeats))
+                if chosen(f"{label}/{mode}/{name}"):
+                    proj[f"{mode}/{name}"] = _project(fn, batch, features, topo, STACKING[mode],
+                                                      max(3, args.repeats))
         if args.paths and label == "standard":
             # the paths built on the engine (standard input only: they repeat its calls)
             for mode in modes:
                 for name, fn in PATHS.items():
-                    proj[f"{mode}/{name}"] = _project(fn, batch, features, topo, STACKING[mode], 3)
+                    if chosen(f"{label}/{mode}/{name}"):
+                        proj[f"{mode}/{name}"] = _project(fn, batch, features, topo, STACKING[mode], 3)
         result["inputs"][label] = {"batch_size": params["batch_size"], "topology": str(topo),
                                    "num_ids": batch.num_ids, "projection": proj}
         del batch, features
@@ -334,6 +410,9 @@ def main() -> int:
                         help="only the projection: speedups at 16, 64, 208 threads from one-thread profiles")
     parser.add_argument("--paths", action="store_true",
                         help="with --project: also collect_stats over 8 batches and minibatch (standard input)")
+    parser.add_argument("--only", default=None,
+                        help="with --project: only the cases whose 'input/stacking/call' key contains one of "
+                             "these comma-separated strings (e.g. standard/none/preprocess,minibatch)")
     parser.add_argument("--large", action="store_true",
                         help="the large input (131072 samples, 16 x 4 SparseCores); with --project: as well as "
                              "the standard one")

@@ -31,7 +31,7 @@ from bokeh.plotting import figure
 
 from scwork.widgets._colors import CATEGORY_PALETTE, PADDING_COLOR, PADDING_HATCH, category_colors, text_colors
 
-__all__ = ["CellGrid", "strip_width", "AddressStrip", "label_font_px", "MIN_LABEL_FONT_PX"]
+__all__ = ["CellGrid", "strip_width", "AddressStrip", "label_font_px", "MIN_LABEL_FONT_PX", "show_labels"]
 
 
 def _as_column(values: np.ndarray) -> np.ndarray:
@@ -87,6 +87,9 @@ class CellGrid:
     cells : ColumnDataSource
         Rect-path data, one row per drawn cell: ``x, y, row, col, category, color,
         text_color, hatch, label`` and the value columns. Empty on the image path.
+    labels : ColumnDataSource
+        The labels drawn: ``x, y, label, text_color`` of every cell while the labels
+        fit their cells (rect path), empty otherwise.
     image : ColumnDataSource
         Image-path data, one row: ``image`` (color index, NaN = absent), ``x, y, dw, dh``
         and 2-D ``row, col, category`` and value columns (stored bottom row first, as
@@ -158,8 +161,13 @@ class CellGrid:
                 fill_color=None, line_color=None, hatch_pattern=empty_hatch,
                 hatch_color="#8a8a8a", hatch_alpha=0.7, hatch_scale=6,
             )
+        # The labels drawn have a source of their own, filled only while they fit their
+        # cells: BokehJS measures every text of a text glyph's source whenever its data
+        # or font changes, drawn or not (1024 hidden labels per grid cost the page
+        # hundreds of milliseconds per redraw).
+        self.labels = ColumnDataSource({name: [] for name in _LABEL_COLUMNS})
         self.text_renderer = fig.text(
-            x="x", y="y", text="label", source=self.cells, text_color="text_color",
+            x="x", y="y", text="label", source=self.labels, text_color="text_color",
             text_align="center", text_baseline="middle", text_font_size="11px",
         )
         n_colors = len(self.palette)
@@ -182,6 +190,10 @@ class CellGrid:
     def _empty_cells(self) -> dict[str, list]:
         columns = ["x", "y", "row", "col", "category", "color", "text_color", "hatch", "label"]
         return {name: [] for name in (*columns, *self.value_names)}
+
+    def _show_labels(self, visible: bool) -> None:
+        """Draw the cells' labels (copied from :attr:`cells`) or none: the text renderer's source is empty then."""
+        show_labels(self.text_renderer, self.labels, self.cells, visible)
 
     def _empty_image(self) -> dict[str, list]:
         columns = ["image", "x", "y", "dw", "dh", "row", "col", "category"]
@@ -332,9 +344,25 @@ class CellGrid:
         # not fit at a readable size are not drawn (the hover shows every value).
         font_px = label_font_px(cell_px, self.label_chars)
         self.text_renderer.glyph.text_font_size = f"{max(font_px, MIN_LABEL_FONT_PX)}px"
-        self.text_renderer.visible = (self.has_labels and cell_px >= self.min_label_cell_px
-                                      and font_px >= MIN_LABEL_FONT_PX)
+        self._show_labels(self.has_labels and cell_px >= self.min_label_cell_px and font_px >= MIN_LABEL_FONT_PX)
 
+
+#: Columns of :attr:`CellGrid.labels`, the labels drawn (a copy of those of the cells).
+_LABEL_COLUMNS = ("x", "y", "label", "text_color")
+
+
+def show_labels(renderer, labels, cells, visible: bool) -> None:
+    """Show the ``label`` column of source ``cells`` with text ``renderer`` (whose source is ``labels``), or none.
+
+    The text renderer's source holds ``x, y, label, text_color`` copied from ``cells``
+    while the labels are drawn and nothing otherwise: BokehJS measures every text of a
+    text glyph's source whenever its data or font changes, drawn or not.
+    """
+    renderer.visible = visible
+    if visible:
+        labels.data = {name: cells.data[name] for name in _LABEL_COLUMNS}
+    elif len(labels.data["x"]):
+        labels.data = {name: [] for name in _LABEL_COLUMNS}
 
 #: Smallest label font drawn, in pixels; smaller labels are left to the hover.
 MIN_LABEL_FONT_PX = 6

@@ -26,7 +26,7 @@ from bokeh.models import LegendItem as _LegendItem
 from bokeh.models import NumeralTickFormatter as _NumeralTickFormatter
 from bokeh.plotting import figure
 
-from scwork.widgets._cells import _as_column
+from scwork.widgets._cells import _LABEL_COLUMNS, _as_column, show_labels
 from scwork.widgets._colors import (
     _DARK_TEXT,
     _LIGHT_TEXT,
@@ -235,6 +235,9 @@ class Heatmap:
     cells : ColumnDataSource
         Rect path: ``x, y, row, col, value, label, text_color``, one row per cell
         (row-major). Empty on the image path.
+    labels : ColumnDataSource
+        The value labels drawn: ``x, y, label, text_color`` of every cell while they
+        fit their cells, empty otherwise.
     highlights : ColumnDataSource
         ``x, y, row, col, value`` of the highlighted cells (both paths).
     image : ColumnDataSource
@@ -277,7 +280,9 @@ class Heatmap:
         fill = {"field": "value", "transform": self.color_mapper}
         self.rect_renderer = fig.rect(x="x", y="y", width=1, height=1, source=self.cells, fill_color=fill,
                                       line_color="white", line_width=1)
-        self.text_renderer = fig.text(x="x", y="y", text="label", source=self.cells, text_color="text_color",
+        # The labels drawn: a copy of the cells' while they fit (see show_labels).
+        self.labels = ColumnDataSource({name: [] for name in _LABEL_COLUMNS})
+        self.text_renderer = fig.text(x="x", y="y", text="label", source=self.labels, text_color="text_color",
                                       text_align="center", text_baseline="middle", text_font_size="10px")
         self.image_renderer = fig.image(image="image", x="x", y="y", dw="dw", dh="dh", source=self.image,
                                         color_mapper=self.color_mapper)
@@ -339,7 +344,7 @@ class Heatmap:
             self.image.data = {name: [] for name in ("image", "x", "y", "dw", "dh", "row", "col", "value")}
             self.rect_renderer.visible = True
             self.image_renderer.visible = False
-            self.text_renderer.visible = cell_px >= self.min_label_cell_px
+            show_labels(self.text_renderer, self.labels, self.cells, cell_px >= self.min_label_cell_px)
             # One tick per cell while they stay readable, automatic ticks beyond.
             self._centre_ticks_x.ticks = [c + 0.5 for c in range(n_cols)] if n_cols <= 32 else []
             self._centre_ticks_y.ticks = [-(r + 0.5) for r in range(n_rows)] if n_rows <= 32 else []
@@ -353,7 +358,7 @@ class Heatmap:
                 "col": [np.flipud(_as_column(cols))], "value": [np.flipud(_as_column(values))],
             }
             self.rect_renderer.visible = False
-            self.text_renderer.visible = False
+            show_labels(self.text_renderer, self.labels, self.cells, False)
             self.image_renderer.visible = True
             self.figure.xaxis.ticker = self._auto_ticks_x
             self.figure.yaxis.ticker = self._auto_ticks_y

@@ -11,13 +11,14 @@ import functools
 import logging
 from pathlib import Path
 
+import numpy as np
 from bokeh.embed import file_html
 from bokeh.resources import INLINE
 
 from scwork.widgets._panes import export_layout
 
 __all__ = ["ensure_bokehjs", "wrap", "figure_view", "sync_views", "SyncedDisplay", "export_html",
-           "batched_patches", "stop_echoes", "collapse_patch_events", "hold_render_around"]
+           "batched_patches", "stop_echoes", "collapse_patch_events", "hold_render_around", "SentColumns"]
 
 
 #: The kernel clients (pages) that were sent BokehJS, by the ``session`` of their
@@ -190,6 +191,93 @@ def hold_render_around(events: list) -> list:
     return hold + events + release
 
 
+def _same_column(new, old) -> bool:
+    """Whether column ``new`` holds what ``old`` (a copy of what was sent) holds: same length, type and values."""
+    if isinstance(new, np.ndarray) or isinstance(old, np.ndarray):
+        if not (isinstance(new, np.ndarray) and isinstance(old, np.ndarray)):
+            return False
+        if new.shape != old.shape or new.dtype != old.dtype:
+            return False
+        if new.dtype.kind in "fc":
+            return bool(np.array_equal(new, old, equal_nan=True))
+        return bool(np.array_equal(new, old))
+    new = list(new)
+    if len(new) != len(old):
+        return False
+    if new and isinstance(new[0], np.ndarray):  # an image glyph's column: one 2-D array per image
+        return all(_same_column(a, b) for a, b in zip(new, old))
+    try:
+        return bool(new == old)
+    except (TypeError, ValueError):  # items that do not compare to a truth value: send the column
+        return False
+
+
+def _column_copy(column):
+    """A copy of a source column as it was sent: arrays copied (also inside lists), other items are immutable."""
+    if isinstance(column, np.ndarray):
+        return column.copy()
+    column = list(column)
+    if column and isinstance(column[0], np.ndarray):  # an image glyph's column: one 2-D array per image
+        return [item.copy() for item in column]
+    return column
+
+
+class SentColumns:
+    """The columns of every data source of one view as the page has them, to send only what changed.
+
+    An explorer's redraw sets every source's data again, most of it unchanged (the HBM
+    chart when only the table's order changes, the bars' colors when only their
+    heights change). BokehJS recomputes a glyph's every array, spatial index and
+    screen coordinates for each new ``data`` it gets, and the page decodes every
+    column sent (hundreds of KiB per change in the MemoryTimeline): so each data
+    change is sent as the columns that differ from what the page has
+    (``ColumnDataChanged`` with ``cols``: BokehJS keeps the other columns), and a
+    source whose columns all match is not sent at all. A column removed, or a source
+    the page has not seen since the last full serialization, is sent whole.
+    """
+
+    def __init__(self):
+        self._sent: dict[str, dict] = {}
+
+    def reset(self, document) -> None:
+        """The page has every source of ``document`` as it is now (a full serialization was just made)."""
+        from bokeh.models import ColumnDataSource
+
+        self._sent = {}
+        if document is None:
+            return
+        for model in document.models:
+            if isinstance(model, ColumnDataSource):
+                self._sent[model.id] = {name: _column_copy(col) for name, col in model.data.items()}
+
+    def forget(self, model) -> None:
+        """Send ``model``'s data whole next time (the page changed it itself); any other model: nothing."""
+        if model is not None:
+            self._sent.pop(model.id, None)
+
+    def reduce(self, events: list) -> list:
+        """``events`` with each whole-data change cut to the columns that changed (dropped if none did)."""
+        from bokeh.document.events import ColumnDataChangedEvent
+
+        out = []
+        for event in events:
+            if not (isinstance(event, ColumnDataChangedEvent) and event.attr == "data"
+                    and event.data is None and event.cols is None):
+                out.append(event)
+                continue
+            data = event.model.data
+            old = self._sent.get(event.model.id)
+            self._sent[event.model.id] = {name: _column_copy(col) for name, col in data.items()}
+            if old is None or any(name not in data for name in old):
+                out.append(event)
+                continue
+            changed = [name for name, col in data.items() if name not in old or not _same_column(col, old[name])]
+            if changed:
+                out.append(ColumnDataChangedEvent(event.document, event.model, "data", cols=changed,
+                                                  setter=event.setter))
+        return out
+
+
 def _inline_patch(events: list):
     """A bokeh ``PATCH-DOC`` message of ``events`` with every array inside its content.
 
@@ -222,6 +310,7 @@ def _batched_bokeh_model():
 
         def __init__(self, model, *, ranges_synced: bool = True, **kwargs):
             self._ranges_synced = ranges_synced
+            self._sent_columns = SentColumns()
             super().__init__(model, **kwargs)
 
         def update_from_model(self, model) -> None:
@@ -229,9 +318,15 @@ def _batched_bokeh_model():
             # Python sets, those added since the last one included.
             stop_echoes(model, ranges_synced=self._ranges_synced)
             super().update_from_model(model)
+            # The page gets the whole document now: later data changes are sent as
+            # the columns that differ from it.
+            self._sent_columns.reset(model.document)
 
         def _document_patched(self, event) -> None:
             if event.setter is self:
+                # A change the page made (an edited table cell): what it has is no longer
+                # what was sent, so the source's next change goes whole.
+                self._sent_columns.forget(getattr(event, "model", None))
                 return
             if _PatchBatch.depth:
                 _PatchBatch.held.setdefault(id(self), (self, []))[1].append(event)
@@ -244,7 +339,10 @@ def _batched_bokeh_model():
             # jupyter_bokeh's page side takes one fragment per comm message, so each
             # buffer cost two more messages (a topology change sent ~100), each decoded
             # and dispatched on its own by JupyterLab. Now a patch is three messages.
-            msg = _inline_patch(hold_render_around(collapse_patch_events(events)))
+            events = self._sent_columns.reduce(collapse_patch_events(events))
+            if not events:
+                return
+            msg = _inline_patch(hold_render_around(events))
             self.send({"msg": "patch", "payload": msg.header_json})
             self.send({"msg": "patch", "payload": msg.metadata_json})
             self.send({"msg": "patch", "payload": msg.content_json})

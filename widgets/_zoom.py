@@ -158,5 +158,4 @@ class ZoomGrid(CellGrid):
         cell_px = min(fig.frame_width / span_x * self.block[1], fig.frame_height / span_y * self.block[0])
         font_px = label_font_px(cell_px, self.label_chars)
         self.text_renderer.glyph.text_font_size = f"{max(font_px, MIN_LABEL_FONT_PX)}px"
-        self.text_renderer.visible = (self.has_labels and cell_px >= self.min_label_cell_px
-                                      and font_px >= MIN_LABEL_FONT_PX)
+        self._show_labels(self.has_labels and cell_px >= self.min_label_cell_px and font_px >= MIN_LABEL_FONT_PX)

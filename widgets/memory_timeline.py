@@ -372,6 +372,10 @@ class MemoryTimeline(_bokeh.SyncedDisplay, ipywidgets.VBox):
         self._live_table = DataTable(
             source=self._gantt.bars, width=_TABLE_WIDTH, height=_LANE_PX * 14, index_position=None,
             row_height=_LANE_PX + 2, header_row=True, sortable=False, reorderable=False,
+            # The columns' own widths (they add up to _TABLE_WIDTH): BokehJS's default
+            # "force_fit" measures and re-applies every column's width in the page after
+            # each new data and each layout of the view (any change of the charts above).
+            autosize_mode="none",
             columns=[
                 TableColumn(field="rank", title="#", width=28),
                 TableColumn(field="buffer", title="buffer", width=212),

@@ -657,13 +657,20 @@ def format_embedding_spec(message: Mapping[str, Any]) -> str:
     return _pbtxt.format_message(message, EMBEDDING_PROTO_SCHEMA, "EmbeddingSpecProto", _ENUMS)
 
 
-def _spec_file(path: Path) -> Path:
-    if path.is_dir():
-        for candidate in (path / _PROTO_FILE, path / "embedding_spec" / _PROTO_FILE):
-            if candidate.is_file():
-                return candidate
-        raise InputError(f"{str(path)!r} holds neither {_PROTO_FILE} nor embedding_spec/{_PROTO_FILE}; give the "
-                         "file, the checkpoint step folder or its embedding_spec folder")
+def _spec_file(path: Any) -> Path:
+    if not isinstance(path, (str, os.PathLike)) or not isinstance(os.fspath(path), str):
+        raise InputError(f"the embedding spec path must be a str or os.PathLike naming a file or folder, got "
+                         f"{shown(path)}")
+    path = Path(path)
+    try:
+        if path.is_dir():
+            for candidate in (path / _PROTO_FILE, path / "embedding_spec" / _PROTO_FILE):
+                if candidate.is_file():
+                    return candidate
+            raise InputError(f"{str(path)!r} holds neither {_PROTO_FILE} nor embedding_spec/{_PROTO_FILE}; give "
+                             "the file, the checkpoint step folder or its embedding_spec folder")
+    except OSError as err:      # Python 3.13's is_dir raises for names the file system refuses (too long)
+        raise InputError(f"cannot read the embedding spec {shown(str(path))}: {err.strerror or err}") from None
     return path
 
 
@@ -673,7 +680,7 @@ def read_embedding_spec(path: str | os.PathLike) -> dict:
     ``path`` may be the file, the ``embedding_spec`` folder or the checkpoint step
     folder holding it. Returns the message as :func:`parse_embedding_spec` does.
     """
-    file = _spec_file(Path(path))
+    file = _spec_file(path)
     try:
         text = file.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as err:

@@ -107,15 +107,28 @@ def estimate_scratch_bytes(plan: StackingPlan, batch: FeatureBatch, G: int, S: i
     n = batch.batch_size // nsl
     # the engine starts at most one worker per slice range, at most nsl per stack
     workers = min(num_threads, nsl * max(1, len(plan.stacks)))
-    total = 0
+    # raw ids of every stack in every slice, for all stacks at once (a numpy pass
+    # per feature and stack cost more than the rest of this estimate)
+    rows, starts = [], []
     for st in plan.stacks:
+        starts.append(len(rows))
+        rows += [batch._feature_index(f.name) for f in st.features]
+    splits = batch._splits
+    per_feature = splits[:, n::n] - splits[:, :-1:n]
+    if rows and all(st.features for st in plan.stacks):
+        per_stack = np.add.reduceat(per_feature[np.array(rows, np.int64)], np.array(starts, np.int64), axis=0)
+    else:
+        per_stack = np.zeros((len(plan.stacks), nsl), np.int64)
+        for i, st in enumerate(plan.stacks):
+            for f in st.features:
+                per_stack[i] += per_feature[batch._feature_index(f.name)]
+    stack_ids = per_stack.sum(axis=1).tolist()
+    stack_max = per_stack.max(axis=1, initial=0).tolist()
+    total = 0
+    for i, st in enumerate(plan.stacks):
         P = st.num_partitions
-        per_slice = np.zeros(nsl, np.int64)
-        for f in st.features:
-            rs = batch._splits[batch._feature_index(f.name)]
-            per_slice += rs[n::n] - rs[:-1:n]
-        ids = int(per_slice.sum())
-        total += 8 * 8 * nsl * P + 8 * ids + 48 * int(per_slice.max(initial=0)) * workers
+        ids = int(stack_ids[i])
+        total += 8 * 8 * nsl * P + 8 * ids + 48 * int(stack_max[i]) * workers
         if want_csr:
             total += 4 * nsl * max(P, _ALIGN) + 4 * nsl * (1 << _lbits(len(st.features), n))
             if st.max_ids_per_partition is not None:

@@ -83,6 +83,9 @@ class CallProfile:
     profiler_s: float = 0.0
     """Seconds the profiling itself spent between tasks (clock reads, bookkeeping):
     not part of the call's serial time."""
+    sizes: list[list[float]] = field(default_factory=list)
+    """Per batch, each task's size as the dispatcher saw it (raw ids for the engine):
+    the cut itself, which a loaded machine's timing noise does not blur."""
 
     @property
     def task_s(self) -> float:
@@ -103,6 +106,11 @@ class CallProfile:
         longest = max((max(ts) for _, ts in self.batches if ts), default=0.0)
         return longest / self.task_s if self.task_s > 0 else 0.0
 
+    def largest_size_share(self) -> float:
+        """The largest task's share of its batch's total size (max over batches; 0 without sizes)."""
+        shares = [max(sz) / sum(sz) for sz in self.sizes if sz and sum(sz) > 0]
+        return max(shares, default=0.0)
+
     @classmethod
     def best_of(cls, profiles: list["CallProfile"]) -> "CallProfile":
         """Task by task, the least time over repeated profiles of the same call.
@@ -119,6 +127,7 @@ class CallProfile:
         batches = [(name, [min(p.batches[b][1][i] for p in profiles) for i in range(len(ts))])
                    for b, (name, ts) in enumerate(first.batches)]
         best = cls(first.plan_threads, batches)
+        best.sizes = [list(sz) for sz in first.sizes]
         best.total_s = best.task_s + min(p.serial_s for p in profiles)
         return best
 
@@ -131,6 +140,7 @@ class CallProfile:
             "serial_share": self.serial_s / self.total_s if self.total_s > 0 else 0.0,
             "tasks": {name: len(ts) for name, ts in self.batches},
             "largest_task_share": self.largest_task_share(),
+            "largest_size_share": self.largest_size_share(),
             "critical_path_s": self.critical_path_s(self.plan_threads),
         }
 
@@ -224,6 +234,7 @@ def run_serially(prof: CallProfile, name: str, fn, items, sizes) -> list:
             errors[i] = err
         times[i] = thread_cpu_s() - start
     prof.batches.append((name, times))
+    prof.sizes.append([float(x) for x in sizes])
     # everything here outside the tasks is the profiler's (the threaded dispatcher
     # does none of it), so it is not charged to the call's serial time
     prof.profiler_s += thread_cpu_s() - entry - sum(times)

@@ -14,10 +14,10 @@ from scwork.sharding import _profile
 __all__ = ["available_cores", "resolve_num_threads"]
 
 
-# With several threads the work is cut into tasks of about
+# With several threads the work is cut into tasks of at most
 # total ids / (threads * _TASKS_PER_THREAD) ids, so that the threads finish together:
 # the longest task then holds about 1 / (8 T) of the work, within the design bound
-# of 1 / (4 T) even when whole slices or tables round a task up to twice its target.
+# of 1 / (4 T) unless one table of one slice alone is larger than that.
 _TASKS_PER_THREAD = 8
 
 

@@ -35,12 +35,12 @@ It follows [jte] ``preprocess_sparse_dense_matmul_input``.
 
 How it runs (and why it is fast)
 --------------------------------
-Slices are independent, so the work is cut into tasks of about ``total ids /
+Slices are independent, so the work is cut into tasks of at most ``total ids /
 (8 * num_threads)`` ids each, run by ``num_threads`` worker threads (the numba
 kernels release the GIL; with one thread every stack is one task): ranges of a
 stack's ``G * S`` slices, and a slice larger than that cut further into ranges of
 its groups (tables), whose counts add up exactly (per-sample dedup and distinct ids
-never cross tables). Per slice and group the ids are radix-sorted in cache,
+never cross tables); only one table of one slice may be larger. Per slice and group the ids are radix-sorted in cache,
 counted, and with CSR written partition by partition (:mod:`scwork.sharding._kernels`,
 :mod:`scwork.sharding._split_kernels`). Every step after the slices is a batch of
 tasks too: the naive view by (group, partition range), and, without a configured
@@ -48,7 +48,8 @@ tasks too: the naive view by (group, partition range), and, without a configured
 threads every slice's CSR size is counted first (a pass over the ids without
 sorting) so that each (slice, table) task writes in place; with fewer, slices are
 written at a bounding stride and moved left in place, one task per stack. What stays
-serial (planning, checks, building the Dataset) is a few milliseconds;
+serial (planning, checks, building the Dataset) is a few milliseconds, built for
+all stacks at once where it can be (:func:`_make_jobs`, :func:`_set_counted_sizes`);
 ``python benchmarks/bench_sharding.py --project`` measures it and projects the
 speedup at 16 to 208 threads (:mod:`scwork.sharding._profile`). Results do not
 depend on the number of threads or on which thread ran what. Buffers of finished
@@ -92,6 +93,7 @@ the same for unique ids (no id repeats inside one slice), and
 from __future__ import annotations
 
 import itertools
+import math
 import threading
 import warnings
 from collections.abc import Mapping
@@ -310,77 +312,102 @@ def _iter_sorted_group_keys(stack: Stack, batch: FeatureBatch, G: int, S: int, b
         yield g, keys, int(m), lbits
 
 
-class _StackJob:
-    """One stack: group tables for the kernels, per-slice outputs, buffer sizes."""
+@dataclass(frozen=True)
+class _OneStack:
+    """What :func:`_make_jobs` reads of a plan (its stacks), for one stack on its own."""
 
-    def __init__(self, stack: Stack, batch: FeatureBatch, G: int, S: int, want_csr: bool,
-                 config: SparsecoreConfig, has_w: np.ndarray | None = None, slice_counts: np.ndarray | None = None,
-                 count_first: bool = False):
+    stacks: tuple[Stack, ...]
+
+
+class _StackJob:
+    """One stack: group tables for the kernels, per-slice outputs, buffer sizes.
+
+    Made by :func:`_make_jobs`, which builds the tables of every stack of a call in
+    one pass (a few numpy calls for all stacks rather than some forty per stack:
+    with 26 one-table stacks that per-stack Python was most of a call's serial time).
+    """
+
+    def __init__(self, stack: Stack | None = None, batch: FeatureBatch | None = None, G: int = 1, S: int = 1,
+                 want_csr: bool = False, config: SparsecoreConfig | None = None, has_w: np.ndarray | None = None,
+                 slice_counts: np.ndarray | None = None, count_first: bool = False):
+        """One stack on its own (``_StackJob()``: empty, for :func:`_make_jobs` to fill)."""
+        if stack is None:
+            return
+        if has_w is None:
+            _, has_w = _weights_of(batch)
+        if slice_counts is None:
+            slice_counts = _slice_counts(batch, G * S)
+        (job,) = _make_jobs(_OneStack((stack,)), batch, G, S, want_csr, config or SparsecoreConfig(), has_w,
+                            slice_counts, count_first)
+        self.__dict__.update(job.__dict__)
+
+    def setup(self, stack: Stack, G: int, S: int, n: int, groups: list[_Group], want_csr: bool,
+              config: SparsecoreConfig, weighted: list[bool], meta: dict, zeros, counts: np.ndarray,
+              sloff: np.ndarray, slice_ids: np.ndarray, slice_list: list[int], group_slice_max: int,
+              count_first: bool) -> None:
+        """Fill the job from the per-call tables of :func:`_make_jobs` (views of shared arrays).
+
+        ``meta``: this stack's int64 rows (``gptr``, ``feat_rows``...) as views;
+        ``zeros(length)``: a fresh zero-filled int64 view of the call's block.
+        """
         P = stack.num_partitions
         nsl = G * S
-        n = batch.batch_size // nsl
         K = len(stack.features)
         self.stack, self.G, self.S, self.P, self.nsl, self.n = stack, G, S, P, nsl, n
         self.lbits = _lbits(K, n)
-        self.groups = groups = _groups(stack, batch, nsl, slice_counts)
+        self.groups = groups
         ng = len(groups)
         self.want_csr = want_csr
         self.max_ids, self.max_uniq = _limits(stack)
         limited = self.max_ids < _NO_LIMIT or self.max_uniq < _NO_LIMIT
         self.allow_cut = bool(config.allow_id_dropping)
         self.keep_all = want_csr or (limited and self.allow_cut)
-        if has_w is None:
-            _, has_w = _weights_of(batch)
-        weighted = [bool(has_w[g.feat_rows].any()) for g in groups]
         self.combiner = _COMBINER_CODE[stack.combiner] if want_csr else 0
         self.any_gains = want_csr and any(weighted)
 
-        counts = np.array([g.slice_ids for g in groups], np.int64).reshape(ng, nsl)
-        self.slice_ids = counts.sum(axis=0)                     # raw ids of the stack per slice
-        self.num_ids = int(self.slice_ids.sum())
-        self.group_slice_max = int(counts.max()) if counts.size else 0
-        self.stack_slice_max = int(self.slice_ids.max()) if nsl else 0
-        sloff = np.zeros((ng, nsl + 1), np.int64)
-        np.cumsum(counts, axis=1, out=sloff[:, 1:])
-        self.gptr = np.zeros(ng + 1, np.int64)
-        self.gptr[1:] = np.cumsum([g.feat_rows.size for g in groups])
-        self.feat_rows = np.concatenate([g.feat_rows for g in groups]).astype(np.int64)
-        self.feat_k = np.concatenate([g.feat_k for g in groups]).astype(np.int64)
-        self.g_vocab = np.array([g.vocab for g in groups], np.int64)
-        self.g_shift = np.array([g.col_shift for g in groups], np.int64)
-        self.g_qbits = np.array([g.qbits for g in groups], np.int64)
-        self.g_rowoff = np.array([g.row_offset for g in groups], np.int64)
-        self.g_mode = np.array([(2 if w else (1 if self.combiner else 0)) if want_csr else 0 for w in weighted],
-                               np.int64)
+        self.slice_ids = slice_ids                              # raw ids of the stack per slice
+        self.slice_list = slice_list
+        self.num_ids = sum(slice_list)
+        self.group_slice_max = group_slice_max
+        self.stack_slice_max = max(slice_list) if nsl else 0
+        self.counts = counts                                    # (ng, nsl) raw ids per group and slice
+        self.gptr = meta["gptr"]
+        self.feat_rows = meta["feat_rows"]
+        self.feat_k = meta["feat_k"]
+        self.g_vocab = meta["g_vocab"]
+        self.g_shift = meta["g_shift"]
+        self.g_qbits = meta["g_qbits"]
+        self.g_rowoff = meta["g_rowoff"]
+        self.g_mode = meta["g_mode"]
+        self.g_uloff = meta["g_uloff"]
         self.g_sloff = sloff
         # naive view: every (group, slice) run appends its sorted distinct ids to
         # ulist (carved by _execute); tasks over partition ranges merge them
-        self.g_bitmap = np.zeros(ng, np.int8)
-        self.g_bmoff = np.zeros(ng, np.int64)
-        self.g_uloff = np.zeros(ng, np.int64)
-        np.cumsum([g.num_ids for g in groups[:-1]], out=self.g_uloff[1:])
+        self.g_bitmap = meta["bitmap"]
+        self.g_bmoff = zeros(ng)
         self.ulist_size = max(1, self.num_ids)
         self.ulist = None
-        self.ul_cnt = np.zeros(ng * nsl, np.int64)
+        self.ul_cnt = zeros(ng * nsl)
         # statistics-only stacks count each (group, slice) run into its group's
         # counters, so that tasks may split a slice by groups
         self.by_group = not self.keep_all
-        self.pairs_g = np.zeros(ng * nsl * P if self.by_group else 1, np.int64)
-        self.distinct_g = np.zeros(ng * nsl * P if self.by_group else 1, np.int64)
-        self.naive_g = np.zeros((ng, P), np.int64)
+        self.pairs_g = zeros(ng * nsl * P if self.by_group else 1)
+        self.distinct_g = zeros(ng * nsl * P if self.by_group else 1)
+        self.naive_g = zeros(ng * P).reshape(ng, P)
 
-        self.pairs = np.zeros(nsl * P, np.int64)
-        self.distinct = np.zeros(nsl * P, np.int64)
-        self.kept = np.zeros(nsl * P, np.int64)
-        self.dropped = np.zeros(nsl, np.int64)
-        self.used = np.zeros(nsl, np.int64)
-        self.rowgain = (_row_gains(stack, batch, nsl, n, self.lbits) if want_csr and self.combiner
-                        else np.zeros(1, np.float32))
+        self.pairs = zeros(nsl * P)
+        self.distinct = zeros(nsl * P)
+        self.kept = zeros(nsl * P)
+        self.dropped = zeros(nsl)
+        self.used = zeros(nsl)
+        # (kernels read rowgain only with a combiner; without CSR they never touch row_pointers)
+        self.rowgain = (_row_gains(stack, meta["batch"], nsl, n, self.lbits) if want_csr and self.combiner
+                        else meta["no_gains"])
         self.R = max(P, _ALIGN)
-        self.row_pointers = np.empty(nsl * self.R if want_csr else 1, np.int32)
+        self.row_pointers = np.empty(nsl * self.R, np.int32) if want_csr else meta["no_row_pointers"]
         self.C = None
         self.cap = -1
-        self.base = np.zeros(nsl, np.int64)
+        self.base = meta["zeros_nsl"]                            # read-only zeros until set below
         self.out_size = 1                                        # entries of emb / smp / gout
         if want_csr:
             if stack.max_ids_per_partition is not None:
@@ -393,7 +420,7 @@ class _StackJob:
                 # sl * stride, stride bounding every slice (raw ids + 7 padding slots per
                 # partition), then compact_slices moves it left to sl * C in place (no
                 # second buffer: fresh memory is what costs most here)
-                self.stride = max(_ALIGN, int((self.slice_ids + (_ALIGN - 1) * P).max()))
+                self.stride = max(_ALIGN, self.stack_slice_max + (_ALIGN - 1) * P)
                 self.base = np.arange(nsl, dtype=np.int64) * self.stride
                 self.out_size = nsl * self.stride
         # Without a configured C, with many threads (count_first), C (the longest
@@ -404,17 +431,18 @@ class _StackJob:
         # (limits with allow_id_dropping) always needs that, as only the sort knows
         # a slice's size.
         self.counted = want_csr and self.C is None and not (limited and self.allow_cut) and count_first
-        self.count_pairs = np.zeros(ng * nsl * P if self.counted else 1, np.int64)
+        self.count_pairs = zeros(ng * nsl * P if self.counted else 1)
         # Without limits the count also fixes where each group's ids of each stream
         # go, so that tasks may split a slice by groups (write_groups)
         self.split_csr = self.counted and not limited
         if self.split_csr:
-            self.distinct_g = np.zeros(ng * nsl * P, np.int64)
+            self.distinct_g = zeros(ng * nsl * P)
         self.staged = want_csr and self.C is None and not self.counted
         self.emb = self.smp = self.gout = None
         self.tasks: list[dict] = []
         self.lock = threading.Lock()
         self.naive_counts: np.ndarray | None = None
+
 
     def set_counted_size(self) -> None:
         """``C`` from the counted pairs (:func:`~scwork.sharding._split_kernels.slice_pairs`): slices in place.
@@ -458,20 +486,26 @@ class _StackJob:
         ``target`` is cut further into ranges of its groups (tables).
         """
         ng = len(self.groups)
-        if not np.isfinite(target) or not by_group or ng == 1 or self.stack_slice_max <= target:
+        if not math.isfinite(target) or not by_group or ng == 1 or self.stack_slice_max <= target:
+            # plain Python on the per-slice counts: a few numpy calls per stack cost
+            # more than these lists (nsl is the number of SparseCores, tens)
+            cum = [0, *itertools.accumulate(self.slice_list)]
             units = [(s0, s1, 0, ng) for s0, s1 in self.ranges(target)]
-            return units, [int(self.slice_ids[s0:s1].sum()) for s0, s1, _, _ in units]
-        counts = [g.slice_ids.tolist() for g in self.groups]                     # (ng, nsl) ints
+            return units, [cum[s1] - cum[s0] for s0, s1, _, _ in units]
+        counts = self.counts.tolist()                                            # (ng, nsl) ints
         units, sizes = [], []
         for sl in range(self.nsl):
-            # contiguous groups, a new task once the current one holds target ids
+            # contiguous groups, as many as stay within target ids (a larger group alone)
             g0, acc = 0, 0
             for g in range(ng):
-                acc += counts[g][sl]
-                if acc >= target or g == ng - 1:
-                    units.append((sl, sl + 1, g0, g + 1))
+                c = counts[g][sl]
+                if acc and acc + c > target:
+                    units.append((sl, sl + 1, g0, g))
                     sizes.append(acc)
-                    g0, acc = g + 1, 0
+                    g0, acc = g, 0
+                acc += c
+            units.append((sl, sl + 1, g0, ng))
+            sizes.append(acc)
         return units, sizes
 
     def naive_units(self, target: float) -> list[tuple[int, int, int]]:
@@ -479,7 +513,7 @@ class _StackJob:
         out = []
         P = self.P
         for i, g in enumerate(self.groups):
-            parts = 1 if not np.isfinite(target) else min(P, max(1, round(g.num_ids / max(target, 1.0))))
+            parts = 1 if not math.isfinite(target) else min(P, max(1, round(g.num_ids / max(target, 1.0))))
             edges = sorted({P * k // parts for k in range(parts + 1)})
             out += [(i, a, b) for a, b in itertools.pairwise(edges)]
         return out
@@ -492,15 +526,25 @@ class _StackJob:
                                     p0, p1, self.naive_g[g])
 
     def ranges(self, target: float) -> list[tuple[int, int]]:
-        """Contiguous slice ranges of about ``target`` raw ids each (one if ``target`` is inf)."""
-        total = self.num_ids
-        parts = 1 if not np.isfinite(target) else int(min(self.nsl, max(1, round(total / max(target, 1.0)))))
-        if parts == 1:
-            return [(0, self.nsl)]
-        cum = np.cumsum(self.slice_ids)
-        cuts = np.searchsorted(cum, total * np.arange(1, parts) / parts, side="left") + 1
-        edges = np.unique(np.concatenate([[0], np.clip(cuts, 1, self.nsl - 1), [self.nsl]]))
-        return [(int(a), int(b)) for a, b in itertools.pairwise(edges)]
+        """Contiguous slice ranges of at most ``target`` raw ids each (one if ``target`` is inf).
+
+        Greedy: a range takes the next slice while it stays within ``target``; a
+        slice larger than ``target`` is a range of its own. (Cutting at fractions of
+        the total merged neighbouring slices into tasks of up to twice the target,
+        the largest tasks at 64 threads.)
+        """
+        nsl = self.nsl
+        if not math.isfinite(target) or self.num_ids <= target:
+            return [(0, nsl)]
+        out = []
+        s0, acc = 0, 0
+        for sl, c in enumerate(self.slice_list):
+            if acc and acc + c > target:
+                out.append((s0, sl))
+                s0, acc = sl, 0
+            acc += c
+        out.append((s0, nsl))
+        return out
 
     def scratch_needs(self) -> dict[str, int]:
         """Lengths of the per-worker scratch arrays a task of this stack uses."""
@@ -586,13 +630,18 @@ class _StackJob:
 
     def finish_counts(self) -> None:
         """Per-group counters summed (statistics-only stacks) and the naive view."""
+        ng = len(self.groups)
         if self.by_group or self.split_csr:
-            ng, nsl, P = len(self.groups), self.nsl, self.P
+            nsl, P = self.nsl, self.P
             per_group = self.count_pairs if self.split_csr else self.pairs_g
-            self.pairs[:] = per_group.reshape(ng, nsl * P).sum(axis=0)
-            self.distinct[:] = self.distinct_g.reshape(ng, nsl * P).sum(axis=0)
-            self.kept[:] = self.pairs
-        self.naive_counts = self.naive_g.sum(axis=0)
+            if ng == 1:
+                # one table: its counters are the stack's (read from here on, never written)
+                self.pairs, self.distinct, self.kept = per_group, self.distinct_g, per_group
+            else:
+                np.sum(per_group.reshape(ng, nsl * P), axis=0, out=self.pairs)
+                np.sum(self.distinct_g.reshape(ng, nsl * P), axis=0, out=self.distinct)
+                self.kept[:] = self.pairs
+        self.naive_counts = self.naive_g[0] if ng == 1 else self.naive_g.sum(axis=0)
 
     def result(self) -> dict:
         out = {"pairs": self.pairs, "distinct": self.distinct, "naive": self.naive_counts, "kept": self.kept,
@@ -647,6 +696,191 @@ class _StackJob:
         self.C = capacity
 
 
+def _describe_groups(stacks, batch: FeatureBatch):
+    """Per stack, per group (table): ``(table, ks, rows, names, shift, row offset, vocab, qbits)``.
+
+    Also the feature rows of every group in order, where each group starts among
+    them, and the first group of each stack (a last entry: the number of groups).
+    """
+    index = batch._index
+    rows_in_order: list[int] = []          # feature rows, group by group, stack by stack
+    group_starts: list[int] = []           # first position of each group in rows_in_order
+    stack_groups: list[int] = [0]          # first group of each stack
+    described = []
+    for st in stacks:
+        P = st.num_partitions
+        k_of_table: dict[str, list[int]] = {}
+        for k, f in enumerate(st.features):
+            k_of_table.setdefault(f.table.name, []).append(k)
+        mine = []
+        for t in st.tables:
+            name = t.table.name
+            ks = k_of_table.get(name, [])
+            rows = []
+            for k in ks:
+                fname = st.features[k].name
+                if fname not in index:
+                    batch._feature_index(fname)                # raises the InputError
+                rows.append(index[fname])
+            group_starts.append(len(rows_in_order))
+            rows_in_order += rows
+            vocab = t.table.vocab_size
+            mine.append((name, ks, rows, tuple(st.features[k].name for k in ks), t.shard_rotation,
+                         t.row_offset_in_shard, vocab, int((vocab - 1) // P).bit_length()))
+        described.append(mine)
+        stack_groups.append(stack_groups[-1] + len(mine))
+    return described, rows_in_order, group_starts, stack_groups
+
+
+def _make_jobs(plan: StackingPlan, batch: FeatureBatch, G: int, S: int, want_csr: bool, config: SparsecoreConfig,
+               has_w: np.ndarray, slice_counts: np.ndarray, count_first: bool) -> list[_StackJob]:
+    """Every stack's :class:`_StackJob`, their tables built in one pass over all stacks.
+
+    The same tables as building each stack on its own (:func:`_groups` per stack),
+    but the per-(group, slice) counts, their offsets and maxima are computed for all
+    groups of all stacks with a few numpy calls, the small per-group rows come from
+    one int64 array and every zero-filled counter is a view of one zeroed block.
+    """
+    nsl = G * S
+    n = batch.batch_size // nsl
+    has_w_list = has_w.tolist()
+    stacks = plan.stacks
+    described, rows_in_order, group_starts, stack_groups = _describe_groups(stacks, batch)
+    total_groups = stack_groups[-1]
+    if total_groups == 0 or not rows_in_order:
+        gcounts = np.zeros((total_groups, nsl), np.int64)
+    else:
+        gcounts = np.add.reduceat(slice_counts[np.array(rows_in_order, np.int64)],
+                                  np.array(group_starts, np.int64), axis=0).astype(np.int64, copy=False)
+    # a group without features (cannot happen for a checked plan) counts nothing
+    sloff_all = np.zeros((total_groups, nsl + 1), np.int64)
+    np.cumsum(gcounts, axis=1, out=sloff_all[:, 1:])
+    group_totals = sloff_all[:, -1].tolist()
+    group_max = gcounts.max(axis=1).tolist() if nsl else [0] * total_groups
+    slice_rows = gcounts.tolist()
+
+    # the small int64 rows of every stack, from one array
+    flat: list[int] = []
+    layout = []
+    for si, st in enumerate(stacks):
+        mine = described[si]
+        weighted = [any(has_w_list[r] for r in g[2]) for g in mine]
+        combiner = _COMBINER_CODE[st.combiner] if want_csr else 0
+        gptr = [0]
+        for g in mine:
+            gptr.append(gptr[-1] + len(g[2]))
+        uloff = [0]
+        for gi in range(len(mine) - 1):
+            uloff.append(uloff[-1] + group_totals[stack_groups[si] + gi])
+        parts = {
+            "gptr": gptr,
+            "feat_rows": [r for g in mine for r in g[2]],
+            "feat_k": [k for g in mine for k in g[1]],
+            "g_vocab": [g[6] for g in mine],
+            "g_shift": [g[4] for g in mine],
+            "g_qbits": [g[7] for g in mine],
+            "g_rowoff": [g[5] for g in mine],
+            "g_mode": [(2 if w else (1 if combiner else 0)) if want_csr else 0 for w in weighted],
+            "g_uloff": uloff,
+        }
+        spans = {}
+        for key, vals in parts.items():
+            spans[key] = (len(flat), len(flat) + len(vals))
+            flat += vals
+        layout.append((spans, weighted, gptr))
+    meta_all = np.array(flat, np.int64)
+    zeros_nsl = np.zeros(nsl, np.int64)
+    zeros_nsl.flags.writeable = False
+    # the engine's naive view always uses lists (no bitmap): one zero flag per group
+    bitmaps = np.zeros(max(1, total_groups), np.int8)
+    no_gains = np.zeros(1, np.float32)
+    no_row_pointers = np.zeros(1, np.int32)
+
+    # one zeroed block for every counter of every job: sizes first, then views
+    ng_of = [stack_groups[si + 1] - stack_groups[si] for si in range(len(stacks))]
+    block_len = 0
+    for si, st in enumerate(stacks):
+        ng, P = ng_of[si], st.num_partitions
+        block_len += ng + ng * nsl + 4 * ng * nsl * P + ng * P + 3 * nsl * P + 2 * nsl + 2
+    block = np.zeros(max(1, block_len), np.int64)
+    pos = [0]
+
+    def zeros(length: int) -> np.ndarray:
+        start = pos[0]
+        pos[0] = start + length
+        if pos[0] > block.size:                      # sized above; a miscount must not alias
+            raise RuntimeError("engine job layout: zero block too small")
+        return block[start:start + length]
+
+    stack_slices_all = np.add.reduceat(gcounts, np.array(stack_groups[:-1], np.int64), axis=0) \
+        if total_groups and len(stacks) == len([c for c in ng_of if c]) else None
+    jobs = []
+    for si, st in enumerate(stacks):
+        g0, g1 = stack_groups[si], stack_groups[si + 1]
+        spans, weighted, _ = layout[si]
+        meta = {key: meta_all[a:b] for key, (a, b) in spans.items()}
+        meta["batch"] = batch
+        meta["zeros_nsl"] = zeros_nsl
+        meta["bitmap"] = bitmaps[g0:g1]
+        meta["no_gains"] = no_gains
+        meta["no_row_pointers"] = no_row_pointers
+        rows_view, ks_view = meta["feat_rows"], meta["feat_k"]
+        gptr = layout[si][2]
+        groups = [_Group(d[0], rows_view[gptr[i]:gptr[i + 1]], ks_view[gptr[i]:gptr[i + 1]],
+                         d[3], d[4], d[5], d[6], d[7], group_totals[g0 + i], gcounts[g0 + i])
+                  for i, d in enumerate(described[si])]
+        if stack_slices_all is not None:
+            slice_ids = stack_slices_all[si]
+        else:
+            slice_ids = gcounts[g0:g1].sum(axis=0)
+        slice_list = slice_ids.tolist()
+        job = _StackJob()
+        job.setup(st, G, S, n, groups, want_csr, config, weighted, meta, zeros, gcounts[g0:g1],
+                  sloff_all[g0:g1], slice_ids, slice_list, max(group_max[g0:g1], default=0), count_first)
+        jobs.append(job)
+    return jobs
+
+
+def _set_counted_sizes(jobs: list[_StackJob]) -> None:
+    """:meth:`_StackJob.set_counted_size` of every job, a few numpy calls per shape of job.
+
+    Jobs of the same shape (groups, slices, partitions) are stacked and computed at
+    once; each job then takes its rows (the per-job method costs some twenty numpy
+    calls per stack, most of a preprocess call's serial time at 26 stacks).
+    """
+    by_shape: dict[tuple, list[_StackJob]] = {}
+    for j in jobs:
+        by_shape.setdefault((len(j.groups), j.nsl, j.P, j.split_csr), []).append(j)
+    for (ng, nsl, P, split), same in by_shape.items():
+        m = len(same)
+        per_group = np.stack([j.count_pairs for j in same]).reshape(m, ng, nsl, P)
+        pairs = per_group.sum(axis=1)                                            # (m, nsl, P)
+        aligned = round_up_array(pairs)
+        used = aligned.sum(axis=2)                                               # (m, nsl)
+        C = np.maximum(used.max(axis=1), _ALIGN) if nsl else np.full(m, _ALIGN, np.int64)
+        base = np.arange(nsl, dtype=np.int64)[None, :] * C[:, None]             # (m, nsl)
+        C_list = C.tolist()
+        for i, j in enumerate(same):
+            j.C = j.cap = C_list[i]
+            j.base = base[i]
+            j.out_size = nsl * C_list[i]
+        if not split:
+            continue
+        pstart = np.cumsum(aligned, axis=2) - aligned + base[:, :, None]         # (m, nsl, P), absolute
+        offs = (np.cumsum(per_group, axis=1) - per_group + pstart[:, None]).reshape(m, -1)
+        R = same[0].R
+        rp = np.empty((m, nsl, R), np.int32)
+        rp[:, :, :P] = pstart - base[:, :, None] + pairs
+        rp[:, :, P:] = used[:, :, None]
+        pad_lo = np.concatenate([pstart + pairs, (base + used)[:, :, None]], axis=2).reshape(m, -1)
+        pad_hi = np.concatenate([pstart + aligned, (base + C[:, None])[:, :, None]], axis=2).reshape(m, -1)
+        rp = rp.reshape(m, nsl * R)
+        for i, j in enumerate(same):
+            j.offs, j.pad_lo, j.pad_hi = offs[i], pad_lo[i], pad_hi[i]
+            j.row_pointers = rp[i]
+            j.used[:] = used[i]
+
+
 def _csr_views(specs_of: list[int]) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """``(emb, smp, gout)`` of the given lengths, all carved from one pooled buffer."""
     flat = _carve_owned([(n, dt) for n in specs_of for dt in (np.int32, np.int32, np.float32)])
@@ -681,19 +915,22 @@ def _execute(plan: StackingPlan, batch: FeatureBatch, G: int, S: int, kern: _Bac
     weights, has_w = _weights_of(batch)
     counts = _slice_counts(batch, G * S)
     count_first = num_threads >= _COUNT_FIRST_THREADS
-    jobs = [_StackJob(st, batch, G, S, want_csr, config, has_w, counts, count_first) for st in plan.stacks]
+    jobs = _make_jobs(plan, batch, G, S, want_csr, config, has_w, counts, count_first)
     total = sum(j.num_ids for j in jobs)
     target = total / (num_threads * _TASKS_PER_THREAD) if num_threads > 1 else np.inf
 
     counted = [j for j in jobs if j.counted]
+    count_units = None
     if counted:
-        units, sizes = _units(counted, target, lambda j: True)
-        _run_tasks(lambda item, worker: item[0].count_task(kern, batch, *item[1:]), units, sizes, num_threads,
+        count_units = _units(counted, target, lambda j: True)
+        _run_tasks(lambda item, worker: item[0].count_task(kern, batch, *item[1:]), *count_units, num_threads,
                    "count")
-        for j in counted:
-            j.set_counted_size()
+        _set_counted_sizes(counted)
 
-    work, sizes = _units(jobs, target, lambda j: j.by_group or j.split_csr)
+    if count_units is not None and len(counted) == len(jobs) and all(j.split_csr for j in jobs):
+        work, sizes = count_units          # the same cut (every job is cut by groups either way)
+    else:
+        work, sizes = _units(jobs, target, lambda j: j.by_group or j.split_csr)
     num_threads = min(num_threads, len(work))          # no scratch for threads without work
 
     # buffers: scratch per worker and the naive-view lists (internal, back to the pool

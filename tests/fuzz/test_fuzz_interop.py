@@ -236,6 +236,45 @@ def test_embedding_spec_messages_with_odd_values(case, data):
             report_wrong("interop.read_embedding_spec", f"written file does not read back: {error}")
 
 
+@settings(**_SETTINGS)
+@given(case=plans(), data=st.data())
+def test_embedding_spec_files(case, data):
+    """read_embedding_spec on what a checkpoint folder can hold: the file in either place, a missing or
+    misnamed file, a folder where the file should be, mutated or non-UTF-8 bytes, odd path objects.
+    Whatever it accepts must equal parsing the file's text (nothing read from a wrong place)."""
+    features, plan, _ = case
+    good = format_embedding_spec(embedding_spec_message(features, plan)).encode()
+    with tempfile.TemporaryDirectory() as folder:
+        step = Path(folder) / "step"
+        where = data.draw(st.sampled_from(["step", "embedding_spec", "misnamed", "folder_instead", "nowhere"]),
+                          label="where")
+        file = {"step": step / "proto.pbtxt", "embedding_spec": step / "embedding_spec" / "proto.pbtxt",
+                "misnamed": step / "embedding_spec" / "proto.txt", "folder_instead": step / "proto.pbtxt",
+                "nowhere": None}[where]
+        step.mkdir()
+        content = data.draw(weighted((2, st.just(good)), (3, mutated_bytes(good))), label="content")
+        if file is not None:
+            file.parent.mkdir(parents=True, exist_ok=True)
+            if where == "folder_instead":
+                file.mkdir()
+            else:
+                file.write_bytes(content)
+        target = data.draw(weighted((3, st.sampled_from([step, step / "embedding_spec", file or step / "x"])),
+                                    (1, st.sampled_from([str(step), Path(folder) / "missing"])),
+                                    (1, odd_scalars())), label="path")
+        message, error = check_surface("interop.read_embedding_spec", lambda: read_embedding_spec(target))
+        if error is not None:
+            return
+        if target != file and where in ("misnamed", "folder_instead", "nowhere"):
+            report_wrong("interop.read_embedding_spec", f"read a message from {target!r} with the file {where}")
+        try:
+            expected = parse_embedding_spec(content.decode("utf-8"))
+        except (UnicodeDecodeError, scwork.errors.ScworkError) as err:
+            report_wrong("interop.read_embedding_spec", f"accepted a file its text parser refuses: {err}")
+        if format_embedding_spec(message) != format_embedding_spec(expected):
+            report_wrong("interop.read_embedding_spec", "the file reads differently from its text")
+
+
 @settings(**{**_SETTINGS, "max_examples": max(2, _SETTINGS["max_examples"] // 10)})
 @given(case=plans(), data=st.data())
 def test_plans_applied_in_the_library(case, data):

@@ -37,7 +37,8 @@ def test_profiled_calls_give_the_same_results_and_record_their_tasks():
     names = [[n for n, _ in p.batches] for p in profiles]
     assert names[0] == ["slices", "finish"]
     assert names[1] == ["count", "slices", "finish"]     # 16 threads: CSR sizes counted first
-    assert names[2] == ["stacks"] and len(profiles[2].batches[0][1]) == 6
+    # minibatch: each feature's largest id (the out-of-vocabulary check), then the stacks
+    assert names[2] == ["oov", "stacks"] and [len(ts) for _, ts in profiles[2].batches] == [6, 6]
     for p in profiles:
         assert p.plan_threads == 16 and 0 <= p.task_s <= p.total_s
         assert p.serial_s <= p.total_s
@@ -45,6 +46,12 @@ def test_profiled_calls_give_the_same_results_and_record_their_tasks():
         assert p.critical_path_s(64) <= p.critical_path_s(16) <= p.critical_path_s(1)
         assert p.critical_path_s(1) == pytest.approx(p.serial_s + p.task_s)
         assert 0 < p.largest_task_share() <= 1
+        assert [len(sz) for sz in p.sizes] == [len(ts) for _, ts in p.batches]
+        assert 0 < p.largest_size_share() <= 1
+    # every raw id of the batch is in exactly one slices task (the cut loses and repeats none)
+    slices = dict(zip([n for n, _ in profiles[0].batches], profiles[0].sizes))["slices"]
+    assert sum(slices) == batch.num_ids and max(slices) <= batch.num_ids / (16 * 8) + max(
+        int(n) for n in np.diff(batch._splits[:, ::512 // 8], axis=1).ravel())
     assert mb.num_threads == 16
     # outside the block nothing is recorded and num_threads means itself again
     compute_stats(batch, feats, topo, "auto", num_threads=1)

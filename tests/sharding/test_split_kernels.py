@@ -208,3 +208,65 @@ def test_minibatch_tasks_give_the_results_of_one_thread(strategy):
                 other = minibatch(batch, feats, topo, stacking=stacking, config=cfg, strategy=strategy,
                                   num_threads=nt, stack_limits=limits)
                 assert one.stats.equals(other.stats) and one.assignment.equals(other.assignment)
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(0, 2**32 - 1))
+def test_counted_sizes_of_all_stacks_at_once_equal_each_stack_on_its_own(seed):
+    """_set_counted_sizes (stacks of one shape stacked, a few numpy calls) = set_counted_size per job."""
+    rng = np.random.default_rng(seed)
+    G, S = int(rng.integers(1, 4)), int(rng.integers(1, 4))
+    topo = scwork.Topology(G, S)
+    B = G * S * int(rng.integers(1, 5))
+    tables = [TableSpec(f"t{i}", int(rng.choice([7, 300, 10**6])), 8) for i in range(int(rng.integers(1, 6)))]
+    feats = [FeatureSpec(f"f{i}", tables[i % len(tables)]) for i in range(len(tables) + int(rng.integers(0, 3)))]
+    data = {}
+    for f in feats:
+        lengths = rng.integers(0, 12, B)
+        ids = rng.integers(0, f.table.vocab_size, int(lengths.sum()))
+        data[f.name] = (ids, np.concatenate([[0], np.cumsum(lengths)]))
+    batch = FeatureBatch(data)
+    # no stacking (one-table stacks) and random groups (stacks of several shapes)
+    names = [t.name for t in tables]
+    cut = int(rng.integers(1, len(names) + 1))
+    for stacking in (None, [names[:cut]] + ([names[cut:]] if names[cut:] else [])):
+        plan = plan_stacking(feats, topo, stacking, batch_size=B)
+        _, has_w = engine._weights_of(batch)
+        counts = engine._slice_counts(batch, G * S)
+        kern = engine._Backend("numba")
+        together = engine._make_jobs(plan, batch, G, S, True, SparsecoreConfig(), has_w, counts, True)
+        alone = [engine._StackJob(stack, batch, G, S, True, SparsecoreConfig(), count_first=True)
+                 for stack in plan.stacks]
+        for a, b in zip(together, alone, strict=True):
+            assert a.counted and b.counted
+            a.count_task(kern, batch, 0, a.nsl)
+            b.count_task(kern, batch, 0, b.nsl)
+            b.set_counted_size()
+        engine._set_counted_sizes(together)
+        for a, b in zip(together, alone, strict=True):
+            assert (a.C, a.cap, a.out_size) == (b.C, b.cap, b.out_size)
+            for name in ("base", "offs", "pad_lo", "pad_hi", "row_pointers", "used"):
+                assert np.array_equal(getattr(a, name), getattr(b, name)), name
+                assert getattr(a, name).flags.c_contiguous, name
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.floats(1.0, 400.0))
+def test_task_ranges_cover_every_slice_once_and_stay_within_the_target(seed, target):
+    """Slice ranges: contiguous, covering, each within target ids unless one slice alone is larger."""
+    batch, stack, G, S, rng = _stack(seed)
+    job = engine._StackJob(stack, batch, G, S, False, SparsecoreConfig())
+    for by_group in (False, True):
+        units, sizes = job.work_units(target, by_group)
+        counts = job.counts
+        seen = np.zeros((len(job.groups), job.nsl), np.int64)
+        for (s0, s1, g0, g1), size in zip(units, sizes, strict=True):
+            seen[g0:g1, s0:s1] += 1
+            assert size == int(counts[g0:g1, s0:s1].sum())
+            # over the target only when one slice holds its ids (empty slices ride along),
+            # and within that slice one table or the whole stack (ranges)
+            if size > target:
+                assert np.count_nonzero(counts[g0:g1, s0:s1].sum(axis=0)) == 1
+                assert np.count_nonzero(counts[g0:g1, s0:s1]) == 1 or (g0, g1) == (0, len(job.groups))
+        assert (seen == 1).all()
+    assert job.work_units(float("inf"), True) == ([(0, job.nsl, 0, len(job.groups))], [job.num_ids])

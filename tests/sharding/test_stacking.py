@@ -242,3 +242,35 @@ def test_auto_stacking_groups_by_quantization_too():
         plan_stacking(features, scwork.Topology(1, 2), stacking=[["a", "c"]], batch_size=64)
     with pytest.raises(ConfigError, match="QuantizationConfig"):
         TableSpec("e", 100, 8, quantization=(256, -1.0, 1.0))
+
+
+def test_plans_of_equal_arguments_are_shared_and_only_those():
+    """plan_stacking keeps recent plans by their arguments: equal ones share a plan, others do not."""
+    import scwork
+    from scwork.errors import ConfigError as _ConfigError
+    from scwork.sharding import FeatureSpec as _F, TableSpec as _T, plan_stacking as _plan
+
+    def feats(dim=16):
+        return [_F(f"f{i}", _T(f"t{i}", 1000, dim)) for i in range(4)]
+
+    topo = scwork.Topology(2, 2)
+    a = _plan(feats(), topo, "auto", batch_size=64)
+    assert _plan(feats(), topo, "auto", batch_size=64) is a            # equal values, new objects
+    assert _plan(tuple(feats()), topo, "auto", batch_size=64) is a
+    assert _plan(feats(), topo, "auto", batch_size=64, stack_limits={}) is a
+    assert _plan(feats(dim=32), topo, "auto", batch_size=64) is not a  # another table width
+    assert _plan(feats(), scwork.Topology(2, 4), "auto", batch_size=64) is not a
+    assert _plan(feats(), topo, None, batch_size=64) is not a
+    assert [s.name for s in _plan(feats(), topo, None, batch_size=64).stacks] == ["t0", "t1", "t2", "t3"]
+    # a bool is no batch size, even where the plan of batch size 1 is kept
+    _plan(feats(), topo, "auto", batch_size=1)
+    with pytest.raises(_ConfigError, match="batch_size"):
+        _plan(feats(), topo, "auto", batch_size=True)
+    # manual groups and limits overrides are planned every time
+    groups = [["t0", "t1"]]
+    assert _plan(feats(), topo, groups) is not _plan(feats(), topo, groups)
+    limited = _plan(feats(), topo, None, stack_limits={"t0": (8, 8)})
+    assert limited.stack("t0").max_ids_per_partition == 8
+    assert _plan(feats(), topo, None, stack_limits={"t0": (16, 8)}).stack("t0").max_ids_per_partition == 16
+    # a plan passed in is checked against the features once, then reused while it lives
+    assert _plan(feats(), topo, a) is _plan(feats(), topo, a)

@@ -185,6 +185,27 @@ def test_rank_three_view_folds_major_dims(explorer):
     assert np.array_equal(grid_labels(explorer).astype(np.int64), expected)
 
 
+def test_a_preset_of_small_cells_sends_no_labels(explorer):
+    """The notebook's switch from bf16[16,256] to s4[8,128]: 1024 rect cells of 7.5 px, no label fits.
+
+    Both grids (layout and memory strip) keep their labels in the cells' source and
+    send none to the text glyphs: on the page each hidden label was measured on every
+    redraw (the preset change took over 300 ms of page work).
+    """
+    explorer.text = "bf16[16,256]{1,0:T(8,128)(2,1)}"
+    explorer.controls["preset"].index = 3
+    assert explorer.text == "s4[8,128]{1,0:T(8,128)(2,1)E(4)}"
+    for grid in (explorer._grid, explorer._strip.grid):
+        assert not grid.uses_image and len(grid.cells.data["x"]) == 1024
+        assert grid.has_labels and not grid.text_renderer.visible
+        assert len(grid.labels.data["x"]) == 0
+    explorer.text = "f32[3,5]{1,0:T(2,2)}"  # large cells: the labels are drawn, and sent
+    grid = explorer._grid
+    assert grid.text_renderer.visible
+    assert sorted(grid.labels.data["label"], key=int) == sorted(grid.cells.data["label"], key=int)
+    assert len(grid.labels.data["label"]) == 24
+
+
 def test_large_preset_uses_the_image_glyph(explorer):
     explorer.text = LARGE
     grid = explorer._grid
@@ -482,8 +503,13 @@ def test_zoomed_addresses_are_drawn_only_where_they_fit_their_cell():
     assert not grid.text_renderer.visible                # 25 px cells: the addresses do not fit
     hover = [tool for tool in grid.figure.tools if type(tool).__name__ == "HoverTool"][0]
     assert ("address", "@{address}") in hover.tooltips    # ... the hover shows them
+    # Labels not drawn are not sent either: the text glyph's own source is empty (BokehJS
+    # measures every text of its source, drawn or not), while the cells keep them.
+    assert len(grid.labels.data["label"]) == 0 and len(grid.cells.data["label"]) == 24 * 16
     big.zoom_to(rows=(4096, 4100), cols=(120, 124))       # 4 x 4 cells: they fit, drawn
     assert grid.text_renderer.visible
+    assert list(grid.labels.data["label"]) == list(grid.cells.data["label"])
+    assert list(grid.labels.data["x"]) == list(grid.cells.data["x"]) and len(grid.labels.data["x"]) == 16
     font = int(grid.text_renderer.glyph.text_font_size.rstrip("px"))
     cell_px = min(grid.figure.frame_width / 4, grid.figure.frame_height / 4)
     assert 9 * _DIGIT_EM * font <= cell_px - 4
