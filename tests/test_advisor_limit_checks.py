@@ -211,7 +211,8 @@ def test_limits_high_skips_a_planned_stack_the_statistics_do_not_have():
     from scwork.advisor._limit_checks import check_limits_high
 
     # the plan also has stack "0" (sorted first), absent from the statistics: skipped, a still reported
-    plan = SimpleNamespace(stacks=[SimpleNamespace(name="0", max_ids_per_partition=400, max_unique_ids_per_partition=400)],
+    zero = SimpleNamespace(name="0", max_ids_per_partition=400, max_unique_ids_per_partition=400)
+    plan = SimpleNamespace(stacks=[zero],
                            stack=lambda name: SimpleNamespace(embedding_dim=8), num_partitions=2,
                            topology=SimpleNamespace(sparsecores_per_chip=4))
     c = Context(config=None, plan=plan, stats=_stats([1, 0, 1, 0], [1, 0, 1, 0], [40, 4], [4, 4]), memory=None,
