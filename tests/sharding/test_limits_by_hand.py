@@ -197,3 +197,26 @@ def test_collect_stats_reads_no_batch_past_max_steps():
 def test_tradeoff_dropped_share_of_a_stack_without_ids_is_zero():
     t = tradeoff(_step_stats([[0, 0], [0, 0]], [[0, 0], [0, 0]]), [8])
     assert t["dropped_pairs_share"].sel(stack="t").values.tolist() == [0.0]
+
+
+def test_tradeoff_candidate_checks_at_their_boundaries():
+    ds = _step_stats([[3, 5], [9, 1]], [[2, 2], [4, 1]])
+    for bad in ([0, 8], [[8, 16]], [1.5, 8]):
+        with pytest.raises(ConfigError, match="candidates must be a non-empty list of positive ints"):
+            tradeoff(ds, bad)
+    assert tradeoff(ds, [1, 8], unique_candidates=[1, 8])["candidate"].values.tolist() == [1, 8]
+    with pytest.raises(ConfigError, match="one per candidate"):
+        tradeoff(ds, [4, 8], unique_candidates=[4, 8, 16])
+
+
+def test_max_method_takes_the_maximum_not_a_percentile():
+    # observed max ids 0 and 800: the maximum is 800 (the 99th percentile would be 792)
+    tuned = tune_limits(_step_stats([[0, 0], [800, 0]], [[0, 0], [8, 0]]))
+    assert tuned.dataset["max_ids_per_partition"].values.tolist() == [800]
+
+
+def test_coo_buffer_bytes_of_one_limit_is_an_int():
+    from scwork.sharding.limits import coo_buffer_bytes_per_device
+
+    got = coo_buffer_bytes_per_device(100, scwork.Topology(4, 4))      # 104 * 4 * 16 * 12
+    assert type(got) is int and got == 79872
