@@ -23,6 +23,7 @@ serialized inside the patches).
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import re
@@ -94,64 +95,68 @@ class PatchRecorder:
         self.prop_names = set()
 
 
-def controls(explorer):
-    import ipywidgets as w
+@functools.cache
+def _kernel_helpers() -> dict:
+    """The browser benchmark's kernel helpers (``_KERNEL_HELPERS``), run here as they run in the kernel.
 
-    out = {}
-    for name, c in explorer.controls.items():
-        items = [(f"{name}[{i}]", item) for i, item in enumerate(c)] if isinstance(c, (list, tuple)) else [(name, c)]
-        out.update({n: item for n, item in items if isinstance(item, w.Widget)})
-    return out
+    One definition of which controls an explorer has, their state and how it is
+    restored, shared with ``benchmarks/browser_latency/test_latency.py``.
+    """
+    from test_latency import _KERNEL_HELPERS
+
+    namespace: dict = {}
+    exec(_KERNEL_HELPERS, namespace)
+    return namespace
+
+
+def controls(explorer):
+    return _kernel_helpers()["_lat_controls"](explorer)
 
 
 def change(c, name, text_changes):
-    """Make the browser benchmark's change to control ``c`` (None if it is not driven)."""
+    """Make the browser benchmark's change to control ``c`` (None if it is not driven).
+
+    The change is the one ``_lat_plan`` gives the page (next option, an arrow key,
+    a typed text, a click), made on the widget instead of in the page.
+    """
     import ipywidgets as w
 
-    if getattr(c, "disabled", False) or isinstance(c, w.Play):
+    if isinstance(c, w.Play):
         return None
-    if isinstance(c, (w.ToggleButtons, w.Dropdown)):
-        n = len(c._options_labels)
-        if n < 2:
-            return None
-        index = 0 if c.index is None else (c.index + 1) % n
-        return lambda: setattr(c, "index", index)
-    if isinstance(c, w.SelectionSlider):
-        index = c.index - 1 if c.index == len(c.options) - 1 else c.index + 1
-        return lambda: setattr(c, "index", index)
-    if isinstance(c, (w.IntSlider, w.FloatSlider)):
-        value = c.value - c.step if c.value >= c.max else c.value + c.step
-        return lambda: setattr(c, "value", value)
-    if isinstance(c, (w.IntText, w.BoundedIntText)):
-        up = c.value + 1
-        value = c.value - 1 if up > getattr(c, "max", up) else up
-        return lambda: setattr(c, "value", value)
-    if isinstance(c, w.Text):
-        if name in text_changes:
-            return lambda: setattr(c, "value", text_changes[name])
+    (entry,) = _kernel_helpers()["_lat_plan"](_Single(name, c), text_changes)
+    if "skip" in entry:
         return None
-    if isinstance(c, w.Checkbox):
-        return lambda: setattr(c, "value", not c.value)
+    if "index" in entry:
+        return lambda: setattr(c, "index", entry["index"])
+    if "key" in entry:
+        sign = 1 if entry["key"] == "ArrowRight" else -1
+        if isinstance(c, w.SelectionSlider):
+            index = c.index + sign
+            return lambda: setattr(c, "index", index)
+        value = c.value + sign * c.step
+        return lambda: setattr(c, "value", value)
+    if "text" in entry:
+        value = int(entry["text"]) if isinstance(c, (w.IntText, w.BoundedIntText)) else entry["text"]
+        return lambda: setattr(c, "value", value)
     if isinstance(c, w.Button):
         return lambda: c.click()
-    return None
+    return lambda: setattr(c, "value", not c.value)       # Checkbox, ToggleButton
+
+
+class _Single:
+    """An explorer-like holder of one control, for ``_lat_plan``."""
+
+    def __init__(self, name, control):
+        self.controls = {name: control}
 
 
 def state_of(explorer):
-    return {name: ("index", c.index) if hasattr(c, "_options_labels") else ("value", c.value)
-            for name, c in controls(explorer).items() if not hasattr(c, "on_click")}
+    return _kernel_helpers()["_lat_state"](explorer)
 
 
 def restore(explorer, default):
-    for _ in range(2):
-        for name, (trait, value) in default.items():
-            c = controls(explorer).get(name)
-            if c is not None and getattr(c, trait) != value:
-                setattr(c, trait, value)
-
-
-def visible(c):
-    return c.layout.display != "none" and getattr(c, "_scwork_hidden", False) is False
+    for problem in _kernel_helpers()["_lat_restore"](explorer, default):
+        print(f"restore: {problem}", file=sys.stderr)
 
 
 def measure(name, explorer, repeats, recorder, states, text_changes):
