@@ -421,6 +421,18 @@ def _intervals(model: Model, knobs: Knobs, stacks: _StackNumbers, tb: _TableNumb
         add(f"SC backward stack {st.name}", "sc_backward_stack", sc.bwd[i], sc.bwd_waste[i], b0, b1, st.name)
     add("TensorCore activations", "tensorcore_activations", knobs.tensorcore_activation_bytes, 0,
         ev.tc_fwd, ev.tc_bwd + 1)
+    # Every knob is capped (2**57 bytes, 2**31 - 1 steps), but their sum is not: 64
+    # prefetched steps of 2**57 bytes are 2**63. The usage per event is a running sum in
+    # int64, so the sum of every allocation (Python ints, exact) must fit, else the peak
+    # would wrap to a negative number that "fits".
+    everything = sum(byts)
+    if everything > _INT64_MAX:
+        largest = sorted(zip(byts, cats), reverse=True)[:3]
+        named = ", ".join(f"{CATEGORIES[c]} {b:,}" for b, c in largest)
+        raise ConfigError(
+            f"the buffers of one step add up to {everything:,} bytes per chip (largest: {named}), beyond what "
+            f"scwork's 64-bit byte counts hold (and any HBM); lower prefetch_bytes_per_step, "
+            f"maximum_parallel_iterations or the other byte sizes")
     return _Intervals(names, np.asarray(cats, np.int64), np.asarray(byts, np.int64), np.asarray(wastes),
                       np.asarray(starts, np.int64), np.asarray(ends, np.int64), stacks_of, tables_of)
 
