@@ -53,7 +53,8 @@ EQUIVALENTS = Path(__file__).resolve().parent / "mutation_equivalents.toml"
 MODULES: dict[str, list[str]] = {
     "scwork/_rounding.py": ["tests/test_rounding.py"],
     "scwork/sharding/column_id.py": ["tests/test_rounding.py", "tests/sharding/test_minibatch_golden.py"],
-    "scwork/layout/tiles.py": ["tests/layout/test_shape.py", "tests/layout/test_kernels.py"],
+    "scwork/layout/tiles.py": ["tests/layout/test_shape.py", "tests/layout/test_kernels.py", "tests/layout/test_parse.py",
+                               "tests/layout/test_bad_inputs.py"],
     "scwork/layout/embedding.py": ["tests/layout/test_embedding.py"],
     "scwork/layout/npu.py": ["tests/layout/test_npu.py"],
     "scwork/sharding/stacking.py": ["tests/sharding/test_stacking.py", "tests/sharding/test_preprocess.py"],
