@@ -56,7 +56,7 @@ def test_layout_integers_take_the_int64_range(value):
     assert SplitConfig(value).dimension == value
 
 
-@pytest.mark.parametrize("value", [-2**63 - 1, 2**63])
+@pytest.mark.parametrize("value", [-2**63 - 1, 2**63, 2**64])
 def test_layout_integers_past_int64_are_refused(value):
     with pytest.raises(LayoutError, match=f"a split dimension {value} does not fit in a signed 64-bit"):
         SplitConfig(value)
