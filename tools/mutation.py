@@ -56,7 +56,7 @@ MODULES: dict[str, list[str]] = {
     "scwork/layout/tiles.py": ["tests/layout/test_shape.py", "tests/layout/test_kernels.py", "tests/layout/test_parse.py",
                                "tests/layout/test_bad_inputs.py", "tests/layout/test_tiles_pinned.py"],
     "scwork/layout/embedding.py": ["tests/layout/test_embedding.py", "tests/layout/test_bad_inputs.py",
-                                   "tests/layout/test_fuzz_regressions.py"],
+                                   "tests/layout/test_fuzz_regressions.py", "tests/layout/test_embedding_pinned.py"],
     "scwork/layout/npu.py": ["tests/layout/test_npu.py"],
     "scwork/sharding/stacking.py": ["tests/sharding/test_stacking.py", "tests/sharding/test_preprocess.py"],
     "scwork/sharding/_naive_kernels.py": ["tests/sharding/test_naive_kernels.py"],
