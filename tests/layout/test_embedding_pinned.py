@@ -92,3 +92,21 @@ def test_importing_the_module_does_not_import_xarray():
             "print(json.dumps('xarray' in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)
     assert json.loads(out.stdout.strip().splitlines()[-1]) is False
+
+
+def test_s8_is_one_byte():
+    # 32 s8 elements per 32-byte line: 20 -> 32 wide; 10 rows -> 16
+    t = table_padding(10, 20, dtype="s8", num_sparsecores=1)
+    assert (t.itemsize, t.padded_dim, t.padded_bytes) == (1, 32, 16 * 32)
+
+
+def test_topology_with_one_partition_is_enough():
+    assert table_padding(100, 3, topology=SimpleNamespace(num_partitions=1)).padded_vocab == 104
+    with pytest.raises(ConfigError, match="has no SparseCores"):
+        table_padding(100, 3, topology=SimpleNamespace(num_partitions=0))
+
+
+@pytest.mark.parametrize("built_for", [1, 4])
+def test_report_refuses_tables_padded_for_another_count(built_for):
+    with pytest.raises(ConfigError, match=r"tables \['a'\] were padded for another SparseCore count than 2"):
+        padding_report([TablePadding("a", 100, 3, num_sparsecores=built_for)], num_sparsecores=2)
