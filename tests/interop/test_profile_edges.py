@@ -123,3 +123,11 @@ def test_a_phase_neither_modelled_nor_measured_has_log_ratio_0():
     for phase in ("ici_forward", "ici_backward"):
         assert float(ov["modelled"].sel(phase=phase)) == 0 and float(ov["measured"].sel(phase=phase)) == 0
         assert float(ov["log_ratio"].sel(phase=phase)) == 0.0 and float(ov["divergence"].sel(phase=phase)) == 0.0
+
+
+def test_bounds_of_one_are_accepted():
+    events = [{"ph": "X", "pid": 1, "tid": 1, "ts": 0, "dur": 1, "name": "a"}]
+    m = read_jax_profile(events, steps=None, num_steps=1, max_events=1, max_bytes=1)
+    assert len(m.name) == 0 and m.unmapped == {}
+    with pytest.raises(TraceError, match="more than max_events=1"):
+        read_jax_profile(events * 2, steps=None, num_steps=1, max_events=1)
