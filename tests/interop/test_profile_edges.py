@@ -131,3 +131,31 @@ def test_bounds_of_one_are_accepted():
     assert len(m.name) == 0 and m.unmapped == {}
     with pytest.raises(TraceError, match="more than max_events=1"):
         read_jax_profile(events * 2, steps=None, num_steps=1, max_events=1)
+
+
+TC = [("tc", r"TPU:(?P<chip>\d+) \| XLA Ops$", "")]
+
+
+def test_bad_pid_reported_on_B_and_E_not_on_metadata():
+    events = [{"ph": "M", "pid": [1], "name": "process_name", "args": {"name": "x"}},     # skipped
+              {"ph": "B", "pid": 1.5, "tid": 1, "ts": 0, "name": "b"},
+              {"ph": "E", "pid": None, "tid": False, "ts": 1}]
+    assert _bad(events) == ["event 1: pid/tid 1.5/1 must be integers or strings",
+                            "event 2: pid/tid None/False must be integers or strings"]
+
+
+def test_names_qualified_once_and_other_metadata_kept_apart():
+    """qualify_names: '<hlo_module>/<name> [<tf_op>]', without repeating what the name has and
+    without empty parts; a 'process_labels' record does not rename the process. An X event
+    without 'dur' lasts 0."""
+    events = _meta(1, "/device:TPU:0", {2: "XLA Ops"}) + [
+        {"ph": "M", "pid": 1, "name": "process_labels", "args": {"labels": "v5p"}},
+        {"ph": "X", "pid": 1, "tid": 2, "ts": 0, "dur": 5, "name": "fusion.1",
+         "args": {"hlo_module": "mod", "tf_op": "jit(f)/dot"}},
+        {"ph": "X", "pid": 1, "tid": 2, "ts": 10, "dur": 5, "name": "mod/fusion.2", "args": {"hlo_module": "mod"}},
+        {"ph": "X", "pid": 1, "tid": 2, "ts": 20, "dur": 5, "name": "fusion.3",
+         "args": {"hlo_module": "", "tf_op": "fusion"}},
+        {"ph": "X", "pid": 1, "tid": 2, "ts": 30, "name": "copy.4", "args": {"tf_op": ""}}]
+    m = read_jax_profile(events, patterns=TC, qualify_names=True, steps=None, num_steps=1)
+    assert [str(n) for n in m.name] == ["mod/fusion.1 [jit(f)/dot]", "mod/fusion.2", "fusion.3", "copy.4"]
+    assert [float(e - s) for s, e in zip(m.start, m.end)] == pytest.approx([5e-6, 5e-6, 5e-6, 0.0], abs=1e-12)
