@@ -146,10 +146,11 @@ def test_bad_pid_reported_on_B_and_E_not_on_metadata():
 
 def test_names_qualified_once_and_other_metadata_kept_apart():
     """qualify_names: '<hlo_module>/<name> [<tf_op>]', without repeating what the name has and
-    without empty parts; a 'process_labels' record does not rename the process. An X event
+    without empty parts; 'process_labels' / 'thread_labels' records rename nothing. An X event
     without 'dur' lasts 0."""
     events = _meta(1, "/device:TPU:0", {2: "XLA Ops"}) + [
         {"ph": "M", "pid": 1, "name": "process_labels", "args": {"labels": "v5p"}},
+        {"ph": "M", "pid": 1, "tid": 2, "name": "thread_labels", "args": {"labels": "ops"}},
         {"ph": "X", "pid": 1, "tid": 2, "ts": 0, "dur": 5, "name": "fusion.1",
          "args": {"hlo_module": "mod", "tf_op": "jit(f)/dot"}},
         {"ph": "X", "pid": 1, "tid": 2, "ts": 10, "dur": 5, "name": "mod/fusion.2", "args": {"hlo_module": "mod"}},
@@ -159,3 +160,8 @@ def test_names_qualified_once_and_other_metadata_kept_apart():
     m = read_jax_profile(events, patterns=TC, qualify_names=True, steps=None, num_steps=1)
     assert [str(n) for n in m.name] == ["mod/fusion.1 [jit(f)/dot]", "mod/fusion.2", "fusion.3", "copy.4"]
     assert [float(e - s) for s, e in zip(m.start, m.end)] == pytest.approx([5e-6, 5e-6, 5e-6, 0.0], abs=1e-12)
+
+
+def test_entries_that_are_not_events_are_skipped_not_the_rest():
+    assert _bad(["not an event", 7, {"ph": "X", "pid": 1, "tid": 1, "ts": 0, "dur": -2, "name": "x"}]) == [
+        "event 2: dur -2 is not a number >= 0"]
