@@ -106,8 +106,8 @@ def test_first_device_step_line_by_name_is_used():
 
 
 def test_a_phase_neither_modelled_nor_measured_has_log_ratio_0():
-    """One chip: the model has no ICI time, and the profile below has no all-to-all either,
-    so both ICI phases are 0 against 0: log ratio 0 (not NaN), divergence 0."""
+    """One chip: the model has no ICI time; the profile below has one forward all-to-all
+    and no backward one, so ICI backward is 0 against 0: log ratio 0 (not NaN), divergence 0."""
     import scwork
     from scwork.interop.profile import overlay
     from scwork.pipeline import expected_stats, step_model
@@ -118,11 +118,16 @@ def test_a_phase_neither_modelled_nor_measured_has_log_ratio_0():
     assert model.phase_time["ici_forward"] == 0 and model.phase_time["ici_backward"] == 0
     events = _meta(1, "/device:TPU:0", {1: "Steps", 2: "XLA Ops"}) + [
         {"ph": "X", "pid": 1, "tid": 1, "name": "0", "ts": 0, "dur": 1000},
-        {"ph": "X", "pid": 1, "tid": 2, "name": "fusion.5", "ts": 10, "dur": 200}]
+        {"ph": "X", "pid": 1, "tid": 2, "name": "fusion.5", "ts": 10, "dur": 200},
+        {"ph": "X", "pid": 1, "tid": 2, "name": "all-to-all.3", "ts": 300, "dur": 50}]
     ov = overlay(model, events)
-    for phase in ("ici_forward", "ici_backward"):
-        assert float(ov["modelled"].sel(phase=phase)) == 0 and float(ov["measured"].sel(phase=phase)) == 0
-        assert float(ov["log_ratio"].sel(phase=phase)) == 0.0 and float(ov["divergence"].sel(phase=phase)) == 0.0
+    phase = "ici_backward"
+    assert float(ov["modelled"].sel(phase=phase)) == 0 and float(ov["measured"].sel(phase=phase)) == 0
+    assert float(ov["log_ratio"].sel(phase=phase)) == 0.0 and float(ov["divergence"].sel(phase=phase)) == 0.0
+    # measured but not modelled: +inf; one event is enough to count as observed
+    assert float(ov["log_ratio"].sel(phase="ici_forward")) == float("inf")
+    assert int(ov["events"].sel(phase="tc_forward")) == 1 and bool(ov["observed"].sel(phase="tc_forward"))
+    assert not bool(ov["observed"].sel(phase="ici_backward"))
 
 
 def test_bounds_of_one_are_accepted():
