@@ -30,7 +30,7 @@ class _Job:
     """What every task shares: features, topology, plan, config, columns, the pieces."""
 
     __slots__ = ("features", "topology", "plan", "config", "colmap", "on_oov", "batch_size", "per_step",
-                 "pieces", "offsets", "num_steps", "used")
+                 "pieces", "offsets", "num_steps", "used", "engine_threads")
 
     def __init__(self, **kw):
         for k, v in kw.items():
@@ -87,6 +87,27 @@ def _slice_rows(rows: dict, lo: int, hi: int, copy: bool = False) -> dict:
     return out
 
 
+def _step_batch(rows: dict, lo: int, hi: int, names: list[str]):
+    """Samples ``[lo, hi)`` of ``rows`` as one FeatureBatch: the ids copied once, widened to int64.
+
+    The readers have checked what FeatureBatch's constructor checks (ids >= 0 and
+    within int64, row splits from 0, non-decreasing, ending at the ids' length), so
+    the batch is assembled directly: building it from a dict would check every id
+    again, and converting narrower stored ids to int64 first would copy them twice.
+    """
+    from scwork.sharding.batch import FeatureBatch
+
+    parts, splits = [], []
+    for f in names:
+        ids, rs = rows[f]
+        split = rs[lo:hi + 1]
+        parts.append(ids[split[0]:split[-1]])
+        splits.append(split - split[0])
+    batch = FeatureBatch.__new__(FeatureBatch)
+    batch._set(names, parts, splits, [None] * len(names), hi - lo)
+    return batch
+
+
 def _where(job: _Job, sample: int) -> str:
     k = min(bisect.bisect_right(job.offsets, sample) - 1, len(job.pieces) - 1)
     return f"{job.pieces[k].path} row {sample - job.offsets[k]}"
@@ -106,7 +127,7 @@ def _collect(job: _Job, steps: range, batch_of) -> Any:
     B = job.batch_size
     try:
         return collect_stats(batches(), job.features, job.topology, stacking=job.plan, config=job.config,
-                             on_out_of_vocabulary=job.on_oov, **_collect_kwargs())
+                             on_out_of_vocabulary=job.on_oov, num_threads=job.engine_threads, **_collect_kwargs())
     except OutOfVocabularyError as err:
         step = current[0]
         sample = None if err.sample is None else step * B + int(err.sample)
@@ -159,7 +180,7 @@ def _run_chunk(job: _Job, chunk: _Chunk, *partitions):
 
     def batch_of(step):
         lo, hi = job.step_rows(step)
-        return _slice_rows(rows, lo - a, hi - a)
+        return _step_batch(rows, lo - a, hi - a, names)
 
     short_last = chunk.step_stop == job.num_steps and job.used < job.num_steps * job.batch_size
     full_stop = chunk.step_stop - 1 if short_last else chunk.step_stop
@@ -174,7 +195,8 @@ def _run_boundary(job: _Job, step: int, *fragment_maps):
     """(per-step Dataset, summary) of one step assembled from the fragments of consecutive chunks."""
     names = [f.name for f in job.features]
     rows = _concat_rows([m[step] for m in fragment_maps], names)
-    return _finish(job, [_collect(job, range(step, step + 1), lambda s: rows)])
+    lo, hi = job.step_rows(step)
+    return _finish(job, [_collect(job, range(step, step + 1), lambda s: _step_batch(rows, 0, hi - lo, names))])
 
 
 def _summarize(ds) -> dict[str, np.ndarray]:

@@ -290,8 +290,8 @@ class FeatureBatch(Mapping):
         offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
         self._names = tuple(names)
         self._index = {n: i for i, n in enumerate(names)}
-        self._ids = np.concatenate(all_ids) if all_ids else np.zeros(0, np.int64)
-        self._ids = np.ascontiguousarray(self._ids, dtype=np.int64)
+        # one pass: narrower integer ids (a reader keeps their stored width) are widened as they are copied
+        self._ids = np.concatenate(all_ids, dtype=np.int64) if all_ids else np.zeros(0, np.int64)
         self._splits = np.empty((len(names), batch_size + 1), np.int64)
         for i, rs in enumerate(all_splits):
             self._splits[i] = rs + offsets[i]

@@ -384,8 +384,10 @@ def _stats_over_dataset(source, features, topology, plan, config, colmap, B, dro
         by_size = max(1, int(DEFAULT_CHUNK_IDS // max(1.0, ids_per_row * B)))
         target = max(1, min(by_size, math.ceil(T / (4 * workers)))) * B
     job = _Job(features=features, topology=topology, plan=plan, config=config, colmap=colmap, on_oov=on_oov,
-               batch_size=B, per_step=per_step, pieces=pieces, offsets=offsets, num_steps=T, used=used)
+               batch_size=B, per_step=per_step, pieces=pieces, offsets=offsets, num_steps=T, used=used,
+               engine_threads=None)
     chunks = _plan_chunks(job, target)
+    job.engine_threads = _engine_threads(mode, workers, len(chunks))
     boundaries = {}       # step -> chunks holding a fragment of it, in order
     for c in chunks:
         for step in c.fragments:
@@ -435,6 +437,22 @@ def _execution_mode(dask, scheduler, client, num_workers) -> tuple[str, int]:
     workers = (sum(client.nthreads().values()) or 1) if mode == "distributed" else \
         (1 if mode == "sync" else num_workers or os.cpu_count() or 1)
     return mode, workers
+
+
+def _engine_threads(mode: str, workers: int, num_chunks: int) -> int | None:
+    """Threads of the engine inside each chunk task: the cores shared by the chunks that run at once.
+
+    ``min(workers, chunks)`` chunk tasks run together on the local scheduler, each
+    reading and then running the engine; an engine on every core in each of them
+    would put ``workers x cores`` threads on the cores, each engine call paying for
+    threads it cannot use. A distributed worker gets None (the engine's default, every
+    core of its host): the client does not know how its workers share their hosts.
+    """
+    if mode == "distributed":
+        return None
+    from scwork.sharding._threads import available_cores
+
+    return max(1, available_cores() // max(1, min(workers, num_chunks)))
 
 
 def _scan_shards(source, colmap, dask, mode, client, num_workers):

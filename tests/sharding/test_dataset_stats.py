@@ -237,6 +237,118 @@ def test_integer_column_one_id_per_sample(tmp_path):
     check_same(res, ref)
 
 
+@pytest.mark.parametrize("value_type", ["int8", "int16", "int32", "uint16", "uint32", "uint64", "int64"])
+@pytest.mark.parametrize("list_type", ["list", "large_list"])
+def test_stored_id_widths_equal_collect_stats(tmp_path, value_type, list_type):
+    """Ids of any integer width are read in that width and widened once, into the engine's batch: same numbers."""
+    data = make_data(96, seed=21)
+    data = {k: (ids % 120, rs) for k, (ids, rs) in data.items()}     # fits int8
+    typ = getattr(pa, value_type)()
+    for i, shard in enumerate(split(data, [40, 56])):
+        arrays = {}
+        for name, (ids, rs) in shard.items():
+            cls = pa.ListArray if list_type == "list" else pa.LargeListArray
+            offsets = pa.array(rs.astype(np.int32 if list_type == "list" else np.int64))
+            arrays[name] = cls.from_arrays(offsets, pa.array(ids.astype(typ.to_pandas_dtype()), typ))
+        pq.write_table(pa.table(arrays), tmp_path / f"p{i}.parquet", row_group_size=24)
+    res = stats_over_dataset(tmp_path, FEATURES, TOPO, batch_size=32, chunk_rows=32)
+    check_same(res, reference(data, 32, True))
+
+
+def test_null_lists_owning_ids_and_fixed_size_lists(tmp_path):
+    """A null list whose offsets span ids (allowed by Arrow) counts as no ids, like a fixed_size_list's rows."""
+    n = 32
+    ids = np.arange(3 * n, dtype=np.int64) % 50
+    offsets = pa.array(np.arange(0, 3 * n + 1, 3, dtype=np.int32))
+    valid = np.ones(n, bool)
+    valid[[2, 17]] = False
+    masked = pa.ListArray.from_arrays(offsets, pa.array(ids), mask=pa.array(~valid))
+    assert masked.null_count == 2 and len(masked.values) == 3 * n       # the null lists own 3 ids each
+    fixed = pa.FixedSizeListArray.from_arrays(pa.array(ids), 3)
+    pq.write_table(pa.table({"a": masked, "c": fixed}), tmp_path / "x.parquet")
+    feats = [FeatureSpec("a", TableSpec("t", 50, 8)), FeatureSpec("c", TableSpec("u", 50, 8))]
+    res = stats_over_dataset(tmp_path, feats, TOPO, batch_size=16)
+    lengths = np.where(valid, 3, 0)
+    keep = np.repeat(valid, 3)
+    ref = reference({"a": (ids[keep], np.concatenate([[0], np.cumsum(lengths)])),
+                     "c": (ids, np.arange(0, 3 * n + 1, 3))}, 16, True, features=feats)
+    check_same(res, ref)
+    assert res.num_ids == 3 * n + 3 * (n - 2)
+
+
+@pytest.mark.parametrize("list_type", ["list", "large_list"])
+def test_arrow_column_to_csr_reads_slices_and_null_lists_like_flatten(list_type):
+    """The in-place read of a list column (offsets and child values) against Arrow's list_flatten."""
+    import pyarrow.compute as pc
+
+    from scwork.sharding.shards import _arrow_to_csr
+
+    rng = np.random.default_rng(3)
+    lengths = rng.integers(0, 5, 50)
+    lengths[[4, 30]] = 3
+    offsets = np.concatenate([[0], np.cumsum(lengths)])
+    values = pa.array(rng.integers(0, 1000, offsets[-1]).astype(np.int32))
+    cls = pa.ListArray if list_type == "list" else pa.LargeListArray
+    whole = cls.from_arrays(pa.array(offsets.astype(np.int32 if list_type == "list" else np.int64)), values)
+    nulls = np.zeros(50, bool)
+    nulls[[4, 30]] = True               # null lists that own a non-empty segment of the child
+    masked = cls.from_arrays(pa.array(offsets.astype(np.int32 if list_type == "list" else np.int64)), values,
+                             mask=pa.array(nulls))
+    for arr in (whole, whole.slice(7, 30), masked, masked.slice(3, 40), pa.chunked_array([whole.slice(0, 9),
+                                                                                          whole.slice(9, 20)])):
+        ids, rs = _arrow_to_csr(arr, "x.parquet", "a", 0)
+        flat = arr.combine_chunks() if isinstance(arr, pa.ChunkedArray) else arr
+        want = pc.list_flatten(flat).to_numpy()
+        np.testing.assert_array_equal(ids, want)
+        np.testing.assert_array_equal(np.diff(rs), pc.fill_null(pc.list_value_length(flat), 0).to_numpy())
+        assert rs[0] == 0 and rs.dtype == np.int64 and ids.dtype == np.int32
+
+
+@pytest.mark.parametrize("compression", ["none", "snappy", "lz4", "zstd", "gzip"])
+@pytest.mark.parametrize("encoding", ["delta", "dictionary", "plain"])
+def test_codecs_and_encodings_equal_collect_stats(tmp_path, compression, encoding):
+    """Shards written by write_synthetic_parquet with any codec and page encoding read to the same numbers."""
+    names = list(VOCAB)
+    scwork.datasets.write_synthetic_parquet(tmp_path, 3, rows_per_shard=40, features=names, vocab_size=VOCAB,
+                                            valency=3, seed=4, compression=compression, encoding=encoding)
+    source = scwork.datasets.synthetic(40, num_steps=3, features=names, vocab_size=VOCAB, valency=3, seed=4)
+    steps = [source.step(i) for i in range(3)]
+    data = {}
+    for name in names:
+        ids = np.concatenate([s[name][0] for s in steps])
+        rs = np.concatenate([[0]] + [s[name][1][1:] + sum(len(t[name][0]) for t in steps[:i])
+                                     for i, s in enumerate(steps)])
+        data[name] = (ids, rs)
+    res = stats_over_dataset(tmp_path, FEATURES, TOPO, batch_size=24, chunk_rows=48, num_workers=2)
+    check_same(res, reference(data, 24, True))
+
+
+@pytest.mark.parametrize("dtype", ["<i4", ">i4", "<u2", "<u8", ">i8"])
+def test_npz_stored_widths_and_byte_orders(tmp_path, dtype):
+    data = make_data(64, seed=22)
+    for i, shard in enumerate(split(data, [24, 40])):
+        arrays = {}
+        for name, (ids, rs) in shard.items():
+            arrays[f"{name}_ids"] = ids.astype(dtype)
+            arrays[f"{name}_row_splits"] = rs.astype(dtype)
+        np.savez(tmp_path / f"s{i}.npz", **arrays)
+    res = stats_over_dataset(tmp_path, FEATURES, TOPO, batch_size=32, chunk_rows=32)
+    check_same(res, reference(data, 32, True))
+
+
+def test_unsigned_ids_above_int64_name_file(tmp_path):
+    data = make_data(32, seed=23)
+    arrays = {name: pa.ListArray.from_arrays(pa.array(rs.astype(np.int32)), pa.array(ids.astype(np.uint64)))
+              for name, (ids, rs) in data.items()}
+    big = np.array(data["b"][0], np.uint64)
+    big[3] = np.uint64(2**63 + 5)
+    arrays["b"] = pa.ListArray.from_arrays(pa.array(data["b"][1].astype(np.int32)), pa.array(big))
+    pq.write_table(pa.table(arrays), tmp_path / "u.parquet")
+    with pytest.raises(ShardError, match=r"u\.parquet, column 'b': ids above the int64 range") as err:
+        stats_over_dataset(tmp_path, FEATURES, TOPO, batch_size=32)
+    assert err.value.column == "b"
+
+
 @settings(max_examples=25, deadline=None)
 @given(sizes=st.lists(st.integers(0, 40), min_size=1, max_size=6), batches=st.integers(1, 4),
        chunk=st.integers(1, 3), drop=st.booleans(), seed=st.integers(0, 50),
