@@ -141,6 +141,7 @@ from scwork.sharding._dataset_chunks import (
     _empty_like,
     _Job,
     _plan_chunks,
+    _release_step_buffers,
     _run_boundary,
     _run_chunk,
     _take,
@@ -189,7 +190,8 @@ def stats_over_dataset(source: Any, features: Any, topology: Topology, *, batch_
                        columns: Mapping[str, str] | Sequence[str] | None = None, scheduler: Any = None,
                        client: Any = None, num_workers: int | None = None, chunk_rows: int | None = None,
                        progress: bool | None = None, tune: str | None = "max", percentile: float = 99.0,
-                       on_out_of_vocabulary: str = "error", per_step: str = "full") -> DatasetStats:
+                       on_out_of_vocabulary: str = "error", per_step: str = "full",
+                       num_threads: int | None = None) -> DatasetStats:
     """Per-step limit statistics and tuned limits over a sharded dataset, with bounded memory.
 
     The same numbers as :func:`~scwork.sharding.collect_stats` over the dataset's
@@ -246,6 +248,13 @@ def stats_over_dataset(source: Any, features: Any, topology: Topology, *, batch_
     per_step : {"full", "summary"}, default "full"
         ``"summary"`` keeps only the ``(step, stack)`` summaries of every step (and
         the merged statistics), for runs whose per-partition statistics would not fit.
+    num_threads : int, optional
+        Threads of the engine inside each chunk task (``num_threads`` of
+        :func:`~scwork.sharding.collect_stats`). Default: on the local schedulers,
+        the cores shared by the chunk tasks that run at once (``cores //
+        min(workers, chunks)``, at least 1), so that the readers and the engines
+        together use every core once; on a distributed cluster, the engine's
+        default (every core of the worker's host).
 
     Returns
     -------
@@ -329,6 +338,8 @@ def stats_over_dataset(source: Any, features: Any, topology: Topology, *, batch_
         chunk_rows = _check_int(chunk_rows, "chunk_rows")
     if num_workers is not None:
         num_workers = _check_int(num_workers, "num_workers")
+    if num_threads is not None:
+        num_threads = _check_int(num_threads, "num_threads")
     if progress is not None and not isinstance(progress, bool):
         raise ConfigError(f"progress must be True, False or None, got {progress!r}")
     features = normalize_features(features)
@@ -357,7 +368,7 @@ def stats_over_dataset(source: Any, features: Any, topology: Topology, *, batch_
     try:
         return _stats_over_dataset(source, features, topology, plan, config, colmap, B, drop_remainder,
                                    scheduler, client, owns_client, num_workers, chunk_rows, progress, tune,
-                                   percentile, on_out_of_vocabulary, per_step)
+                                   percentile, on_out_of_vocabulary, per_step, num_threads)
     except BaseException:
         if owns_client:
             client.close()
@@ -365,7 +376,8 @@ def stats_over_dataset(source: Any, features: Any, topology: Topology, *, batch_
 
 
 def _stats_over_dataset(source, features, topology, plan, config, colmap, B, drop_remainder, scheduler, client,
-                        owns_client, num_workers, chunk_rows, progress, tune, percentile, on_oov, per_step):
+                        owns_client, num_workers, chunk_rows, progress, tune, percentile, on_oov, per_step,
+                        num_threads=None):
     dask = _import_dask()
     mode, workers = _execution_mode(dask, scheduler, client, num_workers)
     pieces, partitions = _scan_shards(source, colmap, dask, mode, client, num_workers)
@@ -385,9 +397,12 @@ def _stats_over_dataset(source, features, topology, plan, config, colmap, B, dro
         target = max(1, min(by_size, math.ceil(T / (4 * workers)))) * B
     job = _Job(features=features, topology=topology, plan=plan, config=config, colmap=colmap, on_oov=on_oov,
                batch_size=B, per_step=per_step, pieces=pieces, offsets=offsets, num_steps=T, used=used,
-               engine_threads=None)
+               engine_threads=None, recycle=False)
     chunks = _plan_chunks(job, target)
-    job.engine_threads = _engine_threads(mode, workers, len(chunks))
+    job.engine_threads = num_threads or _engine_threads(mode, workers, len(chunks))
+    # Recycled step buffers (see _dataset_chunks._step_buffer) only in this process, where
+    # they are released when the run ends; a distributed worker would keep them.
+    job.recycle = mode != "distributed"
     boundaries = {}       # step -> chunks holding a fragment of it, in order
     for c in chunks:
         for step in c.fragments:
@@ -395,7 +410,11 @@ def _stats_over_dataset(source, features, topology, plan, config, colmap, B, dro
     # A block is the inner steps of a chunk, or one step assembled from the chunks' fragments.
     spans = sorted([(c.step_start, c.step_stop, "chunk", c.index) for c in chunks if c.step_stop > c.step_start]
                    + [(s, s + 1, "boundary", s) for s in boundaries])
-    results = _run_blocks(dask, job, chunks, boundaries, spans, partitions, mode, client, num_workers, progress)
+    try:
+        results = _run_blocks(dask, job, chunks, boundaries, spans, partitions, mode, client, num_workers,
+                              progress)
+    finally:
+        _release_step_buffers()
     summaries, step_stats = _gathered(results, spans, mode, client, per_step)
     merged = _merge(summaries, step_stats)
     step_stats.attrs.update({

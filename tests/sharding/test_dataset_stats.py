@@ -172,6 +172,29 @@ def test_chunking_does_not_change_results(tmp_path, chunk_rows, scheduler):
     assert res.scheduler == scheduler
 
 
+@pytest.mark.parametrize("num_workers, num_threads", [(1, 1), (1, 3), (2, None), (3, 2)])
+def test_engine_threads_do_not_change_results(tmp_path, monkeypatch, num_workers, num_threads):
+    """Every chunk's engine runs on num_threads threads (default: the cores its concurrent chunks share)."""
+    from scwork.sharding import limits
+    from scwork.sharding._threads import available_cores
+
+    data = make_data(256, seed=8)
+    write_parquet(tmp_path, split(data, [64] * 4), row_group_size=32)
+    seen = []
+    real = limits.collect_stats
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs.get("num_threads"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(limits, "collect_stats", spy)
+    res = stats_over_dataset(tmp_path, FEATURES, TOPO, batch_size=32, chunk_rows=64, num_workers=num_workers,
+                             num_threads=num_threads)
+    check_same(res, reference(data, 32, True))
+    want = num_threads or max(1, available_cores() // min(num_workers, res.num_chunks))
+    assert seen and set(seen) == {want}
+
+
 @pytest.mark.parametrize("compressed", [False, True])
 def test_npz_equals_collect_stats_with_renamed_columns(tmp_path, compressed):
     data = make_data(252, seed=5)
@@ -665,6 +688,7 @@ def test_mixed_formats_and_bad_arguments(tmp_path):
         ({"columns": {"zz": "a"}}, ConfigError, "unknown features"),
         ({"columns": ["a"]}, ConfigError, "one column per feature"),
         ({"chunk_rows": 0}, ConfigError, "chunk_rows must be"),
+        ({"num_threads": 0}, ConfigError, "num_threads must be"),
         ({"per_step": "some"}, ConfigError, "per_step must be"),
         ({"drop_remainder": 1}, ConfigError, "drop_remainder must be"),
         ({"client": object()}, ConfigError, "client must be a dask.distributed.Client"),
@@ -848,3 +872,37 @@ def test_corrupt_parquet_metadata_never_aborts_the_process(tmp_path):
     done = subprocess.run([sys.executable, "-c", _PARQUET_BIT_FLIPS, str(tmp_path / "shard.parquet")],
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_step_buffers_are_reused_only_when_nothing_holds_them():
+    """A step's ids buffer is recycled once no batch and no view of its ids is left, never before."""
+    from scwork.sharding import _dataset_chunks as chunks
+
+    rows = {"a": (np.arange(10, dtype=np.int32), np.array([0, 4, 10])), "b": (np.arange(5) + 7, np.array([0, 2, 5]))}
+    want = np.concatenate([np.arange(10), np.arange(5) + 7])
+
+    def address(batch):
+        return batch._ids.__array_interface__["data"][0]
+
+    chunks._release_step_buffers()
+    try:
+        first = chunks._step_batch(rows, 0, 2, ["a", "b"], recycle=True)
+        second = chunks._step_batch(rows, 0, 2, ["a", "b"], recycle=True)
+        third = chunks._step_batch(rows, 0, 2, ["a", "b"], recycle=True)    # both pooled buffers in use
+        assert len({address(first), address(second), address(third)}) == 3
+        kept = first.ids("a")
+        where = address(first)
+        del first
+        fourth = chunks._step_batch(rows, 0, 2, ["a", "b"], recycle=True)    # a view still holds it
+        assert address(fourth) != where
+        np.testing.assert_array_equal(kept, np.arange(10))
+        del kept
+        fifth = chunks._step_batch(rows, 0, 2, ["a", "b"], recycle=True)
+        assert address(fifth) == where
+        for batch in (second, third, fourth, fifth):
+            np.testing.assert_array_equal(batch._ids, want)
+            assert batch._ids.dtype == np.int64 and batch.batch_size == 2
+            np.testing.assert_array_equal(batch.row_splits("b"), [0, 2, 5])
+    finally:
+        chunks._release_step_buffers()
+    assert not chunks._STEP_BUFFERS
