@@ -906,3 +906,24 @@ def test_step_buffers_are_reused_only_when_nothing_holds_them():
     finally:
         chunks._release_step_buffers()
     assert not chunks._STEP_BUFFERS
+
+
+def test_profile_counts_each_chunk_read_as_one_parallel_task(tmp_path):
+    """Under the projection's profiler, the chunks' reads form one batch of tasks (one per chunk)."""
+    from scwork.sharding import _profile
+    from scwork.sharding._dataset_chunks import READ_BATCH
+
+    data = make_data(256, seed=9)
+    write_parquet(tmp_path, split(data, [64] * 4), row_group_size=32)
+    with _profile.profiled(4) as profiles, _profile.call():
+        res = stats_over_dataset(tmp_path, FEATURES, TOPO, batch_size=32, chunk_rows=64, scheduler="sync")
+    (prof,) = profiles
+    names = [name for name, _ in prof.batches]
+    assert names.count(READ_BATCH) == 1
+    index = names.index(READ_BATCH)
+    reads = prof.batches[index][1]
+    assert len(reads) == res.num_chunks == 4 and all(t > 0 for t in reads)
+    assert sum(prof.sizes[index]) == res.num_ids
+    assert len(names) > 1                       # the engine's own batches are recorded beside it
+    assert prof.critical_path_s(4) < prof.critical_path_s(1)
+    check_same(res, reference(data, 32, True))
