@@ -160,6 +160,19 @@ def _where(job: _Job, sample: int) -> str:
     return f"{job.pieces[k].path} row {sample - job.offsets[k]}"
 
 
+def _engine_threads(job: _Job) -> int | None:
+    """This task's engine threads: the job's count, or its worker's entry in a cluster's map."""
+    threads = job.engine_threads
+    if not isinstance(threads, dict):
+        return threads
+    try:
+        from distributed import get_worker
+
+        return threads.get(get_worker().address)
+    except (ImportError, ValueError):     # not on a worker (get_worker raises ValueError)
+        return None
+
+
 def _collect(job: _Job, steps: range, batch_of) -> Any:
     """collect_stats over ``steps`` (``batch_of(step)`` gives each batch), errors located in the dataset."""
     from scwork.sharding.limits import collect_stats
@@ -174,7 +187,8 @@ def _collect(job: _Job, steps: range, batch_of) -> Any:
     B = job.batch_size
     try:
         return collect_stats(batches(), job.features, job.topology, stacking=job.plan, config=job.config,
-                             on_out_of_vocabulary=job.on_oov, num_threads=job.engine_threads, **_collect_kwargs())
+                             on_out_of_vocabulary=job.on_oov, num_threads=_engine_threads(job),
+                             **_collect_kwargs())
     except OutOfVocabularyError as err:
         step = current[0]
         sample = None if err.sample is None else step * B + int(err.sample)
@@ -216,7 +230,12 @@ def _run_chunk(job: _Job, chunk: _Chunk, *partitions):
                                                            if job.pieces[s[0]].kind in ("frame", "bag")}))}
     prof = _profile.active()
     started = _profile.thread_cpu_s() if prof is not None else 0.0
-    parts = [_read_rows(job.pieces[k], data.get(k), start, stop, job.colmap) for k, start, stop in chunk.segments]
+    # Where this task has cores of its own beyond one (fewer chunks run at once than there
+    # are cores), pyarrow decodes the columns on its thread pool: same CPU, less wall time.
+    threads = _engine_threads(job)
+    use_threads = threads is not None and threads > 1 and prof is None
+    parts = [_read_rows(job.pieces[k], data.get(k), start, stop, job.colmap, use_threads)
+             for k, start, stop in chunk.segments]
     rows = _concat_rows(parts, names)
     del parts, data
     if prof is not None:

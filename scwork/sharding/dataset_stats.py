@@ -70,7 +70,9 @@ task per crossing step assembles the fragments (in order) into that batch. By
 default the tasks
 run on dask's local threaded scheduler (``scheduler="threads"``, ``num_workers``
 threads, default one per core; the numba kernels and the Parquet decoder release
-the GIL); ``scheduler="sync"`` runs them one by one in the calling thread. Without
+the GIL), and the engine inside each task runs on the cores the tasks running at once
+share (``num_threads``, default ``cores // min(workers, chunks)``);
+``scheduler="sync"`` runs them one by one in the calling thread. Without
 dask installed the same tasks run on a ``concurrent.futures`` thread pool.
 ``client=`` (a ``dask.distributed.Client``) or ``scheduler="tcp://host:port"``
 (connects a Client, kept on :attr:`DatasetStats.client` and closed by
@@ -79,8 +81,10 @@ must then be readable at the same path by the caller (which reads the footers an
 headers to plan the chunks) and by every worker.
 
 Memory per worker: one chunk in flight, whose rows are at most ``chunk_rows`` plus
-one row group (partition); reading and converting them costs about
-``3 x 8 B`` per id, and the one batch inside the engine ``~6 x 8 B`` per id:
+one row group (partition); reading them costs about ``2 x 8 B`` per id (Parquet:
+the decoded column, read in place in its stored integer width, and the step's batch,
+8 B per id in one of two buffers per worker thread that are reused from step to step
+and freed when the run ends), and the one batch inside the engine ``~6 x 8 B`` per id:
 O(``(chunk_rows + row group) x valency x features x 8 B x`` small factor), plus the
 fragments (under two batches per chunk, until their step is done). The result
 holds the per-step statistics, about
@@ -399,7 +403,7 @@ def _stats_over_dataset(source, features, topology, plan, config, colmap, B, dro
                batch_size=B, per_step=per_step, pieces=pieces, offsets=offsets, num_steps=T, used=used,
                engine_threads=None, recycle=False)
     chunks = _plan_chunks(job, target)
-    job.engine_threads = num_threads or _engine_threads(mode, workers, len(chunks))
+    job.engine_threads = num_threads or _engine_threads(mode, workers, len(chunks), client)
     # Recycled step buffers (see _dataset_chunks._step_buffer) only in this process, where
     # they are released when the run ends; a distributed worker would keep them.
     job.recycle = mode != "distributed"
@@ -458,20 +462,31 @@ def _execution_mode(dask, scheduler, client, num_workers) -> tuple[str, int]:
     return mode, workers
 
 
-def _engine_threads(mode: str, workers: int, num_chunks: int) -> int | None:
+def _engine_threads(mode: str, workers: int, num_chunks: int, client=None) -> int | dict | None:
     """Threads of the engine inside each chunk task: the cores shared by the chunks that run at once.
 
     ``min(workers, chunks)`` chunk tasks run together on the local scheduler, each
     reading and then running the engine; an engine on every core in each of them
     would put ``workers x cores`` threads on the cores, each engine call paying for
-    threads it cannot use. A distributed worker gets None (the engine's default, every
-    core of its host): the client does not know how its workers share their hosts.
+    threads it cannot use. On a cluster the same holds per host: a worker's chunks get
+    its host's cores divided by the threads of all workers on that host (a
+    ``{worker address: threads}`` map the tasks look their worker up in; None, the
+    engine's default, where the workers cannot be asked).
     """
-    if mode == "distributed":
-        return None
     from scwork.sharding._threads import available_cores
 
-    return max(1, available_cores() // max(1, min(workers, num_chunks)))
+    if mode != "distributed":
+        return max(1, available_cores() // max(1, min(workers, num_chunks)))
+    try:
+        info = client.scheduler_info()["workers"]
+        cores = client.run(available_cores)
+    except Exception:  # noqa: BLE001 - a client that cannot say: the engine's default
+        return None
+    per_host: dict[str, int] = {}
+    for w in info.values():
+        per_host[w["host"]] = per_host.get(w["host"], 0) + int(w["nthreads"])
+    return {addr: max(1, int(cores[addr]) // max(1, per_host[w["host"]])) for addr, w in info.items()
+            if addr in cores}
 
 
 def _scan_shards(source, colmap, dask, mode, client, num_workers):

@@ -368,7 +368,7 @@ def _check_ids(ids: np.ndarray, rs: np.ndarray, shown: str, column: str, row0: i
                          "must be >= 0", path=shown, column=column)
 
 
-def _read_parquet_rows(piece: _Piece, start: int, stop: int, colmap: dict[str, str]):
+def _read_parquet_rows(piece: _Piece, start: int, stop: int, colmap: dict[str, str], use_threads: bool = False):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -378,7 +378,7 @@ def _read_parquet_rows(piece: _Piece, start: int, stop: int, colmap: dict[str, s
     cols = list(dict.fromkeys(colmap.values()))
     try:
         with pq.ParquetFile(piece.path) as pf:
-            table = pf.read_row_groups(list(range(first, last)), columns=cols, use_threads=False)
+            table = pf.read_row_groups(list(range(first, last)), columns=cols, use_threads=use_threads)
     except (pa.ArrowException, OSError, ValueError) as exc:
         raise ShardError(f"{piece.path}: cannot read rows {start}..{stop - 1} ({' '.join(str(exc).split())}); "
                          "the file is corrupt or "
@@ -468,9 +468,10 @@ def _read_bag_rows(piece: _Piece, records, start: int, stop: int, colmap: dict[s
     return out
 
 
-def _read_rows(piece: _Piece, data, start: int, stop: int, colmap: dict[str, str]):
+def _read_rows(piece: _Piece, data, start: int, stop: int, colmap: dict[str, str], use_threads: bool = False):
+    """Rows ``[start, stop)`` of a piece; ``use_threads``: Parquet columns decoded on pyarrow's thread pool."""
     if piece.kind == "parquet":
-        return _read_parquet_rows(piece, start, stop, colmap)
+        return _read_parquet_rows(piece, start, stop, colmap, use_threads)
     if piece.kind == "npz":
         return _read_npz_rows(piece, start, stop, colmap)
     if piece.kind == "frame":

@@ -762,6 +762,22 @@ def test_local_cluster_equals_local(tmp_path, cluster):
     assert err.value.path.endswith("part-00003.parquet")
 
 
+@pytest.mark.slow
+def test_cluster_workers_share_their_host_cores(cluster):
+    """Two one-thread workers on this host: each chunk's engine gets half the cores (at least one)."""
+    from scwork.sharding._threads import available_cores
+
+    _, client = cluster
+    threads = dsmod._engine_threads("distributed", 2, 5, client)
+    workers = client.scheduler_info()["workers"]
+    cores = client.run(available_cores)
+    assert set(threads) == set(workers)
+    assert all(threads[a] == max(1, cores[a] // 2) for a in workers)
+    seen = client.run(lambda: __import__("scwork.sharding._dataset_chunks", fromlist=["_engine_threads"])
+                      ._engine_threads(type("J", (), {"engine_threads": threads})()))
+    assert seen == threads
+
+
 def test_repr_html_lists_observed_and_tuned_limits(tmp_path):
     # One small Parquet dataset; the HTML shows each stack's observed and tuned limits.
     pytest.importorskip("pyarrow")
@@ -927,3 +943,24 @@ def test_profile_counts_each_chunk_read_as_one_parallel_task(tmp_path):
     assert len(names) > 1                       # the engine's own batches are recorded beside it
     assert prof.critical_path_s(4) < prof.critical_path_s(1)
     check_same(res, reference(data, 32, True))
+
+
+@pytest.mark.parametrize("num_threads, threaded_read", [(1, False), (2, True)])
+def test_parquet_columns_decoded_on_threads_when_a_chunk_has_cores(tmp_path, monkeypatch, num_threads,
+                                                                   threaded_read):
+    from scwork.sharding import shards
+
+    data = make_data(128, seed=10)
+    write_parquet(tmp_path, split(data, [64, 64]))
+    seen = []
+    real = shards._read_parquet_rows
+
+    def spy(piece, start, stop, colmap, use_threads=False):
+        seen.append(use_threads)
+        return real(piece, start, stop, colmap, use_threads)
+
+    monkeypatch.setattr(shards, "_read_parquet_rows", spy)
+    res = stats_over_dataset(tmp_path, FEATURES, TOPO, batch_size=32, chunk_rows=64, num_workers=1,
+                             num_threads=num_threads)
+    check_same(res, reference(data, 32, True))
+    assert seen and set(seen) == {threaded_read}
