@@ -773,9 +773,11 @@ def test_cluster_workers_share_their_host_cores(cluster):
     cores = client.run(available_cores)
     assert set(threads) == set(workers)
     assert all(threads[a] == max(1, cores[a] // 2) for a in workers)
-    seen = client.run(lambda: __import__("scwork.sharding._dataset_chunks", fromlist=["_engine_threads"])
-                      ._engine_threads(type("J", (), {"engine_threads": threads})()))
-    assert seen == threads
+    from scwork.sharding._dataset_chunks import _engine_threads
+
+    job = type("Job", (), {"engine_threads": threads})()
+    for address in workers:      # what a task on that worker looks up
+        assert client.submit(_engine_threads, job, workers=[address], pure=False).result() == threads[address]
 
 
 def test_repr_html_lists_observed_and_tuned_limits(tmp_path):
