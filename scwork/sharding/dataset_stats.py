@@ -257,8 +257,11 @@ def stats_over_dataset(source: Any, features: Any, topology: Topology, *, batch_
         :func:`~scwork.sharding.collect_stats`). Default: on the local schedulers,
         the cores shared by the chunk tasks that run at once (``cores //
         min(workers, chunks)``, at least 1), so that the readers and the engines
-        together use every core once; on a distributed cluster, the engine's
-        default (every core of the worker's host).
+        together use every core once; on a distributed cluster, per worker, its
+        host's cores divided by the threads of all workers on that host (the
+        engine's default, every core, where the workers cannot be asked). A chunk
+        with more than one thread also decodes its Parquet columns on pyarrow's
+        threads.
 
     Returns
     -------
