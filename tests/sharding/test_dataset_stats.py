@@ -927,7 +927,7 @@ def test_step_buffers_are_reused_only_when_nothing_holds_them():
 
 
 def test_profile_counts_each_chunk_read_as_one_parallel_task(tmp_path):
-    """Under the projection's profiler, the chunks' reads form one batch of tasks (one per chunk)."""
+    """Under the projection's profiler, the chunks' reads and batch copies form one batch of tasks."""
     from scwork.sharding import _profile
     from scwork.sharding._dataset_chunks import READ_BATCH
 
@@ -940,8 +940,9 @@ def test_profile_counts_each_chunk_read_as_one_parallel_task(tmp_path):
     assert names.count(READ_BATCH) == 1
     index = names.index(READ_BATCH)
     reads = prof.batches[index][1]
-    assert len(reads) == res.num_chunks == 4 and all(t > 0 for t in reads)
-    assert sum(prof.sizes[index]) == res.num_ids
+    # one read per chunk, one batch copy per step (every step lies inside a chunk here)
+    assert res.num_chunks == 4 and len(reads) == res.num_chunks + res.num_steps and all(t > 0 for t in reads)
+    assert sum(prof.sizes[index]) == 2 * res.num_ids
     assert len(names) > 1                       # the engine's own batches are recorded beside it
     assert prof.critical_path_s(4) < prof.critical_path_s(1)
     check_same(res, reference(data, 32, True))
