@@ -326,10 +326,10 @@ def _over_dataset(batch, features, topo, stacking, num_threads=None):
 
     The scheduler runs the chunks on the calling thread (so that the profile sees
     them); the engine inside uses ``num_threads`` (its default with None). Each
-    chunk's read and each step's batch copy is profiled as one task of a batch
-    holding all of them (the chunk tasks run ``num_workers`` at once and these hold
-    no lock: see ``scwork.sharding._dataset_chunks._record_read``), the engine's
-    tasks as usual.
+    chunk's read (column by column when profiled for several threads) and each
+    step's batch copy is profiled as one task of a batch holding all of them (the
+    chunk tasks run ``num_workers`` at once and these hold no lock: see
+    ``scwork.sharding._dataset_chunks._record_read``), the engine's tasks as usual.
     """
     import contextlib
 

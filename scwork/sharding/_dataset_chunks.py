@@ -229,17 +229,19 @@ def _run_chunk(job: _Job, chunk: _Chunk, *partitions):
     data = {j: partitions[i] for i, j in enumerate(sorted({s[0] for s in chunk.segments
                                                            if job.pieces[s[0]].kind in ("frame", "bag")}))}
     prof = _profile.active()
-    started = _profile.thread_cpu_s() if prof is not None else 0.0
-    # Where this task has cores of its own beyond one (fewer chunks run at once than there
-    # are cores), pyarrow decodes the columns on its thread pool: same CPU, less wall time.
-    threads = _engine_threads(job)
-    use_threads = threads is not None and threads > 1 and prof is None
-    parts = [_read_rows(job.pieces[k], data.get(k), start, stop, job.colmap, use_threads)
-             for k, start, stop in chunk.segments]
-    rows = _concat_rows(parts, names)
-    del parts, data
     if prof is not None:
-        _record_read(prof, _profile.thread_cpu_s() - started, sum(int(rs[-1]) for _, rs in rows.values()))
+        rows = _profiled_read(job, chunk, data, prof, names)
+    else:
+        # Where this task has cores of its own beyond one (fewer chunks run at once than
+        # there are cores), pyarrow decodes the columns on its thread pool: same CPU, less
+        # wall time.
+        threads = _engine_threads(job)
+        use_threads = threads is not None and threads > 1
+        parts = [_read_rows(job.pieces[k], data.get(k), start, stop, job.colmap, use_threads)
+                 for k, start, stop in chunk.segments]
+        rows = _concat_rows(parts, names)
+        del parts
+    del data
     a, b = chunk.sample_start, chunk.sample_stop
     fragments = {}
     for step in chunk.fragments:
@@ -292,6 +294,31 @@ def _record_read(prof, seconds: float, num_ids: int) -> None:
             return
     prof.batches.append((READ_BATCH, [seconds]))
     prof.sizes.append([float(num_ids)])
+
+
+def _profiled_read(job: _Job, chunk: _Chunk, data: dict, prof, names: list[str]) -> dict:
+    """A chunk's rows, read while a profile is recorded: its read timed as task(s) (see _record_read).
+
+    Profiled for more than one thread, a chunk of Parquet shards is read column by
+    column, each column one task: that is how the chunk decodes when it has several
+    cores (pyarrow's thread pool takes the columns). Otherwise (one thread, or NPZ and
+    dask pieces, read as a whole) the chunk's read is one task.
+    """
+    by_column = (_profile.plan_threads() or 1) > 1 and all(job.pieces[k].kind == "parquet"
+                                                           for k, _, _ in chunk.segments)
+    if not by_column:
+        started = _profile.thread_cpu_s()
+        rows = _concat_rows([_read_rows(job.pieces[k], data.get(k), start, stop, job.colmap)
+                             for k, start, stop in chunk.segments], names)
+        _record_read(prof, _profile.thread_cpu_s() - started, sum(int(rs[-1]) for _, rs in rows.values()))
+        return rows
+    parts: list[dict] = [{} for _ in chunk.segments]
+    for feature, column in job.colmap.items():
+        started = _profile.thread_cpu_s()
+        for part, (k, start, stop) in zip(parts, chunk.segments):
+            part.update(_read_rows(job.pieces[k], None, start, stop, {feature: column}))
+        _record_read(prof, _profile.thread_cpu_s() - started, sum(int(p[feature][1][-1]) for p in parts))
+    return _concat_rows(parts, names)
 
 
 def _run_boundary(job: _Job, step: int, *fragment_maps):

@@ -940,9 +940,16 @@ def test_profile_counts_each_chunk_read_as_one_parallel_task(tmp_path):
     assert names.count(READ_BATCH) == 1
     index = names.index(READ_BATCH)
     reads = prof.batches[index][1]
-    # one read per chunk, one batch copy per step (every step lies inside a chunk here)
-    assert res.num_chunks == 4 and len(reads) == res.num_chunks + res.num_steps and all(t > 0 for t in reads)
+    # profiled for 4 threads: one read per column of every chunk, one batch copy per step
+    # (every step lies inside a chunk here)
+    assert res.num_chunks == 4 and len(reads) == res.num_chunks * len(FEATURES) + res.num_steps
+    assert all(t > 0 for t in reads)
     assert sum(prof.sizes[index]) == 2 * res.num_ids
+    with _profile.profiled(1) as profiles, _profile.call():        # one thread: a chunk's read is one task
+        one = stats_over_dataset(tmp_path, FEATURES, TOPO, batch_size=32, chunk_rows=64, scheduler="sync")
+    names = [name for name, _ in profiles[0].batches]
+    assert len(profiles[0].batches[names.index(READ_BATCH)][1]) == one.num_chunks + one.num_steps
+    xr.testing.assert_identical(one.step_stats, res.step_stats)
     assert len(names) > 1                       # the engine's own batches are recorded beside it
     assert prof.critical_path_s(4) < prof.critical_path_s(1)
     check_same(res, reference(data, 32, True))
