@@ -26,6 +26,10 @@ def _lbits(K: int, n: int) -> int:
 # limit checks
 # --------------------------------------------------------------------------------------
 def _check_limits(stack: Stack, res: dict, G: int, S: int, config: SparsecoreConfig, B: int) -> None:
+    cap = config.max_ids_per_chip_per_sample
+    if cap is None and (config.allow_id_dropping or (stack.max_ids_per_partition is None
+                                                     and stack.max_unique_ids_per_partition is None)):
+        return                                 # nothing configured to check (the common case)
     P = stack.num_partitions
     tables = ", ".join(stack.table_names)
     table_attr = stack.table_names[0] if len(stack.tables) == 1 else tables
@@ -47,7 +51,6 @@ def _check_limits(stack: Stack, res: dict, G: int, S: int, config: SparsecoreCon
                     "stack_limits=...), set SparsecoreConfig(allow_id_dropping=True), or use a smaller batch.",
                     limit=limit, observed=int(observed[c]), configured=int(configured), stack=stack.name,
                     table=table_attr, device=d, sc=s, partition=p)
-    cap = config.max_ids_per_chip_per_sample
     if cap is not None:
         per_sc = round_up_array(res["kept"].reshape(G, S, P)).sum(axis=2)
         per_device = per_sc.sum(axis=1)

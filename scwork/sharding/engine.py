@@ -643,6 +643,10 @@ class _StackJob:
                 self.kept[:] = self.pairs
         self.naive_counts = self.naive_g[0] if ng == 1 else self.naive_g.sum(axis=0)
 
+    def results(self) -> list[dict]:
+        """The results of the stacks this job ran (one)."""
+        return [self.result()]
+
     def result(self) -> dict:
         out = {"pairs": self.pairs, "distinct": self.distinct, "naive": self.naive_counts, "kept": self.kept,
                "input": self.slice_ids,
@@ -694,6 +698,110 @@ class _StackJob:
         self.emb, self.smp, self.gout = arrays
         np.minimum(self.row_pointers, capacity, out=self.row_pointers)
         self.C = capacity
+
+
+class _MergedStacks:
+    """Statistics-only stacks of one partition count, run as one job whose groups are all their tables.
+
+    A statistics-only job counts every (group, slice) run into its group's own
+    counters (:func:`~scwork.sharding._split_kernels.count_groups`) and adds the
+    groups afterwards, so a job whose groups are the tables of several stacks
+    gives each stack's counters as the sum over that stack's groups, exactly.
+    One job instead of one per stack: its tables, task lists, checks and results
+    are built once per call (with 26 one-table stacks the per-stack Python was
+    most of a compute_stats call's serial time). The job reads what
+    :func:`_make_jobs` reads of a :class:`~scwork.sharding.stacking.Stack`.
+    """
+
+    combiner = "sum"
+    max_ids_per_partition = None
+    max_unique_ids_per_partition = None
+
+    def __init__(self, stacks: list[Stack]):
+        self.parts = tuple(stacks)
+        self.name = stacks[0].name
+        self.features = tuple(f for st in stacks for f in st.features)
+        self.tables = tuple(t for st in stacks for t in st.tables)
+        self.num_partitions = stacks[0].num_partitions
+        # first group (table) of each part, and the number of groups last
+        self.group_starts = [0, *itertools.accumulate(len(st.tables) for st in stacks)]
+
+    def static_buffer_size_per_sc(self, sparsecores_per_device: int) -> None:
+        return None
+
+
+def _merge_statistics_stacks(stacks, config: SparsecoreConfig, batch_size: int) -> list:
+    """``stacks`` with every run of neighbouring statistics-only stacks of one ``P`` as one :class:`_MergedStacks`.
+
+    Statistics-only: no prefix cut (a stack with limits and ``allow_id_dropping``
+    runs on its own: the cut needs the whole stream). Runs keep the stacks' order,
+    so errors are met in the order a stack-by-stack run meets them. A run stops
+    where its features x samples would pass 2**31 - 1 (the kernels' row keys).
+    """
+    out: list = []
+    run: list[Stack] = []
+    rows = 0
+
+    def close():
+        if len(run) > 1:
+            out.append(_MergedStacks(run))
+        else:
+            out.extend(run)
+
+    for st in stacks:
+        limited = st.max_ids_per_partition is not None or st.max_unique_ids_per_partition is not None
+        alone = (limited and config.allow_id_dropping) or not st.tables or not st.features
+        k_rows = len(st.features) * batch_size
+        if alone or (run and (st.num_partitions != run[0].num_partitions or rows + k_rows > 2**31 - 1)):
+            close()
+            run, rows = [], 0
+        if alone:
+            out.append(st)
+            continue
+        run.append(st)
+        rows += k_rows
+    close()
+    return out
+
+
+class _MergedJob:
+    """Mixin of :class:`_StackJob` for a :class:`_MergedStacks` job: per-part counters and results."""
+
+    def finish_counts(self) -> None:
+        """The naive view per group; each part's counters are its groups' sums (in :meth:`results`)."""
+
+    def results(self) -> list[dict]:
+        """One result per stack of the run, as each stack's own job gives it."""
+        merged = self.stack
+        ng, nsl, P = len(self.groups), self.nsl, self.P
+        starts = merged.group_starts[:-1]
+        pairs_g = self.pairs_g.reshape(ng, nsl * P)
+        distinct_g = self.distinct_g.reshape(ng, nsl * P)
+        if len(starts) == ng:                     # one table per part: the group rows are the parts'
+            pairs, distinct, naive, inputs = pairs_g, distinct_g, self.naive_g, self.counts
+        else:
+            at = np.array(starts, np.int64)
+            pairs = np.add.reduceat(pairs_g, at, axis=0)
+            distinct = np.add.reduceat(distinct_g, at, axis=0)
+            naive = np.add.reduceat(self.naive_g, at, axis=0)
+            inputs = np.add.reduceat(self.counts, at, axis=0)
+        out = []
+        # the rows' arrays, so that the statistics Dataset takes them whole (results._stacked)
+        block = {"pairs": pairs, "distinct": distinct, "naive": naive}
+        for i, st in enumerate(merged.parts):
+            row = pairs[i]
+            res = {"pairs": row, "distinct": distinct[i], "naive": naive[i], "kept": row,
+                   "input": inputs[i], "dropped": 0, "static_dropped": 0, "block": block, "row": i}
+            capacity = st.static_buffer_size_per_sc(self.S)
+            if capacity is not None:
+                kept = row.reshape(nsl, P)
+                res["static_dropped"] = res["dropped"] = int(kept.sum() - _written_within(kept, capacity).sum())
+            out.append(res)
+        return out
+
+
+class _StackJobOfMerged(_MergedJob, _StackJob):
+    """A :class:`_StackJob` of a :class:`_MergedStacks`."""
 
 
 def _describe_groups(stacks, batch: FeatureBatch):
@@ -834,7 +942,7 @@ def _make_jobs(plan: StackingPlan, batch: FeatureBatch, G: int, S: int, want_csr
         else:
             slice_ids = gcounts[g0:g1].sum(axis=0)
         slice_list = slice_ids.tolist()
-        job = _StackJob()
+        job = _StackJobOfMerged() if isinstance(st, _MergedStacks) else _StackJob()
         job.setup(st, G, S, n, groups, want_csr, config, weighted, meta, zeros, gcounts[g0:g1],
                   sloff_all[g0:g1], slice_ids, slice_list, max(group_max[g0:g1], default=0), count_first)
         jobs.append(job)
@@ -915,6 +1023,8 @@ def _execute(plan: StackingPlan, batch: FeatureBatch, G: int, S: int, kern: _Bac
     weights, has_w = _weights_of(batch)
     counts = _slice_counts(batch, G * S)
     count_first = num_threads >= _COUNT_FIRST_THREADS
+    if not want_csr:
+        plan = _OneStack(tuple(_merge_statistics_stacks(plan.stacks, config, batch.batch_size)))
     jobs = _make_jobs(plan, batch, G, S, want_csr, config, has_w, counts, count_first)
     total = sum(j.num_ids for j in jobs)
     target = total / (num_threads * _TASKS_PER_THREAD) if num_threads > 1 else np.inf
@@ -1039,7 +1149,7 @@ def _check_jobs(jobs, batch, G, S, config, want_csr):
                 f"{j.stack.combiner!r} combiner divides by 0 (gains would be NaN or infinite); give "
                 "that sample non-zero weights or use combiner='sum'"
             )
-    return [j.result() for j in jobs]
+    return [res for j in jobs for res in j.results()]
 
 
 def _run(*args, **kwargs):

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -194,6 +195,21 @@ def round_up_array(a: np.ndarray, multiple: int = _ALIGN) -> np.ndarray:
     return round_up(a, multiple)
 
 
+def _stacked(results, key: str, shape: tuple) -> np.ndarray:
+    """``np.stack`` of every result's ``key`` reshaped to ``shape``, or the array they are rows of.
+
+    The engine's statistics-only job of several stacks gives each stack a row of
+    one array per counter (``block``, the row's index in ``row``:
+    :meth:`scwork.sharding.engine._MergedJob.results`); when the results are all
+    the rows of that array in order, it is the stacked array: no copy.
+    """
+    block = results[0].get("block") if results else None
+    if (block is not None and key in block and block[key].shape[0] == len(results)
+            and all(r.get("block") is block and r["row"] == i for i, r in enumerate(results))):
+        return block[key].reshape(len(results), *shape)
+    return np.stack([np.asarray(r[key]).reshape(shape) for r in results])
+
+
 def _stats_dataset(plan: StackingPlan, topology: Topology, batch: FeatureBatch, results, oov_counts):
     G, S, P = topology.num_devices, topology.sparsecores_per_device, topology.num_partitions
     nsl = G * S
@@ -201,9 +217,9 @@ def _stats_dataset(plan: StackingPlan, topology: Topology, batch: FeatureBatch, 
     n = B // nsl
     names = [st.name for st in plan.stacks]
     ns = len(names)
-    ids = np.stack([r["pairs"].reshape(G, S, P) for r in results])
-    uniq = np.stack([r["distinct"].reshape(G, S, P) for r in results])
-    kept = np.stack([np.asarray(r["kept"]).reshape(G, S, P) for r in results])
+    ids = _stacked(results, "pairs", (G, S, P))
+    uniq = _stacked(results, "distinct", (G, S, P))
+    kept = ids if all(r["kept"] is r["pairs"] for r in results) else _stacked(results, "kept", (G, S, P))
     raw = np.zeros((ns, G, S), np.int64)
     for a, (st, r) in enumerate(zip(plan.stacks, results)):
         if "input" in r:                        # raw ids per slice, counted by the engine already
@@ -212,7 +228,7 @@ def _stats_dataset(plan: StackingPlan, topology: Topology, batch: FeatureBatch, 
         for f in st.features:
             rs = batch._splits[batch._feature_index(f.name)]
             raw[a] += (rs[n::n] - rs[:-1:n]).reshape(G, S)
-    naive_unique = np.stack([r["naive"] for r in results])
+    naive_unique = _stacked(results, "naive", (P,))
     required = round_up_array(ids).sum(axis=3)
     required_kept = round_up_array(kept).sum(axis=3)
     samples_per_device = np.array([len(st.features) * B // G for st in plan.stacks], np.int64)
@@ -316,7 +332,8 @@ def _dataset(data_vars: dict, coords_ds, attrs: dict):
         dims = (dims,) if isinstance(dims, str) else tuple(dims)
         if tuple(np.shape(values)) != tuple(sizes[d] for d in dims):
             raise ValueError(f"variable {name!r}: shape {np.shape(values)} does not fit dims {dims}")
-        variables[name] = xr.Variable(dims, values, var_attrs)
+        # fastpath: the values are numpy arrays built above (no conversion to do)
+        variables[name] = xr.Variable(dims, values, var_attrs, fastpath=True)
     try:
         return construct(variables, set(coords_ds.coords), sizes, dict(attrs), dict(coords_ds.xindexes))
     except TypeError:                      # another signature: the public way
