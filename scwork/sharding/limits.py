@@ -50,6 +50,7 @@ from scwork.hardware.topology import Topology
 from scwork.sharding import _profile
 from scwork.sharding.batch import FeatureBatch
 from scwork.sharding.limits_json_csv import Limits, StackLimits
+from scwork.sharding.results import _dataset
 from scwork.sharding.specs import SparsecoreConfig
 from scwork.sharding.stacking import (
     DEFAULT_ACTIVATION_MEM_BYTES_LIMIT,
@@ -79,6 +80,35 @@ _ALIGN = 8
 _STEP_VARS = ("ids", "unique_ids", "max_ids_per_partition", "max_unique_ids_per_partition",
               "required_buffer_size_per_sc", "input_ids", "naive_ids_per_partition",
               "naive_unique_ids_per_partition", "out_of_vocabulary_ids")
+
+
+#: Coordinates of collect_stats' result, by (coordinates of a step's statistics, steps).
+_STEP_COORDS: dict[tuple, Any] = {}
+
+
+def _step_coords(first, num_steps: int):
+    """The coordinates of ``first`` (one step's statistics) with ``step`` added, as a Dataset.
+
+    Cached by the coordinates' names, values and attributes and the step count
+    (every step of a plan has the same ones): building the indexes costs more
+    than the variables.
+    """
+    import xarray as xr
+
+    coords = first.coords.variables
+    key = (tuple(coords), tuple(first.sizes.items()), num_steps, tuple(coords["stack"].values.tolist())
+           if "stack" in coords else ())
+    hit = _STEP_COORDS.get(key)
+    if hit is not None and all(np.array_equal(hit[name].values, var.values) and hit[name].attrs == var.attrs
+                               for name, var in coords.items()):
+        return hit
+    variables = dict(coords)
+    variables["step"] = xr.Variable("step", np.arange(num_steps), {"long_name": "step index"})
+    ds = xr.Dataset(coords=variables)
+    if len(_STEP_COORDS) > 64:
+        _STEP_COORDS.clear()
+    _STEP_COORDS[key] = ds
+    return ds
 
 
 def _round_up(value: float, multiple: int) -> int:
@@ -295,16 +325,19 @@ on_out_of_vocabulary, num_threads, backend
     # attributes, "step" first) without its per-step alignment, which cost about
     # 6 ms a step, all of it serial.
     first = steps[0]
-    names = list(first["stack"].values)
+    # variables, not DataArrays: ds[v] builds a DataArray (coordinates included) per read
+    first_vars = first.variables
+    names = list(first_vars["stack"].values)
     for step, ds in enumerate(steps[1:], 1):
-        if list(ds["stack"].values) != names or ds.sizes != first.sizes:
+        if list(ds.variables["stack"].values) != names or ds.sizes != first.sizes:
             raise InternalError(f"step {step}: statistics of another shape than step 0's (same plan expected)")
-    data = {v: (("step", *first[v].dims), np.stack([ds[v].values for ds in steps]), dict(first[v].attrs))
+    data = {v: (("step", *first_vars[v].dims), np.stack([ds.variables[v].values for ds in steps]),
+                dict(first_vars[v].attrs))
             for v in _STEP_VARS}
     # the summaries from the same arrays (assigning them to the Dataset one by one
     # aligned each against it: about as long as the rest of the call's serial part)
-    if first["max_ids_per_partition"].dims != ("stack", "device", "partition") or \
-            first["required_buffer_size_per_sc"].dims != ("stack", "device", "sc"):
+    if first_vars["max_ids_per_partition"].dims != ("stack", "device", "partition") or \
+            first_vars["required_buffer_size_per_sc"].dims != ("stack", "device", "sc"):
         raise InternalError("compute_stats' statistics changed dims; collect_stats' summaries expect "
                             "(stack, device, partition) and (stack, device, sc)")
     data["observed_max_ids"] = (("step", "stack"), data["max_ids_per_partition"][1].max(axis=(2, 3)), {
@@ -320,10 +353,7 @@ on_out_of_vocabulary, num_threads, backend
         vals = [getattr(s, attr) for s in plan.stacks]
         data[var] = ("stack", np.array([-1 if v is None else v for v in vals], np.int64),
                      {"long_name": f"configured {attr} (-1: none)", "units": "ids"})
-    coords = {name: first.coords[name].variable for name in first.coords}
-    coords["step"] = ("step", np.arange(len(steps)), {"long_name": "step index"})
-    out = xr.Dataset(data, coords=coords, attrs=dict(first.attrs))
-    out.attrs.update(steps[0].attrs)
+    out = _dataset(data, _step_coords(first, len(steps)), dict(first.attrs))
     out.attrs["num_steps"] = len(steps)
     out.attrs["source"] = "scwork.sharding.limits.collect_stats (compute_stats per step, limits off)"
     return out

@@ -499,8 +499,10 @@ def _plan_key(features, topology, stacking, batch_size, rotation, activation_mem
     building 26 stacks of checked dataclasses is about 0.3 ms, a tenth of a call's
     serial time. Plans never change once made, so equal arguments may share one.
     Only plain arguments are keyed: a list or tuple of FeatureSpec, stacking None, a
-    string or a StackingPlan (by identity), no stack_limits. The types of the
+    string or a StackingPlan (by identity), stack_limits of plain pairs. The types of the
     numbers are part of the key (``True == 1`` must not find the plan of 1).
+    ``stack_limits`` is keyed when every value is a tuple of ints or None (what
+    :class:`~scwork.sharding.Scenario` passes), in the mapping's order.
     """
     from scwork.sharding.specs import FeatureSpec
 
@@ -508,12 +510,23 @@ def _plan_key(features, topology, stacking, batch_size, rotation, activation_mem
         return None
     if not (stacking is None or isinstance(stacking, (str, StackingPlan))):
         return None
-    if stack_limits is not None and not (isinstance(stack_limits, Mapping) and len(stack_limits) == 0):
-        return None
+    limits_key = None                       # an empty stack_limits plans as None does
+    if stack_limits is not None:
+        if not isinstance(stack_limits, Mapping):
+            return None
+        # (name, limits) pairs in the mapping's order, each limit with its type; a pair
+        # of plain numbers or None only (what Scenario passes: every stack's limits)
+        limits_key = []
+        for name, value in stack_limits.items():
+            if not (type(name) is str and type(value) is tuple
+                    and all(v is None or type(v) is int for v in value)):
+                return None
+            limits_key.append((name, value))
+        limits_key = tuple(limits_key) or None
     scalars = (batch_size, rotation, activation_mem_bytes_limit)
     # a StackingPlan compares by identity: the key holds the plan itself, never an id of a dead one
-    # (an empty stack_limits plans as None does)
-    key = (tuple(features), topology, stacking, scalars, tuple(type(v) for v in scalars), config, stack_limit_rule)
+    key = (tuple(features), topology, stacking, scalars, tuple(type(v) for v in scalars), config, stack_limit_rule,
+           limits_key)
     try:
         hash(key)
     except TypeError:
