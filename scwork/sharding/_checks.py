@@ -96,6 +96,30 @@ def _raise_oov(batch: FeatureBatch, plan: StackingPlan, position: int) -> None:
         feature=name, sample=sample, id=bad, vocab_size=spec.table.vocab_size, count=total)
 
 
+_STACK_ROWS: dict[tuple, tuple] = {}
+
+
+def _stack_rows(stacks: tuple, batch: FeatureBatch) -> tuple[np.ndarray, np.ndarray]:
+    """Batch rows of every stack's features in order, and where each stack starts among them.
+
+    Kept by the stacks' identity and the batch's feature names (plans never
+    change; the paths built on the engine run one plan many times).
+    """
+    key = (id(stacks), batch.feature_names)
+    hit = _STACK_ROWS.get(key)
+    if hit is not None and hit[0] is stacks:
+        return hit[1]
+    rows, starts = [], []
+    for st in stacks:
+        starts.append(len(rows))
+        rows += [batch._feature_index(f.name) for f in st.features]
+    value = (np.array(rows, np.int64), np.array(starts, np.int64))
+    if len(_STACK_ROWS) >= 64:
+        _STACK_ROWS.pop(next(iter(_STACK_ROWS)))
+    _STACK_ROWS[key] = (stacks, value)                 # the stacks kept: their id stays theirs
+    return value
+
+
 def estimate_scratch_bytes(plan: StackingPlan, batch: FeatureBatch, G: int, S: int, want_csr: bool,
                            num_threads: int = 1) -> int:
     """Upper estimate (exact integers) of the bytes one call allocates.
@@ -112,14 +136,11 @@ def estimate_scratch_bytes(plan: StackingPlan, batch: FeatureBatch, G: int, S: i
     workers = min(num_threads, nsl * max(1, len(plan.stacks)))
     # raw ids of every stack in every slice, for all stacks at once (a numpy pass
     # per feature and stack cost more than the rest of this estimate)
-    rows, starts = [], []
-    for st in plan.stacks:
-        starts.append(len(rows))
-        rows += [batch._feature_index(f.name) for f in st.features]
+    rows, starts = _stack_rows(plan.stacks, batch)
     splits = batch._splits
     per_feature = splits[:, n::n] - splits[:, :-1:n]
-    if rows and all(st.features for st in plan.stacks):
-        per_stack = np.add.reduceat(per_feature[np.array(rows, np.int64)], np.array(starts, np.int64), axis=0)
+    if rows.size and all(st.features for st in plan.stacks):
+        per_stack = np.add.reduceat(per_feature[rows], starts, axis=0)
     else:
         per_stack = np.zeros((len(plan.stacks), nsl), np.int64)
         for i, st in enumerate(plan.stacks):

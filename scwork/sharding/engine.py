@@ -840,6 +840,29 @@ def _describe_groups(stacks, batch: FeatureBatch):
     return described, rows_in_order, group_starts, stack_groups
 
 
+#: What the engine derives from a plan's stacks alone (merged runs, group tables), by the stacks' identity.
+_PLAN_DERIVED: dict[tuple, tuple] = {}
+
+
+def _derived(kind: str, stacks: tuple, extra: tuple, compute):
+    """``compute()``, kept for these ``stacks`` (by identity: plans never change) and ``extra``.
+
+    Every call of the paths built on the engine (``collect_stats`` steps, the
+    explorers' scenarios) runs the same plan again: the per-stack Python that
+    depends on the plan only is done once.
+    """
+    key = (kind, id(stacks), extra)
+    hit = _PLAN_DERIVED.get(key)
+    if hit is not None and hit[0] is stacks:
+        return hit[1]
+    value = compute()
+    if len(_PLAN_DERIVED) >= 64:
+        _PLAN_DERIVED.pop(next(iter(_PLAN_DERIVED)))
+    # the stacks are kept with the value: their id in the key stays theirs
+    _PLAN_DERIVED[key] = (stacks, value)
+    return value
+
+
 def _make_jobs(plan: StackingPlan, batch: FeatureBatch, G: int, S: int, want_csr: bool, config: SparsecoreConfig,
                has_w: np.ndarray, slice_counts: np.ndarray, count_first: bool) -> list[_StackJob]:
     """Every stack's :class:`_StackJob`, their tables built in one pass over all stacks.
@@ -853,7 +876,8 @@ def _make_jobs(plan: StackingPlan, batch: FeatureBatch, G: int, S: int, want_csr
     n = batch.batch_size // nsl
     has_w_list = has_w.tolist()
     stacks = plan.stacks
-    described, rows_in_order, group_starts, stack_groups = _describe_groups(stacks, batch)
+    described, rows_in_order, group_starts, stack_groups = _derived(
+        "groups", stacks, batch._names, lambda: _describe_groups(stacks, batch))
     total_groups = stack_groups[-1]
     if total_groups == 0 or not rows_in_order:
         gcounts = np.zeros((total_groups, nsl), np.int64)
@@ -1024,7 +1048,9 @@ def _execute(plan: StackingPlan, batch: FeatureBatch, G: int, S: int, kern: _Bac
     counts = _slice_counts(batch, G * S)
     count_first = num_threads >= _COUNT_FIRST_THREADS
     if not want_csr:
-        plan = _OneStack(tuple(_merge_statistics_stacks(plan.stacks, config, batch.batch_size)))
+        stacks = plan.stacks
+        plan = _derived("merged", stacks, (bool(config.allow_id_dropping), batch.batch_size),
+                        lambda: _OneStack(tuple(_merge_statistics_stacks(stacks, config, batch.batch_size))))
     jobs = _make_jobs(plan, batch, G, S, want_csr, config, has_w, counts, count_first)
     total = sum(j.num_ids for j in jobs)
     target = total / (num_threads * _TASKS_PER_THREAD) if num_threads > 1 else np.inf
