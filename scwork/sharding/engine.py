@@ -492,31 +492,36 @@ class _StackJob:
             cum = [0, *itertools.accumulate(self.slice_list)]
             units = [(s0, s1, 0, ng) for s0, s1 in self.ranges(target)]
             return units, [cum[s1] - cum[s0] for s0, s1, _, _ in units]
-        counts = self.counts.tolist()                                            # (ng, nsl) ints
-        units, sizes = [], []
-        for sl in range(self.nsl):
-            # contiguous groups, as many as stay within target ids (a larger group alone)
-            g0, acc = 0, 0
-            for g in range(ng):
-                c = counts[g][sl]
-                if acc and acc + c > target:
-                    units.append((sl, sl + 1, g0, g))
-                    sizes.append(acc)
-                    g0, acc = g, 0
-                acc += c
-            units.append((sl, sl + 1, g0, ng))
-            sizes.append(acc)
-        return units, sizes
+        # a slice larger than target: runs of its groups (compiled greedy cut, one call for all slices)
+        from scwork.sharding._split_kernels import cut_groups
+
+        cut = np.empty((ng * self.nsl, 4), np.int64)
+        k = cut_groups(self.counts, float(target), cut)
+        sl, g0, g1, size = cut[:k].T.tolist()
+        return [(s, s + 1, a, b) for s, a, b in zip(sl, g0, g1)], size
 
     def naive_units(self, target: float) -> list[tuple[int, int, int]]:
         """Naive-view tasks ``(group, p0, p1)``: partition ranges of about ``target`` ids."""
-        out = []
-        P = self.P
-        for i, g in enumerate(self.groups):
-            parts = 1 if not math.isfinite(target) else min(P, max(1, round(g.num_ids / max(target, 1.0))))
-            edges = sorted({P * k // parts for k in range(parts + 1)})
-            out += [(i, a, b) for a, b in itertools.pairwise(edges)]
-        return out
+        return self.naive_tasks(target)[0]
+
+    def naive_tasks(self, target: float) -> tuple[list[tuple[int, int, int]], list[int]]:
+        """:meth:`naive_units` and each task's size (its group's ids times its share of the partitions).
+
+        Group ``g`` gets ``round(ids / target)`` ranges (1 to ``P``), cut at
+        ``P * k // parts``: strictly increasing edges, as ``parts <= P``.
+        """
+        P, ng = self.P, len(self.groups)
+        nums = self.counts.sum(axis=1) if ng else np.zeros(0, np.int64)
+        if not math.isfinite(target):
+            return [(i, 0, P) for i in range(ng)], nums.tolist()
+        parts = np.clip(np.rint(nums / max(target, 1.0)), 1, P).astype(np.int64)
+        group = np.repeat(np.arange(ng, dtype=np.int64), parts)
+        k = np.arange(group.size, dtype=np.int64) - np.repeat(np.cumsum(parts) - parts, parts)
+        per = parts[group]
+        p0 = P * k // per
+        p1 = P * (k + 1) // per
+        sizes = nums[group] * (p1 - p0) // P
+        return list(zip(group.tolist(), p0.tolist(), p1.tolist())), sizes.tolist()
 
     def naive_task(self, kern: _Backend, g: int, p0: int, p1: int) -> None:
         """Task: the naive view of group ``g`` over partitions ``[p0, p1)``."""
@@ -1117,10 +1122,16 @@ def _execute(plan: StackingPlan, batch: FeatureBatch, G: int, S: int, kern: _Bac
             if err is not None:
                 raise _Oov(err[1])
         # naive view (per group and partition range) and the compaction of staged stacks
-        finish = [(j, unit) for j in jobs for unit in j.naive_units(target)] + [(j, None) for j in jobs if j.staged]
-        _run_tasks(_finish_task(kern), finish,
-                   [j.num_ids * (u[2] - u[1]) // max(1, j.P * len(j.groups)) if u else 4 * j.num_ids
-                    for j, u in finish], num_threads, "finish")
+        finish, finish_sizes = [], []
+        for j in jobs:
+            units, unit_sizes = j.naive_tasks(target)
+            finish += [(j, u) for u in units]
+            finish_sizes += unit_sizes
+        for j in jobs:
+            if j.staged:
+                finish.append((j, None))
+                finish_sizes.append(4 * j.num_ids)
+        _run_tasks(_finish_task(kern), finish, finish_sizes, num_threads, "finish")
         for j in jobs:
             j.finish_counts()
         return _check_jobs(jobs, batch, G, S, config, want_csr)

@@ -323,3 +323,30 @@ def test_statistics_of_stacks_run_as_one_job_equal_each_stack_on_its_own(seed):
                 for var in ("ids", "unique_ids", "kept_ids", "input_ids", "naive_ids_per_partition",
                             "naive_unique_ids_per_partition", "dropped_ids", "required_buffer_size_per_sc"):
                     assert np.array_equal(got[var].values, alone[var].values), (var, stack.name, merged_any)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.floats(0.5, 60.0))
+def test_cut_groups_matches_reference_and_the_greedy_cut(seed, target):
+    """Task lists of a stack cut by groups: kernel = reference = the plain greedy cut, runs within target."""
+    rng = np.random.default_rng(seed)
+    ng, nsl = int(rng.integers(1, 9)), int(rng.integers(1, 7))
+    counts = (rng.integers(0, 20, (ng, nsl)) * (rng.random((ng, nsl)) < 0.7)).astype(np.int64)
+    got = []
+    for fn in (SK.cut_groups, SK.cut_groups_reference):
+        units = np.full((ng * nsl, 4), -7, np.int64)
+        k = fn(counts, float(target), units)
+        got.append([tuple(r) for r in units[:k].tolist()])
+    greedy = []
+    for sl in range(nsl):
+        g0, acc = 0, 0
+        for g in range(ng):
+            if acc and acc + counts[g, sl] > target:
+                greedy.append((sl, g0, g, acc))
+                g0, acc = g, 0
+            acc += int(counts[g, sl])
+        greedy.append((sl, g0, ng, acc))
+    assert got[0] == got[1] == greedy
+    for sl, g0, g1, size in got[0]:
+        assert size == counts[g0:g1, sl].sum()
+        assert size <= target or counts[g0:g1, sl].max() == size       # over target: one group alone
