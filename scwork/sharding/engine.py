@@ -213,8 +213,10 @@ class _Group:
     row_offset: int
     vocab: int
     qbits: int              # bit_length((vocab - 1) // P): key layout of _kernels
-    num_ids: int
-    slice_ids: np.ndarray   # raw ids of the group in each (device, source SC) slice
+    # raw ids of the group, in all and in each (device, source SC) slice (from _groups;
+    # None in an engine job's groups, which are kept for the plan: the job has the counts)
+    num_ids: int | None
+    slice_ids: np.ndarray | None
 
 
 def _slice_counts(batch: FeatureBatch, nsl: int) -> np.ndarray:
@@ -868,6 +870,65 @@ def _derived(kind: str, stacks: tuple, extra: tuple, compute):
     return value
 
 
+class _StaticTables:
+    """What :func:`_make_jobs` builds from a plan and a batch's layout alone (no counts).
+
+    Per stack, its groups (tables) and the small int64 rows the kernels read
+    (``gptr``, ``feat_rows``, ``feat_k``, ``g_vocab``...) as views of one array, all
+    of it kept between calls by :func:`_derived`: those arrays are only read. The
+    rows that depend on the counts (``g_uloff``) are made per call.
+    """
+
+    def __init__(self, stacks, batch: FeatureBatch, want_csr: bool, has_w_list: list[int]):
+        described, rows_in_order, group_starts, stack_groups = _describe_groups(stacks, batch)
+        self.stack_groups = stack_groups
+        self.total_groups = total = stack_groups[-1]
+        self.rows = np.array(rows_in_order, np.int64)
+        self.starts = np.array(group_starts, np.int64)
+        self.ng_of = [stack_groups[si + 1] - stack_groups[si] for si in range(len(stacks))]
+        flat: list[int] = []
+        self.layout = []
+        for si, st in enumerate(stacks):
+            mine = described[si]
+            weighted = [any(has_w_list[r] for r in g[2]) for g in mine]
+            combiner = _COMBINER_CODE[st.combiner] if want_csr else 0
+            gptr = [0]
+            for g in mine:
+                gptr.append(gptr[-1] + len(g[2]))
+            parts = {
+                "gptr": gptr,
+                "feat_rows": [r for g in mine for r in g[2]],
+                "feat_k": [k for g in mine for k in g[1]],
+                "g_vocab": [g[6] for g in mine],
+                "g_shift": [g[4] for g in mine],
+                "g_qbits": [g[7] for g in mine],
+                "g_rowoff": [g[5] for g in mine],
+                "g_mode": [(2 if w else (1 if combiner else 0)) if want_csr else 0 for w in weighted],
+            }
+            spans = {}
+            for key, vals in parts.items():
+                spans[key] = (len(flat), len(flat) + len(vals))
+                flat += vals
+            self.layout.append((spans, weighted, gptr))
+        self.meta_all = meta_all = np.array(flat, np.int64)
+        self.metas = []
+        self.groups = []
+        for si, (spans, _, gptr) in enumerate(self.layout):
+            meta = {key: meta_all[a:b] for key, (a, b) in spans.items()}
+            rows_view, ks_view = meta["feat_rows"], meta["feat_k"]
+            self.metas.append(meta)
+            # the jobs read counts from the job (job.counts), not from their groups
+            self.groups.append([_Group(d[0], rows_view[gptr[i]:gptr[i + 1]], ks_view[gptr[i]:gptr[i + 1]],
+                                       d[3], d[4], d[5], d[6], d[7], None, None)
+                                for i, d in enumerate(described[si])])
+        # g_uloff (each group's first place in its stack's naive-view list: the ids of
+        # the stack's earlier groups) = exclusive running sum over all groups minus
+        # that at the stack's first group
+        self.first_group = np.repeat(np.array(stack_groups[:-1], np.int64), self.ng_of) if total else \
+            np.zeros(0, np.int64)
+        self.all_counted = bool(total) and all(self.ng_of)
+
+
 def _make_jobs(plan: StackingPlan, batch: FeatureBatch, G: int, S: int, want_csr: bool, config: SparsecoreConfig,
                has_w: np.ndarray, slice_counts: np.ndarray, count_first: bool) -> list[_StackJob]:
     """Every stack's :class:`_StackJob`, their tables built in one pass over all stacks.
@@ -875,57 +936,28 @@ def _make_jobs(plan: StackingPlan, batch: FeatureBatch, G: int, S: int, want_csr
     The same tables as building each stack on its own (:func:`_groups` per stack),
     but the per-(group, slice) counts, their offsets and maxima are computed for all
     groups of all stacks with a few numpy calls, the small per-group rows come from
-    one int64 array and every zero-filled counter is a view of one zeroed block.
+    one int64 array kept for the plan (:class:`_StaticTables`) and every
+    zero-filled counter is a view of one zeroed block.
     """
     nsl = G * S
     n = batch.batch_size // nsl
-    has_w_list = has_w.tolist()
     stacks = plan.stacks
-    described, rows_in_order, group_starts, stack_groups = _derived(
-        "groups", stacks, batch._names, lambda: _describe_groups(stacks, batch))
-    total_groups = stack_groups[-1]
-    if total_groups == 0 or not rows_in_order:
+    has_w_list = has_w.tolist()
+    tables = _derived("tables", stacks, (batch._names, bool(want_csr), tuple(has_w_list)),
+                      lambda: _StaticTables(stacks, batch, want_csr, has_w_list))
+    stack_groups = tables.stack_groups
+    total_groups = tables.total_groups
+    if total_groups == 0 or not tables.rows.size:
         gcounts = np.zeros((total_groups, nsl), np.int64)
     else:
-        gcounts = np.add.reduceat(slice_counts[np.array(rows_in_order, np.int64)],
-                                  np.array(group_starts, np.int64), axis=0).astype(np.int64, copy=False)
+        gcounts = np.add.reduceat(slice_counts[tables.rows], tables.starts, axis=0).astype(np.int64, copy=False)
     # a group without features (cannot happen for a checked plan) counts nothing
     sloff_all = np.zeros((total_groups, nsl + 1), np.int64)
     np.cumsum(gcounts, axis=1, out=sloff_all[:, 1:])
-    group_totals = sloff_all[:, -1].tolist()
+    totals = sloff_all[:, -1]
+    before = np.cumsum(totals) - totals
+    uloff_all = before - before[tables.first_group] if total_groups else np.zeros(0, np.int64)
     group_max = gcounts.max(axis=1).tolist() if nsl else [0] * total_groups
-    slice_rows = gcounts.tolist()
-
-    # the small int64 rows of every stack, from one array
-    flat: list[int] = []
-    layout = []
-    for si, st in enumerate(stacks):
-        mine = described[si]
-        weighted = [any(has_w_list[r] for r in g[2]) for g in mine]
-        combiner = _COMBINER_CODE[st.combiner] if want_csr else 0
-        gptr = [0]
-        for g in mine:
-            gptr.append(gptr[-1] + len(g[2]))
-        uloff = [0]
-        for gi in range(len(mine) - 1):
-            uloff.append(uloff[-1] + group_totals[stack_groups[si] + gi])
-        parts = {
-            "gptr": gptr,
-            "feat_rows": [r for g in mine for r in g[2]],
-            "feat_k": [k for g in mine for k in g[1]],
-            "g_vocab": [g[6] for g in mine],
-            "g_shift": [g[4] for g in mine],
-            "g_qbits": [g[7] for g in mine],
-            "g_rowoff": [g[5] for g in mine],
-            "g_mode": [(2 if w else (1 if combiner else 0)) if want_csr else 0 for w in weighted],
-            "g_uloff": uloff,
-        }
-        spans = {}
-        for key, vals in parts.items():
-            spans[key] = (len(flat), len(flat) + len(vals))
-            flat += vals
-        layout.append((spans, weighted, gptr))
-    meta_all = np.array(flat, np.int64)
     zeros_nsl = np.zeros(nsl, np.int64)
     zeros_nsl.flags.writeable = False
     # the engine's naive view always uses lists (no bitmap): one zero flag per group
@@ -934,7 +966,7 @@ def _make_jobs(plan: StackingPlan, batch: FeatureBatch, G: int, S: int, want_csr
     no_row_pointers = np.zeros(1, np.int32)
 
     # one zeroed block for every counter of every job: sizes first, then views
-    ng_of = [stack_groups[si + 1] - stack_groups[si] for si in range(len(stacks))]
+    ng_of = tables.ng_of
     block_len = 0
     for si, st in enumerate(stacks):
         ng, P = ng_of[si], st.num_partitions
@@ -950,29 +982,25 @@ def _make_jobs(plan: StackingPlan, batch: FeatureBatch, G: int, S: int, want_csr
         return block[start:start + length]
 
     stack_slices_all = np.add.reduceat(gcounts, np.array(stack_groups[:-1], np.int64), axis=0) \
-        if total_groups and len(stacks) == len([c for c in ng_of if c]) else None
+        if tables.all_counted else None
     jobs = []
     for si, st in enumerate(stacks):
         g0, g1 = stack_groups[si], stack_groups[si + 1]
-        spans, weighted, _ = layout[si]
-        meta = {key: meta_all[a:b] for key, (a, b) in spans.items()}
+        _, weighted, _ = tables.layout[si]
+        meta = dict(tables.metas[si])
+        meta["g_uloff"] = uloff_all[g0:g1]
         meta["batch"] = batch
         meta["zeros_nsl"] = zeros_nsl
         meta["bitmap"] = bitmaps[g0:g1]
         meta["no_gains"] = no_gains
         meta["no_row_pointers"] = no_row_pointers
-        rows_view, ks_view = meta["feat_rows"], meta["feat_k"]
-        gptr = layout[si][2]
-        groups = [_Group(d[0], rows_view[gptr[i]:gptr[i + 1]], ks_view[gptr[i]:gptr[i + 1]],
-                         d[3], d[4], d[5], d[6], d[7], group_totals[g0 + i], gcounts[g0 + i])
-                  for i, d in enumerate(described[si])]
         if stack_slices_all is not None:
             slice_ids = stack_slices_all[si]
         else:
             slice_ids = gcounts[g0:g1].sum(axis=0)
         slice_list = slice_ids.tolist()
         job = _StackJobOfMerged() if isinstance(st, _MergedStacks) else _StackJob()
-        job.setup(st, G, S, n, groups, want_csr, config, weighted, meta, zeros, gcounts[g0:g1],
+        job.setup(st, G, S, n, tables.groups[si], want_csr, config, weighted, meta, zeros, gcounts[g0:g1],
                   sloff_all[g0:g1], slice_ids, slice_list, max(group_max[g0:g1], default=0), count_first)
         jobs.append(job)
     return jobs
