@@ -258,6 +258,18 @@ class _Backend:
                 setattr(self, name, getattr(module, name + ref))
 
 
+_BACKENDS: dict[str, _Backend] = {}
+
+
+def _backend(backend: str) -> _Backend:
+    """The kernels of ``backend``, made once (:class:`_Backend` raises on an unknown name)."""
+    kern = _BACKENDS.get(backend) if isinstance(backend, str) else None
+    if kern is None:
+        kern = _Backend(backend)
+        _BACKENDS[backend] = kern
+    return kern
+
+
 class _Oov(Exception):
     """Raised when the kernels find an out-of-vocabulary id."""
 
@@ -614,6 +626,8 @@ class _StackJob:
         group in (slice, feature, sample) order, else its first zero-divisor sample.
         (Only tasks with an error or a dropped pair were kept.)
         """
+        if not self.tasks:
+            return None
         tasks = sorted(self.tasks, key=lambda t: t["s0"])
         for g in range(len(self.groups)):
             for kind in kinds:
@@ -794,7 +808,7 @@ class _MergedJob:
             inputs = np.add.reduceat(self.counts, at, axis=0)
         out = []
         # the rows' arrays, so that the statistics Dataset takes them whole (results._stacked)
-        block = {"pairs": pairs, "distinct": distinct, "naive": naive}
+        block = {"pairs": pairs, "distinct": distinct, "naive": naive, "input": inputs}
         for i, st in enumerate(merged.parts):
             row = pairs[i]
             res = {"pairs": row, "distinct": distinct[i], "naive": naive[i], "kept": row,
@@ -1234,7 +1248,7 @@ def _run_call(batch, features, topology, stacking, config, on_out_of_vocabulary,
     plan = plan_stacking(features, topology, stacking, batch_size=batch.batch_size, rotation=rotation,
                          activation_mem_bytes_limit=activation_mem_bytes_limit, config=config,
                          stack_limits=stack_limits)
-    kern = _Backend(backend)
+    kern = _backend(backend)
     for st in plan.stacks:
         if len(st.features) * batch.batch_size > 2**31 - 1:
             raise InputError(f"stack {st.name!r}: {len(st.features)} features x {batch.batch_size} samples "

@@ -210,38 +210,64 @@ def _stacked(results, key: str, shape: tuple) -> np.ndarray:
     return np.stack([np.asarray(r[key]).reshape(shape) for r in results])
 
 
+_PLAN_COLUMNS: dict[tuple, tuple] = {}
+
+
+def _plan_columns(plan: StackingPlan, B: int, G: int) -> tuple:
+    """Per stack of ``plan``: names, configured limits (-1: none) and samples per device.
+
+    Kept by the stacks' identity (plans never change; the paths built on the
+    engine run one plan many times). Callers copy the arrays they hand out.
+    """
+    stacks = plan.stacks
+    key = (id(stacks), B, G)
+    hit = _PLAN_COLUMNS.get(key)
+    if hit is not None and hit[0] is stacks:
+        return hit[1]
+    value = ([st.name for st in stacks],
+             np.array([-1 if st.max_ids_per_partition is None else st.max_ids_per_partition for st in stacks],
+                      np.int64),
+             np.array([-1 if st.max_unique_ids_per_partition is None else st.max_unique_ids_per_partition
+                       for st in stacks], np.int64),
+             np.array([len(st.features) * B // G for st in stacks], np.int64))
+    if len(_PLAN_COLUMNS) >= 64:
+        _PLAN_COLUMNS.pop(next(iter(_PLAN_COLUMNS)))
+    _PLAN_COLUMNS[key] = (stacks, value)               # the stacks kept: their id stays theirs
+    return value
+
+
 def _stats_dataset(plan: StackingPlan, topology: Topology, batch: FeatureBatch, results, oov_counts):
     G, S, P = topology.num_devices, topology.sparsecores_per_device, topology.num_partitions
     nsl = G * S
     B = batch.batch_size
     n = B // nsl
-    names = [st.name for st in plan.stacks]
+    names, limit_ids, limit_uniq, samples_per_device = (
+        x.copy() if isinstance(x, np.ndarray) else x for x in _plan_columns(plan, B, G))
     ns = len(names)
     ids = _stacked(results, "pairs", (G, S, P))
     uniq = _stacked(results, "distinct", (G, S, P))
-    kept = ids if all(r["kept"] is r["pairs"] for r in results) else _stacked(results, "kept", (G, S, P))
-    raw = np.zeros((ns, G, S), np.int64)
-    for a, (st, r) in enumerate(zip(plan.stacks, results)):
-        if "input" in r:                        # raw ids per slice, counted by the engine already
-            raw[a] = r["input"].reshape(G, S)
-            continue
-        for f in st.features:
-            rs = batch._splits[batch._feature_index(f.name)]
-            raw[a] += (rs[n::n] - rs[:-1:n]).reshape(G, S)
+    same_kept = all(r["kept"] is r["pairs"] for r in results)
+    kept = ids if same_kept else _stacked(results, "kept", (G, S, P))
+    if all("input" in r for r in results):      # raw ids per slice, counted by the engine already
+        raw = _stacked(results, "input", (G, S)) if ns else np.zeros((0, G, S), np.int64)
+    else:
+        raw = np.zeros((ns, G, S), np.int64)
+        for a, (st, r) in enumerate(zip(plan.stacks, results)):
+            if "input" in r:
+                raw[a] = r["input"].reshape(G, S)
+                continue
+            for f in st.features:
+                rs = batch._splits[batch._feature_index(f.name)]
+                raw[a] += (rs[n::n] - rs[:-1:n]).reshape(G, S)
     naive_unique = _stacked(results, "naive", (P,))
     required = round_up_array(ids).sum(axis=3)
-    required_kept = round_up_array(kept).sum(axis=3)
-    samples_per_device = np.array([len(st.features) * B // G for st in plan.stacks], np.int64)
+    required_kept = required if same_kept else round_up_array(kept).sum(axis=3)
 
     def var(dims, values, long_name, units, **extra):
         attrs = {"long_name": long_name, "units": units}
         attrs.update(extra)
         return (dims, values, attrs)
 
-    limit_ids = np.array([-1 if st.max_ids_per_partition is None else st.max_ids_per_partition
-                          for st in plan.stacks], np.int64)
-    limit_uniq = np.array([-1 if st.max_unique_ids_per_partition is None else st.max_unique_ids_per_partition
-                           for st in plan.stacks], np.int64)
     SDSP = ("stack", "device", "sc", "partition")
     return _dataset(
         {
