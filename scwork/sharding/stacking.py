@@ -490,6 +490,43 @@ _PLAN_CACHE: dict[tuple, "StackingPlan"] = {}
 _PLAN_CACHE_SIZE = 32
 
 
+class _FeaturesKey:
+    """A tuple of FeatureSpec with its hash computed once (a dataclass hashes all its fields per call)."""
+
+    __slots__ = ("items", "_hash")
+
+    def __init__(self, items: tuple):
+        self.items = items
+        self._hash = hash(items)
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, _FeaturesKey) and (self is other or self.items == other.items)
+
+
+_FEATURES_KEYS: dict[tuple[int, ...], _FeaturesKey] = {}
+
+
+def _features_key(features) -> _FeaturesKey:
+    """The :class:`_FeaturesKey` of ``features``, the same object for the same FeatureSpec objects.
+
+    Callers pass the same list again and again (every engine call of a scenario, a
+    collect_stats step): looked up by the objects' identity first, so that the
+    26 dataclass hashes are computed once.
+    """
+    ids = tuple(map(id, features))
+    key = _FEATURES_KEYS.get(ids)
+    if key is not None and len(key.items) == len(features) and all(a is b for a, b in zip(key.items, features)):
+        return key
+    key = _FeaturesKey(tuple(features))
+    if len(_FEATURES_KEYS) >= 64:
+        _FEATURES_KEYS.pop(next(iter(_FEATURES_KEYS)))
+    _FEATURES_KEYS[ids] = key            # the key holds the objects: their ids stay theirs
+    return key
+
+
 def _plan_key(features, topology, stacking, batch_size, rotation, activation_mem_bytes_limit, config, stack_limits,
               stack_limit_rule) -> tuple | None:
     """A hashable key of :func:`plan_stacking`'s arguments, or None when they have none.
@@ -525,8 +562,8 @@ def _plan_key(features, topology, stacking, batch_size, rotation, activation_mem
         limits_key = tuple(limits_key) or None
     scalars = (batch_size, rotation, activation_mem_bytes_limit)
     # a StackingPlan compares by identity: the key holds the plan itself, never an id of a dead one
-    key = (tuple(features), topology, stacking, scalars, tuple(type(v) for v in scalars), config, stack_limit_rule,
-           limits_key)
+    key = (_features_key(features), topology, stacking, scalars, tuple(type(v) for v in scalars), config,
+           stack_limit_rule, limits_key)
     try:
         hash(key)
     except TypeError:
