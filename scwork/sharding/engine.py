@@ -133,7 +133,8 @@ from scwork.sharding.results import (
     _ALIGN,
     CsrBuffers,
     PreprocessResult,
-    _stats_dataset,
+    _dataset,
+    _stats_parts,
     _written_within,
     round_up_array,
 )
@@ -1238,7 +1239,12 @@ def _run(*args, **kwargs):
 
 
 def _run_call(batch, features, topology, stacking, config, on_out_of_vocabulary, stack_limits, rotation,
-              activation_mem_bytes_limit, num_threads, backend, want_csr):
+              activation_mem_bytes_limit, num_threads, backend, want_csr, dataset=True):
+    """One engine call: ``(plan, statistics, per-stack results)``.
+
+    The statistics are a Dataset, or with ``dataset=False`` its parts (variables,
+    coordinates, attributes: :func:`~scwork.sharding.results._stats_parts`).
+    """
     features = _check_inputs(batch, features, topology, config, on_out_of_vocabulary)
     num_threads = resolve_num_threads(num_threads)
     G, S = topology.num_devices, topology.sparsecores_per_device
@@ -1274,8 +1280,9 @@ def _run_call(batch, features, topology, stacking, config, on_out_of_vocabulary,
         # last, so that preprocess raises what compute_stats raises first (the kernels'
         # float32 gains of a rejected sample are never returned)
         _check_gain_inputs(batch_used, plan)
-    stats = _stats_dataset(plan, topology, batch_used, results, oov_counts)
-    for st, res in zip(plan.stacks, results):
+    parts = _stats_parts(plan, topology, batch_used, results, oov_counts)
+    stats = _dataset(*parts) if dataset else parts
+    for i, (st, res) in enumerate(zip(plan.stacks, results)):
         if res["static_dropped"]:
             # The library drops these with a log line whatever allow_id_dropping says;
             # scwork does the same, counts them, and says so.
@@ -1283,9 +1290,21 @@ def _run_call(batch, features, topology, stacking, config, on_out_of_vocabulary,
                 f"stack {st.name!r}: {res['static_dropped']} ids did not fit the static CSR buffer of "
                 f"{st.suggested_coo_buffer_size_per_device} entries per device "
                 f"(suggested_coo_buffer_size_per_device) and were dropped; the batch needs "
-                f"{int(stats['required_buffer_size_per_device'].sel(stack=st.name).max())} entries on its "
+                f"{int(parts[0]['required_buffer_size_per_device'][1][i].max())} entries on its "
                 f"fullest device: raise the suggestion or leave it unset"), stacklevel=3)
     return plan, stats, results
+
+
+def _statistics_parts(batch: FeatureBatch, features: Any, topology: Topology, stacking: Any,
+                      config: SparsecoreConfig, on_out_of_vocabulary: str, num_threads: int | None, backend: str):
+    """:func:`compute_stats` as ``(variables, coordinates Dataset, attributes)``, no Dataset built.
+
+    For ``collect_stats``, which stacks the variables of its steps into one Dataset
+    (a Dataset per step was a third of its serial time).
+    """
+    _, parts, _ = _run(batch, features, topology, stacking, config, on_out_of_vocabulary, None, None,
+                       DEFAULT_ACTIVATION_MEM_BYTES_LIMIT, num_threads, backend, want_csr=False, dataset=False)
+    return parts
 
 
 def compute_stats(batch: FeatureBatch, features: Any, topology: Topology, stacking: Any = "auto",

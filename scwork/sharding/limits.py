@@ -87,7 +87,7 @@ _STEP_COORDS: dict[tuple, Any] = {}
 
 
 def _step_coords(first, num_steps: int):
-    """The coordinates of ``first`` (one step's statistics) with ``step`` added, as a Dataset.
+    """The coordinates of ``first`` (one step's statistics, or their coordinates) with ``step`` added.
 
     Cached by the coordinates' names, values and attributes and the step count
     (every step of a plan has the same ones): building the indexes costs more
@@ -277,11 +277,9 @@ on_out_of_vocabulary, num_threads, backend
     >>> ds.sizes["step"], ds["observed_max_ids"].dims
     (3, ('step', 'stack'))
     """
-    import xarray as xr
-
     from collections.abc import Iterable as _Iterable
 
-    from scwork.sharding.engine import compute_stats
+    from scwork.sharding.engine import _statistics_parts
     from scwork.sharding.stacking import normalize_features
 
     if isinstance(batches, (str, bytes)) or not isinstance(batches, _Iterable):
@@ -313,9 +311,9 @@ on_out_of_vocabulary, num_threads, backend
         elif batch.batch_size != plan.batch_size:
             raise InputError(f"step {step}: batch size {batch.batch_size} differs from the first step's "
                              f"{plan.batch_size}; every step must have the same batch size")
-        ds = compute_stats(batch, features, topology, stacking=free, config=free_config,
-                           on_out_of_vocabulary=on_out_of_vocabulary, num_threads=num_threads, backend=backend)
-        steps.append(ds)
+        # compute_stats' variables without a Dataset per step (stacked into one below)
+        steps.append(_statistics_parts(batch, features, topology, free, free_config, on_out_of_vocabulary,
+                                       num_threads, backend))
     if bar is not source:
         bar.close()  # a bar left open by max_steps would otherwise linger until garbage collection
     if not steps:
@@ -324,20 +322,23 @@ on_out_of_vocabulary, num_threads, backend
     # values in numpy gives what xr.concat gives (first step's coordinates and
     # attributes, "step" first) without its per-step alignment, which cost about
     # 6 ms a step, all of it serial.
-    first = steps[0]
-    # variables, not DataArrays: ds[v] builds a DataArray (coordinates included) per read
-    first_vars = first.variables
-    names = list(first_vars["stack"].values)
-    for step, ds in enumerate(steps[1:], 1):
-        if list(ds.variables["stack"].values) != names or ds.sizes != first.sizes:
+    first_vars, first_coords, first_attrs = steps[0]
+    names = list(first_coords.variables["stack"].values)
+    for step, (_, coords, _) in enumerate(steps[1:], 1):
+        if coords is not first_coords and (list(coords.variables["stack"].values) != names
+                                           or coords.sizes != first_coords.sizes):
             raise InternalError(f"step {step}: statistics of another shape than step 0's (same plan expected)")
-    data = {v: (("step", *first_vars[v].dims), np.stack([ds.variables[v].values for ds in steps]),
-                dict(first_vars[v].attrs))
+
+    def dims_of(v):
+        dims = first_vars[v][0]
+        return (dims,) if isinstance(dims, str) else tuple(dims)
+
+    data = {v: (("step", *dims_of(v)), np.stack([parts[0][v][1] for parts in steps]), dict(first_vars[v][2]))
             for v in _STEP_VARS}
     # the summaries from the same arrays (assigning them to the Dataset one by one
     # aligned each against it: about as long as the rest of the call's serial part)
-    if first_vars["max_ids_per_partition"].dims != ("stack", "device", "partition") or \
-            first_vars["required_buffer_size_per_sc"].dims != ("stack", "device", "sc"):
+    if dims_of("max_ids_per_partition") != ("stack", "device", "partition") or \
+            dims_of("required_buffer_size_per_sc") != ("stack", "device", "sc"):
         raise InternalError("compute_stats' statistics changed dims; collect_stats' summaries expect "
                             "(stack, device, partition) and (stack, device, sc)")
     data["observed_max_ids"] = (("step", "stack"), data["max_ids_per_partition"][1].max(axis=(2, 3)), {
@@ -353,7 +354,7 @@ on_out_of_vocabulary, num_threads, backend
         vals = [getattr(s, attr) for s in plan.stacks]
         data[var] = ("stack", np.array([-1 if v is None else v for v in vals], np.int64),
                      {"long_name": f"configured {attr} (-1: none)", "units": "ids"})
-    out = _dataset(data, _step_coords(first, len(steps)), dict(first.attrs))
+    out = _dataset(data, _step_coords(first_coords, len(steps)), dict(first_attrs))
     out.attrs["num_steps"] = len(steps)
     out.attrs["source"] = "scwork.sharding.limits.collect_stats (compute_stats per step, limits off)"
     return out

@@ -237,6 +237,16 @@ def _plan_columns(plan: StackingPlan, B: int, G: int) -> tuple:
 
 
 def _stats_dataset(plan: StackingPlan, topology: Topology, batch: FeatureBatch, results, oov_counts):
+    """The statistics Dataset of one engine call (see :func:`_stats_parts`)."""
+    return _dataset(*_stats_parts(plan, topology, batch, results, oov_counts))
+
+
+def _stats_parts(plan: StackingPlan, topology: Topology, batch: FeatureBatch, results, oov_counts):
+    """``(variables, coordinates Dataset, attributes)`` of the statistics of one engine call.
+
+    Variables are ``(dims, values, attrs)``; :func:`_dataset` makes the Dataset.
+    ``collect_stats`` takes the variables of each step without a Dataset per step.
+    """
     G, S, P = topology.num_devices, topology.sparsecores_per_device, topology.num_partitions
     nsl = G * S
     B = batch.batch_size
@@ -269,7 +279,7 @@ def _stats_dataset(plan: StackingPlan, topology: Topology, batch: FeatureBatch, 
         return (dims, values, attrs)
 
     SDSP = ("stack", "device", "sc", "partition")
-    return _dataset(
+    return (
         {
             "ids": var(SDSP, ids, "ids source SparseCore (device, sc) sends to partition, after per-sample "
                        "dedup", "ids"),
