@@ -115,7 +115,7 @@ def _stack_rows(stacks: tuple, batch: FeatureBatch) -> tuple[np.ndarray, np.ndar
         rows += [batch._feature_index(f.name) for f in st.features]
     value = (np.array(rows, np.int64), np.array(starts, np.int64))
     if len(_STACK_ROWS) >= 64:
-        _STACK_ROWS.pop(next(iter(_STACK_ROWS)))
+        _STACK_ROWS.clear()          # full: start again (no eviction to race with another thread)
     _STACK_ROWS[key] = (stacks, value)                 # the stacks kept: their id stays theirs
     return value
 

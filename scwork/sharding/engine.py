@@ -47,9 +47,14 @@ tasks too: the naive view by (group, partition range), and, without a configured
 ``max_ids_per_partition``, the buffer size ``C`` (the longest slice): with 8 or more
 threads every slice's CSR size is counted first (a pass over the ids without
 sorting) so that each (slice, table) task writes in place; with fewer, slices are
-written at a bounding stride and moved left in place, one task per stack. What stays
-serial (planning, checks, building the Dataset) is a few milliseconds, built for
-all stacks at once where it can be (:func:`_make_jobs`, :func:`_set_counted_sizes`);
+written at a bounding stride and moved left in place, one task per stack. For
+statistics only (:func:`compute_stats`), neighbouring stacks run as one job whose
+groups are all their tables (:class:`_MergedStacks`: each stack's counters are the
+sums of its groups'), so that a call builds one job, one task list and one result
+block whatever the number of stacks. What stays serial (planning, checks, building
+the Dataset) is about a millisecond, built for all stacks at once where it can be
+(:func:`_make_jobs`, :func:`_set_counted_sizes`), what depends on the plan alone
+kept for the plan (:func:`_derived`);
 ``python benchmarks/bench_sharding.py --project`` measures it and projects the
 speedup at 16 to 208 threads (:mod:`scwork.sharding._profile`). Results do not
 depend on the number of threads or on which thread ran what. Buffers of finished
@@ -879,7 +884,7 @@ def _derived(kind: str, stacks: tuple, extra: tuple, compute):
         return hit[1]
     value = compute()
     if len(_PLAN_DERIVED) >= 64:
-        _PLAN_DERIVED.pop(next(iter(_PLAN_DERIVED)))
+        _PLAN_DERIVED.clear()          # full: start again (no eviction to race with another thread)
     # the stacks are kept with the value: their id in the key stays theirs
     _PLAN_DERIVED[key] = (stacks, value)
     return value

@@ -231,7 +231,7 @@ def _plan_columns(plan: StackingPlan, B: int, G: int) -> tuple:
                        for st in stacks], np.int64),
              np.array([len(st.features) * B // G for st in stacks], np.int64))
     if len(_PLAN_COLUMNS) >= 64:
-        _PLAN_COLUMNS.pop(next(iter(_PLAN_COLUMNS)))
+        _PLAN_COLUMNS.clear()          # full: start again (no eviction to race with another thread)
     _PLAN_COLUMNS[key] = (stacks, value)               # the stacks kept: their id stays theirs
     return value
 

@@ -522,7 +522,7 @@ def _features_key(features) -> _FeaturesKey:
         return key
     key = _FeaturesKey(tuple(features))
     if len(_FEATURES_KEYS) >= 64:
-        _FEATURES_KEYS.pop(next(iter(_FEATURES_KEYS)))
+        _FEATURES_KEYS.clear()          # full: start again (no eviction to race with another thread)
     _FEATURES_KEYS[ids] = key            # the key holds the objects: their ids stay theirs
     return key
 
