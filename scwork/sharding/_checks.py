@@ -99,8 +99,9 @@ def _raise_oov(batch: FeatureBatch, plan: StackingPlan, position: int) -> None:
 _STACK_ROWS: dict[tuple, tuple] = {}
 
 
-def _stack_rows(stacks: tuple, batch: FeatureBatch) -> tuple[np.ndarray, np.ndarray]:
-    """Batch rows of every stack's features in order, and where each stack starts among them.
+def _stack_rows(stacks: tuple, batch: FeatureBatch) -> tuple[np.ndarray, np.ndarray, bool, int]:
+    """Batch rows of every stack's features in order, where each stack starts among them,
+    whether every stack has features, and the sum of the stacks' partition counts.
 
     Kept by the stacks' identity and the batch's feature names (plans never
     change; the paths built on the engine run one plan many times).
@@ -113,7 +114,8 @@ def _stack_rows(stacks: tuple, batch: FeatureBatch) -> tuple[np.ndarray, np.ndar
     for st in stacks:
         starts.append(len(rows))
         rows += [batch._feature_index(f.name) for f in st.features]
-    value = (np.array(rows, np.int64), np.array(starts, np.int64))
+    value = (np.array(rows, np.int64), np.array(starts, np.int64), all(st.features for st in stacks),
+             sum(int(st.num_partitions) for st in stacks))
     if len(_STACK_ROWS) >= 64:
         _STACK_ROWS.clear()          # full: start again (no eviction to race with another thread)
     _STACK_ROWS[key] = (stacks, value)                 # the stacks kept: their id stays theirs
@@ -136,16 +138,20 @@ def estimate_scratch_bytes(plan: StackingPlan, batch: FeatureBatch, G: int, S: i
     workers = min(num_threads, nsl * max(1, len(plan.stacks)))
     # raw ids of every stack in every slice, for all stacks at once (a numpy pass
     # per feature and stack cost more than the rest of this estimate)
-    rows, starts = _stack_rows(plan.stacks, batch)
+    rows, starts, every_stack_has_features, sum_partitions = _stack_rows(plan.stacks, batch)
     splits = batch._splits
     per_feature = splits[:, n::n] - splits[:, :-1:n]
-    if rows.size and all(st.features for st in plan.stacks):
+    if rows.size and every_stack_has_features:
         per_stack = np.add.reduceat(per_feature[rows], starts, axis=0)
     else:
         per_stack = np.zeros((len(plan.stacks), nsl), np.int64)
         for i, st in enumerate(plan.stacks):
             for f in st.features:
                 per_stack[i] += per_feature[batch._feature_index(f.name)]
+    if not want_csr:
+        # the same sum as the loop below, in Python ints (no overflow whatever the topology)
+        return (8 * 8 * nsl * sum_partitions + 8 * int(per_stack.sum())
+                + 48 * int(per_stack.max(axis=1, initial=0).sum()) * workers)
     stack_ids = per_stack.sum(axis=1).tolist()
     stack_max = per_stack.max(axis=1, initial=0).tolist()
     total = 0
