@@ -537,7 +537,17 @@ class _StackJob:
         ``P * k // parts``: strictly increasing edges, as ``parts <= P``.
         """
         P, ng = self.P, len(self.groups)
-        nums = self.counts.sum(axis=1) if ng else np.zeros(0, np.int64)
+        if ng <= 4:
+            # few groups (a stack of its own: preprocess has one job per stack): plain
+            # Python on the group totals costs less than the numpy calls below
+            units, sizes = [], []
+            for g, num in enumerate(self.g_sloff[:, -1].tolist()):
+                parts = 1 if not math.isfinite(target) else min(P, max(1, round(num / max(target, 1.0))))
+                edges = [P * k // parts for k in range(parts + 1)]
+                units += [(g, a, b) for a, b in itertools.pairwise(edges)]
+                sizes += [num * (b - a) // P for a, b in itertools.pairwise(edges)]
+            return units, sizes
+        nums = self.counts.sum(axis=1)
         if not math.isfinite(target):
             return [(i, 0, P) for i in range(ng)], nums.tolist()
         parts = np.clip(np.rint(nums / max(target, 1.0)), 1, P).astype(np.int64)

@@ -350,3 +350,46 @@ def test_cut_groups_matches_reference_and_the_greedy_cut(seed, target):
     for sl, g0, g1, size in got[0]:
         assert size == counts[g0:g1, sl].sum()
         assert size <= target or counts[g0:g1, sl].max() == size       # over target: one group alone
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.sampled_from([1.0, 7.0, 60.0, 500.0, float("inf")]))
+def test_naive_tasks_cover_every_partition_of_every_group_once(seed, target):
+    """Naive-view tasks (numpy for many groups, Python for few): round(ids / target) ranges per
+    group (1 to P), edges P * k // parts, sizes the group's ids times the range's share."""
+    import math
+
+    batch, stack, G, S, rng = _stack(seed)
+    job = engine._StackJob(stack, batch, G, S, False, SparsecoreConfig())
+    P = job.P
+    units, sizes = job.naive_tasks(target)
+    expected_units, expected_sizes = [], []
+    for g in range(len(job.groups)):
+        num = int(job.counts[g].sum())
+        parts = 1 if not math.isfinite(target) else min(P, max(1, round(num / target)))
+        edges = [P * k // parts for k in range(parts + 1)]
+        assert edges == sorted(set(edges))                  # strictly increasing: no empty range
+        expected_units += [(g, a, b) for a, b in zip(edges, edges[1:])]
+        expected_sizes += [num * (b - a) // P for a, b in zip(edges, edges[1:])]
+    assert (units, sizes) == (expected_units, expected_sizes)
+    # the numpy path (taken from 5 groups on): the same formula for a stack of 7 tables
+    tables = [TableSpec(f"w{i}", int(rng.choice([5, 300, 10**6])), 8) for i in range(7)]
+    feats = [FeatureSpec(f"x{i}", tables[i % 7]) for i in range(9)]
+    B = G * S * 3
+    data = {}
+    for f in feats:
+        lengths = rng.integers(0, 30, B)
+        data[f.name] = (rng.integers(0, f.table.vocab_size, int(lengths.sum())),
+                        np.concatenate([[0], np.cumsum(lengths)]))
+    wide_batch = FeatureBatch(data)
+    wide = plan_stacking(feats, scwork.Topology(G, S), [[t.name for t in tables]], batch_size=B).stacks[0]
+    job7 = engine._StackJob(wide, wide_batch, G, S, False, SparsecoreConfig())
+    u7, s7 = job7.naive_tasks(target)
+    expected_units, expected_sizes = [], []
+    for g in range(7):
+        num = int(job7.counts[g].sum())
+        parts = 1 if not math.isfinite(target) else min(P, max(1, round(num / target)))
+        edges = [P * k // parts for k in range(parts + 1)]
+        expected_units += [(g, a, b) for a, b in zip(edges, edges[1:])]
+        expected_sizes += [num * (b - a) // P for a, b in zip(edges, edges[1:])]
+    assert (u7, s7) == (expected_units, expected_sizes)
