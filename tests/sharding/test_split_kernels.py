@@ -272,7 +272,7 @@ def test_task_ranges_cover_every_slice_once_and_stay_within_the_target(seed, tar
     assert job.work_units(float("inf"), True) == ([(0, job.nsl, 0, len(job.groups))], [job.num_ids])
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=20, deadline=None)              # about 30 s without JIT (test_nojit)
 @given(st.integers(0, 2**32 - 1))
 def test_statistics_of_stacks_run_as_one_job_equal_each_stack_on_its_own(seed):
     """compute_stats runs neighbouring statistics-only stacks as one job (tables as groups):
