@@ -350,7 +350,7 @@ class LoadSkewExplorer(_bokeh.SyncedDisplay, ipywidgets.VBox):
             chart.legend.title_text_font_style = "bold"
         self._heatmap = _bokeh.Heatmap(
             x_axis_label="partition", y_axis_label="device",
-            value_name="ids", max_width=_CHART_WIDTH, max_height=240)
+            value_name="ids", max_width=_CHART_WIDTH, max_height=240, fill_height_rows=3)
         # Texts are HTML panes, not bokeh Divs (see scwork.widgets._panes).
         self._bars_caption = TextPane(width=_CHART_WIDTH + 40)
         self._heatmap_caption = TextPane(width=_CHART_WIDTH + 40)
@@ -631,9 +631,11 @@ class LoadSkewExplorer(_bokeh.SyncedDisplay, ipywidgets.VBox):
         G, S, P = sel[variable].shape
         streams = sel[variable].values.reshape(G * S, P)
         # Over 8 colors the one-column legend is taller than the chart and the last
-        # items (partition max, limit) are cut off: two columns then.
+        # items (partition max, limit) are cut off: two columns then. The distribution
+        # of more sources (5 items) keeps the two columns: BokehJS builds a legend again
+        # for each property of it that changes, and the chart keeps about its width.
         groups = len(self._result.plan.stack(name).table_names) if self.split_by == "table" else G * S
-        chart.legend.ncols = 2 if 8 < groups <= MAX_SPLIT_SOURCES else "auto"
+        chart.legend.ncols = 2 if groups > 8 else "auto"
         noun = "ids" if variable == "ids" else "distinct ids"
         if self.split_by == "table" and self.table_stats is not None:
             worst = streams.argmax(axis=0)

@@ -536,6 +536,35 @@ def test_heatmap_rects_highlights_and_image_path():
     assert list(heat.highlights.data["row"]) == [4] and list(heat.highlights.data["col"]) == [19]
 
 
+def test_heatmap_fill_height_rows_keeps_the_frame_between_larger_grids():
+    # 4 and 8 devices: one frame size (a new size makes BokehJS lay the view out again);
+    # 1 and 2 devices keep the low frame their rows need.
+    heat = load_skew._bokeh.Heatmap(max_width=560, max_height=240, fill_height_rows=3)
+    sizes = {}
+    for rows in (1, 2, 4, 8):
+        heat.update(np.arange(rows * 16).reshape(rows, 16))
+        sizes[rows] = (heat.figure.frame_width, heat.figure.frame_height)
+        # Every row is in view, none beyond.
+        assert (heat.figure.y_range.start, heat.figure.y_range.end) == (-rows, 0)
+    assert sizes[4] == sizes[8] == (560, 240)
+    assert sizes[1] == (560, 80) and sizes[2] == (560, 80)
+    plain = load_skew._bokeh.Heatmap(max_width=560, max_height=240)
+    plain.update(np.zeros((4, 16)))
+    assert plain.figure.frame_height == 160
+
+
+def test_more_chips_keep_the_two_column_legend(steps):
+    # 16 sources (two legend columns) to 32 (the distribution): the legend keeps its
+    # columns, so BokehJS builds it again for the new title and entries only.
+    ex = LoadSkewExplorer(steps, _features(), chip="v5p", num_chips=4)
+    assert [chart.legend.ncols for chart in (ex._ids_chart, ex._unique_chart)] == [2, 2]
+    ex.num_chips = 8
+    assert ex._ids_chart.distribution_mode
+    assert [chart.legend.ncols for chart in (ex._ids_chart, ex._unique_chart)] == [2, 2]
+    ex.num_chips = 2                  # 8 sources: one column
+    assert ex._ids_chart.legend.ncols == "auto"
+
+
 def test_columns_table_html_escapes_and_formats():
     text = load_skew._bokeh.columns_table_html(("a", "<b>"), [("x<y", 12345), ("z", 0.5)], title="t")
     assert "&lt;b&gt;" in text and "x&lt;y" in text and "12,345" in text and "<caption" in text
