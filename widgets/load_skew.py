@@ -346,6 +346,11 @@ class LoadSkewExplorer(_bokeh.SyncedDisplay, ipywidgets.VBox):
             # Rows as high as their 10px text: with two columns over 8 colors (see
             # _draw_bars), MAX_SPLIT_SOURCES sources plus marks and limit fit the chart.
             chart.legend.label_height = 12
+            # Label columns at least as wide as the longest usual label ("device 15 SC 3",
+            # "median (dash)"): the legend, and with it the chart, keeps its width when
+            # its entries change (more chips, another stack), so BokehJS does not lay
+            # the chart out again.
+            chart.legend.label_width = 72
             chart.legend.title_text_font_size = "10px"
             chart.legend.title_text_font_style = "bold"
         self._heatmap = _bokeh.Heatmap(
