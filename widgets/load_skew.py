@@ -346,6 +346,11 @@ class LoadSkewExplorer(_bokeh.SyncedDisplay, ipywidgets.VBox):
             # Rows as high as their 10px text: with two columns over 8 colors (see
             # _draw_bars), MAX_SPLIT_SOURCES sources plus marks and limit fit the chart.
             chart.legend.label_height = 12
+            # Two columns whatever the entries: over 8 colors a one-column legend is
+            # taller than the chart and its last items (partition max, limit) are cut
+            # off; and a legend that keeps its columns is not built again by BokehJS
+            # for a new column count when the sources change (more chips, another chip).
+            chart.legend.ncols = 2
             # Label columns at least as wide as the longest usual label ("device 15 SC 3",
             # "median (dash)"): the legend, and with it the chart, keeps its width when
             # its entries change (more chips, another stack), so BokehJS does not lay
@@ -635,12 +640,6 @@ class LoadSkewExplorer(_bokeh.SyncedDisplay, ipywidgets.VBox):
         """
         G, S, P = sel[variable].shape
         streams = sel[variable].values.reshape(G * S, P)
-        # Over 8 colors the one-column legend is taller than the chart and the last
-        # items (partition max, limit) are cut off: two columns then. The distribution
-        # of more sources (5 items) keeps the two columns: BokehJS builds a legend again
-        # for each property of it that changes, and the chart keeps about its width.
-        groups = len(self._result.plan.stack(name).table_names) if self.split_by == "table" else G * S
-        chart.legend.ncols = 2 if groups > 8 else "auto"
         noun = "ids" if variable == "ids" else "distinct ids"
         if self.split_by == "table" and self.table_stats is not None:
             worst = streams.argmax(axis=0)

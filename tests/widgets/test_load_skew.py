@@ -553,16 +553,18 @@ def test_heatmap_fill_height_rows_keeps_the_frame_between_larger_grids():
     assert plain.figure.frame_height == 160
 
 
-def test_more_chips_keep_the_two_column_legend(steps):
-    # 16 sources (two legend columns) to 32 (the distribution): the legend keeps its
-    # columns, so BokehJS builds it again for the new title and entries only.
+def test_the_legend_keeps_its_layout_when_the_sources_change(steps):
+    # 16 sources, 32 (the distribution), 8, by table: the legend keeps two columns of
+    # labels at least 72 px wide, so the charts keep their width (BokehJS lays a chart
+    # out again, and builds its legend again, for a new column count or legend width).
     ex = LoadSkewExplorer(steps, _features(), chip="v5p", num_chips=4)
-    assert [chart.legend.ncols for chart in (ex._ids_chart, ex._unique_chart)] == [2, 2]
-    ex.num_chips = 8
-    assert ex._ids_chart.distribution_mode
-    assert [chart.legend.ncols for chart in (ex._ids_chart, ex._unique_chart)] == [2, 2]
-    ex.num_chips = 2                  # 8 sources: one column
-    assert ex._ids_chart.legend.ncols == "auto"
+    charts = (ex._ids_chart, ex._unique_chart)
+    for change in ({}, {"num_chips": 8}, {"num_chips": 2}, {"split_by": "table"}):
+        for name, value in change.items():
+            setattr(ex, name, value)
+        assert ex.error == ""
+        assert [(chart.legend.ncols, chart.legend.label_width) for chart in charts] == [(2, 72), (2, 72)]
+    assert ex._ids_chart.legend.title == "bar color = table"
 
 
 def test_columns_table_html_escapes_and_formats():
