@@ -5,7 +5,8 @@ Chromium, as the browser tests do) and prints one row per control: the median an
 the worst of ``--repeats`` changes, against the 300 ms target. The explorers are
 built on their notebooks' default data.
 
-    python benchmarks/bench_browser_latency.py [--repeats 3] [--json out.json] [--markdown out.md]
+    python benchmarks/bench_browser_latency.py [--repeats 3] [-k EXPLORER] [--controls NAMES]
+        [--json out.json] [--markdown out.md]
 
 The machine matters: on a shared 2-core machine the kernel, JupyterLab's server and
 Chromium compete for the cores; report the load average with the figures.
@@ -30,6 +31,8 @@ def main(argv=None) -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--json", type=Path, default=None, help="also write the results here")
     parser.add_argument("-k", default=None, help="only explorers matching this pytest -k expression")
+    parser.add_argument("--controls", default=None,
+                        help="only these controls, comma-separated row names (e.g. 'shape[2],num_chips')")
     parser.add_argument("--markdown", type=Path, default=None,
                         help="also write the table as Markdown (as in benchmarks/README.md)")
     args = parser.parse_args(argv)
@@ -38,6 +41,8 @@ def main(argv=None) -> int:
         env = dict(os.environ, SCWORK_LATENCY_OUT=str(out),
                    SCWORK_LATENCY_REPEATS=str(args.repeats))
         env.pop("SCWORK_SMALL", None)
+        if args.controls:
+            env["SCWORK_LATENCY_CONTROLS"] = args.controls
         command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                    "benchmarks/browser_latency/test_latency.py"]
         if args.k:

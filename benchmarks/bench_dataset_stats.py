@@ -48,6 +48,10 @@ FULL = {"num_shards": 50, "rows_per_shard": 200_000, "features": 2, "valency": 1
         "seed": 0}
 QUICK = {"num_shards": 10, "rows_per_shard": 50_000, "features": 2, "valency": 10, "vocab_size": 1_000_000,
          "seed": 0}
+#: ``--standard``: the engine benchmark's standard input (benchmarks/bench_sharding.py) as 8 shards of one
+#: step each: 16384 samples x 26 features x Poisson(20) ids, Zipf 1.05 hashed over 10**6 (68 M ids).
+STANDARD = {"num_shards": 8, "rows_per_shard": 16384, "features": 26, "valency": 20, "vocab_size": 1_000_000,
+            "seed": 0}
 BATCH_SIZE = 16384
 TOPOLOGY = (4, 4)
 
@@ -83,6 +87,8 @@ def _digest(res) -> str:
 # dataset
 # --------------------------------------------------------------------------------------
 def ensure_dataset(folder: Path, cfg: dict) -> dict:
+    import inspect
+
     from scwork.datasets import write_synthetic_parquet
 
     marker = folder / "bench_config.json"
@@ -93,9 +99,16 @@ def ensure_dataset(folder: Path, cfg: dict) -> dict:
         info["generation_seconds"] = 0.0
         return info
     t0 = time.perf_counter()
+    # "encoding" in the config: the page encoding (write_synthetic_parquet's encoding=, which
+    # older versions lack: they write pyarrow's dictionary encoding)
+    extra = {k: cfg[k] for k in ("compression", "encoding") if k in cfg}
+    if "encoding" in extra and "encoding" not in inspect.signature(write_synthetic_parquet).parameters:
+        if extra.pop("encoding") != "dictionary":
+            raise SystemExit(f"this scwork writes only dictionary-encoded shards; generate {folder} with a newer "
+                             "one (the folder is reused when its config matches)")
     write_synthetic_parquet(folder, cfg["num_shards"], rows_per_shard=cfg["rows_per_shard"],
                             features=[f"f{i}" for i in range(cfg["features"])], vocab_size=cfg["vocab_size"],
-                            valency=cfg["valency"], seed=cfg["seed"])
+                            valency=cfg["valency"], seed=cfg["seed"], **extra)
     seconds = time.perf_counter() - t0
     import pyarrow.parquet as pq
 
@@ -214,6 +227,8 @@ def child(spec: dict) -> dict:
         assert bool((res.step_stats["ids"].values == ref["ids"].values).all()), "results differ"
         out["dataset_seconds_median"] = statistics.median(t_ds)
         out["dataset_seconds_all"] = [round(t, 3) for t in t_ds]
+    elif spec["kind"] == "compare":
+        return _compare(spec, files, feats, topo, out)
     out["seconds_median"] = statistics.median(times)
     out["seconds_all"] = [round(t, 3) for t in times]
     if cpus:
@@ -221,6 +236,106 @@ def child(spec: dict) -> dict:
     out["digests"] = sorted(digests)
     out["peak_rss_bytes"] = _maxrss_bytes()
     return out
+
+
+def _load_batches(files, names):
+    """Every shard's rows as FeatureBatch objects of BATCH_SIZE samples (what the in-memory engine reads)."""
+    import numpy as np
+    import pyarrow.parquet as pq
+
+    from scwork.sharding import FeatureBatch
+
+    cols = {n: [] for n in names}
+    for f in files:
+        table = pq.read_table(f, columns=names)
+        for n in names:
+            arr = table.column(n).combine_chunks()
+            offsets = np.asarray(arr.offsets, np.int64)
+            cols[n].append((arr.values.to_numpy()[offsets[0]:offsets[-1]], offsets - offsets[0]))
+    data = {}
+    for n, parts in cols.items():
+        ids = np.concatenate([p[0] for p in parts])
+        splits, base = [np.zeros(1, np.int64)], 0
+        for _, rs in parts:
+            splits.append(rs[1:] + base)
+            base += int(rs[-1])
+        data[n] = (ids, np.concatenate(splits))
+    del cols
+    steps = (len(next(iter(data.values()))[1]) - 1) // BATCH_SIZE
+    batches = []
+    for s in range(steps):
+        lo, hi = s * BATCH_SIZE, (s + 1) * BATCH_SIZE
+        batches.append(FeatureBatch({k: (ids[rs[lo]:rs[hi]], rs[lo:hi + 1] - rs[lo]) for k, (ids, rs) in data.items()}))
+    return batches
+
+
+def _compare(spec, files, feats, topo, out):
+    """collect_stats over FeatureBatch objects in memory vs stats_over_dataset on the files, calls alternating.
+
+    Per thread count T (``spec["threads"]``): collect_stats with ``num_threads=T`` and
+    stats_over_dataset with ``num_workers=T`` (and, where this scwork has it,
+    ``num_threads=1``: T readers with one engine thread each; older versions run each
+    chunk's engine on every core). Time is wall and process CPU (user + system, every
+    thread): ids per CPU-second is the throughput per core, which a shared machine's load
+    does not inflate as it does wall time.
+    """
+    import inspect
+
+    import numpy as np
+
+    from scwork.sharding import collect_stats, stats_over_dataset
+
+    names = [f.name for f in feats]
+    batches = _load_batches(files, names)
+    num_ids = sum(b.num_ids for b in batches)
+    quiet = {"progress": False} if "progress" in inspect.signature(collect_stats).parameters else {}
+    has_threads = "num_threads" in inspect.signature(stats_over_dataset).parameters
+    stacking = spec.get("stacking")
+
+    def in_memory(T):
+        return collect_stats(batches, feats, topo, stacking=stacking, num_threads=T, **quiet)
+
+    def over_dataset(T):
+        extra = {"num_threads": 1} if has_threads else {}
+        return stats_over_dataset(files, feats, topo, batch_size=BATCH_SIZE, stacking=stacking, num_workers=T,
+                                  progress=False, tune=None, **extra)
+
+    ref = in_memory(1)
+    for T in spec["threads"]:        # warm-up, and the results compared
+        got = over_dataset(T).step_stats
+        assert bool((got["ids"].values == ref["ids"].values).all()), "stats_over_dataset differs from collect_stats"
+        assert bool((got["unique_ids"].values == ref["unique_ids"].values).all())
+        assert np.array_equal(got["required_buffer_size_per_sc"].values, ref["required_buffer_size_per_sc"].values)
+        assert np.array_equal(in_memory(T)["ids"].values, ref["ids"].values)
+    runs = {f"{what}_{T}": {"wall": [], "cpu": []} for what in ("collect_stats", "stats_over_dataset")
+            for T in spec["threads"]}
+    for _ in range(spec["repeat"]):
+        for T in spec["threads"]:
+            for what, fn in (("collect_stats", in_memory), ("stats_over_dataset", over_dataset)):
+                t0, c0 = time.perf_counter(), _cpu_seconds()
+                fn(T)
+                runs[f"{what}_{T}"]["wall"].append(time.perf_counter() - t0)
+                runs[f"{what}_{T}"]["cpu"].append(_cpu_seconds() - c0)
+    out["num_ids"] = num_ids
+    out["num_steps"] = len(batches)
+    out["engine_threads_per_chunk"] = 1 if has_threads else "every core"
+    out["runs"] = {k: {"wall_s": statistics.median(v["wall"]), "cpu_s": statistics.median(v["cpu"]),
+                       "wall_all": [round(x, 3) for x in v["wall"]], "cpu_all": [round(x, 3) for x in v["cpu"]]}
+                   for k, v in runs.items()}
+    out["peak_rss_bytes"] = _maxrss_bytes()
+    return out
+
+
+def print_compare(r: dict) -> None:
+    print(f"in memory vs over the dataset ({r['shards']} shards, {r['num_ids'] / 1e6:.1f} M ids, {r['num_steps']} "
+          f"steps; stats_over_dataset engine threads per chunk: {r['engine_threads_per_chunk']}), medians:")
+    for T in sorted({int(k.rsplit("_", 1)[1]) for k in r["runs"]}):
+        mem, ds = r["runs"][f"collect_stats_{T}"], r["runs"][f"stats_over_dataset_{T}"]
+        n = r["num_ids"] / 1e6
+        print(f"  {T} thread(s): collect_stats {n / mem['wall_s']:6.1f} M ids/s ({n / mem['wall_s'] / T:5.1f} per "
+              f"thread), {n / mem['cpu_s']:6.1f} M ids per CPU-s | stats_over_dataset {n / ds['wall_s']:6.1f} M ids/s "
+              f"({n / ds['wall_s'] / T:5.1f} per thread), {n / ds['cpu_s']:6.1f} M ids per CPU-s | ratio per "
+              f"CPU-s {mem['cpu_s'] / ds['cpu_s']:.0%}, per wall-s {mem['wall_s'] / ds['wall_s']:.0%}")
 
 
 def run_child(spec: dict) -> dict:
@@ -243,18 +358,43 @@ def main(argv=None) -> int:
     parser.add_argument("--repeat", type=int, default=3, help="runs per configuration (median reported)")
     parser.add_argument("--no-distributed", action="store_true", help="skip the LocalCluster runs")
     parser.add_argument("--json", action="store_true", help="print one JSON document instead of text")
+    parser.add_argument("--standard", action="store_true",
+                        help="the engine benchmark's standard input: 8 shards x 16384 samples x 26 features x "
+                             "Poisson(20) (68 M ids)")
+    parser.add_argument("--encoding", choices=["delta", "dictionary", "plain"], default=None,
+                        help="page encoding of the generated shards (write_synthetic_parquet's encoding=)")
+    parser.add_argument("--compare", action="store_true",
+                        help="only collect_stats in memory vs stats_over_dataset, per thread count (--threads), "
+                             "calls alternating")
+    parser.add_argument("--threads", default="1,2", help="with --compare: thread counts")
+    parser.add_argument("--stacking", default="none", help="with --compare: none or auto")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
         print(json.dumps(child(json.loads(args.child))))
         return 0
 
-    cfg = QUICK if args.quick else FULL
+    cfg = dict(STANDARD if args.standard else QUICK if args.quick else FULL)
+    if args.encoding:
+        cfg["encoding"] = args.encoding
+    label = "standard" if args.standard else "quick" if args.quick else "full"
     folder = Path(args.dir) if args.dir else Path(tempfile.gettempdir()) / \
-        f"scwork-bench-dataset-stats-{'quick' if args.quick else 'full'}"
+        f"scwork-bench-dataset-stats-{label}{'-' + args.encoding if args.encoding else ''}"
     folder.mkdir(parents=True, exist_ok=True)
     load_before = os.getloadavg()
     dataset = ensure_dataset(folder, cfg)
+    if args.compare:
+        threads = [int(t) for t in args.threads.split(",") if t]
+        r = run_child({"config": cfg, "dir": str(folder), "repeat": args.repeat, "kind": "compare",
+                       "threads": threads, "stacking": None if args.stacking == "none" else args.stacking})
+        r.update(dataset=dataset, loadavg_before=load_before, loadavg_after=os.getloadavg(), cpu_count=os.cpu_count())
+        if args.json:
+            print(json.dumps(r, indent=2))
+        else:
+            print(f"dataset {folder} ({cfg}); load average {load_before[0]:.2f} -> {r['loadavg_after'][0]:.2f} "
+                  f"({os.cpu_count()} cores)")
+            print_compare(r)
+        return 0
     runs = []
     base = {"config": cfg, "dir": str(folder), "repeat": args.repeat}
     for workers in (1, 2):

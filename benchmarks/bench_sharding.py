@@ -325,7 +325,11 @@ def _over_dataset(batch, features, topo, stacking, num_threads=None):
     """stats_over_dataset over 8 Parquet shards of the standard input's shape, dask's sync scheduler.
 
     The scheduler runs the chunks on the calling thread (so that the profile sees
-    them); the engine inside uses ``num_threads`` (its default with None).
+    them); the engine inside uses ``num_threads`` (its default with None). Each
+    chunk's read (column by column when profiled for several threads) and each
+    step's batch copy is profiled as one task of a batch holding all of them (the
+    chunk tasks run ``num_workers`` at once and these hold no lock: see
+    ``scwork.sharding._dataset_chunks._record_read``), the engine's tasks as usual.
     """
     import contextlib
 
@@ -338,7 +342,7 @@ def _over_dataset(batch, features, topo, stacking, num_threads=None):
     one = num_threads == 1 and plan_threads() is None
     with profiled(1) if one else contextlib.nullcontext(), call():
         return stats_over_dataset(folder, features, topo, batch_size=batch.batch_size, stacking=stacking,
-                                  scheduler="sync", progress=False)
+                                  scheduler="sync", progress=False, num_threads=num_threads)
 
 
 #: Paths built on the engine, projected with ``--project --paths``.

@@ -518,6 +518,29 @@ def test_write_synthetic_parquet_round_trip(tmp_path):
             np.testing.assert_array_equal(got, expected)
 
 
+@pytest.mark.parametrize("encoding, page_encoding", [("delta", "DELTA_BINARY_PACKED"),
+                                                     ("dictionary", "RLE_DICTIONARY"), ("plain", "PLAIN")])
+def test_write_synthetic_parquet_encodings_round_trip(tmp_path, encoding, page_encoding):
+    pq = pytest.importorskip("pyarrow.parquet")
+    kwargs = dict(features=["a"], vocab_size=5000, valency=4, seed=2)
+    files = datasets.write_synthetic_parquet(tmp_path, 2, rows_per_shard=30, encoding=encoding, **kwargs)
+    chunk = pq.ParquetFile(files[0]).metadata.row_group(0).column(0)
+    assert page_encoding in chunk.encodings
+    if encoding != "dictionary":
+        assert not chunk.has_dictionary_page
+    source = datasets.synthetic(30, num_steps=2, **kwargs)
+    for i, f in enumerate(files):
+        for got, expected in zip(datasets.load_table(f).features["a"], source.step(i)["a"]):
+            np.testing.assert_array_equal(got, expected)
+
+
+def test_write_synthetic_parquet_rejects_unknown_encoding(tmp_path):
+    pytest.importorskip("pyarrow")
+    with pytest.raises(ConfigError, match="encoding must be one of"):
+        datasets.write_synthetic_parquet(tmp_path, 1, rows_per_shard=4, features=["f"], encoding="bitpacked")
+    assert not any(tmp_path.iterdir())
+
+
 def test_batches_feed_feature_batch(tmp_path):
     # The structure is the input of scwork.sharding.FeatureBatch.from_ragged.
     from scwork.sharding import FeatureBatch

@@ -228,6 +228,12 @@ class Heatmap:
         at least ``min_width`` x ``min_height`` pixels (so one row of two cells keeps
         a readable color bar).
     min_width, min_height : int
+    fill_height_rows : int, optional
+        Grids of at least this many rows are drawn ``max_height`` high (their cells
+        grow taller than ``max_cell_px``), so that a change between two such grids
+        (e.g. 4 to 8 devices) keeps the frame's size: BokehJS lays a view out again,
+        and the page below it moves, for every new frame size. Default: every grid
+        gets the height its rows need.
 
     Attributes
     ----------
@@ -250,7 +256,7 @@ class Heatmap:
                  value_name: str = "value", palette: Sequence[str] = HEATMAP_PALETTE,
                  highlight_color: str = LIMIT_COLOR, max_rect_cells: int = 4096, max_width: int = 620,
                  max_height: int = 260, max_cell_px: int = 40, min_label_cell_px: int = 22,
-                 min_width: int = 240, min_height: int = 80):
+                 min_width: int = 240, min_height: int = 80, fill_height_rows: int | None = None):
         self.value_name = value_name
         self.palette = tuple(palette)
         self.highlight_color = highlight_color
@@ -258,6 +264,7 @@ class Heatmap:
         self.max_width, self.max_height = int(max_width), int(max_height)
         self.max_cell_px, self.min_label_cell_px = int(max_cell_px), int(min_label_cell_px)
         self.min_width, self.min_height = int(min_width), int(min_height)
+        self.fill_height_rows = None if fill_height_rows is None else int(fill_height_rows)
         self.shape: tuple[int, int] = (0, 0)
         self.cells = ColumnDataSource({name: [] for name in ("x", "y", "row", "col", "value", "label", "text_color")})
         self.highlights = ColumnDataSource({name: [] for name in ("x", "y", "row", "col", "value")})
@@ -327,6 +334,8 @@ class Heatmap:
         self.color_mapper.high = max(vmax, self.color_mapper.low + 1) if high is None else float(high)
         frame_width = max(min(self.max_width, 2 * self.max_cell_px * n_cols), self.min_width)
         frame_height = max(min(self.max_height, self.max_cell_px * n_rows), self.min_height)
+        if self.fill_height_rows is not None and n_rows >= self.fill_height_rows:
+            frame_height = max(self.max_height, self.min_height)
         cell_px = min(frame_width / max(n_cols, 1), frame_height / max(n_rows, 1))
         rows, cols = np.indices(values.shape)
         if values.size <= self.max_rect_cells:

@@ -52,6 +52,9 @@ def _bokehjs_load_js() -> str:
     document, and JupyterLab leaves the cells scrolled out of view out of the
     document, so an explorer's view could be created before BokehJS (seen as "Could
     not create a view for model id" after Run All in a re-opened page).
+
+    After the guard comes :data:`._bokehjs_fixes.DATATABLE_WHEN_CONNECTED_JS`, which
+    patches the page's BokehJS once (whether this load or an earlier one brought it).
     """
     import json
 
@@ -59,10 +62,12 @@ def _bokehjs_load_js() -> str:
     from bokeh.embed.bundle import bundle_for_objs_and_resources
     from bokeh.io.notebook import _loading_js
 
+    from ._bokehjs_fixes import DATATABLE_WHEN_CONNECTED_JS
+
     loader = _loading_js(bundle_for_objs_and_resources(None, INLINE), None, 5000, register_mime=True)
     version = json.dumps(bokeh_version)
     return (f"if (typeof window.Bokeh === 'undefined' || window.Bokeh.version !== {version}) {{\n"
-            f"{loader}\n}}\n")
+            f"{loader}\n}}\n{DATATABLE_WHEN_CONNECTED_JS}")
 
 
 def ensure_bokehjs() -> None:

@@ -54,14 +54,18 @@ def arrow_segments(x0, y0, x1, y1, *, offset: float = 0.0, trim_start: float = 0
 
 
 def fit_equal_aspect(xs: np.ndarray, ys: np.ndarray, *, pad: float = 0.5, max_width: int = 560,
-                     max_height: int = 480, min_height: int = 120,
-                     min_width: int = 160) -> tuple[tuple[float, float, float, float], int, int]:
+                     max_height: int = 480, min_height: int = 120, min_width: int = 160,
+                     frame: tuple[int, int] | None = None) -> tuple[tuple[float, float, float, float], int, int]:
     """Ranges and frame size that show every point with one data unit = same pixels on x and y.
 
     Returns ``((x_start, x_end, y_start, y_end), frame_width, frame_height)``. The frame is
     as large as fits in ``max_width`` x ``max_height``; a flat drawing gets extra vertical
     range instead of a frame thinner than ``min_height`` (and a tall one extra
     horizontal range), so circles stay circles and arrow heads point the right way.
+
+    With ``frame=(width, height)`` the frame is that size instead (at least the one
+    computed, so nothing is cut off): the drawing keeps the scale it has in the
+    computed frame, centred, and the ranges grow to fill the rest.
     """
     xs = np.asarray(xs, dtype=float)
     ys = np.asarray(ys, dtype=float)
@@ -73,6 +77,8 @@ def fit_equal_aspect(xs: np.ndarray, ys: np.ndarray, *, pad: float = 0.5, max_wi
     scale = min(max_width / width, max_height / height)  # pixels per data unit
     frame_w = max(int(round(width * scale)), min_width)
     frame_h = max(int(round(height * scale)), min_height)
+    if frame is not None:
+        frame_w, frame_h = max(int(frame[0]), frame_w), max(int(frame[1]), frame_h)
     # Grow the short side's range so both axes keep the same pixels per unit.
     x_mid, y_mid = (x_lo + x_hi) / 2, (y_lo + y_hi) / 2
     half_w, half_h = frame_w / scale / 2, frame_h / scale / 2
@@ -116,6 +122,9 @@ class NodeLinkGraph:
     notes : ColumnDataSource
         ``x, y, text``: free text on the drawing (e.g. the name of a slice).
     """
+
+    #: Drawings that fill less than this share of ``max_height`` get a lower frame (see :meth:`fit`).
+    FLAT_HEIGHT = 0.75
 
     _NODE_COLUMNS = ("x", "y", "radius", "fill_color", "line_color", "label")
     _ARROW_COLUMNS = ("x0", "y0", "x1", "y1", "color", "dash", "width")
@@ -248,9 +257,22 @@ class NodeLinkGraph:
                  np.concatenate([np.asarray(a, dtype=float).ravel() for a in ys]), pad=pad)
 
     def fit(self, xs: np.ndarray, ys: np.ndarray, *, pad: float = 0.5) -> None:
-        """Set ranges and frame size so that every point shows, at equal x/y scale."""
+        """Set ranges and frame size so that every point shows, at equal x/y scale.
+
+        The frame is ``max_width`` wide, and ``max_height`` high unless the drawing is
+        flat (it would fill less than :attr:`FLAT_HEIGHT` of that height): then as high
+        as it needs. The drawing is as large as in a frame fitted to it (same pixels
+        per data unit), centred; the ranges take the rest of the frame. A new network
+        of about the same shape then changes only ranges and data: BokehJS lays the
+        whole view out again (both drawings and every box around them) for each
+        frame size it gets, and the page below the drawings would move.
+        """
+        _, width, height = fit_equal_aspect(xs, ys, pad=pad, max_width=self.max_width,
+                                            max_height=self.max_height)
+        frame_height = self.max_height if height >= self.FLAT_HEIGHT * self.max_height else height
         (x0, x1, y0, y1), width, height = fit_equal_aspect(
-            xs, ys, pad=pad, max_width=self.max_width, max_height=self.max_height)
+            xs, ys, pad=pad, max_width=self.max_width, max_height=self.max_height,
+            frame=(self.max_width, frame_height))
         fig = self.figure
         fig.x_range.start, fig.x_range.end = x0, x1
         fig.y_range.start, fig.y_range.end = y0, y1

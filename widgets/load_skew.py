@@ -346,11 +346,21 @@ class LoadSkewExplorer(_bokeh.SyncedDisplay, ipywidgets.VBox):
             # Rows as high as their 10px text: with two columns over 8 colors (see
             # _draw_bars), MAX_SPLIT_SOURCES sources plus marks and limit fit the chart.
             chart.legend.label_height = 12
+            # Two columns whatever the entries: over 8 colors a one-column legend is
+            # taller than the chart and its last items (partition max, limit) are cut
+            # off; and a legend that keeps its columns is not built again by BokehJS
+            # for a new column count when the sources change (more chips, another chip).
+            chart.legend.ncols = 2
+            # Label columns at least as wide as the longest usual label ("device 15 SC 3",
+            # "median (dash)"): the legend, and with it the chart, keeps its width when
+            # its entries change (more chips, another stack), so BokehJS does not lay
+            # the chart out again.
+            chart.legend.label_width = 72
             chart.legend.title_text_font_size = "10px"
             chart.legend.title_text_font_style = "bold"
         self._heatmap = _bokeh.Heatmap(
             x_axis_label="partition", y_axis_label="device",
-            value_name="ids", max_width=_CHART_WIDTH, max_height=240)
+            value_name="ids", max_width=_CHART_WIDTH, max_height=240, fill_height_rows=3)
         # Texts are HTML panes, not bokeh Divs (see scwork.widgets._panes).
         self._bars_caption = TextPane(width=_CHART_WIDTH + 40)
         self._heatmap_caption = TextPane(width=_CHART_WIDTH + 40)
@@ -630,10 +640,6 @@ class LoadSkewExplorer(_bokeh.SyncedDisplay, ipywidgets.VBox):
         """
         G, S, P = sel[variable].shape
         streams = sel[variable].values.reshape(G * S, P)
-        # Over 8 colors the one-column legend is taller than the chart and the last
-        # items (partition max, limit) are cut off: two columns then.
-        groups = len(self._result.plan.stack(name).table_names) if self.split_by == "table" else G * S
-        chart.legend.ncols = 2 if 8 < groups <= MAX_SPLIT_SOURCES else "auto"
         noun = "ids" if variable == "ids" else "distinct ids"
         if self.split_by == "table" and self.table_stats is not None:
             worst = streams.argmax(axis=0)

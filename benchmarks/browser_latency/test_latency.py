@@ -35,6 +35,9 @@ messages, timed in the kernel), ``last_paint`` (input to the last BokehJS repain
 profile of the page per change), ``SCWORK_LATENCY_TRACE=1`` (Chromium trace summary),
 ``SCWORK_LATENCY_PROFILE=dir`` (cProfile of the kernel's comm handling, raw page
 profiles). The medians go to ``$SCWORK_LATENCY_OUT`` (JSON) with the load average.
+``SCWORK_LATENCY_CONTROLS=shape[2],num_chips`` measures only the controls named (by
+their row name, without the state; the others are reported as skipped), e.g. to
+compare two versions of a few controls back to back.
 """
 
 from __future__ import annotations
@@ -566,12 +569,17 @@ def _summary(entry, runs: list[dict], repeats: int) -> dict:
 
 def _measure_plan(lab, plan, repeats: int, results: dict, state: str, cdp=None) -> None:
     """Measure every entry of ``plan`` not measured yet (hidden ones wait for another state)."""
+    only = os.environ.get("SCWORK_LATENCY_CONTROLS")
+    only = None if not only else {name.strip() for name in only.split(",")}
     for entry in plan:
         name = entry["name"]
         if name in results and "skip" not in results[name]:
             continue
         if entry["kind"] in NOT_DRIVEN or "skip" in entry:
             results[name] = {"kind": entry["kind"], "skip": entry.get("skip") or NOT_DRIVEN[entry["kind"]]}
+            continue
+        if only is not None and name not in only:
+            results[name] = {"kind": entry["kind"], "skip": "not in SCWORK_LATENCY_CONTROLS"}
             continue
         runs, outcome, restore_problems, console_errors = [], None, [], []
         errors_before = len(lab.console.errors)

@@ -26,6 +26,10 @@ def _lbits(K: int, n: int) -> int:
 # limit checks
 # --------------------------------------------------------------------------------------
 def _check_limits(stack: Stack, res: dict, G: int, S: int, config: SparsecoreConfig, B: int) -> None:
+    cap = config.max_ids_per_chip_per_sample
+    if cap is None and (config.allow_id_dropping or (stack.max_ids_per_partition is None
+                                                     and stack.max_unique_ids_per_partition is None)):
+        return                                 # nothing configured to check (the common case)
     P = stack.num_partitions
     tables = ", ".join(stack.table_names)
     table_attr = stack.table_names[0] if len(stack.tables) == 1 else tables
@@ -47,7 +51,6 @@ def _check_limits(stack: Stack, res: dict, G: int, S: int, config: SparsecoreCon
                     "stack_limits=...), set SparsecoreConfig(allow_id_dropping=True), or use a smaller batch.",
                     limit=limit, observed=int(observed[c]), configured=int(configured), stack=stack.name,
                     table=table_attr, device=d, sc=s, partition=p)
-    cap = config.max_ids_per_chip_per_sample
     if cap is not None:
         per_sc = round_up_array(res["kept"].reshape(G, S, P)).sum(axis=2)
         per_device = per_sc.sum(axis=1)
@@ -93,6 +96,32 @@ def _raise_oov(batch: FeatureBatch, plan: StackingPlan, position: int) -> None:
         feature=name, sample=sample, id=bad, vocab_size=spec.table.vocab_size, count=total)
 
 
+_STACK_ROWS: dict[tuple, tuple] = {}
+
+
+def _stack_rows(stacks: tuple, batch: FeatureBatch) -> tuple[np.ndarray, np.ndarray, bool, int]:
+    """Batch rows of every stack's features in order, where each stack starts among them,
+    whether every stack has features, and the sum of the stacks' partition counts.
+
+    Kept by the stacks' identity and the batch's feature names (plans never
+    change; the paths built on the engine run one plan many times).
+    """
+    key = (id(stacks), batch.feature_names)
+    hit = _STACK_ROWS.get(key)
+    if hit is not None and hit[0] is stacks:
+        return hit[1]
+    rows, starts = [], []
+    for st in stacks:
+        starts.append(len(rows))
+        rows += [batch._feature_index(f.name) for f in st.features]
+    value = (np.array(rows, np.int64), np.array(starts, np.int64), all(st.features for st in stacks),
+             sum(int(st.num_partitions) for st in stacks))
+    if len(_STACK_ROWS) >= 64:
+        _STACK_ROWS.clear()          # full: start again (no eviction to race with another thread)
+    _STACK_ROWS[key] = (stacks, value)                 # the stacks kept: their id stays theirs
+    return value
+
+
 def estimate_scratch_bytes(plan: StackingPlan, batch: FeatureBatch, G: int, S: int, want_csr: bool,
                            num_threads: int = 1) -> int:
     """Upper estimate (exact integers) of the bytes one call allocates.
@@ -109,19 +138,20 @@ def estimate_scratch_bytes(plan: StackingPlan, batch: FeatureBatch, G: int, S: i
     workers = min(num_threads, nsl * max(1, len(plan.stacks)))
     # raw ids of every stack in every slice, for all stacks at once (a numpy pass
     # per feature and stack cost more than the rest of this estimate)
-    rows, starts = [], []
-    for st in plan.stacks:
-        starts.append(len(rows))
-        rows += [batch._feature_index(f.name) for f in st.features]
+    rows, starts, every_stack_has_features, sum_partitions = _stack_rows(plan.stacks, batch)
     splits = batch._splits
     per_feature = splits[:, n::n] - splits[:, :-1:n]
-    if rows and all(st.features for st in plan.stacks):
-        per_stack = np.add.reduceat(per_feature[np.array(rows, np.int64)], np.array(starts, np.int64), axis=0)
+    if rows.size and every_stack_has_features:
+        per_stack = np.add.reduceat(per_feature[rows], starts, axis=0)
     else:
         per_stack = np.zeros((len(plan.stacks), nsl), np.int64)
         for i, st in enumerate(plan.stacks):
             for f in st.features:
                 per_stack[i] += per_feature[batch._feature_index(f.name)]
+    if not want_csr:
+        # the same sum as the loop below, in Python ints (no overflow whatever the topology)
+        return (8 * 8 * nsl * sum_partitions + 8 * int(per_stack.sum())
+                + 48 * int(per_stack.max(axis=1, initial=0).sum()) * workers)
     stack_ids = per_stack.sum(axis=1).tolist()
     stack_max = per_stack.max(axis=1, initial=0).tolist()
     total = 0

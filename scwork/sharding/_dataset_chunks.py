@@ -10,6 +10,8 @@ from __future__ import annotations
 import bisect
 import inspect
 import numbers
+import sys
+import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -17,6 +19,7 @@ import numpy as np
 from scwork._rounding import ceil_div
 
 from scwork.errors import ConfigError, InputError, OutOfVocabularyError, ShardError
+from scwork.sharding import _profile
 from scwork.sharding.dataset_result import _CONFIGURED_VARS, _SUMMARY_VARS
 from scwork.sharding.shards import _read_rows
 
@@ -30,7 +33,7 @@ class _Job:
     """What every task shares: features, topology, plan, config, columns, the pieces."""
 
     __slots__ = ("features", "topology", "plan", "config", "colmap", "on_oov", "batch_size", "per_step",
-                 "pieces", "offsets", "num_steps", "used")
+                 "pieces", "offsets", "num_steps", "used", "engine_threads", "recycle")
 
     def __init__(self, **kw):
         for k, v in kw.items():
@@ -87,9 +90,87 @@ def _slice_rows(rows: dict, lo: int, hi: int, copy: bool = False) -> dict:
     return out
 
 
+#: Per thread, the int64 buffers its step batches were built in (see _step_buffer); emptied by
+#: _release_step_buffers at the end of every local run.
+_STEP_BUFFERS: dict[int, list[np.ndarray]] = {}
+_STEP_BUFFERS_LOCK = threading.Lock()
+#: Buffers kept per thread: collect_stats holds the previous step's batch while the next is built.
+_BUFFERS_PER_THREAD = 2
+#: References to a pooled buffer nobody else holds: the pool list's and sys.getrefcount's argument.
+_UNUSED_REFS = 2
+
+
+def _step_buffer(size: int) -> np.ndarray | None:
+    """A recycled int64 buffer of ``size`` for one step's ids, or None (allocate a fresh one).
+
+    A step's ids are about 8 B x ids per step (68 MB for 16384 samples x 26 features
+    x 20 ids); a fresh array of that size is zeroed page by page by the kernel at its
+    first touch, which costs about as much again as the copy into it. A buffer is
+    reused only when no reference to it is left outside the pool (no batch and no view
+    of its ids alive): its reference count says so exactly in a build with the GIL, so
+    the free-threaded build does not recycle.
+    """
+    gil = getattr(sys, "_is_gil_enabled", lambda: True)()
+    if not gil:
+        return None
+    key = threading.get_ident()
+    with _STEP_BUFFERS_LOCK:
+        pool = _STEP_BUFFERS.setdefault(key, [])
+        for i in range(len(pool)):    # no loop variable (nor enumerate's tuple) holding a reference
+            if sys.getrefcount(pool[i]) == _UNUSED_REFS:
+                if pool[i].size < size:
+                    pool[i] = np.empty(size, np.int64)
+                return pool[i][:size]
+        if len(pool) < _BUFFERS_PER_THREAD:
+            pool.append(np.empty(size, np.int64))
+            return pool[-1][:size]
+    return None
+
+
+def _release_step_buffers() -> None:
+    """Forget every pooled step buffer (those still in use die with their batches)."""
+    with _STEP_BUFFERS_LOCK:
+        _STEP_BUFFERS.clear()
+
+
+def _step_batch(rows: dict, lo: int, hi: int, names: list[str], recycle: bool = False):
+    """Samples ``[lo, hi)`` of ``rows`` as one FeatureBatch: the ids copied once, widened to int64.
+
+    The readers have checked what FeatureBatch's constructor checks (ids >= 0 and
+    within int64, row splits from 0, non-decreasing, ending at the ids' length), so
+    the batch is assembled directly: building it from a dict would check every id
+    again, and converting narrower stored ids to int64 first would copy them twice.
+    """
+    from scwork.sharding.batch import FeatureBatch
+
+    parts, splits = [], []
+    for f in names:
+        ids, rs = rows[f]
+        split = rs[lo:hi + 1]
+        parts.append(ids[split[0]:split[-1]])
+        splits.append(split - split[0])
+    batch = FeatureBatch.__new__(FeatureBatch)
+    out = _step_buffer(sum(p.size for p in parts)) if recycle else None
+    batch._set(names, parts, splits, [None] * len(names), hi - lo, ids_out=out)
+    return batch
+
+
 def _where(job: _Job, sample: int) -> str:
     k = min(bisect.bisect_right(job.offsets, sample) - 1, len(job.pieces) - 1)
     return f"{job.pieces[k].path} row {sample - job.offsets[k]}"
+
+
+def _engine_threads(job: _Job) -> int | None:
+    """This task's engine threads: the job's count, or its worker's entry in a cluster's map."""
+    threads = job.engine_threads
+    if not isinstance(threads, dict):
+        return threads
+    try:
+        from distributed import get_worker
+
+        return threads.get(get_worker().address)
+    except (ImportError, ValueError):     # not on a worker (get_worker raises ValueError)
+        return None
 
 
 def _collect(job: _Job, steps: range, batch_of) -> Any:
@@ -106,7 +187,8 @@ def _collect(job: _Job, steps: range, batch_of) -> Any:
     B = job.batch_size
     try:
         return collect_stats(batches(), job.features, job.topology, stacking=job.plan, config=job.config,
-                             on_out_of_vocabulary=job.on_oov, **_collect_kwargs())
+                             on_out_of_vocabulary=job.on_oov, num_threads=_engine_threads(job),
+                             **_collect_kwargs())
     except OutOfVocabularyError as err:
         step = current[0]
         sample = None if err.sample is None else step * B + int(err.sample)
@@ -146,9 +228,20 @@ def _run_chunk(job: _Job, chunk: _Chunk, *partitions):
     names = [f.name for f in job.features]
     data = {j: partitions[i] for i, j in enumerate(sorted({s[0] for s in chunk.segments
                                                            if job.pieces[s[0]].kind in ("frame", "bag")}))}
-    parts = [_read_rows(job.pieces[k], data.get(k), start, stop, job.colmap) for k, start, stop in chunk.segments]
-    rows = _concat_rows(parts, names)
-    del parts, data
+    prof = _profile.active()
+    if prof is not None:
+        rows = _profiled_read(job, chunk, data, prof, names)
+    else:
+        # Where this task has cores of its own beyond one (fewer chunks run at once than
+        # there are cores), pyarrow decodes the columns on its thread pool: same CPU, less
+        # wall time.
+        threads = _engine_threads(job)
+        use_threads = threads is not None and threads > 1
+        parts = [_read_rows(job.pieces[k], data.get(k), start, stop, job.colmap, use_threads)
+                 for k, start, stop in chunk.segments]
+        rows = _concat_rows(parts, names)
+        del parts
+    del data
     a, b = chunk.sample_start, chunk.sample_stop
     fragments = {}
     for step in chunk.fragments:
@@ -159,7 +252,13 @@ def _run_chunk(job: _Job, chunk: _Chunk, *partitions):
 
     def batch_of(step):
         lo, hi = job.step_rows(step)
-        return _slice_rows(rows, lo - a, hi - a)
+        if prof is None:
+            return _step_batch(rows, lo - a, hi - a, names, job.recycle)
+        # the copy into the step's batch is this chunk's work too, beside its read (see _record_read)
+        started = _profile.thread_cpu_s()
+        batch = _step_batch(rows, lo - a, hi - a, names, job.recycle)
+        _record_read(prof, _profile.thread_cpu_s() - started, batch.num_ids)
+        return batch
 
     short_last = chunk.step_stop == job.num_steps and job.used < job.num_steps * job.batch_size
     full_stop = chunk.step_stop - 1 if short_last else chunk.step_stop
@@ -170,11 +269,65 @@ def _run_chunk(job: _Job, chunk: _Chunk, *partitions):
     return _finish(job, out), fragments
 
 
+#: The profile batch that holds every chunk's read and step-batch copies (see _record_read).
+READ_BATCH = "dataset read and batch copies"
+
+
+def _record_read(prof, seconds: float, num_ids: int) -> None:
+    """Add one chunk's read to the profile's batch of reads, as one task among all the chunks' reads.
+
+    While a profile is recorded (``scwork.sharding._profile``), the engine's tasks are
+    timed as parallel and everything else in the call as serial. A chunk's read is
+    neither: the chunk tasks run ``num_workers`` at a time (dask's threaded scheduler,
+    or a cluster's workers) and a read holds no lock (pyarrow decodes and numpy copies
+    without the GIL), so the reads of different chunks run at the same time as each
+    other. One batch of tasks, every chunk's read one of them, is what the projection
+    then schedules over T workers; left serial, the reads alone capped the projected
+    speedup near 1. The copy of each inner step's ids into its batch (numpy, without
+    the GIL) is recorded the same way, one task per step: it runs inside the chunk
+    task too, at the same time as the other chunks' work, not between them.
+    """
+    for name, times in prof.batches:
+        if name == READ_BATCH:
+            times.append(seconds)
+            prof.sizes[[n for n, _ in prof.batches].index(name)].append(float(num_ids))
+            return
+    prof.batches.append((READ_BATCH, [seconds]))
+    prof.sizes.append([float(num_ids)])
+
+
+def _profiled_read(job: _Job, chunk: _Chunk, data: dict, prof, names: list[str]) -> dict:
+    """A chunk's rows, read while a profile is recorded: its read timed as task(s) (see _record_read).
+
+    Profiled for more than one thread, a chunk of Parquet shards is read column by
+    column, each column one task: that is how the chunk decodes when it has several
+    cores (pyarrow's thread pool takes the columns). Otherwise (one thread, or NPZ and
+    dask pieces, read as a whole) the chunk's read is one task.
+    """
+    by_column = (_profile.plan_threads() or 1) > 1 and all(job.pieces[k].kind == "parquet"
+                                                           for k, _, _ in chunk.segments)
+    if not by_column:
+        started = _profile.thread_cpu_s()
+        rows = _concat_rows([_read_rows(job.pieces[k], data.get(k), start, stop, job.colmap)
+                             for k, start, stop in chunk.segments], names)
+        _record_read(prof, _profile.thread_cpu_s() - started, sum(int(rs[-1]) for _, rs in rows.values()))
+        return rows
+    parts: list[dict] = [{} for _ in chunk.segments]
+    for feature, column in job.colmap.items():
+        started = _profile.thread_cpu_s()
+        for part, (k, start, stop) in zip(parts, chunk.segments):
+            part.update(_read_rows(job.pieces[k], None, start, stop, {feature: column}))
+        _record_read(prof, _profile.thread_cpu_s() - started, sum(int(p[feature][1][-1]) for p in parts))
+    return _concat_rows(parts, names)
+
+
 def _run_boundary(job: _Job, step: int, *fragment_maps):
     """(per-step Dataset, summary) of one step assembled from the fragments of consecutive chunks."""
     names = [f.name for f in job.features]
     rows = _concat_rows([m[step] for m in fragment_maps], names)
-    return _finish(job, [_collect(job, range(step, step + 1), lambda s: rows)])
+    lo, hi = job.step_rows(step)
+    return _finish(job, [_collect(job, range(step, step + 1),
+                                  lambda s: _step_batch(rows, 0, hi - lo, names, job.recycle))])
 
 
 def _summarize(ds) -> dict[str, np.ndarray]:

@@ -129,19 +129,32 @@ def _scan_collection(source, kind, colmap, mode, client, num_workers):
 
 
 def _concat_local(datasets):
+    """The blocks' per-step Datasets as one, along ``step``.
+
+    They come from one stacking plan, so their coordinates other than ``step`` are
+    the same: the values are concatenated in numpy and one Dataset is built
+    (``xr.concat`` aligned every block against the others, about 10 ms a block, all of
+    it after the chunks ran). Same variables, order, dims, coordinates and attributes
+    as ``xr.concat`` over the blocks with the configured (per-stack) variables merged
+    after the per-step ones.
+    """
     import xarray as xr
 
     first = datasets[0]
-    configured = first[[v for v in _CONFIGURED_VARS if v in first]]
-    if len(datasets) == 1:
-        out = first.copy()
-    else:
-        out = xr.concat([d.drop_vars(list(_CONFIGURED_VARS)) for d in datasets], dim="step", data_vars="all",
-                        coords="minimal", compat="override", join="exact")
-        out = out.merge(configured)
-    out = out.assign_coords(step=("step", np.arange(out.sizes["step"]), {"long_name": "step index"}))
-    out.attrs = dict(first.attrs)
-    return out
+    steps = sum(d.sizes["step"] for d in datasets)
+    data, configured = {}, {}
+    for name, var in first.data_vars.items():
+        if name in _CONFIGURED_VARS:
+            configured[name] = var.variable
+            continue
+        if not var.dims or var.dims[0] != "step":
+            raise InternalError(f"{name}: a per-step variable whose first dim is not step ({var.dims})")
+        values = var.values if len(datasets) == 1 else np.concatenate([d[name].values for d in datasets], axis=0)
+        data[name] = xr.Variable(var.dims, values, dict(var.attrs))
+    data.update(configured)
+    coords = {k: v.variable for k, v in first.coords.items() if "step" not in v.dims}
+    coords["step"] = ("step", np.arange(steps), {"long_name": "step index"})
+    return xr.Dataset(data, coords=coords, attrs=dict(first.attrs))
 
 
 def _dask_backed(template, futures, spans, summaries):

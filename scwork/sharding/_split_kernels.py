@@ -42,6 +42,8 @@ from scwork.sharding._kernels import (_LOW32, _U, PAD_ID, count_slice, count_sli
 __all__ = [
     "count_groups",
     "count_groups_reference",
+    "cut_groups",
+    "cut_groups_reference",
     "slice_pairs",
     "slice_pairs_reference",
     "write_groups",
@@ -326,6 +328,67 @@ def write_groups_reference(ids, splits, weights, has_w, combiner, n, P, lbits, g
                 gout[pad_lo[t]:pad_hi[t]] = np.nan
 
 
+# --------------------------------------------------------------------------------------
+# cut_groups (task lists: plain integer work, compiled because it runs once per call, serially)
+# --------------------------------------------------------------------------------------
+@jit
+def cut_groups(counts, target, units):
+    """Tasks of a stack counted per group: each slice cut into runs of contiguous groups.
+
+    ``counts[g, sl]``: raw ids of group ``g`` in slice ``sl``. Slice by slice, a run
+    takes the next group while it stays within ``target`` ids (a group larger than
+    ``target`` is a run of its own; a run that would only hold empty groups takes
+    them too). Row ``k`` of ``units`` gets ``(sl, g0, g1, ids)``; returns the number
+    of runs (at most ``ng * nsl``, the rows ``units`` needs).
+    """
+    ng, nsl = counts.shape
+    k = 0
+    for sl in range(nsl):
+        g0 = 0
+        acc = 0
+        for g in range(ng):
+            c = counts[g, sl]
+            if acc > 0 and acc + c > target:
+                units[k, 0] = sl
+                units[k, 1] = g0
+                units[k, 2] = g
+                units[k, 3] = acc
+                k += 1
+                g0 = g
+                acc = 0
+            acc += c
+        units[k, 0] = sl
+        units[k, 1] = g0
+        units[k, 2] = ng
+        units[k, 3] = acc
+        k += 1
+    return k
+
+
+def cut_groups_reference(counts, target, units):
+    """Numpy reference of :func:`cut_groups`: each slice's cut points from its running sums.
+
+    In a slice a run ends before group ``g`` when the ids since the run's start
+    are positive and adding ``g`` passes ``target``; found by walking the running
+    sums of the slice (``np.cumsum``) from one cut to the next.
+    """
+    ng, nsl = counts.shape
+    k = 0
+    for sl in range(nsl):
+        run_sums = np.concatenate([[0], np.cumsum(counts[:, sl])])
+        g0 = 0
+        while True:
+            taken = run_sums[1:] - run_sums[g0]              # ids of groups g0..g as one run
+            over = np.nonzero((np.arange(ng) > g0) & (taken - counts[:, sl] > 0) & (taken > target))[0]
+            g1 = int(over[0]) if over.size else ng
+            units[k] = (sl, g0, g1, run_sums[g1] - run_sums[g0])
+            k += 1
+            if g1 == ng:
+                break
+            g0 = g1
+    return k
+
+
 def warmup() -> None:
     """Compile the kernels on tiny inputs (or load them from numba's cache)."""
     ids = np.array([3, 1, 3, 0, 2, 2], np.int64)
@@ -338,6 +401,7 @@ def warmup() -> None:
     sloff = np.array([[0, 3, 6]], np.int64)
     ulist = np.zeros(6, np.int64)
     ul_cnt = np.zeros(2, np.int64)
+    cut_groups(np.ones((2, 2), np.int64), 1.5, np.empty((4, 4), np.int64))
     keys = np.empty(6, np.int64)
     count_groups(ids, splits, np.ones(6, np.float32), np.zeros(1, np.int8), 1, 2, 0, gptr, zero, zero,
                  np.array([4], np.int64), one, one, zero, sloff, 0, 2, 0, 1, keys, keys.copy(), keys.copy(),

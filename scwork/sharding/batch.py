@@ -285,13 +285,17 @@ class FeatureBatch(Mapping):
             all_weights.append(w)
         self._set(names, all_ids, all_splits, all_weights, batch_size)
 
-    def _set(self, names, all_ids, all_splits, all_weights, batch_size) -> None:
+    def _set(self, names, all_ids, all_splits, all_weights, batch_size, ids_out=None) -> None:
         counts = [ids.size for ids in all_ids]
         offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
         self._names = tuple(names)
         self._index = {n: i for i, n in enumerate(names)}
-        self._ids = np.concatenate(all_ids) if all_ids else np.zeros(0, np.int64)
-        self._ids = np.ascontiguousarray(self._ids, dtype=np.int64)
+        # one pass: narrower integer ids (a reader keeps their stored width) are widened as they are
+        # copied, into ``ids_out`` (int64, sum(counts) long) when the caller recycles a buffer
+        if ids_out is not None:
+            self._ids = np.concatenate(all_ids, out=ids_out, casting="same_kind")
+        else:
+            self._ids = np.concatenate(all_ids, dtype=np.int64) if all_ids else np.zeros(0, np.int64)
         self._splits = np.empty((len(names), batch_size + 1), np.int64)
         for i, rs in enumerate(all_splits):
             self._splits[i] = rs + offsets[i]

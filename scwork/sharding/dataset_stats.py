@@ -70,7 +70,9 @@ task per crossing step assembles the fragments (in order) into that batch. By
 default the tasks
 run on dask's local threaded scheduler (``scheduler="threads"``, ``num_workers``
 threads, default one per core; the numba kernels and the Parquet decoder release
-the GIL); ``scheduler="sync"`` runs them one by one in the calling thread. Without
+the GIL), and the engine inside each task runs on the cores the tasks running at once
+share (``num_threads``, default ``cores // min(workers, chunks)``);
+``scheduler="sync"`` runs them one by one in the calling thread. Without
 dask installed the same tasks run on a ``concurrent.futures`` thread pool.
 ``client=`` (a ``dask.distributed.Client``) or ``scheduler="tcp://host:port"``
 (connects a Client, kept on :attr:`DatasetStats.client` and closed by
@@ -79,8 +81,10 @@ must then be readable at the same path by the caller (which reads the footers an
 headers to plan the chunks) and by every worker.
 
 Memory per worker: one chunk in flight, whose rows are at most ``chunk_rows`` plus
-one row group (partition); reading and converting them costs about
-``3 x 8 B`` per id, and the one batch inside the engine ``~6 x 8 B`` per id:
+one row group (partition); reading them costs about ``2 x 8 B`` per id (Parquet:
+the decoded column, read in place in its stored integer width, and the step's batch,
+8 B per id in one of two buffers per worker thread that are reused from step to step
+and freed when the run ends), and the one batch inside the engine ``~6 x 8 B`` per id:
 O(``(chunk_rows + row group) x valency x features x 8 B x`` small factor), plus the
 fragments (under two batches per chunk, until their step is done). The result
 holds the per-step statistics, about
@@ -141,6 +145,7 @@ from scwork.sharding._dataset_chunks import (
     _empty_like,
     _Job,
     _plan_chunks,
+    _release_step_buffers,
     _run_boundary,
     _run_chunk,
     _take,
@@ -189,7 +194,8 @@ def stats_over_dataset(source: Any, features: Any, topology: Topology, *, batch_
                        columns: Mapping[str, str] | Sequence[str] | None = None, scheduler: Any = None,
                        client: Any = None, num_workers: int | None = None, chunk_rows: int | None = None,
                        progress: bool | None = None, tune: str | None = "max", percentile: float = 99.0,
-                       on_out_of_vocabulary: str = "error", per_step: str = "full") -> DatasetStats:
+                       on_out_of_vocabulary: str = "error", per_step: str = "full",
+                       num_threads: int | None = None) -> DatasetStats:
     """Per-step limit statistics and tuned limits over a sharded dataset, with bounded memory.
 
     The same numbers as :func:`~scwork.sharding.collect_stats` over the dataset's
@@ -246,6 +252,16 @@ def stats_over_dataset(source: Any, features: Any, topology: Topology, *, batch_
     per_step : {"full", "summary"}, default "full"
         ``"summary"`` keeps only the ``(step, stack)`` summaries of every step (and
         the merged statistics), for runs whose per-partition statistics would not fit.
+    num_threads : int, optional
+        Threads of the engine inside each chunk task (``num_threads`` of
+        :func:`~scwork.sharding.collect_stats`). Default: on the local schedulers,
+        the cores shared by the chunk tasks that run at once (``cores //
+        min(workers, chunks)``, at least 1), so that the readers and the engines
+        together use every core once; on a distributed cluster, per worker, its
+        host's cores divided by the threads of all workers on that host (the
+        engine's default, every core, where the workers cannot be asked). A chunk
+        with more than one thread also decodes its Parquet columns on pyarrow's
+        threads.
 
     Returns
     -------
@@ -329,6 +345,8 @@ def stats_over_dataset(source: Any, features: Any, topology: Topology, *, batch_
         chunk_rows = _check_int(chunk_rows, "chunk_rows")
     if num_workers is not None:
         num_workers = _check_int(num_workers, "num_workers")
+    if num_threads is not None:
+        num_threads = _check_int(num_threads, "num_threads")
     if progress is not None and not isinstance(progress, bool):
         raise ConfigError(f"progress must be True, False or None, got {progress!r}")
     features = normalize_features(features)
@@ -357,7 +375,7 @@ def stats_over_dataset(source: Any, features: Any, topology: Topology, *, batch_
     try:
         return _stats_over_dataset(source, features, topology, plan, config, colmap, B, drop_remainder,
                                    scheduler, client, owns_client, num_workers, chunk_rows, progress, tune,
-                                   percentile, on_out_of_vocabulary, per_step)
+                                   percentile, on_out_of_vocabulary, per_step, num_threads)
     except BaseException:
         if owns_client:
             client.close()
@@ -365,7 +383,8 @@ def stats_over_dataset(source: Any, features: Any, topology: Topology, *, batch_
 
 
 def _stats_over_dataset(source, features, topology, plan, config, colmap, B, drop_remainder, scheduler, client,
-                        owns_client, num_workers, chunk_rows, progress, tune, percentile, on_oov, per_step):
+                        owns_client, num_workers, chunk_rows, progress, tune, percentile, on_oov, per_step,
+                        num_threads=None):
     dask = _import_dask()
     mode, workers = _execution_mode(dask, scheduler, client, num_workers)
     pieces, partitions = _scan_shards(source, colmap, dask, mode, client, num_workers)
@@ -384,8 +403,13 @@ def _stats_over_dataset(source, features, topology, plan, config, colmap, B, dro
         by_size = max(1, int(DEFAULT_CHUNK_IDS // max(1.0, ids_per_row * B)))
         target = max(1, min(by_size, math.ceil(T / (4 * workers)))) * B
     job = _Job(features=features, topology=topology, plan=plan, config=config, colmap=colmap, on_oov=on_oov,
-               batch_size=B, per_step=per_step, pieces=pieces, offsets=offsets, num_steps=T, used=used)
+               batch_size=B, per_step=per_step, pieces=pieces, offsets=offsets, num_steps=T, used=used,
+               engine_threads=None, recycle=False)
     chunks = _plan_chunks(job, target)
+    job.engine_threads = num_threads or _engine_threads(mode, workers, len(chunks), client)
+    # Recycled step buffers (see _dataset_chunks._step_buffer) only in this process, where
+    # they are released when the run ends; a distributed worker would keep them.
+    job.recycle = mode != "distributed"
     boundaries = {}       # step -> chunks holding a fragment of it, in order
     for c in chunks:
         for step in c.fragments:
@@ -393,7 +417,11 @@ def _stats_over_dataset(source, features, topology, plan, config, colmap, B, dro
     # A block is the inner steps of a chunk, or one step assembled from the chunks' fragments.
     spans = sorted([(c.step_start, c.step_stop, "chunk", c.index) for c in chunks if c.step_stop > c.step_start]
                    + [(s, s + 1, "boundary", s) for s in boundaries])
-    results = _run_blocks(dask, job, chunks, boundaries, spans, partitions, mode, client, num_workers, progress)
+    try:
+        results = _run_blocks(dask, job, chunks, boundaries, spans, partitions, mode, client, num_workers,
+                              progress)
+    finally:
+        _release_step_buffers()
     summaries, step_stats = _gathered(results, spans, mode, client, per_step)
     merged = _merge(summaries, step_stats)
     step_stats.attrs.update({
@@ -435,6 +463,33 @@ def _execution_mode(dask, scheduler, client, num_workers) -> tuple[str, int]:
     workers = (sum(client.nthreads().values()) or 1) if mode == "distributed" else \
         (1 if mode == "sync" else num_workers or os.cpu_count() or 1)
     return mode, workers
+
+
+def _engine_threads(mode: str, workers: int, num_chunks: int, client=None) -> int | dict | None:
+    """Threads of the engine inside each chunk task: the cores shared by the chunks that run at once.
+
+    ``min(workers, chunks)`` chunk tasks run together on the local scheduler, each
+    reading and then running the engine; an engine on every core in each of them
+    would put ``workers x cores`` threads on the cores, each engine call paying for
+    threads it cannot use. On a cluster the same holds per host: a worker's chunks get
+    its host's cores divided by the threads of all workers on that host (a
+    ``{worker address: threads}`` map the tasks look their worker up in; None, the
+    engine's default, where the workers cannot be asked).
+    """
+    from scwork.sharding._threads import available_cores
+
+    if mode != "distributed":
+        return max(1, available_cores() // max(1, min(workers, num_chunks)))
+    try:
+        info = client.scheduler_info()["workers"]
+        cores = client.run(available_cores)
+    except Exception:  # noqa: BLE001 - a client that cannot say: the engine's default
+        return None
+    per_host: dict[str, int] = {}
+    for w in info.values():
+        per_host[w["host"]] = per_host.get(w["host"], 0) + int(w["nthreads"])
+    return {addr: max(1, int(cores[addr]) // max(1, per_host[w["host"]])) for addr, w in info.items()
+            if addr in cores}
 
 
 def _scan_shards(source, colmap, dask, mode, client, num_workers):

@@ -47,9 +47,14 @@ tasks too: the naive view by (group, partition range), and, without a configured
 ``max_ids_per_partition``, the buffer size ``C`` (the longest slice): with 8 or more
 threads every slice's CSR size is counted first (a pass over the ids without
 sorting) so that each (slice, table) task writes in place; with fewer, slices are
-written at a bounding stride and moved left in place, one task per stack. What stays
-serial (planning, checks, building the Dataset) is a few milliseconds, built for
-all stacks at once where it can be (:func:`_make_jobs`, :func:`_set_counted_sizes`);
+written at a bounding stride and moved left in place, one task per stack. For
+statistics only (:func:`compute_stats`), neighbouring stacks run as one job whose
+groups are all their tables (:class:`_MergedStacks`: each stack's counters are the
+sums of its groups'), so that a call builds one job, one task list and one result
+block whatever the number of stacks. What stays serial (planning, checks, building
+the Dataset) is about a millisecond, built for all stacks at once where it can be
+(:func:`_make_jobs`, :func:`_set_counted_sizes`), what depends on the plan alone
+kept for the plan (:func:`_derived`);
 ``python benchmarks/bench_sharding.py --project`` measures it and projects the
 speedup at 16 to 208 threads (:mod:`scwork.sharding._profile`). Results do not
 depend on the number of threads or on which thread ran what. Buffers of finished
@@ -133,7 +138,8 @@ from scwork.sharding.results import (
     _ALIGN,
     CsrBuffers,
     PreprocessResult,
-    _stats_dataset,
+    _dataset,
+    _stats_parts,
     _written_within,
     round_up_array,
 )
@@ -158,6 +164,9 @@ _COUNT_FIRST_THREADS = 8
 # stack_slices takes a bitmap for the naive view; the engine always uses lists
 _NO_BITMAP = np.zeros(1, np.int64)
 _NO_LIMIT = 2**62
+# a statistics task's dropped pairs: none (shared, never written)
+_NO_DROPS = np.zeros((0, 4), np.int64)
+_NO_DROP_G = np.zeros(0, np.int64)
 _HIST_SIZE = 3 * 2048
 
 
@@ -213,8 +222,10 @@ class _Group:
     row_offset: int
     vocab: int
     qbits: int              # bit_length((vocab - 1) // P): key layout of _kernels
-    num_ids: int
-    slice_ids: np.ndarray   # raw ids of the group in each (device, source SC) slice
+    # raw ids of the group, in all and in each (device, source SC) slice (from _groups;
+    # None in an engine job's groups, which are kept for the plan: the job has the counts)
+    num_ids: int | None
+    slice_ids: np.ndarray | None
 
 
 def _slice_counts(batch: FeatureBatch, nsl: int) -> np.ndarray:
@@ -254,6 +265,18 @@ class _Backend:
                               (_naive_kernels, ("naive_from_slice_lists",))):
             for name in names:
                 setattr(self, name, getattr(module, name + ref))
+
+
+_BACKENDS: dict[str, _Backend] = {}
+
+
+def _backend(backend: str) -> _Backend:
+    """The kernels of ``backend``, made once (:class:`_Backend` raises on an unknown name)."""
+    kern = _BACKENDS.get(backend) if isinstance(backend, str) else None
+    if kern is None:
+        kern = _Backend(backend)
+        _BACKENDS[backend] = kern
+    return kern
 
 
 class _Oov(Exception):
@@ -394,6 +417,8 @@ class _StackJob:
         self.pairs_g = zeros(ng * nsl * P if self.by_group else 1)
         self.distinct_g = zeros(ng * nsl * P if self.by_group else 1)
         self.naive_g = zeros(ng * P).reshape(ng, P)
+        self.naive_starts = None
+        self.g_qbits_list = [g.qbits for g in groups]
 
         self.pairs = zeros(nsl * P)
         self.distinct = zeros(nsl * P)
@@ -440,6 +465,7 @@ class _StackJob:
         self.staged = want_csr and self.C is None and not self.counted
         self.emb = self.smp = self.gout = None
         self.tasks: list[dict] = []
+        self.no_bad = np.full(ng, -1, np.int64)                 # statistics tasks: never a zero divisor
         self.lock = threading.Lock()
         self.naive_counts: np.ndarray | None = None
 
@@ -492,37 +518,54 @@ class _StackJob:
             cum = [0, *itertools.accumulate(self.slice_list)]
             units = [(s0, s1, 0, ng) for s0, s1 in self.ranges(target)]
             return units, [cum[s1] - cum[s0] for s0, s1, _, _ in units]
-        counts = self.counts.tolist()                                            # (ng, nsl) ints
-        units, sizes = [], []
-        for sl in range(self.nsl):
-            # contiguous groups, as many as stay within target ids (a larger group alone)
-            g0, acc = 0, 0
-            for g in range(ng):
-                c = counts[g][sl]
-                if acc and acc + c > target:
-                    units.append((sl, sl + 1, g0, g))
-                    sizes.append(acc)
-                    g0, acc = g, 0
-                acc += c
-            units.append((sl, sl + 1, g0, ng))
-            sizes.append(acc)
-        return units, sizes
+        # a slice larger than target: runs of its groups (compiled greedy cut, one call for all slices)
+        from scwork.sharding._split_kernels import cut_groups
+
+        cut = np.empty((ng * self.nsl, 4), np.int64)
+        k = cut_groups(self.counts, float(target), cut)
+        sl, g0, g1, size = cut[:k].T.tolist()
+        return [(s, s + 1, a, b) for s, a, b in zip(sl, g0, g1)], size
 
     def naive_units(self, target: float) -> list[tuple[int, int, int]]:
         """Naive-view tasks ``(group, p0, p1)``: partition ranges of about ``target`` ids."""
-        out = []
-        P = self.P
-        for i, g in enumerate(self.groups):
-            parts = 1 if not math.isfinite(target) else min(P, max(1, round(g.num_ids / max(target, 1.0))))
-            edges = sorted({P * k // parts for k in range(parts + 1)})
-            out += [(i, a, b) for a, b in itertools.pairwise(edges)]
-        return out
+        return self.naive_tasks(target)[0]
+
+    def naive_tasks(self, target: float) -> tuple[list[tuple[int, int, int]], list[int]]:
+        """:meth:`naive_units` and each task's size (its group's ids times its share of the partitions).
+
+        Group ``g`` gets ``round(ids / target)`` ranges (1 to ``P``), cut at
+        ``P * k // parts``: strictly increasing edges, as ``parts <= P``.
+        """
+        P, ng = self.P, len(self.groups)
+        if ng <= 4:
+            # few groups (a stack of its own: preprocess has one job per stack): plain
+            # Python on the group totals costs less than the numpy calls below
+            units, sizes = [], []
+            for g, num in enumerate(self.g_sloff[:, -1].tolist()):
+                parts = 1 if not math.isfinite(target) else min(P, max(1, round(num / max(target, 1.0))))
+                edges = [P * k // parts for k in range(parts + 1)]
+                units += [(g, a, b) for a, b in itertools.pairwise(edges)]
+                sizes += [num * (b - a) // P for a, b in itertools.pairwise(edges)]
+            return units, sizes
+        nums = self.counts.sum(axis=1)
+        if not math.isfinite(target):
+            return [(i, 0, P) for i in range(ng)], nums.tolist()
+        parts = np.clip(np.rint(nums / max(target, 1.0)), 1, P).astype(np.int64)
+        group = np.repeat(np.arange(ng, dtype=np.int64), parts)
+        k = np.arange(group.size, dtype=np.int64) - np.repeat(np.cumsum(parts) - parts, parts)
+        per = parts[group]
+        p0 = P * k // per
+        p1 = P * (k + 1) // per
+        sizes = nums[group] * (p1 - p0) // P
+        return list(zip(group.tolist(), p0.tolist(), p1.tolist())), sizes.tolist()
 
     def naive_task(self, kern: _Backend, g: int, p0: int, p1: int) -> None:
         """Task: the naive view of group ``g`` over partitions ``[p0, p1)``."""
         nsl = self.nsl
-        starts = self.g_uloff[g] + self.g_sloff[g, :-1]
-        kern.naive_from_slice_lists(self.ulist, starts, self.ul_cnt[g * nsl:(g + 1) * nsl], self.groups[g].qbits,
+        starts = self.naive_starts
+        if starts is None:              # every group's list starts, once per job (tasks only read them)
+            starts = self.naive_starts = self.g_uloff[:, None] + self.g_sloff[:, :-1]
+        kern.naive_from_slice_lists(self.ulist, starts[g], self.ul_cnt[g * nsl:(g + 1) * nsl], self.g_qbits_list[g],
                                     p0, p1, self.naive_g[g])
 
     def ranges(self, target: float) -> list[tuple[int, int]]:
@@ -562,8 +605,10 @@ class _StackJob:
                           self.feat_rows, self.feat_k, self.g_vocab, self.g_shift, self.g_qbits, self.g_uloff,
                           self.g_sloff, s0, s1, g0, g1, sc["sk"], sc["ak"], sc["bk"], sc["hist"], self.pairs_g,
                           self.distinct_g, self.ulist, self.ul_cnt, g_oov)
-        return {"s0": s0, "oov": g_oov, "bad": np.full(len(self.groups), -1, np.int64),
-                "drops": np.zeros((0, 4), np.int64), "drop_g": np.zeros(0, np.int64)}
+        # no gains, no cut: only an out-of-vocabulary id is worth a record (the rest is
+        # shared and never written: per-task Python is paid once per task, at 8 tasks a thread)
+        return {"s0": s0, "oov": g_oov, "bad": self.no_bad, "drops": _NO_DROPS, "drop_g": _NO_DROP_G,
+                "clean": bool(g_oov.max() < 0)}
 
     def run_write_groups(self, kern: _Backend, batch: FeatureBatch, weights, has_w, s0: int, s1: int, g0: int,
                          g1: int, sc: dict) -> dict:
@@ -607,6 +652,8 @@ class _StackJob:
         group in (slice, feature, sample) order, else its first zero-divisor sample.
         (Only tasks with an error or a dropped pair were kept.)
         """
+        if not self.tasks:
+            return None
         tasks = sorted(self.tasks, key=lambda t: t["s0"])
         for g in range(len(self.groups)):
             for kind in kinds:
@@ -617,7 +664,11 @@ class _StackJob:
 
     def task_done(self, out: dict) -> None:
         """Record a slice task's errors and dropped pairs (tasks with neither need no record)."""
-        if out["drops"].shape[0] or out["oov"].max(initial=-1) >= 0 or out["bad"].max(initial=-1) >= 0:
+        clean = out.get("clean")
+        if clean:
+            return
+        if clean is not None or out["drops"].shape[0] or out["oov"].max(initial=-1) >= 0 \
+                or out["bad"].max(initial=-1) >= 0:
             with self.lock:
                 self.tasks.append(out)
 
@@ -642,6 +693,10 @@ class _StackJob:
                 np.sum(self.distinct_g.reshape(ng, nsl * P), axis=0, out=self.distinct)
                 self.kept[:] = self.pairs
         self.naive_counts = self.naive_g[0] if ng == 1 else self.naive_g.sum(axis=0)
+
+    def results(self) -> list[dict]:
+        """The results of the stacks this job ran (one)."""
+        return [self.result()]
 
     def result(self) -> dict:
         out = {"pairs": self.pairs, "distinct": self.distinct, "naive": self.naive_counts, "kept": self.kept,
@@ -696,6 +751,110 @@ class _StackJob:
         self.C = capacity
 
 
+class _MergedStacks:
+    """Statistics-only stacks of one partition count, run as one job whose groups are all their tables.
+
+    A statistics-only job counts every (group, slice) run into its group's own
+    counters (:func:`~scwork.sharding._split_kernels.count_groups`) and adds the
+    groups afterwards, so a job whose groups are the tables of several stacks
+    gives each stack's counters as the sum over that stack's groups, exactly.
+    One job instead of one per stack: its tables, task lists, checks and results
+    are built once per call (with 26 one-table stacks the per-stack Python was
+    most of a compute_stats call's serial time). The job reads what
+    :func:`_make_jobs` reads of a :class:`~scwork.sharding.stacking.Stack`.
+    """
+
+    combiner = "sum"
+    max_ids_per_partition = None
+    max_unique_ids_per_partition = None
+
+    def __init__(self, stacks: list[Stack]):
+        self.parts = tuple(stacks)
+        self.name = stacks[0].name
+        self.features = tuple(f for st in stacks for f in st.features)
+        self.tables = tuple(t for st in stacks for t in st.tables)
+        self.num_partitions = stacks[0].num_partitions
+        # first group (table) of each part, and the number of groups last
+        self.group_starts = [0, *itertools.accumulate(len(st.tables) for st in stacks)]
+
+    def static_buffer_size_per_sc(self, sparsecores_per_device: int) -> None:
+        return None
+
+
+def _merge_statistics_stacks(stacks, config: SparsecoreConfig, batch_size: int) -> list:
+    """``stacks`` with every run of neighbouring statistics-only stacks of one ``P`` as one :class:`_MergedStacks`.
+
+    Statistics-only: no prefix cut (a stack with limits and ``allow_id_dropping``
+    runs on its own: the cut needs the whole stream). Runs keep the stacks' order,
+    so errors are met in the order a stack-by-stack run meets them. A run stops
+    where its features x samples would pass 2**31 - 1 (the kernels' row keys).
+    """
+    out: list = []
+    run: list[Stack] = []
+    rows = 0
+
+    def close():
+        if len(run) > 1:
+            out.append(_MergedStacks(run))
+        else:
+            out.extend(run)
+
+    for st in stacks:
+        limited = st.max_ids_per_partition is not None or st.max_unique_ids_per_partition is not None
+        alone = (limited and config.allow_id_dropping) or not st.tables or not st.features
+        k_rows = len(st.features) * batch_size
+        if alone or (run and (st.num_partitions != run[0].num_partitions or rows + k_rows > 2**31 - 1)):
+            close()
+            run, rows = [], 0
+        if alone:
+            out.append(st)
+            continue
+        run.append(st)
+        rows += k_rows
+    close()
+    return out
+
+
+class _MergedJob:
+    """Mixin of :class:`_StackJob` for a :class:`_MergedStacks` job: per-part counters and results."""
+
+    def finish_counts(self) -> None:
+        """The naive view per group; each part's counters are its groups' sums (in :meth:`results`)."""
+
+    def results(self) -> list[dict]:
+        """One result per stack of the run, as each stack's own job gives it."""
+        merged = self.stack
+        ng, nsl, P = len(self.groups), self.nsl, self.P
+        starts = merged.group_starts[:-1]
+        pairs_g = self.pairs_g.reshape(ng, nsl * P)
+        distinct_g = self.distinct_g.reshape(ng, nsl * P)
+        if len(starts) == ng:                     # one table per part: the group rows are the parts'
+            pairs, distinct, naive, inputs = pairs_g, distinct_g, self.naive_g, self.counts
+        else:
+            at = np.array(starts, np.int64)
+            pairs = np.add.reduceat(pairs_g, at, axis=0)
+            distinct = np.add.reduceat(distinct_g, at, axis=0)
+            naive = np.add.reduceat(self.naive_g, at, axis=0)
+            inputs = np.add.reduceat(self.counts, at, axis=0)
+        out = []
+        # the rows' arrays, so that the statistics Dataset takes them whole (results._stacked)
+        block = {"pairs": pairs, "distinct": distinct, "naive": naive, "input": inputs}
+        for i, st in enumerate(merged.parts):
+            row = pairs[i]
+            res = {"pairs": row, "distinct": distinct[i], "naive": naive[i], "kept": row,
+                   "input": inputs[i], "dropped": 0, "static_dropped": 0, "block": block, "row": i}
+            capacity = st.static_buffer_size_per_sc(self.S)
+            if capacity is not None:
+                kept = row.reshape(nsl, P)
+                res["static_dropped"] = res["dropped"] = int(kept.sum() - _written_within(kept, capacity).sum())
+            out.append(res)
+        return out
+
+
+class _StackJobOfMerged(_MergedJob, _StackJob):
+    """A :class:`_StackJob` of a :class:`_MergedStacks`."""
+
+
 def _describe_groups(stacks, batch: FeatureBatch):
     """Per stack, per group (table): ``(table, ks, rows, names, shift, row offset, vocab, qbits)``.
 
@@ -732,6 +891,88 @@ def _describe_groups(stacks, batch: FeatureBatch):
     return described, rows_in_order, group_starts, stack_groups
 
 
+#: What the engine derives from a plan's stacks alone (merged runs, group tables), by the stacks' identity.
+_PLAN_DERIVED: dict[tuple, tuple] = {}
+
+
+def _derived(kind: str, stacks: tuple, extra: tuple, compute):
+    """``compute()``, kept for these ``stacks`` (by identity: plans never change) and ``extra``.
+
+    Every call of the paths built on the engine (``collect_stats`` steps, the
+    explorers' scenarios) runs the same plan again: the per-stack Python that
+    depends on the plan only is done once.
+    """
+    key = (kind, id(stacks), extra)
+    hit = _PLAN_DERIVED.get(key)
+    if hit is not None and hit[0] is stacks:
+        return hit[1]
+    value = compute()
+    if len(_PLAN_DERIVED) >= 64:
+        _PLAN_DERIVED.clear()          # full: start again (no eviction to race with another thread)
+    # the stacks are kept with the value: their id in the key stays theirs
+    _PLAN_DERIVED[key] = (stacks, value)
+    return value
+
+
+class _StaticTables:
+    """What :func:`_make_jobs` builds from a plan and a batch's layout alone (no counts).
+
+    Per stack, its groups (tables) and the small int64 rows the kernels read
+    (``gptr``, ``feat_rows``, ``feat_k``, ``g_vocab``...) as views of one array, all
+    of it kept between calls by :func:`_derived`: those arrays are only read. The
+    rows that depend on the counts (``g_uloff``) are made per call.
+    """
+
+    def __init__(self, stacks, batch: FeatureBatch, want_csr: bool, has_w_list: list[int]):
+        described, rows_in_order, group_starts, stack_groups = _describe_groups(stacks, batch)
+        self.stack_groups = stack_groups
+        self.total_groups = total = stack_groups[-1]
+        self.rows = np.array(rows_in_order, np.int64)
+        self.starts = np.array(group_starts, np.int64)
+        self.ng_of = [stack_groups[si + 1] - stack_groups[si] for si in range(len(stacks))]
+        flat: list[int] = []
+        self.layout = []
+        for si, st in enumerate(stacks):
+            mine = described[si]
+            weighted = [any(has_w_list[r] for r in g[2]) for g in mine]
+            combiner = _COMBINER_CODE[st.combiner] if want_csr else 0
+            gptr = [0]
+            for g in mine:
+                gptr.append(gptr[-1] + len(g[2]))
+            parts = {
+                "gptr": gptr,
+                "feat_rows": [r for g in mine for r in g[2]],
+                "feat_k": [k for g in mine for k in g[1]],
+                "g_vocab": [g[6] for g in mine],
+                "g_shift": [g[4] for g in mine],
+                "g_qbits": [g[7] for g in mine],
+                "g_rowoff": [g[5] for g in mine],
+                "g_mode": [(2 if w else (1 if combiner else 0)) if want_csr else 0 for w in weighted],
+            }
+            spans = {}
+            for key, vals in parts.items():
+                spans[key] = (len(flat), len(flat) + len(vals))
+                flat += vals
+            self.layout.append((spans, weighted, gptr))
+        self.meta_all = meta_all = np.array(flat, np.int64)
+        self.metas = []
+        self.groups = []
+        for si, (spans, _, gptr) in enumerate(self.layout):
+            meta = {key: meta_all[a:b] for key, (a, b) in spans.items()}
+            rows_view, ks_view = meta["feat_rows"], meta["feat_k"]
+            self.metas.append(meta)
+            # the jobs read counts from the job (job.counts), not from their groups
+            self.groups.append([_Group(d[0], rows_view[gptr[i]:gptr[i + 1]], ks_view[gptr[i]:gptr[i + 1]],
+                                       d[3], d[4], d[5], d[6], d[7], None, None)
+                                for i, d in enumerate(described[si])])
+        # g_uloff (each group's first place in its stack's naive-view list: the ids of
+        # the stack's earlier groups) = exclusive running sum over all groups minus
+        # that at the stack's first group
+        self.first_group = np.repeat(np.array(stack_groups[:-1], np.int64), self.ng_of) if total else \
+            np.zeros(0, np.int64)
+        self.all_counted = bool(total) and all(self.ng_of)
+
+
 def _make_jobs(plan: StackingPlan, batch: FeatureBatch, G: int, S: int, want_csr: bool, config: SparsecoreConfig,
                has_w: np.ndarray, slice_counts: np.ndarray, count_first: bool) -> list[_StackJob]:
     """Every stack's :class:`_StackJob`, their tables built in one pass over all stacks.
@@ -739,56 +980,28 @@ def _make_jobs(plan: StackingPlan, batch: FeatureBatch, G: int, S: int, want_csr
     The same tables as building each stack on its own (:func:`_groups` per stack),
     but the per-(group, slice) counts, their offsets and maxima are computed for all
     groups of all stacks with a few numpy calls, the small per-group rows come from
-    one int64 array and every zero-filled counter is a view of one zeroed block.
+    one int64 array kept for the plan (:class:`_StaticTables`) and every
+    zero-filled counter is a view of one zeroed block.
     """
     nsl = G * S
     n = batch.batch_size // nsl
-    has_w_list = has_w.tolist()
     stacks = plan.stacks
-    described, rows_in_order, group_starts, stack_groups = _describe_groups(stacks, batch)
-    total_groups = stack_groups[-1]
-    if total_groups == 0 or not rows_in_order:
+    has_w_list = has_w.tolist()
+    tables = _derived("tables", stacks, (batch._names, bool(want_csr), tuple(has_w_list)),
+                      lambda: _StaticTables(stacks, batch, want_csr, has_w_list))
+    stack_groups = tables.stack_groups
+    total_groups = tables.total_groups
+    if total_groups == 0 or not tables.rows.size:
         gcounts = np.zeros((total_groups, nsl), np.int64)
     else:
-        gcounts = np.add.reduceat(slice_counts[np.array(rows_in_order, np.int64)],
-                                  np.array(group_starts, np.int64), axis=0).astype(np.int64, copy=False)
+        gcounts = np.add.reduceat(slice_counts[tables.rows], tables.starts, axis=0).astype(np.int64, copy=False)
     # a group without features (cannot happen for a checked plan) counts nothing
     sloff_all = np.zeros((total_groups, nsl + 1), np.int64)
     np.cumsum(gcounts, axis=1, out=sloff_all[:, 1:])
-    group_totals = sloff_all[:, -1].tolist()
+    totals = sloff_all[:, -1]
+    before = np.cumsum(totals) - totals
+    uloff_all = before - before[tables.first_group] if total_groups else np.zeros(0, np.int64)
     group_max = gcounts.max(axis=1).tolist() if nsl else [0] * total_groups
-    slice_rows = gcounts.tolist()
-
-    # the small int64 rows of every stack, from one array
-    flat: list[int] = []
-    layout = []
-    for si, st in enumerate(stacks):
-        mine = described[si]
-        weighted = [any(has_w_list[r] for r in g[2]) for g in mine]
-        combiner = _COMBINER_CODE[st.combiner] if want_csr else 0
-        gptr = [0]
-        for g in mine:
-            gptr.append(gptr[-1] + len(g[2]))
-        uloff = [0]
-        for gi in range(len(mine) - 1):
-            uloff.append(uloff[-1] + group_totals[stack_groups[si] + gi])
-        parts = {
-            "gptr": gptr,
-            "feat_rows": [r for g in mine for r in g[2]],
-            "feat_k": [k for g in mine for k in g[1]],
-            "g_vocab": [g[6] for g in mine],
-            "g_shift": [g[4] for g in mine],
-            "g_qbits": [g[7] for g in mine],
-            "g_rowoff": [g[5] for g in mine],
-            "g_mode": [(2 if w else (1 if combiner else 0)) if want_csr else 0 for w in weighted],
-            "g_uloff": uloff,
-        }
-        spans = {}
-        for key, vals in parts.items():
-            spans[key] = (len(flat), len(flat) + len(vals))
-            flat += vals
-        layout.append((spans, weighted, gptr))
-    meta_all = np.array(flat, np.int64)
     zeros_nsl = np.zeros(nsl, np.int64)
     zeros_nsl.flags.writeable = False
     # the engine's naive view always uses lists (no bitmap): one zero flag per group
@@ -797,7 +1010,7 @@ def _make_jobs(plan: StackingPlan, batch: FeatureBatch, G: int, S: int, want_csr
     no_row_pointers = np.zeros(1, np.int32)
 
     # one zeroed block for every counter of every job: sizes first, then views
-    ng_of = [stack_groups[si + 1] - stack_groups[si] for si in range(len(stacks))]
+    ng_of = tables.ng_of
     block_len = 0
     for si, st in enumerate(stacks):
         ng, P = ng_of[si], st.num_partitions
@@ -813,29 +1026,25 @@ def _make_jobs(plan: StackingPlan, batch: FeatureBatch, G: int, S: int, want_csr
         return block[start:start + length]
 
     stack_slices_all = np.add.reduceat(gcounts, np.array(stack_groups[:-1], np.int64), axis=0) \
-        if total_groups and len(stacks) == len([c for c in ng_of if c]) else None
+        if tables.all_counted else None
     jobs = []
     for si, st in enumerate(stacks):
         g0, g1 = stack_groups[si], stack_groups[si + 1]
-        spans, weighted, _ = layout[si]
-        meta = {key: meta_all[a:b] for key, (a, b) in spans.items()}
+        _, weighted, _ = tables.layout[si]
+        meta = dict(tables.metas[si])
+        meta["g_uloff"] = uloff_all[g0:g1]
         meta["batch"] = batch
         meta["zeros_nsl"] = zeros_nsl
         meta["bitmap"] = bitmaps[g0:g1]
         meta["no_gains"] = no_gains
         meta["no_row_pointers"] = no_row_pointers
-        rows_view, ks_view = meta["feat_rows"], meta["feat_k"]
-        gptr = layout[si][2]
-        groups = [_Group(d[0], rows_view[gptr[i]:gptr[i + 1]], ks_view[gptr[i]:gptr[i + 1]],
-                         d[3], d[4], d[5], d[6], d[7], group_totals[g0 + i], gcounts[g0 + i])
-                  for i, d in enumerate(described[si])]
         if stack_slices_all is not None:
             slice_ids = stack_slices_all[si]
         else:
             slice_ids = gcounts[g0:g1].sum(axis=0)
         slice_list = slice_ids.tolist()
-        job = _StackJob()
-        job.setup(st, G, S, n, groups, want_csr, config, weighted, meta, zeros, gcounts[g0:g1],
+        job = _StackJobOfMerged() if isinstance(st, _MergedStacks) else _StackJob()
+        job.setup(st, G, S, n, tables.groups[si], want_csr, config, weighted, meta, zeros, gcounts[g0:g1],
                   sloff_all[g0:g1], slice_ids, slice_list, max(group_max[g0:g1], default=0), count_first)
         jobs.append(job)
     return jobs
@@ -915,6 +1124,10 @@ def _execute(plan: StackingPlan, batch: FeatureBatch, G: int, S: int, kern: _Bac
     weights, has_w = _weights_of(batch)
     counts = _slice_counts(batch, G * S)
     count_first = num_threads >= _COUNT_FIRST_THREADS
+    if not want_csr:
+        stacks = plan.stacks
+        plan = _derived("merged", stacks, (bool(config.allow_id_dropping), batch.batch_size),
+                        lambda: _OneStack(tuple(_merge_statistics_stacks(stacks, config, batch.batch_size))))
     jobs = _make_jobs(plan, batch, G, S, want_csr, config, has_w, counts, count_first)
     total = sum(j.num_ids for j in jobs)
     target = total / (num_threads * _TASKS_PER_THREAD) if num_threads > 1 else np.inf
@@ -981,10 +1194,16 @@ def _execute(plan: StackingPlan, batch: FeatureBatch, G: int, S: int, kern: _Bac
             if err is not None:
                 raise _Oov(err[1])
         # naive view (per group and partition range) and the compaction of staged stacks
-        finish = [(j, unit) for j in jobs for unit in j.naive_units(target)] + [(j, None) for j in jobs if j.staged]
-        _run_tasks(_finish_task(kern), finish,
-                   [j.num_ids * (u[2] - u[1]) // max(1, j.P * len(j.groups)) if u else 4 * j.num_ids
-                    for j, u in finish], num_threads, "finish")
+        finish, finish_sizes = [], []
+        for j in jobs:
+            units, unit_sizes = j.naive_tasks(target)
+            finish += [(j, u) for u in units]
+            finish_sizes += unit_sizes
+        for j in jobs:
+            if j.staged:
+                finish.append((j, None))
+                finish_sizes.append(4 * j.num_ids)
+        _run_tasks(_finish_task(kern), finish, finish_sizes, num_threads, "finish")
         for j in jobs:
             j.finish_counts()
         return _check_jobs(jobs, batch, G, S, config, want_csr)
@@ -1039,7 +1258,7 @@ def _check_jobs(jobs, batch, G, S, config, want_csr):
                 f"{j.stack.combiner!r} combiner divides by 0 (gains would be NaN or infinite); give "
                 "that sample non-zero weights or use combiner='sum'"
             )
-    return [j.result() for j in jobs]
+    return [res for j in jobs for res in j.results()]
 
 
 def _run(*args, **kwargs):
@@ -1049,7 +1268,12 @@ def _run(*args, **kwargs):
 
 
 def _run_call(batch, features, topology, stacking, config, on_out_of_vocabulary, stack_limits, rotation,
-              activation_mem_bytes_limit, num_threads, backend, want_csr):
+              activation_mem_bytes_limit, num_threads, backend, want_csr, dataset=True):
+    """One engine call: ``(plan, statistics, per-stack results)``.
+
+    The statistics are a Dataset, or with ``dataset=False`` its parts (variables,
+    coordinates, attributes: :func:`~scwork.sharding.results._stats_parts`).
+    """
     features = _check_inputs(batch, features, topology, config, on_out_of_vocabulary)
     num_threads = resolve_num_threads(num_threads)
     G, S = topology.num_devices, topology.sparsecores_per_device
@@ -1059,7 +1283,7 @@ def _run_call(batch, features, topology, stacking, config, on_out_of_vocabulary,
     plan = plan_stacking(features, topology, stacking, batch_size=batch.batch_size, rotation=rotation,
                          activation_mem_bytes_limit=activation_mem_bytes_limit, config=config,
                          stack_limits=stack_limits)
-    kern = _Backend(backend)
+    kern = _backend(backend)
     for st in plan.stacks:
         if len(st.features) * batch.batch_size > 2**31 - 1:
             raise InputError(f"stack {st.name!r}: {len(st.features)} features x {batch.batch_size} samples "
@@ -1085,8 +1309,9 @@ def _run_call(batch, features, topology, stacking, config, on_out_of_vocabulary,
         # last, so that preprocess raises what compute_stats raises first (the kernels'
         # float32 gains of a rejected sample are never returned)
         _check_gain_inputs(batch_used, plan)
-    stats = _stats_dataset(plan, topology, batch_used, results, oov_counts)
-    for st, res in zip(plan.stacks, results):
+    parts = _stats_parts(plan, topology, batch_used, results, oov_counts)
+    stats = _dataset(*parts) if dataset else parts
+    for i, (st, res) in enumerate(zip(plan.stacks, results)):
         if res["static_dropped"]:
             # The library drops these with a log line whatever allow_id_dropping says;
             # scwork does the same, counts them, and says so.
@@ -1094,9 +1319,21 @@ def _run_call(batch, features, topology, stacking, config, on_out_of_vocabulary,
                 f"stack {st.name!r}: {res['static_dropped']} ids did not fit the static CSR buffer of "
                 f"{st.suggested_coo_buffer_size_per_device} entries per device "
                 f"(suggested_coo_buffer_size_per_device) and were dropped; the batch needs "
-                f"{int(stats['required_buffer_size_per_device'].sel(stack=st.name).max())} entries on its "
+                f"{int(parts[0]['required_buffer_size_per_device'][1][i].max())} entries on its "
                 f"fullest device: raise the suggestion or leave it unset"), stacklevel=3)
     return plan, stats, results
+
+
+def _statistics_parts(batch: FeatureBatch, features: Any, topology: Topology, stacking: Any,
+                      config: SparsecoreConfig, on_out_of_vocabulary: str, num_threads: int | None, backend: str):
+    """:func:`compute_stats` as ``(variables, coordinates Dataset, attributes)``, no Dataset built.
+
+    For ``collect_stats``, which stacks the variables of its steps into one Dataset
+    (a Dataset per step was a third of its serial time).
+    """
+    _, parts, _ = _run(batch, features, topology, stacking, config, on_out_of_vocabulary, None, None,
+                       DEFAULT_ACTIVATION_MEM_BYTES_LIMIT, num_threads, backend, want_csr=False, dataset=False)
+    return parts
 
 
 def compute_stats(batch: FeatureBatch, features: Any, topology: Topology, stacking: Any = "auto",

@@ -50,6 +50,7 @@ from scwork.hardware.topology import Topology
 from scwork.sharding import _profile
 from scwork.sharding.batch import FeatureBatch
 from scwork.sharding.limits_json_csv import Limits, StackLimits
+from scwork.sharding.results import _dataset
 from scwork.sharding.specs import SparsecoreConfig
 from scwork.sharding.stacking import (
     DEFAULT_ACTIVATION_MEM_BYTES_LIMIT,
@@ -79,6 +80,35 @@ _ALIGN = 8
 _STEP_VARS = ("ids", "unique_ids", "max_ids_per_partition", "max_unique_ids_per_partition",
               "required_buffer_size_per_sc", "input_ids", "naive_ids_per_partition",
               "naive_unique_ids_per_partition", "out_of_vocabulary_ids")
+
+
+#: Coordinates of collect_stats' result, by (coordinates of a step's statistics, steps).
+_STEP_COORDS: dict[tuple, Any] = {}
+
+
+def _step_coords(first, num_steps: int):
+    """The coordinates of ``first`` (one step's statistics, or their coordinates) with ``step`` added.
+
+    Cached by the coordinates' names, values and attributes and the step count
+    (every step of a plan has the same ones): building the indexes costs more
+    than the variables.
+    """
+    import xarray as xr
+
+    coords = first.coords.variables
+    key = (tuple(coords), tuple(first.sizes.items()), num_steps, tuple(coords["stack"].values.tolist())
+           if "stack" in coords else ())
+    hit = _STEP_COORDS.get(key)
+    if hit is not None and all(np.array_equal(hit[name].values, var.values) and hit[name].attrs == var.attrs
+                               for name, var in coords.items()):
+        return hit
+    variables = dict(coords)
+    variables["step"] = xr.Variable("step", np.arange(num_steps), {"long_name": "step index"})
+    ds = xr.Dataset(coords=variables)
+    if len(_STEP_COORDS) > 64:
+        _STEP_COORDS.clear()
+    _STEP_COORDS[key] = ds
+    return ds
 
 
 def _round_up(value: float, multiple: int) -> int:
@@ -247,11 +277,9 @@ on_out_of_vocabulary, num_threads, backend
     >>> ds.sizes["step"], ds["observed_max_ids"].dims
     (3, ('step', 'stack'))
     """
-    import xarray as xr
-
     from collections.abc import Iterable as _Iterable
 
-    from scwork.sharding.engine import compute_stats
+    from scwork.sharding.engine import _statistics_parts
     from scwork.sharding.stacking import normalize_features
 
     if isinstance(batches, (str, bytes)) or not isinstance(batches, _Iterable):
@@ -283,9 +311,9 @@ on_out_of_vocabulary, num_threads, backend
         elif batch.batch_size != plan.batch_size:
             raise InputError(f"step {step}: batch size {batch.batch_size} differs from the first step's "
                              f"{plan.batch_size}; every step must have the same batch size")
-        ds = compute_stats(batch, features, topology, stacking=free, config=free_config,
-                           on_out_of_vocabulary=on_out_of_vocabulary, num_threads=num_threads, backend=backend)
-        steps.append(ds)
+        # compute_stats' variables without a Dataset per step (stacked into one below)
+        steps.append(_statistics_parts(batch, features, topology, free, free_config, on_out_of_vocabulary,
+                                       num_threads, backend))
     if bar is not source:
         bar.close()  # a bar left open by max_steps would otherwise linger until garbage collection
     if not steps:
@@ -294,17 +322,23 @@ on_out_of_vocabulary, num_threads, backend
     # values in numpy gives what xr.concat gives (first step's coordinates and
     # attributes, "step" first) without its per-step alignment, which cost about
     # 6 ms a step, all of it serial.
-    first = steps[0]
-    names = list(first["stack"].values)
-    for step, ds in enumerate(steps[1:], 1):
-        if list(ds["stack"].values) != names or ds.sizes != first.sizes:
+    first_vars, first_coords, first_attrs = steps[0]
+    names = list(first_coords.variables["stack"].values)
+    for step, (_, coords, _) in enumerate(steps[1:], 1):
+        if coords is not first_coords and (list(coords.variables["stack"].values) != names
+                                           or coords.sizes != first_coords.sizes):
             raise InternalError(f"step {step}: statistics of another shape than step 0's (same plan expected)")
-    data = {v: (("step", *first[v].dims), np.stack([ds[v].values for ds in steps]), dict(first[v].attrs))
+
+    def dims_of(v):
+        dims = first_vars[v][0]
+        return (dims,) if isinstance(dims, str) else tuple(dims)
+
+    data = {v: (("step", *dims_of(v)), np.stack([parts[0][v][1] for parts in steps]), dict(first_vars[v][2]))
             for v in _STEP_VARS}
     # the summaries from the same arrays (assigning them to the Dataset one by one
     # aligned each against it: about as long as the rest of the call's serial part)
-    if first["max_ids_per_partition"].dims != ("stack", "device", "partition") or \
-            first["required_buffer_size_per_sc"].dims != ("stack", "device", "sc"):
+    if dims_of("max_ids_per_partition") != ("stack", "device", "partition") or \
+            dims_of("required_buffer_size_per_sc") != ("stack", "device", "sc"):
         raise InternalError("compute_stats' statistics changed dims; collect_stats' summaries expect "
                             "(stack, device, partition) and (stack, device, sc)")
     data["observed_max_ids"] = (("step", "stack"), data["max_ids_per_partition"][1].max(axis=(2, 3)), {
@@ -320,10 +354,7 @@ on_out_of_vocabulary, num_threads, backend
         vals = [getattr(s, attr) for s in plan.stacks]
         data[var] = ("stack", np.array([-1 if v is None else v for v in vals], np.int64),
                      {"long_name": f"configured {attr} (-1: none)", "units": "ids"})
-    coords = {name: first.coords[name].variable for name in first.coords}
-    coords["step"] = ("step", np.arange(len(steps)), {"long_name": "step index"})
-    out = xr.Dataset(data, coords=coords, attrs=dict(first.attrs))
-    out.attrs.update(steps[0].attrs)
+    out = _dataset(data, _step_coords(first_coords, len(steps)), dict(first_attrs))
     out.attrs["num_steps"] = len(steps)
     out.attrs["source"] = "scwork.sharding.limits.collect_stats (compute_stats per step, limits off)"
     return out

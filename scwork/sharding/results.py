@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -194,40 +195,91 @@ def round_up_array(a: np.ndarray, multiple: int = _ALIGN) -> np.ndarray:
     return round_up(a, multiple)
 
 
+def _stacked(results, key: str, shape: tuple) -> np.ndarray:
+    """``np.stack`` of every result's ``key`` reshaped to ``shape``, or the array they are rows of.
+
+    The engine's statistics-only job of several stacks gives each stack a row of
+    one array per counter (``block``, the row's index in ``row``:
+    :meth:`scwork.sharding.engine._MergedJob.results`); when the results are all
+    the rows of that array in order, it is the stacked array: no copy.
+    """
+    block = results[0].get("block") if results else None
+    if (block is not None and key in block and block[key].shape[0] == len(results)
+            and all(r.get("block") is block and r["row"] == i for i, r in enumerate(results))):
+        return block[key].reshape(len(results), *shape)
+    return np.stack([np.asarray(r[key]).reshape(shape) for r in results])
+
+
+_PLAN_COLUMNS: dict[tuple, tuple] = {}
+
+
+def _plan_columns(plan: StackingPlan, B: int, G: int) -> tuple:
+    """Per stack of ``plan``: names, configured limits (-1: none) and samples per device.
+
+    Kept by the stacks' identity (plans never change; the paths built on the
+    engine run one plan many times). Callers copy the arrays they hand out.
+    """
+    stacks = plan.stacks
+    key = (id(stacks), B, G)
+    hit = _PLAN_COLUMNS.get(key)
+    if hit is not None and hit[0] is stacks:
+        return hit[1]
+    value = ([st.name for st in stacks],
+             np.array([-1 if st.max_ids_per_partition is None else st.max_ids_per_partition for st in stacks],
+                      np.int64),
+             np.array([-1 if st.max_unique_ids_per_partition is None else st.max_unique_ids_per_partition
+                       for st in stacks], np.int64),
+             np.array([len(st.features) * B // G for st in stacks], np.int64))
+    if len(_PLAN_COLUMNS) >= 64:
+        _PLAN_COLUMNS.clear()          # full: start again (no eviction to race with another thread)
+    _PLAN_COLUMNS[key] = (stacks, value)               # the stacks kept: their id stays theirs
+    return value
+
+
 def _stats_dataset(plan: StackingPlan, topology: Topology, batch: FeatureBatch, results, oov_counts):
+    """The statistics Dataset of one engine call (see :func:`_stats_parts`)."""
+    return _dataset(*_stats_parts(plan, topology, batch, results, oov_counts))
+
+
+def _stats_parts(plan: StackingPlan, topology: Topology, batch: FeatureBatch, results, oov_counts):
+    """``(variables, coordinates Dataset, attributes)`` of the statistics of one engine call.
+
+    Variables are ``(dims, values, attrs)``; :func:`_dataset` makes the Dataset.
+    ``collect_stats`` takes the variables of each step without a Dataset per step.
+    """
     G, S, P = topology.num_devices, topology.sparsecores_per_device, topology.num_partitions
     nsl = G * S
     B = batch.batch_size
     n = B // nsl
-    names = [st.name for st in plan.stacks]
+    names, limit_ids, limit_uniq, samples_per_device = (
+        x.copy() if isinstance(x, np.ndarray) else x for x in _plan_columns(plan, B, G))
     ns = len(names)
-    ids = np.stack([r["pairs"].reshape(G, S, P) for r in results])
-    uniq = np.stack([r["distinct"].reshape(G, S, P) for r in results])
-    kept = np.stack([np.asarray(r["kept"]).reshape(G, S, P) for r in results])
-    raw = np.zeros((ns, G, S), np.int64)
-    for a, (st, r) in enumerate(zip(plan.stacks, results)):
-        if "input" in r:                        # raw ids per slice, counted by the engine already
-            raw[a] = r["input"].reshape(G, S)
-            continue
-        for f in st.features:
-            rs = batch._splits[batch._feature_index(f.name)]
-            raw[a] += (rs[n::n] - rs[:-1:n]).reshape(G, S)
-    naive_unique = np.stack([r["naive"] for r in results])
+    ids = _stacked(results, "pairs", (G, S, P))
+    uniq = _stacked(results, "distinct", (G, S, P))
+    same_kept = all(r["kept"] is r["pairs"] for r in results)
+    kept = ids if same_kept else _stacked(results, "kept", (G, S, P))
+    if all("input" in r for r in results):      # raw ids per slice, counted by the engine already
+        raw = _stacked(results, "input", (G, S)) if ns else np.zeros((0, G, S), np.int64)
+    else:
+        raw = np.zeros((ns, G, S), np.int64)
+        for a, (st, r) in enumerate(zip(plan.stacks, results)):
+            if "input" in r:
+                raw[a] = r["input"].reshape(G, S)
+                continue
+            for f in st.features:
+                rs = batch._splits[batch._feature_index(f.name)]
+                raw[a] += (rs[n::n] - rs[:-1:n]).reshape(G, S)
+    naive_unique = _stacked(results, "naive", (P,))
     required = round_up_array(ids).sum(axis=3)
-    required_kept = round_up_array(kept).sum(axis=3)
-    samples_per_device = np.array([len(st.features) * B // G for st in plan.stacks], np.int64)
+    required_kept = required if same_kept else round_up_array(kept).sum(axis=3)
 
     def var(dims, values, long_name, units, **extra):
         attrs = {"long_name": long_name, "units": units}
         attrs.update(extra)
         return (dims, values, attrs)
 
-    limit_ids = np.array([-1 if st.max_ids_per_partition is None else st.max_ids_per_partition
-                          for st in plan.stacks], np.int64)
-    limit_uniq = np.array([-1 if st.max_unique_ids_per_partition is None else st.max_unique_ids_per_partition
-                           for st in plan.stacks], np.int64)
     SDSP = ("stack", "device", "sc", "partition")
-    return _dataset(
+    return (
         {
             "ids": var(SDSP, ids, "ids source SparseCore (device, sc) sends to partition, after per-sample "
                        "dedup", "ids"),
@@ -316,7 +368,8 @@ def _dataset(data_vars: dict, coords_ds, attrs: dict):
         dims = (dims,) if isinstance(dims, str) else tuple(dims)
         if tuple(np.shape(values)) != tuple(sizes[d] for d in dims):
             raise ValueError(f"variable {name!r}: shape {np.shape(values)} does not fit dims {dims}")
-        variables[name] = xr.Variable(dims, values, var_attrs)
+        # fastpath: the values are numpy arrays built above (no conversion to do)
+        variables[name] = xr.Variable(dims, values, var_attrs, fastpath=True)
     try:
         return construct(variables, set(coords_ds.coords), sizes, dict(attrs), dict(coords_ds.xindexes))
     except TypeError:                      # another signature: the public way

@@ -258,7 +258,8 @@ class Scenario:
     def over_limits(self) -> bool:
         """True when some stream is over its limits: the run failed, or dropped ids."""
         stats, _ = self._limited
-        return stats is None or bool(stats["dropped_ids"].sum())
+        # the variable, not a DataArray (no coordinates built for one sum)
+        return stats is None or bool(stats.variables["dropped_ids"].values.any())
 
     def _observed_args(self):
         plan = self._plan(dict.fromkeys(self.limits, (None, None)))

@@ -230,7 +230,10 @@ def _npz_member_unchecked(zf: zipfile.ZipFile, path: Path, name: str, column: st
 
 
 def _npz_values(path: str, member: _NpzMember, start: int, stop: int, column: str) -> np.ndarray:
-    """Values ``[start, stop)`` of an NPZ member as int64 (reads only those bytes when stored)."""
+    """Values ``[start, stop)`` of an NPZ member, integers of its stored width (reads only those bytes when stored).
+
+    Unsigned 64-bit values are checked to fit in int64 and returned as an int64 view.
+    """
     n = stop - start
     size = member.dtype.itemsize
     try:
@@ -248,10 +251,14 @@ def _npz_values(path: str, member: _NpzMember, start: int, stop: int, column: st
     if len(buf) != n * size:
         raise ShardError(f"{path}, column {column!r}: {member.name!r} is truncated", path=path, column=column)
     values = np.frombuffer(buf, dtype=member.dtype)
-    if member.dtype.kind == "u" and values.size and values.max() > _INT64_MAX:
-        raise ShardError(f"{path}, column {column!r}: {member.name!r} holds values above the int64 range",
-                         path=path, column=column)
-    return values.astype(np.int64)
+    if member.dtype.kind == "u" and member.dtype.itemsize == 8:
+        if values.size and values.max() > _INT64_MAX:
+            raise ShardError(f"{path}, column {column!r}: {member.name!r} holds values above the int64 range",
+                             path=path, column=column)
+        values = values.view(np.int64)
+    # Stored width kept (native byte order): the batch the engine reads widens the ids to
+    # int64 in the copy it makes anyway.
+    return values if values.dtype.isnative else values.astype(values.dtype.newbyteorder("="))
 
 
 def _scan_npz(path: Path, colmap: dict[str, str]) -> _Piece:
@@ -299,20 +306,38 @@ def _scan_npz(path: Path, colmap: dict[str, str]) -> _Piece:
 # readers: rows [start, stop) of a piece -> {feature: (ids int64, row_splits int64 from 0)}
 # ======================================================================================
 def _arrow_to_csr(arr, shown: str, column: str, row0: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(ids, row_splits)`` of one Arrow column; ids keep their stored integer width.
+
+    The ids are a view of Arrow's decoded buffer where it can be (a list column
+    without null lists or null ids, one chunk): the one copy they need is into the
+    batch the engine reads (:func:`_step_batch` in the chunk tasks), which widens
+    them to int64 as it copies; an int64 copy here would be a second pass over every
+    id. Unsigned ids come back as int64 views once checked to fit.
+    """
     import pyarrow as pa
     import pyarrow.compute as pc
 
     if isinstance(arr, pa.ChunkedArray):
-        arr = arr.combine_chunks()
+        arr = arr.chunk(0) if arr.num_chunks == 1 else arr.combine_chunks()
     typ = arr.type
     problem = _arrow_type_problem(typ)
     if problem:
         raise ShardError(f"{shown}, column {column!r}: {problem}", path=shown, column=column)
     n = len(arr)
+    rs = None
     if pa.types.is_integer(typ):
         lengths = np.ones(n, np.int64) if arr.null_count == 0 else \
             np.asarray(arr.is_valid().to_numpy(zero_copy_only=False), np.int64)
         values = arr.drop_null() if arr.null_count else arr
+    elif arr.null_count == 0 and not pa.types.is_fixed_size_list(typ) and arr.values.null_count == 0:
+        # Fast path: the offsets are the row splits (shifted to start at 0) and the
+        # ids are the child values between the first and last offset, both read in
+        # place. Only without null lists: a null list may own a non-empty segment of
+        # the child, which list_flatten skips and the offsets would not.
+        offsets = np.asarray(arr.offsets)
+        start, stop = int(offsets[0]), int(offsets[-1])
+        values = arr.values.slice(start, stop - start)
+        rs = np.subtract(offsets, start, dtype=np.int64)
     else:
         lengths = pc.fill_null(pc.list_value_length(arr), 0).to_numpy(zero_copy_only=False).astype(np.int64)
         values = pc.list_flatten(arr)
@@ -324,24 +349,26 @@ def _arrow_to_csr(arr, shown: str, column: str, row0: int) -> tuple[np.ndarray, 
             raise ShardError(f"{shown}, column {column!r}: row {row0 + row} holds a null id inside its list; "
                              "ids must not be null", path=shown, column=column)
     ids = values.to_numpy(zero_copy_only=False)
-    if ids.dtype.kind == "u" and ids.size and ids.max() > _INT64_MAX:
-        raise ShardError(f"{shown}, column {column!r}: ids above the int64 range", path=shown, column=column)
-    ids = ids.astype(np.int64, copy=False)
-    rs = np.zeros(n + 1, np.int64)
-    np.cumsum(lengths, out=rs[1:])
+    if ids.dtype.kind == "u" and ids.dtype.itemsize == 8:
+        if ids.size and ids.max() > _INT64_MAX:
+            raise ShardError(f"{shown}, column {column!r}: ids above the int64 range", path=shown, column=column)
+        ids = ids.view(np.int64)      # every value fits: the same bits
+    if rs is None:
+        rs = np.zeros(n + 1, np.int64)
+        np.cumsum(lengths, out=rs[1:])
     _check_ids(ids, rs, shown, column, row0)
     return ids, rs
 
 
 def _check_ids(ids: np.ndarray, rs: np.ndarray, shown: str, column: str, row0: int) -> None:
-    if ids.size and ids.min() < 0:
+    if ids.size and ids.dtype.kind == "i" and ids.min() < 0:
         pos = int(np.argmax(ids < 0))
         row = int(np.searchsorted(rs, pos, side="right") - 1)
         raise ShardError(f"{shown}, column {column!r}: negative id {int(ids[pos])} in row {row0 + row}; ids "
                          "must be >= 0", path=shown, column=column)
 
 
-def _read_parquet_rows(piece: _Piece, start: int, stop: int, colmap: dict[str, str]):
+def _read_parquet_rows(piece: _Piece, start: int, stop: int, colmap: dict[str, str], use_threads: bool = False):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -351,7 +378,7 @@ def _read_parquet_rows(piece: _Piece, start: int, stop: int, colmap: dict[str, s
     cols = list(dict.fromkeys(colmap.values()))
     try:
         with pq.ParquetFile(piece.path) as pf:
-            table = pf.read_row_groups(list(range(first, last)), columns=cols, use_threads=False)
+            table = pf.read_row_groups(list(range(first, last)), columns=cols, use_threads=use_threads)
     except (pa.ArrowException, OSError, ValueError) as exc:
         raise ShardError(f"{piece.path}: cannot read rows {start}..{stop - 1} ({' '.join(str(exc).split())}); "
                          "the file is corrupt or "
@@ -376,7 +403,7 @@ def _read_npz_rows(piece: _Piece, start: int, stop: int, colmap: dict[str, str])
     out = {}
     for feature, col in colmap.items():
         ids_m, rs_m = piece.info[col]
-        rs = _npz_values(piece.path, rs_m, start, stop + 1, col)
+        rs = _npz_values(piece.path, rs_m, start, stop + 1, col).astype(np.int64)
         steps = np.diff(rs)
         if rs[0] < 0 or rs[-1] > ids_m.count or (steps.size and steps.min() < 0):
             bad = int(np.argmax(steps < 0)) if steps.size and steps.min() < 0 else 0
@@ -441,9 +468,10 @@ def _read_bag_rows(piece: _Piece, records, start: int, stop: int, colmap: dict[s
     return out
 
 
-def _read_rows(piece: _Piece, data, start: int, stop: int, colmap: dict[str, str]):
+def _read_rows(piece: _Piece, data, start: int, stop: int, colmap: dict[str, str], use_threads: bool = False):
+    """Rows ``[start, stop)`` of a piece; ``use_threads``: Parquet columns decoded on pyarrow's thread pool."""
     if piece.kind == "parquet":
-        return _read_parquet_rows(piece, start, stop, colmap)
+        return _read_parquet_rows(piece, start, stop, colmap, use_threads)
     if piece.kind == "npz":
         return _read_npz_rows(piece, start, stop, colmap)
     if piece.kind == "frame":

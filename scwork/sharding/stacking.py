@@ -490,6 +490,43 @@ _PLAN_CACHE: dict[tuple, "StackingPlan"] = {}
 _PLAN_CACHE_SIZE = 32
 
 
+class _FeaturesKey:
+    """A tuple of FeatureSpec with its hash computed once (a dataclass hashes all its fields per call)."""
+
+    __slots__ = ("items", "_hash")
+
+    def __init__(self, items: tuple):
+        self.items = items
+        self._hash = hash(items)
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, _FeaturesKey) and (self is other or self.items == other.items)
+
+
+_FEATURES_KEYS: dict[tuple[int, ...], _FeaturesKey] = {}
+
+
+def _features_key(features) -> _FeaturesKey:
+    """The :class:`_FeaturesKey` of ``features``, the same object for the same FeatureSpec objects.
+
+    Callers pass the same list again and again (every engine call of a scenario, a
+    collect_stats step): looked up by the objects' identity first, so that the
+    26 dataclass hashes are computed once.
+    """
+    ids = tuple(map(id, features))
+    key = _FEATURES_KEYS.get(ids)
+    if key is not None and len(key.items) == len(features) and all(a is b for a, b in zip(key.items, features)):
+        return key
+    key = _FeaturesKey(tuple(features))
+    if len(_FEATURES_KEYS) >= 64:
+        _FEATURES_KEYS.clear()          # full: start again (no eviction to race with another thread)
+    _FEATURES_KEYS[ids] = key            # the key holds the objects: their ids stay theirs
+    return key
+
+
 def _plan_key(features, topology, stacking, batch_size, rotation, activation_mem_bytes_limit, config, stack_limits,
               stack_limit_rule) -> tuple | None:
     """A hashable key of :func:`plan_stacking`'s arguments, or None when they have none.
@@ -499,8 +536,10 @@ def _plan_key(features, topology, stacking, batch_size, rotation, activation_mem
     building 26 stacks of checked dataclasses is about 0.3 ms, a tenth of a call's
     serial time. Plans never change once made, so equal arguments may share one.
     Only plain arguments are keyed: a list or tuple of FeatureSpec, stacking None, a
-    string or a StackingPlan (by identity), no stack_limits. The types of the
+    string or a StackingPlan (by identity), stack_limits of plain pairs. The types of the
     numbers are part of the key (``True == 1`` must not find the plan of 1).
+    ``stack_limits`` is keyed when every value is a tuple of ints or None (what
+    :class:`~scwork.sharding.Scenario` passes), in the mapping's order.
     """
     from scwork.sharding.specs import FeatureSpec
 
@@ -508,12 +547,23 @@ def _plan_key(features, topology, stacking, batch_size, rotation, activation_mem
         return None
     if not (stacking is None or isinstance(stacking, (str, StackingPlan))):
         return None
-    if stack_limits is not None and not (isinstance(stack_limits, Mapping) and len(stack_limits) == 0):
-        return None
+    limits_key = None                       # an empty stack_limits plans as None does
+    if stack_limits is not None:
+        if not isinstance(stack_limits, Mapping):
+            return None
+        # (name, limits) pairs in the mapping's order, each limit with its type; a pair
+        # of plain numbers or None only (what Scenario passes: every stack's limits)
+        limits_key = []
+        for name, value in stack_limits.items():
+            if not (type(name) is str and type(value) is tuple
+                    and all(v is None or type(v) is int for v in value)):
+                return None
+            limits_key.append((name, value))
+        limits_key = tuple(limits_key) or None
     scalars = (batch_size, rotation, activation_mem_bytes_limit)
     # a StackingPlan compares by identity: the key holds the plan itself, never an id of a dead one
-    # (an empty stack_limits plans as None does)
-    key = (tuple(features), topology, stacking, scalars, tuple(type(v) for v in scalars), config, stack_limit_rule)
+    key = (_features_key(features), topology, stacking, scalars, tuple(type(v) for v in scalars), config,
+           stack_limit_rule, limits_key)
     try:
         hash(key)
     except TypeError:

@@ -325,3 +325,26 @@ def test_stack_limits_that_are_not_a_dict_are_config_errors(stack_limits):
     with pytest.raises(ConfigError, match="stack_limits must be a dict"):
         compute_stats(batch, [FeatureSpec("a", TableSpec("t0", 4, 1))], scwork.Topology(1, 1),
                       stack_limits=stack_limits)
+
+
+def test_statistics_scratch_estimate_by_hand():
+    """compute_stats' estimate: per stack 64 * slices * P + 8 bytes per id + 48 per id of its largest
+    slice per worker (workers: threads, at most slices x stacks), exact integers."""
+    import scwork
+    from scwork.sharding import FeatureSpec as _F, TableSpec as _T
+    from scwork.sharding import engine as _engine
+
+    # 4 samples on 2 x 2 SCs: one sample per slice; f: 1, 2, 0, 3 ids; g: 2, 2, 2, 2 ids
+    batch = FeatureBatch({"f": ([1, 2, 3, 4, 5, 6], [0, 1, 3, 3, 6]), "g": ([0] * 8, [0, 2, 4, 6, 8])})
+    feats = [_F("f", _T("t", 100, 8)), _F("g", _T("u", 100, 8))]
+    topo = scwork.Topology(2, 2)
+    plan = _engine.plan_stacking(feats, topo, None, batch_size=4)
+    for threads, workers in ((1, 1), (3, 3), (100, 8)):
+        # stack t: 6 ids, largest slice 3; stack u: 8 ids, largest slice 2
+        expected = (64 * 4 * 4 + 8 * 6 + 48 * 3 * workers) + (64 * 4 * 4 + 8 * 8 + 48 * 2 * workers)
+        assert _engine.estimate_scratch_bytes(plan, batch, 2, 2, False, threads) == expected
+    huge = scwork.Topology(10**6, 4)          # Python ints: no int64 overflow in the estimate
+    big_plan = _engine.plan_stacking(feats, huge, None, batch_size=4 * 10**6)
+    one = FeatureBatch({"f": ([1], [0] + [1] * (4 * 10**6)), "g": ([1], [0] + [1] * (4 * 10**6))})
+    assert _engine.estimate_scratch_bytes(big_plan, one, 10**6, 4, False, 1) == \
+        2 * 64 * (4 * 10**6) * (4 * 10**6) + 8 * 2 + 48 * 2

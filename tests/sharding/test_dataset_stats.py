@@ -172,6 +172,29 @@ def test_chunking_does_not_change_results(tmp_path, chunk_rows, scheduler):
     assert res.scheduler == scheduler
 
 
+@pytest.mark.parametrize("num_workers, num_threads", [(1, 1), (1, 3), (2, None), (3, 2)])
+def test_engine_threads_do_not_change_results(tmp_path, monkeypatch, num_workers, num_threads):
+    """Every chunk's engine runs on num_threads threads (default: the cores its concurrent chunks share)."""
+    from scwork.sharding import limits
+    from scwork.sharding._threads import available_cores
+
+    data = make_data(256, seed=8)
+    write_parquet(tmp_path, split(data, [64] * 4), row_group_size=32)
+    seen = []
+    real = limits.collect_stats
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs.get("num_threads"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(limits, "collect_stats", spy)
+    res = stats_over_dataset(tmp_path, FEATURES, TOPO, batch_size=32, chunk_rows=64, num_workers=num_workers,
+                             num_threads=num_threads)
+    check_same(res, reference(data, 32, True))
+    want = num_threads or max(1, available_cores() // min(num_workers, res.num_chunks))
+    assert seen and set(seen) == {want}
+
+
 @pytest.mark.parametrize("compressed", [False, True])
 def test_npz_equals_collect_stats_with_renamed_columns(tmp_path, compressed):
     data = make_data(252, seed=5)
@@ -235,6 +258,118 @@ def test_integer_column_one_id_per_sample(tmp_path):
     rs = np.concatenate([[0], np.cumsum(valid)])
     ref = reference({"a": (ids[valid], rs)}, 4, True, features=feats)
     check_same(res, ref)
+
+
+@pytest.mark.parametrize("value_type", ["int8", "int16", "int32", "uint16", "uint32", "uint64", "int64"])
+@pytest.mark.parametrize("list_type", ["list", "large_list"])
+def test_stored_id_widths_equal_collect_stats(tmp_path, value_type, list_type):
+    """Ids of any integer width are read in that width and widened once, into the engine's batch: same numbers."""
+    data = make_data(96, seed=21)
+    data = {k: (ids % 120, rs) for k, (ids, rs) in data.items()}     # fits int8
+    typ = getattr(pa, value_type)()
+    for i, shard in enumerate(split(data, [40, 56])):
+        arrays = {}
+        for name, (ids, rs) in shard.items():
+            cls = pa.ListArray if list_type == "list" else pa.LargeListArray
+            offsets = pa.array(rs.astype(np.int32 if list_type == "list" else np.int64))
+            arrays[name] = cls.from_arrays(offsets, pa.array(ids.astype(typ.to_pandas_dtype()), typ))
+        pq.write_table(pa.table(arrays), tmp_path / f"p{i}.parquet", row_group_size=24)
+    res = stats_over_dataset(tmp_path, FEATURES, TOPO, batch_size=32, chunk_rows=32)
+    check_same(res, reference(data, 32, True))
+
+
+def test_null_lists_owning_ids_and_fixed_size_lists(tmp_path):
+    """A null list whose offsets span ids (allowed by Arrow) counts as no ids, like a fixed_size_list's rows."""
+    n = 32
+    ids = np.arange(3 * n, dtype=np.int64) % 50
+    offsets = pa.array(np.arange(0, 3 * n + 1, 3, dtype=np.int32))
+    valid = np.ones(n, bool)
+    valid[[2, 17]] = False
+    masked = pa.ListArray.from_arrays(offsets, pa.array(ids), mask=pa.array(~valid))
+    assert masked.null_count == 2 and len(masked.values) == 3 * n       # the null lists own 3 ids each
+    fixed = pa.FixedSizeListArray.from_arrays(pa.array(ids), 3)
+    pq.write_table(pa.table({"a": masked, "c": fixed}), tmp_path / "x.parquet")
+    feats = [FeatureSpec("a", TableSpec("t", 50, 8)), FeatureSpec("c", TableSpec("u", 50, 8))]
+    res = stats_over_dataset(tmp_path, feats, TOPO, batch_size=16)
+    lengths = np.where(valid, 3, 0)
+    keep = np.repeat(valid, 3)
+    ref = reference({"a": (ids[keep], np.concatenate([[0], np.cumsum(lengths)])),
+                     "c": (ids, np.arange(0, 3 * n + 1, 3))}, 16, True, features=feats)
+    check_same(res, ref)
+    assert res.num_ids == 3 * n + 3 * (n - 2)
+
+
+@pytest.mark.parametrize("list_type", ["list", "large_list"])
+def test_arrow_column_to_csr_reads_slices_and_null_lists_like_flatten(list_type):
+    """The in-place read of a list column (offsets and child values) against Arrow's list_flatten."""
+    import pyarrow.compute as pc
+
+    from scwork.sharding.shards import _arrow_to_csr
+
+    rng = np.random.default_rng(3)
+    lengths = rng.integers(0, 5, 50)
+    lengths[[4, 30]] = 3
+    offsets = np.concatenate([[0], np.cumsum(lengths)])
+    values = pa.array(rng.integers(0, 1000, offsets[-1]).astype(np.int32))
+    cls = pa.ListArray if list_type == "list" else pa.LargeListArray
+    whole = cls.from_arrays(pa.array(offsets.astype(np.int32 if list_type == "list" else np.int64)), values)
+    nulls = np.zeros(50, bool)
+    nulls[[4, 30]] = True               # null lists that own a non-empty segment of the child
+    masked = cls.from_arrays(pa.array(offsets.astype(np.int32 if list_type == "list" else np.int64)), values,
+                             mask=pa.array(nulls))
+    for arr in (whole, whole.slice(7, 30), masked, masked.slice(3, 40), pa.chunked_array([whole.slice(0, 9),
+                                                                                          whole.slice(9, 20)])):
+        ids, rs = _arrow_to_csr(arr, "x.parquet", "a", 0)
+        flat = arr.combine_chunks() if isinstance(arr, pa.ChunkedArray) else arr
+        want = pc.list_flatten(flat).to_numpy()
+        np.testing.assert_array_equal(ids, want)
+        np.testing.assert_array_equal(np.diff(rs), pc.fill_null(pc.list_value_length(flat), 0).to_numpy())
+        assert rs[0] == 0 and rs.dtype == np.int64 and ids.dtype == np.int32
+
+
+@pytest.mark.parametrize("compression", ["none", "snappy", "lz4", "zstd", "gzip"])
+@pytest.mark.parametrize("encoding", ["delta", "dictionary", "plain"])
+def test_codecs_and_encodings_equal_collect_stats(tmp_path, compression, encoding):
+    """Shards written by write_synthetic_parquet with any codec and page encoding read to the same numbers."""
+    names = list(VOCAB)
+    scwork.datasets.write_synthetic_parquet(tmp_path, 3, rows_per_shard=40, features=names, vocab_size=VOCAB,
+                                            valency=3, seed=4, compression=compression, encoding=encoding)
+    source = scwork.datasets.synthetic(40, num_steps=3, features=names, vocab_size=VOCAB, valency=3, seed=4)
+    steps = [source.step(i) for i in range(3)]
+    data = {}
+    for name in names:
+        ids = np.concatenate([s[name][0] for s in steps])
+        rs = np.concatenate([[0]] + [s[name][1][1:] + sum(len(t[name][0]) for t in steps[:i])
+                                     for i, s in enumerate(steps)])
+        data[name] = (ids, rs)
+    res = stats_over_dataset(tmp_path, FEATURES, TOPO, batch_size=24, chunk_rows=48, num_workers=2)
+    check_same(res, reference(data, 24, True))
+
+
+@pytest.mark.parametrize("dtype", ["<i4", ">i4", "<u2", "<u8", ">i8"])
+def test_npz_stored_widths_and_byte_orders(tmp_path, dtype):
+    data = make_data(64, seed=22)
+    for i, shard in enumerate(split(data, [24, 40])):
+        arrays = {}
+        for name, (ids, rs) in shard.items():
+            arrays[f"{name}_ids"] = ids.astype(dtype)
+            arrays[f"{name}_row_splits"] = rs.astype(dtype)
+        np.savez(tmp_path / f"s{i}.npz", **arrays)
+    res = stats_over_dataset(tmp_path, FEATURES, TOPO, batch_size=32, chunk_rows=32)
+    check_same(res, reference(data, 32, True))
+
+
+def test_unsigned_ids_above_int64_name_file(tmp_path):
+    data = make_data(32, seed=23)
+    arrays = {name: pa.ListArray.from_arrays(pa.array(rs.astype(np.int32)), pa.array(ids.astype(np.uint64)))
+              for name, (ids, rs) in data.items()}
+    big = np.array(data["b"][0], np.uint64)
+    big[3] = np.uint64(2**63 + 5)
+    arrays["b"] = pa.ListArray.from_arrays(pa.array(data["b"][1].astype(np.int32)), pa.array(big))
+    pq.write_table(pa.table(arrays), tmp_path / "u.parquet")
+    with pytest.raises(ShardError, match=r"u\.parquet, column 'b': ids above the int64 range") as err:
+        stats_over_dataset(tmp_path, FEATURES, TOPO, batch_size=32)
+    assert err.value.column == "b"
 
 
 @settings(max_examples=25, deadline=None)
@@ -553,6 +688,7 @@ def test_mixed_formats_and_bad_arguments(tmp_path):
         ({"columns": {"zz": "a"}}, ConfigError, "unknown features"),
         ({"columns": ["a"]}, ConfigError, "one column per feature"),
         ({"chunk_rows": 0}, ConfigError, "chunk_rows must be"),
+        ({"num_threads": 0}, ConfigError, "num_threads must be"),
         ({"per_step": "some"}, ConfigError, "per_step must be"),
         ({"drop_remainder": 1}, ConfigError, "drop_remainder must be"),
         ({"client": object()}, ConfigError, "client must be a dask.distributed.Client"),
@@ -624,6 +760,24 @@ def test_local_cluster_equals_local(tmp_path, cluster):
     with pytest.raises(ShardError, match="part-00003.parquet") as err:
         stats_over_dataset(tmp_path, FEATURES, TOPO, batch_size=32, chunk_rows=64, client=client)
     assert err.value.path.endswith("part-00003.parquet")
+
+
+@pytest.mark.slow
+def test_cluster_workers_share_their_host_cores(cluster):
+    """Two one-thread workers on this host: each chunk's engine gets half the cores (at least one)."""
+    from scwork.sharding._threads import available_cores
+
+    _, client = cluster
+    threads = dsmod._engine_threads("distributed", 2, 5, client)
+    workers = client.scheduler_info()["workers"]
+    cores = client.run(available_cores)
+    assert set(threads) == set(workers)
+    assert all(threads[a] == max(1, cores[a] // 2) for a in workers)
+    from scwork.sharding._dataset_chunks import _engine_threads
+
+    job = type("Job", (), {"engine_threads": threads})()
+    for address in workers:      # what a task on that worker looks up
+        assert client.submit(_engine_threads, job, workers=[address], pure=False).result() == threads[address]
 
 
 def test_repr_html_lists_observed_and_tuned_limits(tmp_path):
@@ -736,3 +890,87 @@ def test_corrupt_parquet_metadata_never_aborts_the_process(tmp_path):
     done = subprocess.run([sys.executable, "-c", _PARQUET_BIT_FLIPS, str(tmp_path / "shard.parquet")],
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_step_buffers_are_reused_only_when_nothing_holds_them():
+    """A step's ids buffer is recycled once no batch and no view of its ids is left, never before."""
+    from scwork.sharding import _dataset_chunks as chunks
+
+    rows = {"a": (np.arange(10, dtype=np.int32), np.array([0, 4, 10])), "b": (np.arange(5) + 7, np.array([0, 2, 5]))}
+    want = np.concatenate([np.arange(10), np.arange(5) + 7])
+
+    def address(batch):
+        return batch._ids.__array_interface__["data"][0]
+
+    chunks._release_step_buffers()
+    try:
+        first = chunks._step_batch(rows, 0, 2, ["a", "b"], recycle=True)
+        second = chunks._step_batch(rows, 0, 2, ["a", "b"], recycle=True)
+        third = chunks._step_batch(rows, 0, 2, ["a", "b"], recycle=True)    # both pooled buffers in use
+        assert len({address(first), address(second), address(third)}) == 3
+        kept = first.ids("a")
+        where = address(first)
+        del first
+        fourth = chunks._step_batch(rows, 0, 2, ["a", "b"], recycle=True)    # a view still holds it
+        assert address(fourth) != where
+        np.testing.assert_array_equal(kept, np.arange(10))
+        del kept
+        fifth = chunks._step_batch(rows, 0, 2, ["a", "b"], recycle=True)
+        assert address(fifth) == where
+        for batch in (second, third, fourth, fifth):
+            np.testing.assert_array_equal(batch._ids, want)
+            assert batch._ids.dtype == np.int64 and batch.batch_size == 2
+            np.testing.assert_array_equal(batch.row_splits("b"), [0, 2, 5])
+    finally:
+        chunks._release_step_buffers()
+    assert not chunks._STEP_BUFFERS
+
+
+def test_profile_counts_each_chunk_read_as_one_parallel_task(tmp_path):
+    """Under the projection's profiler, the chunks' reads and batch copies form one batch of tasks."""
+    from scwork.sharding import _profile
+    from scwork.sharding._dataset_chunks import READ_BATCH
+
+    data = make_data(256, seed=9)
+    write_parquet(tmp_path, split(data, [64] * 4), row_group_size=32)
+    with _profile.profiled(4) as profiles, _profile.call():
+        res = stats_over_dataset(tmp_path, FEATURES, TOPO, batch_size=32, chunk_rows=64, scheduler="sync")
+    (prof,) = profiles
+    names = [name for name, _ in prof.batches]
+    assert names.count(READ_BATCH) == 1
+    index = names.index(READ_BATCH)
+    reads = prof.batches[index][1]
+    # profiled for 4 threads: one read per column of every chunk, one batch copy per step
+    # (every step lies inside a chunk here)
+    assert res.num_chunks == 4 and len(reads) == res.num_chunks * len(FEATURES) + res.num_steps
+    assert all(t > 0 for t in reads)
+    assert sum(prof.sizes[index]) == 2 * res.num_ids
+    with _profile.profiled(1) as profiles, _profile.call():        # one thread: a chunk's read is one task
+        one = stats_over_dataset(tmp_path, FEATURES, TOPO, batch_size=32, chunk_rows=64, scheduler="sync")
+    names = [name for name, _ in profiles[0].batches]
+    assert len(profiles[0].batches[names.index(READ_BATCH)][1]) == one.num_chunks + one.num_steps
+    xr.testing.assert_identical(one.step_stats, res.step_stats)
+    assert len(names) > 1                       # the engine's own batches are recorded beside it
+    assert prof.critical_path_s(4) < prof.critical_path_s(1)
+    check_same(res, reference(data, 32, True))
+
+
+@pytest.mark.parametrize("num_threads, threaded_read", [(1, False), (2, True)])
+def test_parquet_columns_decoded_on_threads_when_a_chunk_has_cores(tmp_path, monkeypatch, num_threads,
+                                                                   threaded_read):
+    from scwork.sharding import shards
+
+    data = make_data(128, seed=10)
+    write_parquet(tmp_path, split(data, [64, 64]))
+    seen = []
+    real = shards._read_parquet_rows
+
+    def spy(piece, start, stop, colmap, use_threads=False):
+        seen.append(use_threads)
+        return real(piece, start, stop, colmap, use_threads)
+
+    monkeypatch.setattr(shards, "_read_parquet_rows", spy)
+    res = stats_over_dataset(tmp_path, FEATURES, TOPO, batch_size=32, chunk_rows=64, num_workers=1,
+                             num_threads=num_threads)
+    check_same(res, reference(data, 32, True))
+    assert seen and set(seen) == {threaded_read}

@@ -114,6 +114,21 @@ def test_collect_stats_equals_per_step_engine():
     assert merged["max_ids_per_partition"].values.tolist() == ds["max_ids_per_partition"].max("step").values.tolist()
 
 
+def test_collect_stats_coordinates_follow_each_call():
+    """The result's coordinates (kept between calls of one plan) are those of each call's steps."""
+    data = _data(weights="random")
+    for topo, steps, stacking in ((scwork.Topology(2, 2), 5, None), (scwork.Topology(2, 2), 2, None),
+                                  (scwork.Topology(1, 4), 3, None), (scwork.Topology(2, 2), 2, "auto")):
+        ds = collect_stats(data.batches(), _feats(), topo, stacking=stacking, max_steps=steps)
+        one = compute_stats(FeatureBatch(next(iter(data.batches()))), _feats(), topo, stacking=stacking)
+        assert ds["step"].values.tolist() == list(range(steps))
+        for name in ("stack", "device", "sc", "partition"):
+            assert ds[name].values.tolist() == one[name].values.tolist(), name
+            assert ds[name].attrs == one[name].attrs
+        assert ds.indexes["step"].tolist() == list(range(steps))
+        assert ds["ids"].isel(step=0).values.tolist() == one["ids"].values.tolist()
+
+
 def test_collect_stats_errors_and_max_steps():
     topo = scwork.Topology(1, 2)
     ds = collect_stats(_data(steps=4).batches(), _feats(), topo, max_steps=2)

@@ -270,3 +270,126 @@ def test_task_ranges_cover_every_slice_once_and_stay_within_the_target(seed, tar
                 assert np.count_nonzero(counts[g0:g1, s0:s1]) == 1 or (g0, g1) == (0, len(job.groups))
         assert (seen == 1).all()
     assert job.work_units(float("inf"), True) == ([(0, job.nsl, 0, len(job.groups))], [job.num_ids])
+
+
+@settings(max_examples=20, deadline=None)              # about 30 s without JIT (test_nojit)
+@given(st.integers(0, 2**32 - 1))
+def test_statistics_of_stacks_run_as_one_job_equal_each_stack_on_its_own(seed):
+    """compute_stats runs neighbouring statistics-only stacks as one job (tables as groups):
+    every stack's statistics equal those of that stack computed alone, at any thread count,
+    and stacks that need the prefix cut (limits with dropping) stay jobs of their own."""
+    from scwork.sharding import StackingPlan, compute_stats
+
+    rng = np.random.default_rng(seed)
+    G, S = int(rng.integers(1, 4)), int(rng.integers(1, 4))
+    topo = scwork.Topology(G, S)
+    B = G * S * int(rng.integers(1, 5))
+    tables = [TableSpec(f"t{i}", int(rng.choice([5, 300, 10**6])), 8,
+                        max_ids_per_partition=int(rng.integers(1, 6)) if rng.random() < 0.3 else None)
+              for i in range(int(rng.integers(2, 7)))]
+    feats = [FeatureSpec(f"f{i}", tables[i % len(tables)]) for i in range(len(tables) + int(rng.integers(0, 3)))]
+    data = {}
+    for f in feats:
+        lengths = np.where(rng.random(B) < 0.1, rng.integers(40, 90, B), rng.integers(0, 9, B))
+        ids = np.where(rng.random(int(lengths.sum())) < 0.4, rng.integers(0, 3, int(lengths.sum())),
+                       rng.integers(0, f.table.vocab_size, int(lengths.sum())))
+        data[f.name] = (ids, np.concatenate([[0], np.cumsum(lengths)]))
+    batch = FeatureBatch(data)
+    names = [t.name for t in tables]
+    cut = int(rng.integers(1, len(names)))
+    for stacking in (None, [names[:cut], names[cut:]]):
+        for cfg in (SparsecoreConfig(allow_id_dropping=True), SparsecoreConfig(allow_id_dropping=False,
+                                                                              max_ids_per_chip_per_sample=None)):
+            plan = plan_stacking(feats, topo, stacking, batch_size=B, config=cfg)
+            runs = engine._merge_statistics_stacks(plan.stacks, cfg, B)
+            # the runs keep the stacks' order; a stack needing the cut is alone
+            flat = [s for r in runs for s in (r.parts if isinstance(r, engine._MergedStacks) else (r,))]
+            assert [s.name for s in flat] == [s.name for s in plan.stacks]
+            for r in runs:
+                if isinstance(r, engine._MergedStacks):
+                    assert len(r.parts) > 1
+                    assert all(s.max_ids_per_partition is None or not cfg.allow_id_dropping for s in r.parts)
+            merged_any = any(isinstance(r, engine._MergedStacks) for r in runs)
+            try:
+                whole = [compute_stats(batch, feats, topo, plan, cfg, num_threads=nt) for nt in (1, 3)]
+            except scwork.errors.LimitExceededError:
+                continue
+            assert whole[0].equals(whole[1])
+            for stack in plan.stacks:
+                alone_plan = StackingPlan([stack], topo, plan.rotation, plan.batch_size)
+                sub = batch.select([f.name for f in stack.features])
+                alone = compute_stats(sub, list(stack.features), topo, alone_plan, cfg, num_threads=1)
+                got = whole[0].sel(stack=[stack.name])
+                for var in ("ids", "unique_ids", "kept_ids", "input_ids", "naive_ids_per_partition",
+                            "naive_unique_ids_per_partition", "dropped_ids", "required_buffer_size_per_sc"):
+                    assert np.array_equal(got[var].values, alone[var].values), (var, stack.name, merged_any)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.floats(0.5, 60.0))
+def test_cut_groups_matches_reference_and_the_greedy_cut(seed, target):
+    """Task lists of a stack cut by groups: kernel = reference = the plain greedy cut, runs within target."""
+    rng = np.random.default_rng(seed)
+    ng, nsl = int(rng.integers(1, 9)), int(rng.integers(1, 7))
+    counts = (rng.integers(0, 20, (ng, nsl)) * (rng.random((ng, nsl)) < 0.7)).astype(np.int64)
+    got = []
+    for fn in (SK.cut_groups, SK.cut_groups_reference):
+        units = np.full((ng * nsl, 4), -7, np.int64)
+        k = fn(counts, float(target), units)
+        got.append([tuple(r) for r in units[:k].tolist()])
+    greedy = []
+    for sl in range(nsl):
+        g0, acc = 0, 0
+        for g in range(ng):
+            if acc and acc + counts[g, sl] > target:
+                greedy.append((sl, g0, g, acc))
+                g0, acc = g, 0
+            acc += int(counts[g, sl])
+        greedy.append((sl, g0, ng, acc))
+    assert got[0] == got[1] == greedy
+    for sl, g0, g1, size in got[0]:
+        assert size == counts[g0:g1, sl].sum()
+        assert size <= target or counts[g0:g1, sl].max() == size       # over target: one group alone
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.sampled_from([1.0, 7.0, 60.0, 500.0, float("inf")]))
+def test_naive_tasks_cover_every_partition_of_every_group_once(seed, target):
+    """Naive-view tasks (numpy for many groups, Python for few): round(ids / target) ranges per
+    group (1 to P), edges P * k // parts, sizes the group's ids times the range's share."""
+    import math
+
+    batch, stack, G, S, rng = _stack(seed)
+    job = engine._StackJob(stack, batch, G, S, False, SparsecoreConfig())
+    P = job.P
+    units, sizes = job.naive_tasks(target)
+    expected_units, expected_sizes = [], []
+    for g in range(len(job.groups)):
+        num = int(job.counts[g].sum())
+        parts = 1 if not math.isfinite(target) else min(P, max(1, round(num / target)))
+        edges = [P * k // parts for k in range(parts + 1)]
+        assert edges == sorted(set(edges))                  # strictly increasing: no empty range
+        expected_units += [(g, a, b) for a, b in zip(edges, edges[1:])]
+        expected_sizes += [num * (b - a) // P for a, b in zip(edges, edges[1:])]
+    assert (units, sizes) == (expected_units, expected_sizes)
+    # the numpy path (taken from 5 groups on): the same formula for a stack of 7 tables
+    tables = [TableSpec(f"w{i}", int(rng.choice([5, 300, 10**6])), 8) for i in range(7)]
+    feats = [FeatureSpec(f"x{i}", tables[i % 7]) for i in range(9)]
+    B = G * S * 3
+    data = {}
+    for f in feats:
+        lengths = rng.integers(0, 30, B)
+        data[f.name] = (rng.integers(0, f.table.vocab_size, int(lengths.sum())),
+                        np.concatenate([[0], np.cumsum(lengths)]))
+    wide_batch = FeatureBatch(data)
+    wide = plan_stacking(feats, scwork.Topology(G, S), [[t.name for t in tables]], batch_size=B).stacks[0]
+    job7 = engine._StackJob(wide, wide_batch, G, S, False, SparsecoreConfig())
+    u7, s7 = job7.naive_tasks(target)
+    expected_units, expected_sizes = [], []
+    for g in range(7):
+        num = int(job7.counts[g].sum())
+        parts = 1 if not math.isfinite(target) else min(P, max(1, round(num / target)))
+        edges = [P * k // parts for k in range(parts + 1)]
+        expected_units += [(g, a, b) for a, b in zip(edges, edges[1:])]
+        expected_sizes += [num * (b - a) // P for a, b in zip(edges, edges[1:])]
+    assert (u7, s7) == (expected_units, expected_sizes)

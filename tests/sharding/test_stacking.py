@@ -272,5 +272,16 @@ def test_plans_of_equal_arguments_are_shared_and_only_those():
     limited = _plan(feats(), topo, None, stack_limits={"t0": (8, 8)})
     assert limited.stack("t0").max_ids_per_partition == 8
     assert _plan(feats(), topo, None, stack_limits={"t0": (16, 8)}).stack("t0").max_ids_per_partition == 16
+    # limits given as plain (int or None) pairs are keyed (Scenario passes every stack's)
+    assert _plan(feats(), topo, None, stack_limits={"t0": (8, 8)}) is limited
+    assert _plan(feats(), topo, None, stack_limits={"t0": (8, None)}) is not limited
+    assert _plan(feats(), topo, None, stack_limits={"t0": (8, None)}).stack("t0").max_unique_ids_per_partition \
+        is None
+    assert _plan(feats(), topo, None, stack_limits={"t1": (8, 8)}).stack("t0").max_ids_per_partition is None
+    # a bool is no limit: True must not find the plan of 1
+    one = _plan(feats(), topo, None, stack_limits={"t0": (1, 1)})
+    assert one.stack("t0").max_ids_per_partition == 1
+    with pytest.raises(_ConfigError):
+        _plan(feats(), topo, None, stack_limits={"t0": (True, 1)})
     # a plan passed in is checked against the features once, then reused while it lives
     assert _plan(feats(), topo, a) is _plan(feats(), topo, a)

@@ -523,6 +523,70 @@ def test_fit_equal_aspect_keeps_square_units():
     assert x0 <= -0.5 and x1 >= 10.5
 
 
+def test_fit_equal_aspect_in_a_given_frame_keeps_the_scale_and_centres():
+    xs, ys = [0, 10], [0, 4]
+    (x0, x1, y0, y1), width, height = _bokeh.fit_equal_aspect(xs, ys, max_width=600, max_height=470)
+    scale = width / (x1 - x0)
+    (fx0, fx1, fy0, fy1), fw, fh = _bokeh.fit_equal_aspect(xs, ys, max_width=600, max_height=470,
+                                                           frame=(600, 470))
+    assert (fw, fh) == (600, 470)
+    assert fw / (fx1 - fx0) == pytest.approx(scale) == pytest.approx(fh / (fy1 - fy0))
+    assert (fx0 + fx1) / 2 == pytest.approx((x0 + x1) / 2) and (fy0 + fy1) / 2 == pytest.approx((y0 + y1) / 2)
+    # A frame smaller than the drawing needs grows to it: nothing is cut off.
+    _, fw, fh = _bokeh.fit_equal_aspect(xs, ys, max_width=600, max_height=470, frame=(100, 100))
+    assert (fw, fh) == (width, height)
+
+
+@pytest.mark.parametrize("first, second", [((4, 4, 4), (4, 4, 5)), ((4, 4), (5, 4)), ((4, 4), (4, 5))])
+def test_a_new_network_of_about_the_same_shape_keeps_the_frame(first, second):
+    # Only ranges and data change (BokehJS lays the view out again for a new frame size),
+    # at the scale the network had in a frame fitted to it; every node stays in view.
+    s = AllReduceStepper(Network.torus(first), ("multi_dim_all_reduce", "multi_color_all_reduce"))
+    fig = s.figures["topology_left"]
+    before = (fig.frame_width, fig.frame_height)
+    s.shape = second
+    assert s.error == ""
+    assert (fig.frame_width, fig.frame_height) == before == (600, 470)
+    x_scale = fig.frame_width / (fig.x_range.end - fig.x_range.start)
+    assert x_scale == pytest.approx(fig.frame_height / (fig.y_range.end - fig.y_range.start))
+    (x0, x1, y0, y1), width, height = _bokeh.fit_equal_aspect(
+        *_drawn_extent(s), pad=0.45, max_width=600, max_height=470)
+    assert x_scale == pytest.approx(width / (x1 - x0))
+    nodes = s.sources["nodes_left"].data
+    r = np.asarray(nodes["radius"])
+    assert np.all(np.asarray(nodes["x"]) - r > fig.x_range.start)
+    assert np.all(np.asarray(nodes["x"]) + r < fig.x_range.end)
+    assert np.all(np.asarray(nodes["y"]) - r > fig.y_range.start)
+    assert np.all(np.asarray(nodes["y"]) + r < fig.y_range.end)
+
+
+def _drawn_extent(s):
+    """The points NodeLinkGraph.set_graph fits (nodes, groups, links, bars and slice names)."""
+    geom = s._geometry
+    r = geom.radius
+    xs = [geom.node_x - r, geom.node_x + r, s.sources["links_left"].data["x0"], s.sources["links_left"].data["x1"]]
+    ys = [geom.node_y - r, geom.node_y + r, geom.node_y - r - 0.25, s.sources["links_left"].data["y0"],
+          s.sources["links_left"].data["y1"]]
+    chips = {name: np.asarray(values, float) for name, values in s.sources["chips_left"].data.items()}
+    if len(chips["x"]):
+        xs += [chips["x"] - chips["width"] / 2, chips["x"] + chips["width"] / 2]
+        ys += [chips["y"] - chips["height"] / 2, chips["y"] + chips["height"] / 2]
+    if geom.notes is not None:
+        xs.append(np.asarray(geom.notes["x"]) + 1.2)
+        ys.append(np.asarray(geom.notes["y"]) + 0.3)
+    return (np.concatenate([np.asarray(a, float).ravel() for a in xs]),
+            np.concatenate([np.asarray(a, float).ravel() for a in ys]))
+
+
+def test_a_flat_network_gets_a_lower_frame():
+    s = AllReduceStepper(Network.torus((4, 4)), ("multi_dim_all_reduce", "multi_dim_all_reduce"))
+    s.shape = (8, 2)
+    fig = s.figures["topology_left"]
+    assert fig.frame_width == 600 and fig.frame_height < 0.75 * 470
+    assert fig.frame_width / (fig.x_range.end - fig.x_range.start) == pytest.approx(
+        fig.frame_height / (fig.y_range.end - fig.y_range.start))
+
+
 def test_node_link_graph_validates_columns():
     graph = _bokeh.NodeLinkGraph(node_value_names=("v",))
     with pytest.raises(ValueError, match="lacks columns"):

@@ -536,6 +536,37 @@ def test_heatmap_rects_highlights_and_image_path():
     assert list(heat.highlights.data["row"]) == [4] and list(heat.highlights.data["col"]) == [19]
 
 
+def test_heatmap_fill_height_rows_keeps_the_frame_between_larger_grids():
+    # 4 and 8 devices: one frame size (a new size makes BokehJS lay the view out again);
+    # 1 and 2 devices keep the low frame their rows need.
+    heat = load_skew._bokeh.Heatmap(max_width=560, max_height=240, fill_height_rows=3)
+    sizes = {}
+    for rows in (1, 2, 4, 8):
+        heat.update(np.arange(rows * 16).reshape(rows, 16))
+        sizes[rows] = (heat.figure.frame_width, heat.figure.frame_height)
+        # Every row is in view, none beyond.
+        assert (heat.figure.y_range.start, heat.figure.y_range.end) == (-rows, 0)
+    assert sizes[4] == sizes[8] == (560, 240)
+    assert sizes[1] == (560, 80) and sizes[2] == (560, 80)
+    plain = load_skew._bokeh.Heatmap(max_width=560, max_height=240)
+    plain.update(np.zeros((4, 16)))
+    assert plain.figure.frame_height == 160
+
+
+def test_the_legend_keeps_its_layout_when_the_sources_change(steps):
+    # 16 sources, 32 (the distribution), 8, by table: the legend keeps two columns of
+    # labels at least 72 px wide, so the charts keep their width (BokehJS lays a chart
+    # out again, and builds its legend again, for a new column count or legend width).
+    ex = LoadSkewExplorer(steps, _features(), chip="v5p", num_chips=4)
+    charts = (ex._ids_chart, ex._unique_chart)
+    for change in ({}, {"num_chips": 8}, {"num_chips": 2}, {"split_by": "table"}):
+        for name, value in change.items():
+            setattr(ex, name, value)
+        assert ex.error == ""
+        assert [(chart.legend.ncols, chart.legend.label_width) for chart in charts] == [(2, 72), (2, 72)]
+    assert ex._ids_chart.legend.title == "bar color = table"
+
+
 def test_columns_table_html_escapes_and_formats():
     text = load_skew._bokeh.columns_table_html(("a", "<b>"), [("x<y", 12345), ("z", 0.5)], title="t")
     assert "&lt;b&gt;" in text and "x&lt;y" in text and "12,345" in text and "<caption" in text
