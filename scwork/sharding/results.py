@@ -359,6 +359,13 @@ def _coords_dataset(names: tuple, G: int, S: int, P: int):
     return ds
 
 
+def _direct_constructor():
+    """xarray's ``Dataset._construct_direct``, or None where this xarray has none."""
+    import xarray as xr
+
+    return getattr(xr.Dataset, "_construct_direct", None)
+
+
 def _dataset(data_vars: dict, coords_ds, attrs: dict):
     """``xr.Dataset(data_vars, coords, attrs)``, built directly from checked pieces.
 
@@ -369,9 +376,9 @@ def _dataset(data_vars: dict, coords_ds, attrs: dict):
     """
     import xarray as xr
 
-    construct = getattr(xr.Dataset, "_construct_direct", None)
+    construct = _direct_constructor()
     if construct is None:
-        return xr.Dataset(data_vars, coords=coords_ds.coords, attrs=attrs)
+        return _constructed(data_vars, coords_ds, attrs)
     variables = {name: var.copy(deep=False) for name, var in coords_ds.variables.items()}
     sizes = dict(coords_ds.sizes)
     for name, (dims, values, var_attrs) in data_vars.items():
@@ -383,7 +390,16 @@ def _dataset(data_vars: dict, coords_ds, attrs: dict):
     try:
         return construct(variables, set(coords_ds.coords), sizes, dict(attrs), dict(coords_ds.xindexes))
     except TypeError:                      # another signature: the public way
-        return xr.Dataset(data_vars, coords=coords_ds.coords, attrs=attrs)
+        return _constructed(data_vars, coords_ds, attrs)
+
+
+def _constructed(data_vars: dict, coords_ds, attrs: dict):
+    """What :func:`_dataset` builds, the public way: the coordinates first, as there."""
+    import xarray as xr
+
+    return xr.Dataset(coords=coords_ds.coords).assign(
+        {name: xr.Variable(dims, values, var_attrs) for name, (dims, values, var_attrs) in data_vars.items()}
+    ).assign_attrs(attrs)
 
 
 def stats_coords(names, G: int, S: int, P: int) -> dict[str, tuple]:
