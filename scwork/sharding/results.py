@@ -195,17 +195,26 @@ def round_up_array(a: np.ndarray, multiple: int = _ALIGN) -> np.ndarray:
     return round_up(a, multiple)
 
 
-def _stacked(results, key: str, shape: tuple) -> np.ndarray:
-    """``np.stack`` of every result's ``key`` reshaped to ``shape``, or the array they are rows of.
+def _block_of(results):
+    """The array block whose rows ``results`` are, in order, or None.
 
     The engine's statistics-only job of several stacks gives each stack a row of
     one array per counter (``block``, the row's index in ``row``:
     :meth:`scwork.sharding.engine._MergedJob.results`); when the results are all
-    the rows of that array in order, it is the stacked array: no copy.
+    the rows of that block in order, each counter's stacked array is the block's.
     """
     block = results[0].get("block") if results else None
-    if (block is not None and key in block and block[key].shape[0] == len(results)
-            and all(r.get("block") is block and r["row"] == i for i, r in enumerate(results))):
+    if block is not None and all(r.get("block") is block and r["row"] == i for i, r in enumerate(results)):
+        return block
+    return None
+
+
+def _stacked(results, key: str, shape: tuple, block=None) -> np.ndarray:
+    """``np.stack`` of every result's ``key`` reshaped to ``shape``, or the array they are rows of.
+
+    ``block``: :func:`_block_of` of ``results`` (their rows' block, no copy) or None.
+    """
+    if block is not None and key in block and block[key].shape[0] == len(results):
         return block[key].reshape(len(results), *shape)
     return np.stack([np.asarray(r[key]).reshape(shape) for r in results])
 
@@ -254,12 +263,13 @@ def _stats_parts(plan: StackingPlan, topology: Topology, batch: FeatureBatch, re
     names, limit_ids, limit_uniq, samples_per_device = (
         x.copy() if isinstance(x, np.ndarray) else x for x in _plan_columns(plan, B, G))
     ns = len(names)
-    ids = _stacked(results, "pairs", (G, S, P))
-    uniq = _stacked(results, "distinct", (G, S, P))
+    block = _block_of(results)              # checked once for every counter
+    ids = _stacked(results, "pairs", (G, S, P), block)
+    uniq = _stacked(results, "distinct", (G, S, P), block)
     same_kept = all(r["kept"] is r["pairs"] for r in results)
-    kept = ids if same_kept else _stacked(results, "kept", (G, S, P))
+    kept = ids if same_kept else _stacked(results, "kept", (G, S, P), block)
     if all("input" in r for r in results):      # raw ids per slice, counted by the engine already
-        raw = _stacked(results, "input", (G, S)) if ns else np.zeros((0, G, S), np.int64)
+        raw = _stacked(results, "input", (G, S), block) if ns else np.zeros((0, G, S), np.int64)
     else:
         raw = np.zeros((ns, G, S), np.int64)
         for a, (st, r) in enumerate(zip(plan.stacks, results)):
@@ -269,7 +279,7 @@ def _stats_parts(plan: StackingPlan, topology: Topology, batch: FeatureBatch, re
             for f in st.features:
                 rs = batch._splits[batch._feature_index(f.name)]
                 raw[a] += (rs[n::n] - rs[:-1:n]).reshape(G, S)
-    naive_unique = _stacked(results, "naive", (P,))
+    naive_unique = _stacked(results, "naive", (P,), block)
     required = round_up_array(ids).sum(axis=3)
     required_kept = required if same_kept else round_up_array(kept).sum(axis=3)
 
@@ -349,6 +359,13 @@ def _coords_dataset(names: tuple, G: int, S: int, P: int):
     return ds
 
 
+def _direct_constructor():
+    """xarray's ``Dataset._construct_direct``, or None where this xarray has none."""
+    import xarray as xr
+
+    return getattr(xr.Dataset, "_construct_direct", None)
+
+
 def _dataset(data_vars: dict, coords_ds, attrs: dict):
     """``xr.Dataset(data_vars, coords, attrs)``, built directly from checked pieces.
 
@@ -359,9 +376,9 @@ def _dataset(data_vars: dict, coords_ds, attrs: dict):
     """
     import xarray as xr
 
-    construct = getattr(xr.Dataset, "_construct_direct", None)
+    construct = _direct_constructor()
     if construct is None:
-        return xr.Dataset(data_vars, coords=coords_ds.coords, attrs=attrs)
+        return _constructed(data_vars, coords_ds, attrs)
     variables = {name: var.copy(deep=False) for name, var in coords_ds.variables.items()}
     sizes = dict(coords_ds.sizes)
     for name, (dims, values, var_attrs) in data_vars.items():
@@ -373,7 +390,16 @@ def _dataset(data_vars: dict, coords_ds, attrs: dict):
     try:
         return construct(variables, set(coords_ds.coords), sizes, dict(attrs), dict(coords_ds.xindexes))
     except TypeError:                      # another signature: the public way
-        return xr.Dataset(data_vars, coords=coords_ds.coords, attrs=attrs)
+        return _constructed(data_vars, coords_ds, attrs)
+
+
+def _constructed(data_vars: dict, coords_ds, attrs: dict):
+    """What :func:`_dataset` builds, the public way: the coordinates first, as there."""
+    import xarray as xr
+
+    return xr.Dataset(coords=coords_ds.coords).assign(
+        {name: xr.Variable(dims, values, var_attrs) for name, (dims, values, var_attrs) in data_vars.items()}
+    ).assign_attrs(attrs)
 
 
 def stats_coords(names, G: int, S: int, P: int) -> dict[str, tuple]:
