@@ -357,6 +357,11 @@ def _lat_plan(ex, text_changes):
         elif isinstance(c, (_lat_w.IntText, _lat_w.BoundedIntText)):
             up = c.value + 1
             entry["text"] = str(c.value - 1 if up > getattr(c, "max", up) else up)
+        elif isinstance(c, (_lat_w.FloatText, _lat_w.BoundedFloatText)):
+            # One step up (a tenth of the value when the widget has no step), down at the max.
+            step = c.step or max(abs(c.value) * 0.1, 0.01)
+            up = c.value + step
+            entry["text"] = repr(round(c.value - step if up > getattr(c, "max", up) else up, 6))
         elif isinstance(c, _lat_w.Text):
             if name in text_changes:
                 entry["text"] = text_changes[name]
