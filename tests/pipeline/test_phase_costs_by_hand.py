@@ -1,0 +1,236 @@
+"""Phase costs worked out by hand where tests/pipeline/test_model.py leaves them loose.
+
+Int8 tables (dequantize work, 32-byte rows of 32 lanes), the order of serialized stacks
+and the concurrent stacks' share of each serialized slot, per-op overheads with and
+without DMA / compute overlap, the SparseCores' HBM share, the ICI rows of bf16 tables
+and the TensorCore times from FLOPs in every combination. Same made-up chip as
+test_model.py: 2 tiles per SparseCore, 64 B/s of HBM, one vector instruction per second
+per tile, 8 f32 / 16 bf16 lanes, 32-byte granules.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+import scwork
+from scwork.errors import ConfigError
+from scwork.pipeline import StepModelParams, expected_stats, step_model
+
+EXACT = StepModelParams(sc_op_overhead_s=0.0, sc_tile_vector_ops_per_s=1.0, csr_bytes_per_id=0)
+
+
+def tiny_chip():
+    return scwork.hardware.override("v5p", sparsecores_per_chip=1, tiles_per_sparsecore=2,
+                                    hbm_bandwidth_bytes_per_s=64.0, simd_width_f32=8, simd_width_bf16=16)
+
+
+def tiny(ids=None, widths=None, unique_fraction=None, params=EXACT, **kw):
+    topo = scwork.Topology(1, 1)
+    ids = ids or {"t": 4.0}
+    stats = expected_stats(ids, topo, batch_size=1, **({"unique_fraction": unique_fraction}
+                                                       if unique_fraction else {}))
+    return step_model(stats, widths=widths or {"t": 8}, topology=topo, chip=tiny_chip(), params=params, **kw)
+
+
+def test_int8_rows_use_32_lanes_of_f32_width_and_pay_dequantize():
+    # s8: 1 byte per element, a 32-byte granule holds 32: width 8 pads to 32 = 1 granule.
+    # The vector unit works in f32 lanes (8): ceil(32 / 8) = 4 instructions per row, each
+    # element combined (1) and dequantized (1): 2 x 4 = 8 per row; the busiest tile
+    # combines ceil(4 / 2) = 2 rows: 16 instructions -> 16 s. DMA: 2 rows x 32 B + the f32
+    # activation row (8 x 4 B = 32 B) = 96 B -> 3 s. Forward = 16 s.
+    m = tiny(dtype="s8")
+    ds = m.to_dataset()
+    assert ds["padded_width"].sel(stack="t").item() == 32
+    assert ds["row_granules"].sel(stack="t").item() == 1
+    assert float(ds["sc_vector_instructions_per_tile"].sel(stack="t", direction="forward").max()) == 16
+    assert float(ds["sc_dma_bytes_per_tile"].sel(stack="t", direction="forward").max()) == 96
+    assert m.phase_time["sc_forward"] == pytest.approx(16.0)
+    # Without dequantize work: 2 rows x 4 instructions x 1 = 8 s.
+    assert tiny(dtype="s8", params=EXACT.replace(dequantize_ops_per_element=0)).phase_time["sc_forward"] == \
+        pytest.approx(8.0)
+    # f32 pays no dequantize: 2 rows x 1 instruction x 1 = 2 s, even with 5 per element.
+    f32 = tiny(params=EXACT.replace(dequantize_ops_per_element=5)).to_dataset()
+    assert float(f32["sc_vector_instructions_per_tile"].sel(stack="t", direction="forward").max()) == 2
+
+
+# Three stacks, each on the one SparseCore (forward):
+#   a: 4 ids, 4 unique, width 8:  DMA 2 rows x 32 B + 32 B activation = 96 B -> 3 s;
+#      2 rows x 1 instruction -> 2 s.    Order key (2 x 8 + 1) x 4 unique = 68.
+#   b: 8 ids, 1 unique, width 8:  DMA 1 row x 32 B + 32 B = 64 B -> 2 s;
+#      ceil(8 / 2) = 4 source ids x 1 -> 4 s.    Key 17 x 1 = 17.
+#   c: 2 ids, 2 unique, width 24 (96 B = 3 granules): DMA 1 row x 96 B + a 96 B
+#      activation row = 192 B -> 6 s; 1 row x ceil(24 / 8) = 3 instructions -> 3 s.
+#      Key (2 x 24 + 1) x 2 = 98.
+THREE = dict(ids={"a": 4.0, "b": 8.0, "c": 2.0}, widths={"a": 8, "b": 8, "c": 24},
+             unique_fraction={"a": 1.0, "b": 0.125, "c": 1.0})
+
+
+def test_serialized_stacks_are_the_largest_keys_and_share_the_rest():
+    m = tiny(**THREE)
+    ds = m.to_dataset()
+    assert ds["sc_dma_time"].sel(stack="c", direction="forward").item() == pytest.approx(6.0)
+    assert ds["sc_vector_time"].sel(stack="c", direction="forward").item() == pytest.approx(3.0)
+    # All concurrent: max(DMA 3 + 2 + 6, vector 2 + 4 + 3) = 11 s.
+    assert m.phase_time["sc_forward"] == pytest.approx(11.0)
+    assert m.detail["serialized"] == ()
+    # Two serialized: the largest keys, c (98) then a (68); b runs beside them, its 2 s of
+    # DMA and 4 s of vector work split over the 2 slots:
+    # max(6 + 1, 3 + 2) + max(3 + 1, 2 + 2) = 7 + 4 = 11 s.
+    two = tiny(num_serialized_tables=2, **THREE)
+    assert two.detail["serialized"] == ("c", "a")
+    assert two.phase_time["sc_forward"] == pytest.approx(11.0)
+    # Three (or more than there are stacks): every stack alone, in key order:
+    # max(6, 3) + max(3, 2) + max(2, 4) = 13 s.
+    three = tiny(num_serialized_tables=3, **THREE)
+    assert three.detail["serialized"] == ("c", "a", "b")
+    assert three.phase_time["sc_forward"] == pytest.approx(13.0)
+    assert tiny(num_serialized_tables=5, **THREE).detail["serialized"] == ("c", "a", "b")
+    assert any("serialized stacks: ['c', 'a']" in a for a in two.assumptions)
+
+
+def test_serialized_slots_with_vector_work_beside_them():
+    # a and b serialized when their keys are the largest: c made narrow (width 8: key 17 x 2
+    # = 34, below a's 68 and above b's 17). c alone: DMA 1 row + 1 activation row = 64 B
+    # -> 2 s; 1 row x 1 instruction -> 1 s. Two serialized (a, c), b beside them (2 s DMA,
+    # 4 s vector, halves 1 and 2): max(3 + 1, 2 + 2) + max(2 + 1, 1 + 2) = 4 + 3 = 7 s.
+    kw = dict(THREE, widths={"a": 8, "b": 8, "c": 8})
+    two = tiny(num_serialized_tables=2, **kw)
+    assert two.detail["serialized"] == ("a", "c")
+    assert two.phase_time["sc_forward"] == pytest.approx(7.0)
+
+
+def test_equal_keys_keep_the_stack_order():
+    # a and b both 4 ids, 4 unique, width 8: equal keys 68; the first stack goes first.
+    kw = dict(ids={"a": 4.0, "b": 4.0, "c": 1.0}, widths={"a": 8, "b": 8, "c": 8})
+    assert tiny(num_serialized_tables=2, **kw).detail["serialized"] == ("a", "b")
+
+
+def test_overheads_with_and_without_overlap():
+    # 0.5 s per SparseCore op. Overlapped: max(3, 2) + 0.5 = 3.5 s, the stack's own time too.
+    p = EXACT.replace(sc_op_overhead_s=0.5)
+    on = tiny(params=p)
+    assert on.phase_time["sc_forward"] == pytest.approx(3.5)
+    assert on.to_dataset()["sc_stack_time"].sel(stack="t", direction="forward").item() == pytest.approx(3.5)
+    # Not overlapped: 3 + 2 + 0.5 = 5.5 s; backward 5 + 6 + 0.5 = 11.5 s.
+    off = tiny(params=p.replace(dma_compute_overlap=False))
+    assert off.phase_time["sc_forward"] == pytest.approx(5.5)
+    assert off.phase_time["sc_backward"] == pytest.approx(11.5)
+    assert off.to_dataset()["sc_stack_time"].sel(stack="t", direction="forward").item() == pytest.approx(5.5)
+    # Two stacks (a: 3 s DMA, 2 s vector; b: 2 s, 4 s), not overlapped: 3 + 2 + 2 + 4 = 11
+    # s of work + 2 x 0.5 s of overheads = 12 s.
+    two = tiny(ids={"a": 4.0, "b": 8.0}, widths={"a": 8, "b": 8}, unique_fraction={"a": 1.0, "b": 0.125},
+               params=p.replace(dma_compute_overlap=False))
+    assert two.phase_time["sc_forward"] == pytest.approx(12.0)
+
+
+def test_sparsecore_share_of_hbm_bandwidth():
+    # Half the HBM: 32 / 2 tiles = 16 B/s per tile; the forward's 96 B take 6 s (> 2 s of
+    # vector work).
+    m = tiny(params=EXACT.replace(sc_hbm_bandwidth_fraction=0.5))
+    assert m.detail["tile_bandwidth"] == pytest.approx(16.0)
+    assert m.phase_time["sc_forward"] == pytest.approx(6.0)
+
+
+def test_ici_rows_of_a_bf16_table():
+    # test_model.py's 4-chip case: a device requests 384 rows from other devices' partitions.
+    # bf16 width 16: forward rows are the table's 16 x 2 B + a 4-byte id = 36 B; backward rows
+    # are float32 gradients, 16 x 4 B + 4 B = 68 B.
+    topo = scwork.Topology.for_chip("v5p", num_chips=4)
+    stats = expected_stats({"t": 16.0}, topo, batch_size=256, unique_fraction=0.5)
+    ds = step_model(stats, widths={"t": 16}, topology=topo, dtype="bf16").to_dataset()
+    assert ds["ici_bytes_per_device"].sel(stack="t", direction="forward").item() == 384 * 36
+    assert ds["ici_bytes_per_device"].sel(stack="t", direction="backward").item() == 384 * 68
+    # Width 12 f32: the table row pads to 16 (64 B); the gradient row is padded to the
+    # activation granule of 8 floats, 16 x 4 B too; no ids sent: 384 x 64 B both ways.
+    ds = step_model(stats, widths={"t": 12}, topology=topo,
+                    params=StepModelParams(ici_index_bytes=0)).to_dataset()
+    assert ds["ici_bytes_per_device"].sel(stack="t").values.tolist() == [384 * 64, 384 * 64]
+
+
+def test_ici_mode_is_named_in_the_assumptions():
+    one = tiny()
+    assert any("ICI: none (one device)" in a for a in one.assumptions)
+    assert one.phase_time["ici_forward"] == 0.0
+    topo = scwork.Topology.for_chip("v5p", shape=(2, 4))
+    stats = expected_stats({"t": 32.0}, topo, batch_size=32 * 8, unique_fraction=0.5)
+    grid = step_model(stats, widths={"t": 16}, topology=topo)
+    assert any("dimension by dimension (2 x 4 rings)" in a for a in grid.assumptions)
+    assert not any("scaling-book" in a for a in grid.assumptions)
+    closed = step_model(stats, widths={"t": 16}, topology=topo, params=StepModelParams(ici_schedule_max_nodes=3))
+    # the 4-ring is past 3 nodes: closed form for it, named with the limit
+    assert any("rings longer than 3" in a for a in closed.assumptions)
+    line = scwork.Topology.for_chip("v5p", num_chips=4)
+    ring = step_model(expected_stats({"t": 16.0}, line, batch_size=256), widths={"t": 8}, topology=line)
+    assert any("ring all-to-all over all devices" in a for a in ring.assumptions)
+
+
+def test_ici_latency_and_bandwidth_parameters():
+    # The closed form of test_model.py with the parameters set: 4 x 67584 B / (4 x 2 x 1e9
+    # B/s) + 4 / 2 hops x 1e-3 s.
+    topo = scwork.Topology.for_chip("v5p", num_chips=4)
+    stats = expected_stats({"t": 16.0}, topo, batch_size=256, unique_fraction=0.5)
+    p = StepModelParams(ici_schedule_max_nodes=2, ici_link_bytes_per_s=1e9, ici_latency_s=1e-3)
+    m = step_model(stats, widths={"t": 32}, topology=topo, params=p)
+    assert m.phase_time["ici_forward"] == pytest.approx(4 * 67584 / (4 * 2 * 1e9) + 2e-3)
+
+
+def test_tensorcore_times_in_every_combination():
+    topo = scwork.Topology.for_chip("v5p", num_chips=1)
+    stats = expected_stats({"t": 1.0}, topo, batch_size=64)
+
+    def tc(**kw):
+        m = step_model(stats, widths={"t": 8}, topology=topo, **kw)
+        return m.phase_time["tc_forward"], m.phase_time["tc_backward"], m.assumptions
+
+    # Backward from FLOPs: 3e12 / (1e15 x 0.5) = 6 ms; forward given as 1 ms.
+    f, b, notes = tc(tc_forward_s=1e-3, tc_backward_flops=3e12, tc_peak_flops=1e15,
+                     params=StepModelParams(tc_efficiency=0.5))
+    assert (f, b) == (1e-3, pytest.approx(6e-3))
+    # Forward from FLOPs, the note states the division; backward = 3 x forward when asked.
+    f, b, notes = tc(tc_forward_flops=2e12, tc_peak_flops=1e15, params=StepModelParams(tc_backward_to_forward=3.0))
+    assert (f, b) == (pytest.approx(2e-3), pytest.approx(6e-3))
+    assert any("TensorCore forward = 2e+12 FLOP / (1e+15 FLOP/s x tc_efficiency 1.0)" in a for a in notes)
+    assert any("TensorCore backward = tc_backward_to_forward (3.0) x forward" in a for a in notes)
+    # Only a backward time: forward 0, and no "no TensorCore time" note.
+    f, b, notes = tc(tc_backward_s=2e-3)
+    assert (f, b) == (0.0, 2e-3)
+    assert not any("no TensorCore time" in a for a in notes)
+    # A forward time alone: backward = 2 x forward (the default ratio), no FLOP note.
+    f, b, notes = tc(tc_forward_s=1e-3)
+    assert (f, b) == (1e-3, pytest.approx(2e-3))
+    assert not any("FLOP /" in a for a in notes)
+    with pytest.raises(ConfigError, match="tc_peak_flops must be > 0"):
+        tc(tc_forward_flops=1e12, tc_peak_flops=0.0)
+    with pytest.raises(ConfigError, match="tc_peak_flops"):
+        tc(tc_backward_flops=1e12)
+    with pytest.raises(ConfigError, match="tc_backward_s or tc_backward_flops, not both"):
+        tc(tc_backward_s=1.0, tc_backward_flops=1.0, tc_peak_flops=1.0)
+    with pytest.raises(ConfigError, match="tc_forward_s or tc_forward_flops, not both"):
+        tc(tc_forward_s=1.0, tc_forward_flops=1.0, tc_peak_flops=1.0)
+    with pytest.raises(ConfigError, match="tc_peak_flops"):
+        tc(tc_forward_s=1.0, tc_peak_flops=-1.0)
+    for name in ("tc_forward_flops", "tc_backward_flops", "tc_backward_s"):
+        with pytest.raises(ConfigError, match=name):
+            tc(**{name: -1.0}, tc_peak_flops=1.0)
+
+
+def test_parts_share_each_sparsecore_phase_per_stack_and_minibatch():
+    # Stacks a (3 s forward) and b (max(2, 4) = 4 s): shares 3/7 and 4/7.
+    m = tiny(ids={"a": 4.0, "b": 8.0}, widths={"a": 8, "b": 8}, unique_fraction={"a": 1.0, "b": 0.125})
+    labels, frac = m.parts["sc_forward"]
+    assert labels == ["a", "b"]
+    assert frac[:, 0].tolist() == pytest.approx([3 / 7, 4 / 7])
+    # Backward: a 6 s (test_model.py), b: DMA 1 row x 32 B x 2 + 32 B = 96 B -> 3 s, vector
+    # 4 scatter + 1 row x 1 x 2 (sgd) = 6 s: shares 1/2, 1/2.
+    labels, frac = m.parts["sc_backward"]
+    assert frac[:, 0].tolist() == pytest.approx([0.5, 0.5])
+    # Two mini-batches of one stack: two labelled halves.
+    two = tiny(num_minibatches=2)
+    labels, frac = two.parts["sc_forward"]
+    assert labels == ["t (mini-batch 1/2)", "t (mini-batch 2/2)"]
+    assert frac[:, 0].tolist() == pytest.approx([0.5, 0.5])
+
+
+def test_unknown_optimizer_is_named():
+    with pytest.raises(ConfigError, match=r"unknown optimizer 'lion'; known: \['adadelta', 'adagrad'"):
+        tiny(optimizers={"t": "lion"})
