@@ -234,3 +234,39 @@ def test_parts_share_each_sparsecore_phase_per_stack_and_minibatch():
 def test_unknown_optimizer_is_named():
     with pytest.raises(ConfigError, match=r"unknown optimizer 'lion'; known: \['adadelta', 'adagrad'"):
         tiny(optimizers={"t": "lion"})
+
+
+def test_routed_all_to_all_by_hand():
+    # a2a="data" on 2 devices in a line (one SparseCore each, partitions 0 and 1): both
+    # devices send their 4 ids to partition 1, so device 0 requests 4 unique rows from
+    # device 1 and device 1 only its own. bf16 width 16: forward rows 16 x 2 B + a 4-byte
+    # id = 36 B, owner -> requester, on link 1 (chip 1 -> chip 0): 144 B. Backward float32
+    # gradients 16 x 4 + 4 = 68 B, requester -> owner, on link 0 (0 -> 1): 272 B. Links of
+    # 36 B/s and 0.5 s per hop: forward 144 / 36 + 0.5 = 4.5 s, backward 272 / 36 + 0.5 s.
+    topo = scwork.Topology(2, 1)
+    stats = expected_stats({"t": 4.0}, topo, batch_size=2, hot_fraction=1.0, hot_partition=1)
+    p = EXACT.replace(ici_link_bytes_per_s=36.0, ici_latency_s=0.5)
+    m = step_model(stats, widths={"t": 16}, topology=topo, chip=tiny_chip(), params=p, dtype="bf16", a2a="data")
+    assert m.phase_time["ici_forward"] == pytest.approx(4.5)
+    assert m.phase_time["ici_backward"] == pytest.approx(272 / 36 + 0.5)
+    ds = m.to_dataset()
+    assert ds["ici_bytes_per_device"].sel(stack="t").values.tolist() == [144, 272]
+    assert ds["ici_link_bytes"].values.tolist() == [[0, 272], [144, 0]]
+    links = m.detail["ici_links"]
+    assert links["latency_time"].values.tolist() == [0.5, 0.5]
+    assert links["time"].values.tolist() == pytest.approx([4.5, 272 / 36 + 0.5])
+    assert any("bytes / 36 B/s + farthest route x 0.5 s per hop" in a for a in m.assumptions)
+    # Two mini-batches of 2 ids: two all-to-alls of 2 rows, each paying the hop:
+    # forward 2 x (72 / 36 + 0.5) = 5 s; the bytes per step are the same.
+    two = step_model(stats, widths={"t": 16}, topology=topo, chip=tiny_chip(), params=p, dtype="bf16",
+                     a2a="data", num_minibatches=2)
+    assert two.phase_time["ici_forward"] == pytest.approx(5.0)
+    assert two.to_dataset()["ici_bytes_per_device"].sel(stack="t").values.tolist() == [144, 272]
+
+
+def test_activation_rows_round_to_whole_activations_per_granule():
+    # 32-byte activations fill a 32-byte granule each: width 3 -> 3 activations = 96 B
+    # (3 granules). Forward: 2 rows of the f32 table (width 3 pads to 8 = 32 B) + one
+    # activation row of 96 B = 160 B.
+    m = tiny(widths={"t": 3}, params=EXACT.replace(activation_bytes=32))
+    assert float(m.to_dataset()["sc_dma_bytes_per_tile"].sel(stack="t", direction="forward").max()) == 160
