@@ -270,3 +270,46 @@ def test_activation_rows_round_to_whole_activations_per_granule():
     # activation row of 96 B = 160 B.
     m = tiny(widths={"t": 3}, params=EXACT.replace(activation_bytes=32))
     assert float(m.to_dataset()["sc_dma_bytes_per_tile"].sel(stack="t", direction="forward").max()) == 160
+
+
+def test_ici_between_the_devices_of_a_chip_is_its_own_stage():
+    from scwork.collectives import Network, all_to_all, cost
+
+    # 2 chips of 2 devices (2 SparseCores each, 8 partitions). 8 samples x 16 ids per
+    # SparseCore: 16 per partition, 8 unique. A device's 2 SparseCores request 8 rows from
+    # each of the 6 partitions on other devices: 96 rows x (16 x 4 + 4) B = 6528 B; its
+    # whole vector is 6528 x 4 / 3 = 8704 B. Stages: the 2-chip ring, then the 2 devices
+    # of a chip (the collectives engine on a one-chip network of 2 cores).
+    topo = scwork.Topology(2, 4, devices_per_chip=2)
+    stats = expected_stats({"t": 16.0}, topo, batch_size=8 * 8, unique_fraction=0.5)
+    m = step_model(stats, widths={"t": 16}, topology=topo, chip="v5p")
+    assert m.to_dataset()["ici_bytes_per_device"].sel(stack="t").values.tolist() == [6528, 6528]
+    chips = float(cost(all_to_all(Network.grid((2,), (False,), chip="v5p")), nbytes=8704).total_time)
+    on_chip = float(cost(all_to_all(Network.grid((1,), (False,), cores_per_chip=2, chip="v5p")),
+                         nbytes=8704).total_time)
+    assert on_chip > 0
+    assert m.phase_time["ici_forward"] == pytest.approx(chips + on_chip, rel=1e-9)
+    assert any("dimension by dimension (2 x 2 rings)" in a for a in m.assumptions)
+
+
+def test_granules_smaller_than_two_elements():
+    # 4-byte DMA granules hold one f32: width 3 stays 3 (no padding), 3 granules of 4 B.
+    chip = scwork.hardware.override("v5p", sparsecores_per_chip=1, tiles_per_sparsecore=2,
+                                    hbm_bandwidth_bytes_per_s=64.0, simd_width_f32=8, simd_width_bf16=16,
+                                    dma_granule_bytes=4)
+    topo = scwork.Topology(1, 1)
+    m = step_model(expected_stats({"t": 4.0}, topo, batch_size=1), widths={"t": 3}, topology=topo, chip=chip,
+                   params=EXACT)
+    assert m.to_dataset()["padded_width"].sel(stack="t").item() == 3
+    assert m.to_dataset()["row_granules"].sel(stack="t").item() == 3
+
+
+def test_routed_gradient_rows_of_activations_wider_than_a_granule():
+    # 64-byte activations: a 32-byte granule holds none whole, so the gradient row is not
+    # padded: 16 x 64 B + a 4-byte id = 1028 B per row, 4 rows from device 0 to device 1.
+    topo = scwork.Topology(2, 1)
+    stats = expected_stats({"t": 4.0}, topo, batch_size=2, hot_fraction=1.0, hot_partition=1)
+    p = EXACT.replace(activation_bytes=64)
+    for a2a in ("data", "uniform"):
+        m = step_model(stats, widths={"t": 16}, topology=topo, chip=tiny_chip(), params=p, dtype="bf16", a2a=a2a)
+        assert m.to_dataset()["ici_bytes_per_device"].sel(stack="t").values.tolist() == [144, 4 * 1028], a2a
