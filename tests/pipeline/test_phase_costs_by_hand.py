@@ -313,3 +313,18 @@ def test_routed_gradient_rows_of_activations_wider_than_a_granule():
     for a2a in ("data", "uniform"):
         m = step_model(stats, widths={"t": 16}, topology=topo, chip=tiny_chip(), params=p, dtype="bf16", a2a=a2a)
         assert m.to_dataset()["ici_bytes_per_device"].sel(stack="t").values.tolist() == [144, 4 * 1028], a2a
+
+
+def test_a_one_byte_all_to_all_still_takes_time():
+    # int8 rows of width 1 with 1-byte granules and no ids sent: one remote row is 1 byte.
+    # 2 devices, device 0's one id owned by device 1. The whole vector is 1 x 2 / 1 = 2 B, a
+    # 1-byte block each way on the 2-device ring: one step of 0.5 s latency + 1 B / (1 B/s).
+    chip = scwork.hardware.override("v5p", sparsecores_per_chip=1, tiles_per_sparsecore=2,
+                                    hbm_bandwidth_bytes_per_s=64.0, simd_width_f32=8, simd_width_bf16=16,
+                                    dma_granule_bytes=1)
+    topo = scwork.Topology(2, 1)
+    stats = expected_stats({"t": 1.0}, topo, batch_size=2, hot_fraction=1.0, hot_partition=1)
+    p = EXACT.replace(ici_link_bytes_per_s=1.0, ici_latency_s=0.5, ici_index_bytes=0)
+    m = step_model(stats, widths={"t": 1}, topology=topo, chip=chip, params=p, dtype="s8")
+    assert m.to_dataset()["ici_bytes_per_device"].sel(stack="t", direction="forward").item() == 1
+    assert m.phase_time["ici_forward"] == pytest.approx(1.5)
