@@ -328,3 +328,26 @@ def test_a_one_byte_all_to_all_still_takes_time():
     m = step_model(stats, widths={"t": 1}, topology=topo, chip=chip, params=p, dtype="s8")
     assert m.to_dataset()["ici_bytes_per_device"].sel(stack="t", direction="forward").item() == 1
     assert m.phase_time["ici_forward"] == pytest.approx(1.5)
+
+
+def test_a_fractional_all_to_all_vector_is_not_rounded():
+    # 3 chips in a ring, device 2 owns the only id of devices 0 and 1: the busiest device
+    # sends 1 row of 1 byte (int8, width 1, 1-byte granules, no ids sent), so its whole
+    # vector is 1 x 3 / 2 = 1.5 B. Scaling-book closed form (rings past 2 nodes): V / (4 x
+    # 2W) with V = 3 x 1.5 B and W = 1 B/s = 0.5625 s, + 3 // 2 = 1 hop of 0.5 s = 1.0625 s.
+    chip = scwork.hardware.override("v5p", sparsecores_per_chip=1, tiles_per_sparsecore=2,
+                                    hbm_bandwidth_bytes_per_s=64.0, dma_granule_bytes=1)
+    topo = scwork.Topology(3, 1)
+    stats = expected_stats({"t": 1.0}, topo, batch_size=3, hot_fraction=1.0, hot_partition=2)
+    p = EXACT.replace(ici_link_bytes_per_s=1.0, ici_latency_s=0.5, ici_index_bytes=0, ici_schedule_max_nodes=2)
+    m = step_model(stats, widths={"t": 1}, topology=topo, chip=chip, params=p, dtype="s8")
+    assert m.to_dataset()["ici_bytes_per_device"].sel(stack="t", direction="forward").item() == 1
+    assert m.phase_time["ici_forward"] == pytest.approx(3 * 1.5 / 8 + 0.5)
+
+
+def test_order_key_counts_the_row_and_its_activation():
+    # Keys (2 x width + 1) x unique: b (width 16, 1 unique) 33; a (width 8, 2 unique) 34;
+    # c (width 8, 1 unique) 17. Two serialized: a then b, although b comes first and
+    # 2 x width x unique alone would tie them at 32.
+    kw = dict(ids={"b": 1.0, "a": 2.0, "c": 1.0}, widths={"b": 16, "a": 8, "c": 8})
+    assert tiny(num_serialized_tables=2, **kw).detail["serialized"] == ("a", "b")
