@@ -174,35 +174,14 @@ def child(spec: dict) -> dict:
             out["worker_peak_rss_bytes"] = sorted(rss.values())
         out["num_ids"] = None
     elif spec["kind"] == "inmemory":
-        import numpy as np
-        import pyarrow.parquet as pq
-
         from scwork.sharding import collect_stats
 
         # Load the subset into memory (not timed), then time collect_stats over its batches.
-        cols = {}
-        for f in files:
-            table = pq.read_table(f)
-            for name in table.column_names:
-                arr = table.column(name).combine_chunks()
-                offsets = np.asarray(arr.offsets, np.int64)
-                cols.setdefault(name, []).append((arr.values.to_numpy(), offsets - offsets[0]))
-        data = {}
-        for name, parts in cols.items():
-            ids = np.concatenate([p[0] for p in parts])
-            splits, base = [np.zeros(1, np.int64)], 0
-            for _, rs in parts:
-                splits.append(rs[1:] + base)
-                base += int(rs[-1])
-            data[name] = (ids, np.concatenate(splits))
-        del cols
-        n = len(next(iter(data.values()))[1]) - 1
-        steps = n // BATCH_SIZE
+        data = _load_columns(files)
+        steps = _num_steps(data)
 
         def batches():
-            for s in range(steps):
-                lo, hi = s * BATCH_SIZE, (s + 1) * BATCH_SIZE
-                yield {k: (ids[rs[lo]:rs[hi]], rs[lo:hi + 1] - rs[lo]) for k, (ids, rs) in data.items()}
+            return _step_slices(data, steps)
 
         import inspect
 
@@ -238,20 +217,18 @@ def child(spec: dict) -> dict:
     return out
 
 
-def _load_batches(files, names):
-    """Every shard's rows as FeatureBatch objects of BATCH_SIZE samples (what the in-memory engine reads)."""
+def _load_columns(files, names=None):
+    """Every shard's list columns (all, or ``names``) concatenated: name -> (ids, row_splits)."""
     import numpy as np
     import pyarrow.parquet as pq
 
-    from scwork.sharding import FeatureBatch
-
-    cols = {n: [] for n in names}
+    cols = {}
     for f in files:
         table = pq.read_table(f, columns=names)
-        for n in names:
+        for n in table.column_names:
             arr = table.column(n).combine_chunks()
             offsets = np.asarray(arr.offsets, np.int64)
-            cols[n].append((arr.values.to_numpy()[offsets[0]:offsets[-1]], offsets - offsets[0]))
+            cols.setdefault(n, []).append((arr.values.to_numpy()[offsets[0]:offsets[-1]], offsets - offsets[0]))
     data = {}
     for n, parts in cols.items():
         ids = np.concatenate([p[0] for p in parts])
@@ -260,13 +237,27 @@ def _load_batches(files, names):
             splits.append(rs[1:] + base)
             base += int(rs[-1])
         data[n] = (ids, np.concatenate(splits))
-    del cols
-    steps = (len(next(iter(data.values()))[1]) - 1) // BATCH_SIZE
-    batches = []
+    return data
+
+
+def _num_steps(data) -> int:
+    """Whole steps of BATCH_SIZE samples in the loaded columns."""
+    return (len(next(iter(data.values()))[1]) - 1) // BATCH_SIZE
+
+
+def _step_slices(data, steps):
+    """Step ``s``'s rows of every column, as the (ids, row_splits) dict the engine takes."""
     for s in range(steps):
         lo, hi = s * BATCH_SIZE, (s + 1) * BATCH_SIZE
-        batches.append(FeatureBatch({k: (ids[rs[lo]:rs[hi]], rs[lo:hi + 1] - rs[lo]) for k, (ids, rs) in data.items()}))
-    return batches
+        yield {k: (ids[rs[lo]:rs[hi]], rs[lo:hi + 1] - rs[lo]) for k, (ids, rs) in data.items()}
+
+
+def _load_batches(files, names):
+    """Every shard's rows as FeatureBatch objects of BATCH_SIZE samples (what the in-memory engine reads)."""
+    from scwork.sharding import FeatureBatch
+
+    data = _load_columns(files, names)
+    return [FeatureBatch(step) for step in _step_slices(data, _num_steps(data))]
 
 
 def _compare(spec, files, feats, topo, out):
