@@ -4,7 +4,7 @@ Survivors of the mutation run of scwork/interop/profile.py: no test pinned the d
 bounds, which run of a logdir is read, the size check at max_bytes, how bad events are
 reported (all of them, the first 20 listed, pid before tid), an 'E' closing the
 innermost 'B', which of two device step lines is used, or the log ratio of a phase
-neither modelled nor measured.
+neither modelled nor measured. Also: events no rule maps are counted one by one.
 """
 
 from __future__ import annotations
@@ -172,3 +172,20 @@ def test_names_qualified_once_and_other_metadata_kept_apart():
 def test_entries_that_are_not_events_are_skipped_not_the_rest():
     assert _bad(["not an event", 7, {"ph": "X", "pid": 1, "tid": 1, "ts": 0, "dur": -2, "name": "x"}]) == [
         "event 2: dur -2 is not a number >= 0"]
+
+
+def test_unmapped_events_are_counted_one_by_one():
+    # one TensorCore op line whose rule takes only "fusion" ops: 3 waits and 1 executor
+    # marker on it are counted in unmapped, each once; the fusion is mapped
+    events = _meta(1, "/device:TPU:0", {1: "Steps", 2: "XLA Ops"}) + [
+        {"ph": "X", "pid": 1, "tid": 1, "name": "0", "ts": 0, "dur": 100},
+        {"ph": "X", "pid": 1, "tid": 2, "name": "fusion.1", "ts": 0, "dur": 10},
+        {"ph": "X", "pid": 1, "tid": 2, "name": "wait", "ts": 10, "dur": 1},
+        {"ph": "X", "pid": 1, "tid": 2, "name": "wait", "ts": 20, "dur": 1},
+        {"ph": "X", "pid": 1, "tid": 2, "name": "wait", "ts": 30, "dur": 1},
+        {"ph": "X", "pid": 1, "tid": 2, "name": "end: dot", "ts": 40, "dur": 1},
+    ]
+    m = read_jax_profile(events, patterns=[("tc", r"TPU:(?P<chip>\d+) \| XLA Ops$", r"^fusion")])
+    assert m.unmapped == {"wait": 3, "end: dot": 1}
+    assert [str(n) for n in m.name] == ["fusion.1"]
+    assert m.unknown_threads == []
