@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from scwork.errors import ConfigError, LimitExceededError, OutOfVocabularyError
+from scwork.sharding._plan_cache import plan_derived
 from scwork.sharding._scratch import SCRATCH_LIMIT_ENV, scratch_limit_bytes
 from scwork.sharding.batch import FeatureBatch, _check_gains
 from scwork.sharding.results import _ALIGN, round_up_array
@@ -96,9 +97,6 @@ def _raise_oov(batch: FeatureBatch, plan: StackingPlan, position: int) -> None:
         feature=name, sample=sample, id=bad, vocab_size=spec.table.vocab_size, count=total)
 
 
-_STACK_ROWS: dict[tuple, tuple] = {}
-
-
 def _stack_rows(stacks: tuple, batch: FeatureBatch) -> tuple[np.ndarray, np.ndarray, bool, int]:
     """Batch rows of every stack's features in order, where each stack starts among them,
     whether every stack has features, and the sum of the stacks' partition counts.
@@ -106,20 +104,16 @@ def _stack_rows(stacks: tuple, batch: FeatureBatch) -> tuple[np.ndarray, np.ndar
     Kept by the stacks' identity and the batch's feature names (plans never
     change; the paths built on the engine run one plan many times).
     """
-    key = (id(stacks), batch.feature_names)
-    hit = _STACK_ROWS.get(key)
-    if hit is not None and hit[0] is stacks:
-        return hit[1]
+    return plan_derived("stack_rows", stacks, batch.feature_names, lambda: _compute_stack_rows(stacks, batch))
+
+
+def _compute_stack_rows(stacks: tuple, batch: FeatureBatch) -> tuple:
     rows, starts = [], []
     for st in stacks:
         starts.append(len(rows))
         rows += [batch._feature_index(f.name) for f in st.features]
-    value = (np.array(rows, np.int64), np.array(starts, np.int64), all(st.features for st in stacks),
-             sum(int(st.num_partitions) for st in stacks))
-    if len(_STACK_ROWS) >= 64:
-        _STACK_ROWS.clear()          # full: start again (no eviction to race with another thread)
-    _STACK_ROWS[key] = (stacks, value)                 # the stacks kept: their id stays theirs
-    return value
+    return (np.array(rows, np.int64), np.array(starts, np.int64), all(st.features for st in stacks),
+            sum(int(st.num_partitions) for st in stacks))
 
 
 def estimate_scratch_bytes(plan: StackingPlan, batch: FeatureBatch, G: int, S: int, want_csr: bool,

@@ -132,6 +132,7 @@ from scwork.sharding._scratch import (
     _views,
     release_buffers,
 )
+from scwork.sharding._plan_cache import plan_derived
 from scwork.sharding._threads import _TASKS_PER_THREAD, _run_tasks, resolve_num_threads
 from scwork.sharding.batch import FeatureBatch, _check_gains
 from scwork.sharding.results import (
@@ -891,29 +892,6 @@ def _describe_groups(stacks, batch: FeatureBatch):
     return described, rows_in_order, group_starts, stack_groups
 
 
-#: What the engine derives from a plan's stacks alone (merged runs, group tables), by the stacks' identity.
-_PLAN_DERIVED: dict[tuple, tuple] = {}
-
-
-def _derived(kind: str, stacks: tuple, extra: tuple, compute):
-    """``compute()``, kept for these ``stacks`` (by identity: plans never change) and ``extra``.
-
-    Every call of the paths built on the engine (``collect_stats`` steps, the
-    explorers' scenarios) runs the same plan again: the per-stack Python that
-    depends on the plan only is done once.
-    """
-    key = (kind, id(stacks), extra)
-    hit = _PLAN_DERIVED.get(key)
-    if hit is not None and hit[0] is stacks:
-        return hit[1]
-    value = compute()
-    if len(_PLAN_DERIVED) >= 64:
-        _PLAN_DERIVED.clear()          # full: start again (no eviction to race with another thread)
-    # the stacks are kept with the value: their id in the key stays theirs
-    _PLAN_DERIVED[key] = (stacks, value)
-    return value
-
-
 class _StaticTables:
     """What :func:`_make_jobs` builds from a plan and a batch's layout alone (no counts).
 
@@ -987,7 +965,7 @@ def _make_jobs(plan: StackingPlan, batch: FeatureBatch, G: int, S: int, want_csr
     n = batch.batch_size // nsl
     stacks = plan.stacks
     has_w_list = has_w.tolist()
-    tables = _derived("tables", stacks, (batch._names, bool(want_csr), tuple(has_w_list)),
+    tables = plan_derived("tables", stacks, (batch._names, bool(want_csr), tuple(has_w_list)),
                       lambda: _StaticTables(stacks, batch, want_csr, has_w_list))
     stack_groups = tables.stack_groups
     total_groups = tables.total_groups
@@ -1126,7 +1104,7 @@ def _execute(plan: StackingPlan, batch: FeatureBatch, G: int, S: int, kern: _Bac
     count_first = num_threads >= _COUNT_FIRST_THREADS
     if not want_csr:
         stacks = plan.stacks
-        plan = _derived("merged", stacks, (bool(config.allow_id_dropping), batch.batch_size),
+        plan = plan_derived("merged", stacks, (bool(config.allow_id_dropping), batch.batch_size),
                         lambda: _OneStack(tuple(_merge_statistics_stacks(stacks, config, batch.batch_size))))
     jobs = _make_jobs(plan, batch, G, S, want_csr, config, has_w, counts, count_first)
     total = sum(j.num_ids for j in jobs)

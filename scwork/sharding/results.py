@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from scwork.hardware.topology import Topology
+from scwork.sharding._plan_cache import plan_derived
 from scwork.sharding.batch import FeatureBatch
 from scwork._rounding import round_up
 from scwork.sharding.stacking import StackingPlan
@@ -219,9 +220,6 @@ def _stacked(results, key: str, shape: tuple, block=None) -> np.ndarray:
     return np.stack([np.asarray(r[key]).reshape(shape) for r in results])
 
 
-_PLAN_COLUMNS: dict[tuple, tuple] = {}
-
-
 def _plan_columns(plan: StackingPlan, B: int, G: int) -> tuple:
     """Per stack of ``plan``: names, configured limits (-1: none) and samples per device.
 
@@ -229,20 +227,16 @@ def _plan_columns(plan: StackingPlan, B: int, G: int) -> tuple:
     engine run one plan many times). Callers copy the arrays they hand out.
     """
     stacks = plan.stacks
-    key = (id(stacks), B, G)
-    hit = _PLAN_COLUMNS.get(key)
-    if hit is not None and hit[0] is stacks:
-        return hit[1]
-    value = ([st.name for st in stacks],
-             np.array([-1 if st.max_ids_per_partition is None else st.max_ids_per_partition for st in stacks],
-                      np.int64),
-             np.array([-1 if st.max_unique_ids_per_partition is None else st.max_unique_ids_per_partition
-                       for st in stacks], np.int64),
-             np.array([len(st.features) * B // G for st in stacks], np.int64))
-    if len(_PLAN_COLUMNS) >= 64:
-        _PLAN_COLUMNS.clear()          # full: start again (no eviction to race with another thread)
-    _PLAN_COLUMNS[key] = (stacks, value)               # the stacks kept: their id stays theirs
-    return value
+    return plan_derived("result_columns", stacks, (B, G), lambda: _compute_plan_columns(stacks, B, G))
+
+
+def _compute_plan_columns(stacks: tuple, B: int, G: int) -> tuple:
+    return ([st.name for st in stacks],
+            np.array([-1 if st.max_ids_per_partition is None else st.max_ids_per_partition for st in stacks],
+                     np.int64),
+            np.array([-1 if st.max_unique_ids_per_partition is None else st.max_unique_ids_per_partition
+                      for st in stacks], np.int64),
+            np.array([len(st.features) * B // G for st in stacks], np.int64))
 
 
 def _stats_dataset(plan: StackingPlan, topology: Topology, batch: FeatureBatch, results, oov_counts):
