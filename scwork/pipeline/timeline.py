@@ -297,14 +297,27 @@ class Timeline:
         Computed from the schedule: for every step ``j`` after the first two, the
         latest step whose backward pass ended on every SparseCore before the forward
         pass of ``j`` started anywhere; the largest gap ``j - i`` over ``j``.
+
+        A backward pass that ends exactly when the forward pass starts is visible
+        only if it comes first in the SparseCore's program order (``SC/B_{j-1}``
+        before ``SC/F_j`` sequentially, ``SC/B_{j-2}`` pipelined): with zero-length
+        ops, or ops too short to move a float64 time (1e-38 s after 1 s), the two
+        share a time stamp and the times alone cannot tell which ran first. Times are
+        compared exactly: every start is a ``max`` of earlier ends, so a wait is never
+        off by rounding.
         """
         if self.num_steps < 3:
             raise ConfigError("update_offset needs at least 3 simulated steps")
         sb_end = np.array([self.end[("sc_backward", i)].max() for i in range(self.num_steps)])
+        steps = np.arange(self.num_steps)
+        # The last step i whose SC/B precedes SC/F_j in program order is j - 2 pipelined
+        # (F_{j-1}, B_{j-2}, F_j, B_{j-1}) and j - 1 sequentially.
+        lag_in_program_order = 2 if self.pipelined else 1
         worst = 1
         for j in range(2, self.num_steps):
             sf_start = self.start[("sc_forward", j)].min()
-            visible = np.flatnonzero(sb_end <= sf_start + 1e-15)
+            ran_first = steps <= j - lag_in_program_order
+            visible = np.flatnonzero((sb_end < sf_start) | ((sb_end == sf_start) & ran_first))
             latest = int(visible.max()) if visible.size else -1
             worst = max(worst, j - latest)
         return worst

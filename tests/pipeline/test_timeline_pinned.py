@@ -152,6 +152,42 @@ def test_update_offset_ignores_the_first_two_steps():
     assert hand_timeline(spans, 3).update_offset() == 1
 
 
+@pytest.mark.parametrize("sc_forward", [0.0, 1.17549435e-38, 1e-300])
+def test_update_offset_when_ops_share_a_time_stamp(sc_forward):
+    # Host 1 s, SC forward 1e-38 s (or 0), everything else 0: 1.0 + 1e-38 == 1.0 in float64,
+    # so SC/B_{j-1} ends at the very time stamp SC/F_j starts. It still runs after SC/F_j on
+    # the SparseCore (F_{j-1}, B_{j-2}, F_j, B_{j-1}): the offset is 2 pipelined, 1 sequential.
+    # (An absolute 1e-15 s tolerance once read this tie as "visible" and gave 1.)
+    d = {p: [0.0] for p in PHASES} | {"host": [1.0], "sc_forward": [sc_forward]}
+    pipe = simulate(d, UNIT, num_steps=5, pipelined=True)
+    assert pipe.end[("sc_backward", 2)].tolist() == pipe.start[("sc_forward", 3)].tolist() == [4.0]
+    assert pipe.update_offset() == 2
+    assert simulate(d, UNIT, num_steps=5, pipelined=False).update_offset() == 1
+
+
+def test_update_offset_of_tiny_ops_is_not_read_with_an_absolute_tolerance():
+    # Every op 1e-20 s: the whole run lasts 1e-19 s, far below any fixed tolerance.
+    d = {p: [1e-20] for p in PHASES}
+    assert simulate(d, UNIT, num_steps=5, pipelined=True).update_offset() == 2
+    assert simulate(d, UNIT, num_steps=5, pipelined=False).update_offset() == 1
+
+
+@pytest.mark.parametrize("pipelined, offset", [(True, 2), (False, 1)])
+def test_update_offset_breaks_ties_by_program_order(pipelined, offset):
+    # Hand-made spans where every SC/B_i ends exactly when SC/F_{i+1} starts (at i + 1) and
+    # SC/F_{i+2} starts at i + 2 too: SC/B_{j-1} ties with SC/F_j. Sequentially B_{j-1} ran
+    # first (visible, offset 1); pipelined it runs after F_j (not visible, offset 2).
+    spans = {("sc_forward", i): (float(i), float(i)) for i in range(4)}
+    spans |= {("sc_backward", i): (float(i) + 0.5, float(i) + 1.0) for i in range(4)}
+    # A pipelined Timeline reads its pre-loop / post-loop bounds off the TensorCore's ops.
+    spans |= {(p, i): (float(i), float(i) + 0.5) for p in ("tc_forward", "tc_backward") for i in range(4)}
+    assert hand_timeline(spans, 4, pipelined=pipelined).update_offset() == offset
+    # One ulp earlier, the update is visible in either order.
+    spans[("sc_backward", 2)] = (2.5, np.nextafter(3.0, 0.0))
+    spans[("sc_backward", 1)] = (1.5, np.nextafter(2.0, 0.0))
+    assert hand_timeline(spans, 4, pipelined=pipelined).update_offset() == 1
+
+
 # -- to_dataset() ---------------------------------------------------------------------
 
 def test_to_dataset_columns_of_the_reference_at_one_sixteenth():
