@@ -135,6 +135,11 @@ def _check_stats(stats) -> None:
                                                                               "partition"}:
             raise InputError(f"stats[{shown(var)}] has dims {stats[var].dims}; expected (stack, device, sc, partition) "
                              "with an optional leading minibatch dim")
+    if stats.sizes["stack"] == 0:
+        # A step with no embedding lookups has no SparseCore phases to model (and the
+        # per-stack breakdowns below would have no rows): say so rather than fail inside.
+        raise InputError("stats has no stacks (its 'stack' dim has length 0): pass the statistics of at least "
+                         "one stacked table, e.g. compute_stats of a batch with at least one feature")
 
 
 def _check_plan_and_topology(stats, stack_names, plan, topology, widths):

@@ -309,6 +309,10 @@ def test_typed_errors():
     bad["unique_ids"] = bad["ids"] + 1
     with pytest.raises(InputError, match="more unique"):
         step_model(bad, widths={"t": 8}, topology=topo)
+    # Statistics of no stacks at all (e.g. a batch with no features, or a selection that
+    # kept none): a typed error before any phase is costed, not a failed reshape inside.
+    with pytest.raises(InputError, match="no stacks"):
+        step_model(stats.isel(stack=slice(0, 0)), widths={"t": 8}, topology=topo)
 
 
 def test_import_is_light():
