@@ -1,9 +1,11 @@
 """Phase costs worked out by hand where tests/pipeline/test_model.py leaves them loose.
 
-Int8 tables (dequantize work, 32-byte rows of 32 lanes), the order of serialized stacks
-and the concurrent stacks' share of each serialized slot, per-op overheads with and
-without DMA / compute overlap, the SparseCores' HBM share, the ICI rows of bf16 tables
-and the TensorCore times from FLOPs in every combination. Same made-up chip as
+Int8 tables (dequantize work, 32-byte rows of 32 lanes) and bf16 lanes, the order of
+serialized stacks and the concurrent stacks' share of each serialized slot, per-op
+overheads with and without DMA / compute overlap, the SparseCores' HBM share and
+unrounded tile times, granules smaller than an f32, the shares of ``parts``, the ICI
+rows of bf16 tables and gradient rows, the routed all-to-all (``a2a="data"``) and the
+TensorCore times from FLOPs in every combination. Same made-up chip as
 test_model.py: 2 tiles per SparseCore, 64 B/s of HBM, one vector instruction per second
 per tile, 8 f32 / 16 bf16 lanes, 32-byte granules.
 """
