@@ -84,7 +84,7 @@ MODULES: dict[str, list[str]] = {
     "scwork/advisor/_limit_checks.py": ["tests/test_advisor_whatifs.py", "tests/test_advisor.py",
                                         "tests/test_advisor_limit_checks.py"],
     "scwork/interop/profile.py": ["tests/interop/test_profile.py", "tests/interop/test_zero_length_events.py",
-                                  "tests/interop/test_profile_edges.py", "tests/pipeline/test_trace_pinned.py"],
+                                  "tests/interop/test_profile_edges.py"],
     "scwork/pipeline/trace.py": ["tests/pipeline/test_trace.py", "tests/interop/test_zero_length_events.py",
                                  "tests/pipeline/test_fuzz_regressions.py", "tests/interop/test_profile.py",
                                  "tests/interop/test_profile_edges.py", "tests/pipeline/test_trace_pinned.py"],
