@@ -183,6 +183,14 @@ def test_partial_overlap_on_one_thread_is_nested_and_touching_is_not():
     assert float(every.phase_times()["measured"].sel(phase="tc_forward")) == 5.5
 
 
+def test_start_exactly_one_picosecond_before_the_end_is_top_level():
+    # the slack is 1e-12 s: b starts at 1 - 1e-12, not before 1 - 1e-12; c starts 2e-12 before b ends
+    ev = [_process(1, "/device:TPU:0"), _thread(1, 2, "XLA Ops"),
+          _x(1, 2, "a", 0.0, 1.0), _x(1, 2, "b", 1.0 - 1e-12, 2.0), _x(1, 2, "c", 2.0 - 2e-12, 3.0)]
+    m = read_trace(ev, time_unit="s", step_pattern=None, num_steps=1)
+    assert m.name.tolist() == ["a", "b"]
+
+
 def test_rounded_end_and_next_start_are_not_nested():
     # ts 0.1 + dur 0.2 us ends at (0.1 + 0.2) * 1e-6 = 3.0000000000000004e-07 s, the next event
     # starts at 0.3 * 1e-6 = 3e-07 s: 4e-23 s apart, within the reader's 1 ps of slack
@@ -297,6 +305,11 @@ def test_chip_and_unit_numbers():
     assert (m.chip.tolist(), m.unit.tolist()) == ([123456789012345678], [7])
     with pytest.raises(TraceError, match="too long"):
         read_trace(trace("TPU:1234567890123456789 SparseCore 7"), step_pattern=None, num_steps=1)   # 19 digits
+    # the message shows the first 20 digits of a 25-digit number
+    with pytest.raises(TraceError) as info:
+        read_trace(trace("TPU:1234567890123456789012345 SparseCore 7"), step_pattern=None, num_steps=1)
+    assert info.value.problems == ["thread 'TPU:1234567890123456789012345 SparseCore 7 | XLA Ops': the chip or "
+                                   "unit number 12345678901234567890... is too long to be one"]
     # \d also matches other scripts' digits: ARABIC-INDIC DIGIT THREE is no chip number
     with pytest.raises(TraceError, match="not a number"):
         read_trace(trace("TPU:\u0663 SparseCore 0"), step_pattern=None, num_steps=1)
@@ -398,9 +411,15 @@ def test_sources(tmp_path):
         read_trace({"traceEvents": {"a": 1}}, step_pattern=None, num_steps=1)
     with pytest.raises(TraceError, match="got int"):
         read_trace(5, step_pattern=None, num_steps=1)
-    # metadata and events that are not objects or carry another ph are passed over
-    m = read_trace(ev + ["x", {"ph": "C", "pid": 1, "tid": 2, "ts": 0}, {"ph": 7}], step_pattern=None, num_steps=1)
-    assert len(m) == 1
+    # events that are not objects or carry another ph, metadata without args or for an id that
+    # cannot be one (a list cannot key a name), all before the real events, are passed over
+    junk = ["x", {"ph": "C", "pid": 1, "tid": 2, "ts": 0}, {"ph": 7},
+            {"ph": "M", "pid": 1, "tid": 0, "name": "process_name"},
+            {"ph": "M", "pid": 1, "tid": 0, "name": "process_name", "args": None},
+            {"ph": "M", "pid": [1], "tid": 0, "name": "process_name", "args": {"name": "TPU:3"}},
+            {"ph": "M", "pid": 1, "tid": {}, "name": "thread_name", "args": {"name": "SparseCore 2"}}]
+    m = read_trace(junk + ev, step_pattern=None, num_steps=1)
+    assert (m.kind.tolist(), m.chip.tolist(), m.end.tolist()) == (["tc"], [0], [1e-6])
 
 
 def _model(**kw):
