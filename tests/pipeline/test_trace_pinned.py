@@ -469,3 +469,19 @@ def test_compare_schedule_and_checks():
     # a trace read with the defaults (us): read_trace is applied to anything not yet read
     ds = compare(model, _main_trace())
     assert float(ds["measured"].sel(phase="step")) == pytest.approx(9e-6, rel=1e-12)
+
+
+def test_only_name_metadata_names_threads():
+    # XProf and Chrome write other metadata beside the names (sort indices, labels), and an
+    # op may itself be called "process_name": none of them renames a process or a thread
+    ev = [_process(1, "/device:TPU:0"), _thread(1, 2, "XLA Ops"),
+          {"ph": "M", "pid": 1, "tid": 2, "name": "thread_sort_index", "args": {"sort_index": 3}},
+          {"ph": "M", "pid": 1, "tid": 2, "name": "process_sort_index", "args": {"sort_index": 1}},
+          {"ph": "M", "pid": 1, "tid": 0, "name": "process_labels", "args": {"labels": "TPU v5p"}},
+          {"ph": "X", "pid": 1, "tid": 2, "name": "process_name", "ts": 0, "dur": 2,
+           "args": {"name": "TPU:7 SparseCore 3"}},
+          {"ph": "C", "pid": 1, "tid": 2, "name": "thread_name", "ts": 0, "args": {"name": "Steps"}}]
+    m = read_trace(ev, time_unit="s", num_steps=1)
+    assert m.steps.shape == (0, 2) and m.unknown_threads == []
+    assert (m.kind.tolist(), m.chip.tolist(), m.unit.tolist(), m.phase.tolist(), m.end.tolist()) == (
+        ["tc"], [0], [0], ["tc_forward"], [2.0])
