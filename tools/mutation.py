@@ -86,8 +86,8 @@ MODULES: dict[str, list[str]] = {
     "scwork/interop/profile.py": ["tests/interop/test_profile.py", "tests/interop/test_zero_length_events.py",
                                   "tests/interop/test_profile_edges.py"],
     "scwork/pipeline/trace.py": ["tests/pipeline/test_trace.py", "tests/interop/test_zero_length_events.py",
-                                 "tests/pipeline/test_fuzz_regressions.py", "tests/interop/test_profile.py",
-                                 "tests/interop/test_profile_edges.py", "tests/pipeline/test_trace_pinned.py"],
+                                 "tests/pipeline/test_fuzz_regressions.py", "tests/interop/test_profile_edges.py",
+                                 "tests/pipeline/test_trace_pinned.py"],
 }
 
 #: Operators left out: they mostly make mutants no test could tell apart (replacing
