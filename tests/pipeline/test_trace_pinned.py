@@ -260,7 +260,7 @@ def test_every_bad_event_is_reported_in_order():
     ev = [{"ph": "X", "pid": 1, "tid": 1, "name": "a", "ts": "soon", "dur": 1},          # 0
           {"ph": "X", "pid": 1, "tid": 1, "name": "a", "ts": 0, "dur": -1},             # 1
           {"ph": "X", "pid": 1, "tid": 1, "name": "a", "ts": 0, "dur": "long"},         # 2
-          {"ph": "E", "pid": 1, "tid": 1, "ts": 3},                                     # 3
+          {"ph": "E", "pid": 3, "tid": 1, "ts": 3},                                     # 3
           {"ph": "B", "pid": 1, "tid": 2, "name": "a", "ts": 5},                        # 4
           {"ph": "B", "pid": 1, "tid": 2, "name": "b", "ts": 6},                        # 5
           {"ph": "E", "pid": 1, "tid": 2, "ts": 5.5},                                   # 6: closes b at 6
@@ -272,7 +272,7 @@ def test_every_bad_event_is_reported_in_order():
         "event 0: ts 'soon' is not a number",
         "event 1: dur -1 is not a number >= 0",
         "event 2: dur 'long' is not a number >= 0",
-        "event 3: 'E' without a matching 'B' on pid 1 tid 1",
+        "event 3: 'E' without a matching 'B' on pid 3 tid 1",
         "event 6: 'E' at 5.5 is before its 'B' at 6 on pid 1 tid 2",
         "event 8: pid/tid True/1 must be integers or strings",
         "1 'B' event(s) without 'E' on pid 1 tid 2",
@@ -402,6 +402,10 @@ def test_sources(tmp_path):
     for source in (ev, {"traceEvents": ev}, plain, str(plain), packed):
         m = read_trace(source, step_pattern=None, num_steps=1)
         assert m.end.tolist() == [1e-6], source
+    # any other suffix, or none, is plain JSON
+    for name in ("trace", "trace.dat", "trace.c"):
+        (tmp_path / name).write_text(json.dumps(ev))
+        assert read_trace(tmp_path / name, step_pattern=None, num_steps=1).end.tolist() == [1e-6], name
     # gzip is chosen by the .gz suffix: the same bytes named .json are no JSON text
     renamed = tmp_path / "packed.json"
     renamed.write_bytes(packed.read_bytes())
@@ -485,3 +489,37 @@ def test_only_name_metadata_names_threads():
     assert m.steps.shape == (0, 2) and m.unknown_threads == []
     assert (m.kind.tolist(), m.chip.tolist(), m.unit.tolist(), m.phase.tolist(), m.end.tolist()) == (
         ["tc"], [0], [0], ["tc_forward"], [2.0])
+
+
+def test_same_unit_number_on_two_chips_is_two_units():
+    # SparseCore 0 of chip 0 busy [0, 2], SparseCore 0 of chip 1 busy [3, 5], both in step 0:
+    # the busiest unit is busy 2 s (not their union, 4 s); with markers and without
+    ev = [_process(1, "/device:TPU:0"), _thread(1, 1, "Steps"), _x(1, 1, "0", 0, 10),
+          _process(5, "TPU:0 SparseCore 0"), _thread(5, 1, "XLA Ops"), _x(5, 1, "op", 0, 2),
+          _process(6, "TPU:1 SparseCore 0"), _thread(6, 1, "XLA Ops"), _x(6, 1, "op", 3, 5)]
+    assert float(read_trace(ev, time_unit="s").phase_times()["measured"].sel(phase="sc_forward")) == 2.0
+    no_markers = read_trace(ev, time_unit="s", step_pattern=None, num_steps=1)
+    assert float(no_markers.phase_times()["measured"].sel(phase="sc_forward")) == 2.0
+    # and chip 0's SparseCores 0 and 1 ([0, 2] and [3, 5]) likewise
+    ev[6:8] = [_process(6, "TPU:0 SparseCore 1"), _thread(6, 1, "XLA Ops")]
+    assert float(read_trace(ev, time_unit="s").phase_times()["measured"].sel(phase="sc_forward")) == 2.0
+
+
+def test_parent_and_child_starting_at_zero():
+    # the child [0, 1] is listed before its parent [0, 3]: the parent, the longer, is the top-level one
+    ev = [_process(1, "/device:TPU:0"), _thread(1, 2, "XLA Ops"), _x(1, 2, "child", 0, 1), _x(1, 2, "parent", 0, 3)]
+    m = read_trace(ev, time_unit="s", step_pattern=None, num_steps=1)
+    assert m.name.tolist() == ["parent"] and m.end.tolist() == [3.0]
+
+
+def test_events_in_gaps_between_steps():
+    # steps [0, 2] and [4, 6]; an event belongs to the step it starts in, end excluded
+    ev = [_process(1, "/device:TPU:0"), _thread(1, 1, "Steps"), _thread(1, 2, "XLA Ops"),
+          _x(1, 1, "0", 0, 2), _x(1, 1, "1", 4, 6)]
+    starts = [-1.0, 0.0, 1.5, 2.0, 3.0, 4.0, 5.5, 6.0, 7.0]
+    ev += [_x(1, 2, f"op{i}", t, t + 0.25) for i, t in enumerate(starts)]
+    m = read_trace(ev, time_unit="s")
+    assert dict(zip(m.start.tolist(), m.step.tolist())) == {
+        -1.0: -1, 0.0: 0, 1.5: 0, 2.0: -1, 3.0: -1, 4.0: 1, 5.5: 1, 6.0: -1, 7.0: -1}
+    # 2 events of 0.25 s in each step
+    assert m.phase_times()["per_step"].sel(phase="tc_forward").values.tolist() == [0.5, 0.5]
