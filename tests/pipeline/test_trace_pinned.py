@@ -15,6 +15,7 @@ import gzip
 import json
 import math
 import re
+import warnings
 
 import numpy as np
 import pytest
@@ -212,6 +213,9 @@ def test_busy_time_is_the_union():
     assert busy([(0.0, 1.0), (1.0, 2.0)]) == 2.0              # touching
     assert busy([(0.0, 1.0), (3.0, 5.0), (4.0, 4.5), (3.0, 3.0)]) == 3.0   # 1 + [3, 5] 2
     assert busy([(1.0, 1.0)]) == 0.0                          # zero length
+    # touching events are joined into one span [0.03, 0.84], whose length is 0.84 - 0.03
+    # = 0.8099999999999999 in floats; their two lengths added would round to 0.81
+    assert busy([(0.03, 0.43), (0.43, 0.84)]) == 0.84 - 0.03 != (0.43 - 0.03) + (0.84 - 0.43)
 
 
 @pytest.mark.parametrize("lengths, expected", [
@@ -260,21 +264,21 @@ def test_every_bad_event_is_reported_in_order():
     ev = [{"ph": "X", "pid": 1, "tid": 1, "name": "a", "ts": "soon", "dur": 1},          # 0
           {"ph": "X", "pid": 1, "tid": 1, "name": "a", "ts": 0, "dur": -1},             # 1
           {"ph": "X", "pid": 1, "tid": 1, "name": "a", "ts": 0, "dur": "long"},         # 2
-          {"ph": "E", "pid": 3, "tid": 1, "ts": 3},                                     # 3
-          {"ph": "B", "pid": 1, "tid": 2, "name": "a", "ts": 5},                        # 4
-          {"ph": "B", "pid": 1, "tid": 2, "name": "b", "ts": 6},                        # 5
-          {"ph": "E", "pid": 1, "tid": 2, "ts": 5.5},                                   # 6: closes b at 6
-          {"ph": "B", "pid": 2, "tid": 1, "name": "c", "ts": 1},                        # 7
-          {"ph": "X", "pid": True, "tid": 1, "name": "a", "ts": 0, "dur": 1}]           # 8
+          {"ph": "X", "pid": True, "tid": 1, "name": "a", "ts": 0, "dur": 1},           # 3
+          {"ph": "E", "pid": 3, "tid": 1, "ts": 3},                                     # 4
+          {"ph": "B", "pid": 1, "tid": 2, "name": "a", "ts": 5},                        # 5
+          {"ph": "B", "pid": 1, "tid": 2, "name": "b", "ts": 6},                        # 6
+          {"ph": "E", "pid": 1, "tid": 2, "ts": 5.5},                                   # 7: closes b at 6
+          {"ph": "B", "pid": 2, "tid": 1, "name": "c", "ts": 1}]                        # 8
     with pytest.raises(TraceError) as info:
         read_trace(ev, num_steps=1)
     assert info.value.problems == [
         "event 0: ts 'soon' is not a number",
         "event 1: dur -1 is not a number >= 0",
         "event 2: dur 'long' is not a number >= 0",
-        "event 3: 'E' without a matching 'B' on pid 3 tid 1",
-        "event 6: 'E' at 5.5 is before its 'B' at 6 on pid 1 tid 2",
-        "event 8: pid/tid True/1 must be integers or strings",
+        "event 3: pid/tid True/1 must be integers or strings",
+        "event 4: 'E' without a matching 'B' on pid 3 tid 1",
+        "event 7: 'E' at 5.5 is before its 'B' at 6 on pid 1 tid 2",
         "1 'B' event(s) without 'E' on pid 1 tid 2",
         "1 'B' event(s) without 'E' on pid 2 tid 1",
     ]
@@ -354,6 +358,10 @@ def test_step_marker_thread_choice():
     assert m.steps.tolist() == [[0.0, 4.0]]
     with pytest.raises(TraceError, match="pass num_steps"):
         read_trace(ev, step_pattern="")
+    # two step lines of one process: the lower tid as text, whichever comes first in the file
+    ev = [_process(4, "/device:TPU:0"), _thread(4, 2, "Step"), _thread(4, 1, "Steps"),
+          _x(4, 2, "0", 0, 3), _x(4, 1, "0", 0, 5)]
+    assert read_trace(ev, time_unit="s").steps.tolist() == [[0.0, 5.0]]
     assert read_trace(ev, step_pattern="", num_steps=3).steps.shape == (0, 2)
 
 
@@ -523,3 +531,12 @@ def test_events_in_gaps_between_steps():
         -1.0: -1, 0.0: 0, 1.5: 0, 2.0: -1, 3.0: -1, 4.0: 1, 5.5: 1, 6.0: -1, 7.0: -1}
     # 2 events of 0.25 s in each step
     assert m.phase_times()["per_step"].sel(phase="tc_forward").values.tolist() == [0.5, 0.5]
+
+
+def test_no_markers_step_time_is_nan_without_a_warning():
+    ev = [_process(1, "/device:TPU:0"), _thread(1, 2, "XLA Ops"), _x(1, 2, "op", 0, 1)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")      # numpy's "Mean of empty slice" would be one
+        ds = read_trace(ev, step_pattern=None, num_steps=2).phase_times()
+    assert math.isnan(float(ds["step_time"]))
+    assert float(ds["measured"].sel(phase="tc_forward")) == pytest.approx(0.5e-6, rel=1e-12)   # 1 us / 2 steps
