@@ -540,3 +540,5 @@ def test_no_markers_step_time_is_nan_without_a_warning():
         ds = read_trace(ev, step_pattern=None, num_steps=2).phase_times()
     assert math.isnan(float(ds["step_time"]))
     assert float(ds["measured"].sel(phase="tc_forward")) == pytest.approx(0.5e-6, rel=1e-12)   # 1 us / 2 steps
+    # phases without a single event: 0 s, not NaN nor negative
+    assert ds["measured"].drop_sel(phase="tc_forward").values.tolist() == [0.0] * 6
