@@ -407,7 +407,7 @@ def _stats_over_dataset(source, features, topology, plan, config, colmap, B, dro
                engine_threads=None, recycle=False)
     chunks = _plan_chunks(job, target)
     job.engine_threads = num_threads or _engine_threads(mode, workers, len(chunks), client)
-    # Recycled step buffers (see _dataset_chunks._step_buffer) only in this process, where
+    # Recycled step buffers (see _dataset_chunks._step_buffers) only in this process, where
     # they are released when the run ends; a distributed worker would keep them.
     job.recycle = mode != "distributed"
     boundaries = {}       # step -> chunks holding a fragment of it, in order

@@ -926,6 +926,36 @@ def test_step_buffers_are_reused_only_when_nothing_holds_them():
     assert not chunks._STEP_BUFFERS
 
 
+def test_step_buffers_keep_row_splits_someone_holds():
+    """A held view of a batch's row-splits array (as the engine takes) keeps its buffers out of reuse; a
+    step cut from the middle of the rows gets splits from 0 (the read splits shifted in place)."""
+    from scwork.sharding import _dataset_chunks as chunks
+
+    rows = {"a": (np.arange(9, dtype=np.int32), np.array([0, 1, 3, 6, 9])),
+            "b": (np.arange(4) + 50, np.array([0, 0, 2, 3, 4]))}
+    chunks._release_step_buffers()
+    try:
+        first = chunks._step_batch(rows, 2, 4, ["a", "b"], recycle=True)
+        np.testing.assert_array_equal(first.row_splits("a"), [0, 3, 6])
+        np.testing.assert_array_equal(first.row_splits("b"), [0, 1, 2])
+        np.testing.assert_array_equal(first._ids, [3, 4, 5, 6, 7, 8, 52, 53])
+        splits = first._splits[1]          # feature b's splits inside the batch's one array: after a's 6 ids
+        where = first._splits.__array_interface__["data"][0]
+        del first
+        second = chunks._step_batch(rows, 0, 2, ["a", "b"], recycle=True)
+        third = chunks._step_batch(rows, 1, 3, ["a", "b"], recycle=True)
+        assert where not in {b._splits.__array_interface__["data"][0] for b in (second, third)}
+        np.testing.assert_array_equal(splits, [6, 7, 8])
+        np.testing.assert_array_equal(second.row_splits("a"), [0, 1, 3])
+        np.testing.assert_array_equal(third.row_splits("b"), [0, 2, 3])
+        np.testing.assert_array_equal(third._ids, [1, 2, 3, 4, 5, 50, 51, 52])
+        del splits, second
+        fourth = chunks._step_batch(rows, 0, 2, ["a", "b"], recycle=True)
+        assert fourth._splits.__array_interface__["data"][0] == where
+    finally:
+        chunks._release_step_buffers()
+
+
 def test_profile_counts_each_chunk_read_as_one_parallel_task(tmp_path):
     """Under the projection's profiler, the chunks' reads and batch copies form one batch of tasks."""
     from scwork.sharding import _profile
