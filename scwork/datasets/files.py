@@ -512,9 +512,10 @@ def write_synthetic_parquet(
         before this option have), ``"plain"`` 8 bytes per id. Every reader of
         Parquet 2 files (pyarrow, Spark, DuckDB, polars) reads all three. Measured
         on one 16384-sample shard of 26 features x Poisson(20) ids (8.5 M ids,
-        Zipf 1.05 hashed over 10**6) with zstd: ``"delta"`` 22.0 MiB, decoded in
-        about 68 ms of CPU by pyarrow and written in 180 ms; ``"dictionary"``
-        22.1 MiB, 103-110 ms and 460 ms. Reading is what
+        Zipf 1.05 hashed over 10**6) with zstd, as nullable ``list<int64>`` in
+        version 1 pages: ``"delta"`` 22.0 MiB, decoded in about 68 ms of CPU by
+        pyarrow and written in 180 ms; ``"dictionary"`` 22.1 MiB, 103-110 ms and
+        460 ms (the layout above brings ``"delta"`` to 51-52 ms, 23.2 MiB). Reading is what
         :func:`~scwork.sharding.stats_over_dataset` spends most of its time on, so
         the default is ``"delta"``. Dictionaries pay off when a column chunk holds
         few distinct ids (a small vocabulary or a very skewed one): the file is
