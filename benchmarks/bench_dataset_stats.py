@@ -416,7 +416,13 @@ def main(argv=None) -> int:
     # The writer's layout is part of the config: a folder of shards from another version is rewritten, and
     # the default folder's name says the layout, so that versions compared back to back keep their own.
     if args.format == "npz":
+        import inspect
+
+        from scwork.sharding.shards import write_npz_shard
+
         cfg["format"] = "npz"
+        cfg["layout"] = "int32 ids where they fit" if "id_type" in inspect.signature(write_npz_shard).parameters \
+            else "int64 ids"
         tag = "-npz"
     else:
         cfg["layout"] = _writer_layout()

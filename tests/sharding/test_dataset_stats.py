@@ -839,6 +839,29 @@ def test_write_npz_shard_validates_first_and_is_atomic(tmp_path, monkeypatch):
     assert path.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["shard.npz"]
 
 
+@pytest.mark.parametrize("id_type, stored", [("auto", "int32"), ("int32", "int32"), ("int64", "int64")])
+def test_write_npz_shard_id_types_read_to_the_same_statistics(tmp_path, id_type, stored):
+    data = make_data(96, seed=31)
+    for i, shard in enumerate(split(data, [40, 56])):
+        write_npz_shard(tmp_path / f"s{i}.npz", shard, id_type=id_type)
+        assert str(np.load(tmp_path / f"s{i}.npz")["a_ids"].dtype) == stored
+    res = stats_over_dataset(tmp_path, FEATURES, TOPO, batch_size=32, chunk_rows=32)
+    check_same(res, reference(data, 32, True))
+
+
+def test_write_npz_shard_keeps_int64_for_ids_beyond_int32(tmp_path):
+    big = 2**31
+    write_npz_shard(tmp_path / "s.npz", {"f": ([5, big], [0, 1, 2]), "g": ([7], [0, 0, 1])})
+    with np.load(tmp_path / "s.npz") as z:
+        assert z["f_ids"].dtype == np.int64 and z["f_ids"].tolist() == [5, big]
+        assert z["g_ids"].dtype == np.int32
+    with pytest.raises(InputError, match="does not fit in int32"):
+        write_npz_shard(tmp_path / "t.npz", {"f": ([5, big], [0, 1, 2])}, id_type="int32")
+    with pytest.raises(ConfigError, match="id_type must be one of"):
+        write_npz_shard(tmp_path / "t.npz", {"f": ([5], [0, 1])}, id_type="uint8")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.npz"]
+
+
 def test_bit_flip_in_parquet_row_group_metadata_reads_or_is_a_shard_error(tmp_path):
     """A flipped byte in the row group's path_in_schema (decoded lazily by pyarrow) once
     raised a raw UnicodeDecodeError; the scan no longer decodes column-chunk metadata and
