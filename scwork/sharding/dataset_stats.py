@@ -62,13 +62,14 @@ one copy into the engine's batch), in data pages of version 2 (``data_page_versi
 one core, on shards of 16384 samples x 26 features x Poisson(20) ids (8.5 M ids,
 zstd), one shard's decode takes 51-52 ms of CPU in that layout against 69-72 ms as
 nullable ``list<int64>`` in version 1 pages, and ``stats_over_dataset`` over 8 such
-shards then reaches about 43% of the throughput per core of ``collect_stats`` over
+shards then reaches about 46% of the throughput per core of ``collect_stats`` over
 the same batches in memory (29-31% with the nullable ``list<int64>`` shards). About
 half of what is left of the decode is pyarrow turning Parquet's repetition levels into
 list offsets, which every Parquet list column pays. Uncompressed NPZ shards
 (:func:`write_npz_shard`: the ids and row splits stored flat, read by seeking) skip
-that step and reach about 56%, at three times the bytes on disk (8 B per id against
-about 2.8 B for the delta-encoded Parquet above).
+that step: about 77% with int32 ids (its default where they fit), 65% with int64 ids,
+at 1.5 and 2.9 times the bytes on disk of the delta-encoded Parquet above (4.4 and 8.4
+B per id against 2.9 B).
 
 ``source`` is a directory (its ``*.parquet``, ``*.pq`` or ``*.npz`` files, in name
 order, not recursive), a glob pattern (matches in name order), a list of files (in
