@@ -21,7 +21,7 @@ __all__ = ["available_cores", "resolve_num_threads"]
 _TASKS_PER_THREAD = 8
 
 
-def _run_tasks(fn, items, sizes, num_threads: int, name: str = "tasks") -> list:
+def _run_tasks(fn, items, sizes, num_threads: int, name: str = "tasks", overlap=None) -> list:
     """``[fn(item, worker) for item in items]``, on ``num_threads`` threads.
 
     The calling thread is worker 0 and ``num_threads - 1`` threads are started for
@@ -32,13 +32,25 @@ def _run_tasks(fn, items, sizes, num_threads: int, name: str = "tasks") -> list:
     has finished. No executor: one ``submit`` per task, each waking a thread that
     then waits for the GIL, costs more than a small task.
 
+    ``overlap``: a callable (no arguments) that does serial work that does not
+    depend on the tasks' results (result buffers, the next batch's task list). The
+    calling thread runs it once the other workers have started, then joins them as
+    worker 0, so it costs no time on the critical path as long as it is shorter
+    than the batch. It must not read what the tasks write: with one thread (and
+    while profiling) it runs before the tasks, so that a test with one thread
+    sees any such dependency as a wrong result. If it raises, the workers stop
+    after their current task and its exception is raised once they have.
+
     While :func:`scwork.sharding._profile.profiled` is active the items run on the
-    calling thread, each timed, and are recorded as a batch called ``name``.
+    calling thread, each timed, and are recorded as a batch called ``name``
+    (``overlap``, timed apart, as that batch's overlapped serial time).
     """
     prof = _profile.active()
     if prof is not None:
-        return _profile.run_serially(prof, name, fn, items, sizes)
+        return _profile.run_serially(prof, name, fn, items, sizes, overlap)
     if num_threads == 1 or len(items) <= 1:
+        if overlap is not None:
+            overlap()
         return [fn(item, 0) for item in items]
     order = iter(sorted(range(len(items)), key=lambda i: -sizes[i]))
     results: list = [None] * len(items)
@@ -59,6 +71,12 @@ def _run_tasks(fn, items, sizes, num_threads: int, name: str = "tasks") -> list:
     for t in threads:
         t.start()
     try:
+        if overlap is not None:
+            try:
+                overlap()
+            except BaseException:          # the workers stop at their next task; then raise
+                stop.set()
+                raise
         work(0)
     except BaseException:                  # e.g. KeyboardInterrupt: stop the others, then raise
         stop.set()

@@ -139,8 +139,7 @@ from scwork.sharding.results import (
     _ALIGN,
     CsrBuffers,
     PreprocessResult,
-    _dataset,
-    _stats_parts,
+    _StatsBuilder,
     _written_within,
     round_up_array,
 )
@@ -1092,12 +1091,15 @@ def _row_gains(stack: Stack, batch: FeatureBatch, nsl: int, n: int, lbits: int) 
 # driver
 # --------------------------------------------------------------------------------------
 def _execute(plan: StackingPlan, batch: FeatureBatch, G: int, S: int, kern: _Backend, config: SparsecoreConfig,
-             want_csr: bool, num_threads: int) -> list[dict]:
+             want_csr: bool, num_threads: int, prepare=None) -> list[dict]:
     """Run every stack: task batches (counts for C, slices, naive view and compaction), checks, results.
 
     Every step that grows with the input runs as tasks of about ``total ids /
     (threads * _TASKS_PER_THREAD)`` ids, so that the threads finish together; with one
-    thread each batch has one task per stack.
+    thread each batch has one task per stack. ``prepare`` (no arguments): serial work
+    of the caller that does not depend on the results (the statistics' buffers and
+    Dataset), done by the calling thread while the slices run, with the naive view's
+    task list.
     """
     weights, has_w = _weights_of(batch)
     counts = _slice_counts(batch, G * S)
@@ -1165,22 +1167,28 @@ def _execute(plan: StackingPlan, batch: FeatureBatch, G: int, S: int, kern: _Bac
             else:
                 j.task_done(j.run_slices(kern, batch, weights, has_w, s0, s1, worker, scratch_of(worker)))
 
-        _run_tasks(slices, work, sizes, num_threads, "slices")
+        # naive view (per group and partition range) and the compaction of staged stacks:
+        # the task list depends on the counts alone, so it is made while the slices run
+        finish, finish_sizes = [], []
+
+        def finish_list():
+            for j in jobs:
+                units, unit_sizes = j.naive_tasks(target)
+                finish.extend([(j, u) for u in units])
+                finish_sizes.extend(unit_sizes)
+            for j in jobs:
+                if j.staged:
+                    finish.append((j, None))
+                    finish_sizes.append(4 * j.num_ids)
+            if prepare is not None:
+                prepare()
+
+        _run_tasks(slices, work, sizes, num_threads, "slices", overlap=finish_list)
         # errors in stack order, as a stack-by-stack run would raise them
         for j in jobs:
             err = j.first_error(("oov",))
             if err is not None:
                 raise _Oov(err[1])
-        # naive view (per group and partition range) and the compaction of staged stacks
-        finish, finish_sizes = [], []
-        for j in jobs:
-            units, unit_sizes = j.naive_tasks(target)
-            finish += [(j, u) for u in units]
-            finish_sizes += unit_sizes
-        for j in jobs:
-            if j.staged:
-                finish.append((j, None))
-                finish_sizes.append(4 * j.num_ids)
         _run_tasks(_finish_task(kern), finish, finish_sizes, num_threads, "finish")
         for j in jobs:
             j.finish_counts()
@@ -1269,9 +1277,16 @@ def _run_call(batch, features, topology, stacking, config, on_out_of_vocabulary,
     _check_scratch(plan, batch, G, S, want_csr, num_threads)
     oov_counts = {st.name: 0 for st in plan.stacks}
     batch_used = batch
+    built: list[_StatsBuilder] = []
+
+    def prepare():
+        # the statistics' arrays and Dataset, built while the slices run (they depend
+        # on the plan and the out-of-vocabulary counts alone; filled below)
+        built[:] = [_StatsBuilder(plan, topology, batch_used, oov_counts, dataset)]
+
     for attempt in range(2):
         try:
-            results = _execute(plan, batch_used, G, S, kern, config, want_csr, num_threads)
+            results = _execute(plan, batch_used, G, S, kern, config, want_csr, num_threads, prepare)
             break
         except _Oov as err:
             if on_out_of_vocabulary == "error" or attempt == 1:
@@ -1287,8 +1302,10 @@ def _run_call(batch, features, topology, stacking, config, on_out_of_vocabulary,
         # last, so that preprocess raises what compute_stats raises first (the kernels'
         # float32 gains of a rejected sample are never returned)
         _check_gain_inputs(batch_used, plan)
-    parts = _stats_parts(plan, topology, batch_used, results, oov_counts)
-    stats = _dataset(*parts) if dataset else parts
+    (stats_builder,) = built
+    stats_builder.fill(results)
+    parts = stats_builder.parts
+    stats = stats_builder.dataset if dataset else parts
     for i, (st, res) in enumerate(zip(plan.stacks, results)):
         if res["static_dropped"]:
             # The library drops these with a log line whatever allow_id_dropping says;
