@@ -681,6 +681,11 @@ class _StackJob:
 
     def finish_counts(self) -> None:
         """Per-group counters summed (statistics-only stacks) and the naive view."""
+        self.finish_sums()
+        self.finish_naive()
+
+    def finish_sums(self) -> None:
+        """Per-group counters summed (statistics-only stacks): needs the slices, not the naive view."""
         ng = len(self.groups)
         if self.by_group or self.split_csr:
             nsl, P = self.nsl, self.P
@@ -692,16 +697,25 @@ class _StackJob:
                 np.sum(per_group.reshape(ng, nsl * P), axis=0, out=self.pairs)
                 np.sum(self.distinct_g.reshape(ng, nsl * P), axis=0, out=self.distinct)
                 self.kept[:] = self.pairs
-        self.naive_counts = self.naive_g[0] if ng == 1 else self.naive_g.sum(axis=0)
 
-    def results(self) -> list[dict]:
-        """The results of the stacks this job ran (one)."""
-        return [self.result()]
+    def finish_naive(self) -> None:
+        """The stack's naive view: its groups' sum (after the naive-view tasks)."""
+        self.naive_counts = self.naive_g[0] if len(self.groups) == 1 else self.naive_g.sum(axis=0)
 
-    def result(self) -> dict:
-        out = {"pairs": self.pairs, "distinct": self.distinct, "naive": self.naive_counts, "kept": self.kept,
-               "input": self.slice_ids,
+    def naive_rows(self) -> np.ndarray:
+        """``(stacks, P)``: the naive view of each stack this job ran, after the naive-view tasks."""
+        self.finish_naive()
+        return self.naive_counts[None]
+
+    def results(self, naive: bool = True) -> list[dict]:
+        """The results of the stacks this job ran (one); ``naive=False``: without the naive view."""
+        return [self.result(naive)]
+
+    def result(self, naive: bool = True) -> dict:
+        out = {"pairs": self.pairs, "distinct": self.distinct, "kept": self.kept, "input": self.slice_ids,
                "dropped": int(self.dropped.sum()), "static_dropped": 0}
+        if naive:
+            out["naive"] = self.naive_counts
         capacity = self.stack.static_buffer_size_per_sc(self.S)
         if capacity is not None:
             kept = self.kept.reshape(self.nsl, self.P)
@@ -821,28 +835,44 @@ class _MergedJob:
     def finish_counts(self) -> None:
         """The naive view per group; each part's counters are its groups' sums (in :meth:`results`)."""
 
-    def results(self) -> list[dict]:
-        """One result per stack of the run, as each stack's own job gives it."""
+    def finish_sums(self) -> None:
+        """Nothing: each part's counters are its groups' sums, made in :meth:`results`."""
+
+    def naive_rows(self) -> np.ndarray:
+        """``(parts, P)``: each part's naive view, the sum of its groups' (after the naive-view tasks)."""
+        starts = self.stack.group_starts[:-1]
+        if len(starts) == len(self.groups):
+            return self.naive_g
+        return np.add.reduceat(self.naive_g, np.array(starts, np.int64), axis=0)
+
+    def results(self, naive: bool = True) -> list[dict]:
+        """One result per stack of the run, as each stack's own job gives it.
+
+        ``naive=False``: without the naive view (before its tasks ran; :meth:`naive_rows` then).
+        """
         merged = self.stack
         ng, nsl, P = len(self.groups), self.nsl, self.P
         starts = merged.group_starts[:-1]
         pairs_g = self.pairs_g.reshape(ng, nsl * P)
         distinct_g = self.distinct_g.reshape(ng, nsl * P)
         if len(starts) == ng:                     # one table per part: the group rows are the parts'
-            pairs, distinct, naive, inputs = pairs_g, distinct_g, self.naive_g, self.counts
+            pairs, distinct, inputs = pairs_g, distinct_g, self.counts
         else:
             at = np.array(starts, np.int64)
             pairs = np.add.reduceat(pairs_g, at, axis=0)
             distinct = np.add.reduceat(distinct_g, at, axis=0)
-            naive = np.add.reduceat(self.naive_g, at, axis=0)
             inputs = np.add.reduceat(self.counts, at, axis=0)
         out = []
-        # the rows' arrays, so that the statistics Dataset takes them whole (results._stacked)
-        block = {"pairs": pairs, "distinct": distinct, "naive": naive, "input": inputs}
+        # the rows' arrays, so that the statistics take them whole (results._block_of)
+        block = {"pairs": pairs, "distinct": distinct, "input": inputs}
+        if naive:
+            block["naive"] = self.naive_rows()
         for i, st in enumerate(merged.parts):
             row = pairs[i]
-            res = {"pairs": row, "distinct": distinct[i], "naive": naive[i], "kept": row,
+            res = {"pairs": row, "distinct": distinct[i], "kept": row,
                    "input": inputs[i], "dropped": 0, "static_dropped": 0, "block": block, "row": i}
+            if naive:
+                res["naive"] = block["naive"][i]
             capacity = st.static_buffer_size_per_sc(self.S)
             if capacity is not None:
                 kept = row.reshape(nsl, P)
@@ -1091,7 +1121,7 @@ def _row_gains(stack: Stack, batch: FeatureBatch, nsl: int, n: int, lbits: int) 
 # driver
 # --------------------------------------------------------------------------------------
 def _execute(plan: StackingPlan, batch: FeatureBatch, G: int, S: int, kern: _Backend, config: SparsecoreConfig,
-             want_csr: bool, num_threads: int, prepare=None) -> list[dict]:
+             want_csr: bool, num_threads: int, prepare=None, after_slices=None) -> tuple[list[dict], np.ndarray]:
     """Run every stack: task batches (counts for C, slices, naive view and compaction), checks, results.
 
     Every step that grows with the input runs as tasks of about ``total ids /
@@ -1099,7 +1129,12 @@ def _execute(plan: StackingPlan, batch: FeatureBatch, G: int, S: int, kern: _Bac
     thread each batch has one task per stack. ``prepare`` (no arguments): serial work
     of the caller that does not depend on the results (the statistics' buffers and
     Dataset), done by the calling thread while the slices run, with the naive view's
-    task list.
+    task list. ``after_slices(results)``: what the caller does with the results
+    (checks, statistics), run as one more task beside the naive view's (it needs
+    the slices, not the naive view).
+
+    Returns the per-stack results (without the naive view) and the naive view of
+    every stack, ``(stacks, P)``.
     """
     weights, has_w = _weights_of(batch)
     counts = _slice_counts(batch, G * S)
@@ -1189,10 +1224,27 @@ def _execute(plan: StackingPlan, batch: FeatureBatch, G: int, S: int, kern: _Bac
             err = j.first_error(("oov",))
             if err is not None:
                 raise _Oov(err[1])
+        done: list = []
+
+        def after():
+            # the checks and results need the slices only: a task beside the naive view's
+            for j in jobs:
+                j.finish_sums()
+            results = _check_jobs(jobs, batch, G, S, config, want_csr)
+            if after_slices is not None:
+                after_slices(results)
+            done.append(results)
+
+        staged = any(j.staged for j in jobs)      # results read the compacted CSR: after it
+        if not staged:
+            # first in the batch (the largest size): what follows the batch waits for it
+            finish.append((None, after))
+            finish_sizes.append(max(finish_sizes, default=0) + 1)
         _run_tasks(_finish_task(kern), finish, finish_sizes, num_threads, "finish")
-        for j in jobs:
-            j.finish_counts()
-        return _check_jobs(jobs, batch, G, S, config, want_csr)
+        if staged:
+            after()
+        naive = [j.naive_rows() for j in jobs]
+        return done[0], (naive[0] if len(naive) == 1 else np.concatenate(naive))
     finally:
         del scratch, ulists
         for j in jobs:
@@ -1214,7 +1266,9 @@ def _units(jobs, target: float, by_group) -> tuple[list, list[int]]:
 def _finish_task(kern: _Backend):
     def run(item, worker):
         j, unit = item
-        if unit is None:
+        if j is None:
+            unit()
+        elif unit is None:
             j.compact(kern)
         else:
             j.naive_task(kern, *unit)
@@ -1244,7 +1298,7 @@ def _check_jobs(jobs, batch, G, S, config, want_csr):
                 f"{j.stack.combiner!r} combiner divides by 0 (gains would be NaN or infinite); give "
                 "that sample non-zero weights or use combiner='sum'"
             )
-    return [res for j in jobs for res in j.results()]
+    return [res for j in jobs for res in j.results(naive=False)]
 
 
 def _run(*args, **kwargs):
@@ -1284,9 +1338,21 @@ def _run_call(batch, features, topology, stacking, config, on_out_of_vocabulary,
         # on the plan and the out-of-vocabulary counts alone; filled below)
         built[:] = [_StatsBuilder(plan, topology, batch_used, oov_counts, dataset)]
 
+    def after_slices(results):
+        # checks and statistics (all but the naive view), a task beside the naive view's
+        if not want_csr:
+            for st, res in zip(plan.stacks, results):
+                _check_limits(st, res, G, S, config, batch.batch_size)
+        else:
+            # last, so that preprocess raises what compute_stats raises first (the kernels'
+            # float32 gains of a rejected sample are never returned)
+            _check_gain_inputs(batch_used, plan)
+        built[0].fill(results, naive=False)
+
     for attempt in range(2):
         try:
-            results = _execute(plan, batch_used, G, S, kern, config, want_csr, num_threads, prepare)
+            results, naive = _execute(plan, batch_used, G, S, kern, config, want_csr, num_threads, prepare,
+                                      after_slices)
             break
         except _Oov as err:
             if on_out_of_vocabulary == "error" or attempt == 1:
@@ -1295,15 +1361,8 @@ def _run_call(batch, features, topology, stacking, config, on_out_of_vocabulary,
             for st in plan.stacks:
                 oov_counts[st.name] = int(sum(masks[f.name].sum() for f in st.features))
             batch_used = batch._without(masks)
-    if not want_csr:
-        for st, res in zip(plan.stacks, results):
-            _check_limits(st, res, G, S, config, batch.batch_size)
-    else:
-        # last, so that preprocess raises what compute_stats raises first (the kernels'
-        # float32 gains of a rejected sample are never returned)
-        _check_gain_inputs(batch_used, plan)
     (stats_builder,) = built
-    stats_builder.fill(results)
+    stats_builder.fill_naive(naive)
     parts = stats_builder.parts
     stats = stats_builder.dataset if dataset else parts
     for i, (st, res) in enumerate(zip(plan.stacks, results)):

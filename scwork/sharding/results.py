@@ -364,8 +364,15 @@ class _StatsBuilder:
         else:
             np.stack([np.asarray(r[key]).reshape(-1) for r in results], out=rows)
 
-    def fill(self, results) -> None:
-        """The counters of ``results`` (one dict per stack, the engine's) in, the derived variables computed."""
+    def fill_naive(self, naive: np.ndarray) -> None:
+        """The naive view, ``(stacks, P)``, in (when :meth:`fill` had none)."""
+        np.copyto(self.naive_unique, naive)
+
+    def fill(self, results, naive: bool = True) -> None:
+        """The counters of ``results`` (one dict per stack, the engine's) in, the derived variables computed.
+
+        ``naive=False``: all but the naive view (:meth:`fill_naive` then).
+        """
         ns = self.ns
         if ns == 0:
             return
@@ -391,7 +398,8 @@ class _StatsBuilder:
                 for f in st.features:
                     rs = batch._splits[batch._feature_index(f.name)]
                     self.raw[a] += (rs[n::n] - rs[:-1:n]).reshape(G, S)
-        self._put(self.naive_unique, results, "naive", block)
+        if naive:
+            self._put(self.naive_unique, results, "naive", block)
         np.max(ids, axis=2, out=self.max_ids)
         np.max(self.uniq, axis=2, out=self.max_uniq)
         np.sum(_round_up_8(ids), axis=3, out=self.required)
