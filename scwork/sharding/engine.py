@@ -1121,7 +1121,8 @@ def _row_gains(stack: Stack, batch: FeatureBatch, nsl: int, n: int, lbits: int) 
 # driver
 # --------------------------------------------------------------------------------------
 def _execute(plan: StackingPlan, batch: FeatureBatch, G: int, S: int, kern: _Backend, config: SparsecoreConfig,
-             want_csr: bool, num_threads: int, prepare=None, after_slices=None) -> tuple[list[dict], np.ndarray]:
+             want_csr: bool, num_threads: int, prepare=None, after_slices=None,
+             counts: np.ndarray | None = None) -> tuple[list[dict], np.ndarray]:
     """Run every stack: task batches (counts for C, slices, naive view and compaction), checks, results.
 
     Every step that grows with the input runs as tasks of about ``total ids /
@@ -1133,11 +1134,14 @@ def _execute(plan: StackingPlan, batch: FeatureBatch, G: int, S: int, kern: _Bac
     (checks, statistics), run as one more task beside the naive view's (it needs
     the slices, not the naive view).
 
+    ``counts``: :func:`_slice_counts` of ``batch`` if the caller has it.
+
     Returns the per-stack results (without the naive view) and the naive view of
     every stack, ``(stacks, P)``.
     """
     weights, has_w = _weights_of(batch)
-    counts = _slice_counts(batch, G * S)
+    if counts is None:
+        counts = _slice_counts(batch, G * S)
     count_first = num_threads >= _COUNT_FIRST_THREADS
     if not want_csr:
         stacks = plan.stacks
@@ -1328,7 +1332,10 @@ def _run_call(batch, features, topology, stacking, config, on_out_of_vocabulary,
         if len(st.features) * batch.batch_size > 2**31 - 1:
             raise InputError(f"stack {st.name!r}: {len(st.features)} features x {batch.batch_size} samples "
                              "exceed 2**31 - 1 rows (sample ids are int32); use a smaller batch or split the stack")
-    _check_scratch(plan, batch, G, S, want_csr, num_threads)
+    # raw ids of every feature in every slice: the scratch estimate's and the jobs' (the
+    # retry without out-of-vocabulary ids counts again)
+    slice_counts = _slice_counts(batch, G * S)
+    _check_scratch(plan, batch, G, S, want_csr, num_threads, slice_counts)
     oov_counts = {st.name: 0 for st in plan.stacks}
     batch_used = batch
     built: list[_StatsBuilder] = []
@@ -1352,7 +1359,7 @@ def _run_call(batch, features, topology, stacking, config, on_out_of_vocabulary,
     for attempt in range(2):
         try:
             results, naive = _execute(plan, batch_used, G, S, kern, config, want_csr, num_threads, prepare,
-                                      after_slices)
+                                      after_slices, slice_counts if batch_used is batch else None)
             break
         except _Oov as err:
             if on_out_of_vocabulary == "error" or attempt == 1:
