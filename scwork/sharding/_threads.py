@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 
 from scwork.errors import ConfigError
 from scwork.sharding import _profile
@@ -32,25 +33,30 @@ def _run_tasks(fn, items, sizes, num_threads: int, name: str = "tasks", overlap=
     has finished. No executor: one ``submit`` per task, each waking a thread that
     then waits for the GIL, costs more than a small task.
 
-    ``overlap``: a callable (no arguments) that does serial work that does not
-    depend on the tasks' results (result buffers, the next batch's task list). The
-    calling thread runs it once the other workers have started, then joins them as
-    worker 0, so it costs no time on the critical path as long as it is shorter
-    than the batch. It must not read what the tasks write: with one thread (and
-    while profiling) it runs before the tasks, so that a test with one thread
-    sees any such dependency as a wrong result. If it raises, the workers stop
-    after their current task and its exception is raised once they have.
+    ``overlap``: a callable (no arguments), or a list of them run in order, that
+    does serial work that does not depend on the tasks' results (result buffers,
+    the next batch's task list). The calling thread runs it once the other workers
+    have started, then joins them as worker 0, so it costs no time on the critical
+    path as long as it is shorter than the batch. It must not read what the tasks
+    write: with one thread (and while profiling) it runs before the tasks, so that
+    a test with one thread sees any such dependency as a wrong result. If it
+    raises, the workers stop after their current task and its exception is raised
+    once they have. Between two callables of a list the calling thread lets go of
+    the GIL (``time.sleep(0)``): a worker whose task ends meanwhile needs it to take
+    the next one, and CPython would otherwise hand it over only after its 5 ms
+    switch interval, so pure-Python overlapped work would stall the workers.
 
     While :func:`scwork.sharding._profile.profiled` is active the items run on the
     calling thread, each timed, and are recorded as a batch called ``name``
     (``overlap``, timed apart, as that batch's overlapped serial time).
     """
+    steps = [] if overlap is None else list(overlap) if isinstance(overlap, (list, tuple)) else [overlap]
     prof = _profile.active()
     if prof is not None:
-        return _profile.run_serially(prof, name, fn, items, sizes, overlap)
+        return _profile.run_serially(prof, name, fn, items, sizes, _in_order(steps) if steps else None)
     if num_threads == 1 or len(items) <= 1:
-        if overlap is not None:
-            overlap()
+        for step in steps:
+            step()
         return [fn(item, 0) for item in items]
     order = iter(sorted(range(len(items)), key=lambda i: -sizes[i]))
     results: list = [None] * len(items)
@@ -71,12 +77,13 @@ def _run_tasks(fn, items, sizes, num_threads: int, name: str = "tasks", overlap=
     for t in threads:
         t.start()
     try:
-        if overlap is not None:
-            try:
-                overlap()
-            except BaseException:          # the workers stop at their next task; then raise
-                stop.set()
-                raise
+        try:
+            for step in steps:
+                time.sleep(0)              # the GIL to a worker between its tasks, if one waits
+                step()
+        except BaseException:              # the workers stop at their next task; then raise
+            stop.set()
+            raise
         work(0)
     except BaseException:                  # e.g. KeyboardInterrupt: stop the others, then raise
         stop.set()
@@ -87,6 +94,14 @@ def _run_tasks(fn, items, sizes, num_threads: int, name: str = "tasks", overlap=
     if errors:
         raise errors[min(errors)]
     return results
+
+
+def _in_order(steps):
+    """One callable running ``steps`` in order."""
+    def run():
+        for step in steps:
+            step()
+    return run
 
 
 def available_cores() -> int:

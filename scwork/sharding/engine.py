@@ -1210,19 +1210,24 @@ def _execute(plan: StackingPlan, batch: FeatureBatch, G: int, S: int, kern: _Bac
         # the task list depends on the counts alone, so it is made while the slices run
         finish, finish_sizes = [], []
 
-        def finish_list():
-            for j in jobs:
+        def naive_list(j):
+            def make():
                 units, unit_sizes = j.naive_tasks(target)
                 finish.extend([(j, u) for u in units])
                 finish_sizes.extend(unit_sizes)
+            return make
+
+        def staged_list():
             for j in jobs:
                 if j.staged:
                     finish.append((j, None))
                     finish_sizes.append(4 * j.num_ids)
-            if prepare is not None:
-                prepare()
 
-        _run_tasks(slices, work, sizes, num_threads, "slices", overlap=finish_list)
+        # in steps: the calling thread lets a worker take the GIL between two
+        overlap = [naive_list(j) for j in jobs] + [staged_list]
+        if prepare is not None:
+            overlap += list(prepare) if isinstance(prepare, (list, tuple)) else [prepare]
+        _run_tasks(slices, work, sizes, num_threads, "slices", overlap=overlap)
         # errors in stack order, as a stack-by-stack run would raise them
         for j in jobs:
             err = j.first_error(("oov",))
@@ -1340,10 +1345,16 @@ def _run_call(batch, features, topology, stacking, config, on_out_of_vocabulary,
     batch_used = batch
     built: list[_StatsBuilder] = []
 
-    def prepare():
+    def prepare_arrays():
         # the statistics' arrays and Dataset, built while the slices run (they depend
         # on the plan and the out-of-vocabulary counts alone; filled below)
-        built[:] = [_StatsBuilder(plan, topology, batch_used, oov_counts, dataset)]
+        built[:] = [_StatsBuilder(plan, topology, batch_used, oov_counts)]
+
+    def prepare_dataset():
+        if dataset:
+            built[0].build_dataset()
+
+    prepare = [prepare_arrays, prepare_dataset]
 
     def after_slices(results):
         # checks and statistics (all but the naive view), a task beside the naive view's

@@ -354,7 +354,13 @@ class _StatsBuilder:
             "source": "[jte] preprocess_sparse_dense_matmul_input; [jte] SortAndGroupCooTensorsPerLocalDevice",
         }
         self.parts = (variables, _coords_dataset(tuple(names), G, S, P), attrs)
-        self.dataset = _dataset(*self.parts) if dataset else None
+        self.dataset = None
+        if dataset:
+            self.build_dataset()
+
+    def build_dataset(self) -> None:
+        """:attr:`dataset`: the Dataset of :attr:`parts` (its arrays filled later or already)."""
+        self.dataset = _dataset(*self.parts)
 
     def _put(self, out: np.ndarray, results, key: str, block) -> None:
         """Every result's ``key`` (a stack's row) into ``out`` (stack first)."""

@@ -625,3 +625,18 @@ def test_overlap_runs_first_with_one_thread_and_its_error_stops_the_workers():
     assert n < 40
     time.sleep(0.2)
     assert len(done) == n
+
+
+@pytest.mark.parametrize("num_threads", [1, 3])
+def test_overlap_steps_run_in_order_once(num_threads):
+    from scwork.sharding._profile import call, profiled
+    from scwork.sharding._threads import _run_tasks
+
+    seen = []
+    steps = [lambda i=i: seen.append(i) for i in range(5)]
+    assert _run_tasks(lambda x, w: -x, [1, 2, 3], [1, 1, 1], num_threads, overlap=steps) == [-1, -2, -3]
+    assert seen == [0, 1, 2, 3, 4]
+    seen.clear()
+    with profiled(num_threads) as profiles, call():
+        _run_tasks(lambda x, w: -x, [1, 2, 3], [1, 1, 1], num_threads, overlap=tuple(steps))
+    assert seen == [0, 1, 2, 3, 4] and len(profiles[0].overlaps) == 1
