@@ -1122,7 +1122,7 @@ def _row_gains(stack: Stack, batch: FeatureBatch, nsl: int, n: int, lbits: int) 
 # --------------------------------------------------------------------------------------
 def _execute(plan: StackingPlan, batch: FeatureBatch, G: int, S: int, kern: _Backend, config: SparsecoreConfig,
              want_csr: bool, num_threads: int, prepare=None, after_slices=None,
-             counts: np.ndarray | None = None) -> tuple[list[dict], np.ndarray]:
+             counts: np.ndarray | None = None, jobs: list | None = None) -> tuple[list[dict], np.ndarray]:
     """Run every stack: task batches (counts for C, slices, naive view and compaction), checks, results.
 
     Every step that grows with the input runs as tasks of about ``total ids /
@@ -1134,20 +1134,15 @@ def _execute(plan: StackingPlan, batch: FeatureBatch, G: int, S: int, kern: _Bac
     (checks, statistics), run as one more task beside the naive view's (it needs
     the slices, not the naive view).
 
-    ``counts``: :func:`_slice_counts` of ``batch`` if the caller has it.
+    ``counts``: :func:`_slice_counts` of ``batch`` if the caller has it; ``jobs``:
+    :func:`_jobs_of` for these arguments, if made ahead (their counters untouched).
 
     Returns the per-stack results (without the naive view) and the naive view of
     every stack, ``(stacks, P)``.
     """
     weights, has_w = _weights_of(batch)
-    if counts is None:
-        counts = _slice_counts(batch, G * S)
-    count_first = num_threads >= _COUNT_FIRST_THREADS
-    if not want_csr:
-        stacks = plan.stacks
-        plan = plan_derived("merged", stacks, (bool(config.allow_id_dropping), batch.batch_size),
-                        lambda: _OneStack(tuple(_merge_statistics_stacks(stacks, config, batch.batch_size))))
-    jobs = _make_jobs(plan, batch, G, S, want_csr, config, has_w, counts, count_first)
+    if jobs is None:
+        jobs = _jobs_of(plan, batch, G, S, want_csr, config, num_threads, counts)
     total = sum(j.num_ids for j in jobs)
     target = total / (num_threads * _TASKS_PER_THREAD) if num_threads > 1 else np.inf
 
@@ -1262,6 +1257,20 @@ def _execute(plan: StackingPlan, batch: FeatureBatch, G: int, S: int, kern: _Bac
         _POOL.give(ulist_buf)
 
 
+def _jobs_of(plan: StackingPlan, batch: FeatureBatch, G: int, S: int, want_csr: bool, config: SparsecoreConfig,
+             num_threads: int, counts: np.ndarray | None = None) -> list[_StackJob]:
+    """The jobs :func:`_execute` runs: statistics-only stacks merged, tables and zeroed counters made."""
+    _, has_w = _weights_of(batch)
+    if counts is None:
+        counts = _slice_counts(batch, G * S)
+    count_first = num_threads >= _COUNT_FIRST_THREADS
+    if not want_csr:
+        stacks = plan.stacks
+        plan = plan_derived("merged", stacks, (bool(config.allow_id_dropping), batch.batch_size),
+                            lambda: _OneStack(tuple(_merge_statistics_stacks(stacks, config, batch.batch_size))))
+    return _make_jobs(plan, batch, G, S, want_csr, config, has_w, counts, count_first)
+
+
 def _units(jobs, target: float, by_group) -> tuple[list, list[int]]:
     """``(job, s0, s1, g0, g1)`` tasks of every job and their sizes (raw ids)."""
     work, sizes = [], []
@@ -1323,6 +1332,34 @@ def _run_call(batch, features, topology, stacking, config, on_out_of_vocabulary,
     The statistics are a Dataset, or with ``dataset=False`` its parts (variables,
     coordinates, attributes: :func:`~scwork.sharding.results._stats_parts`).
     """
+    return _complete_call(_prepare_call(batch, features, topology, stacking, config, on_out_of_vocabulary,
+                                        stack_limits, rotation, activation_mem_bytes_limit, num_threads, backend,
+                                        want_csr), dataset)
+
+
+@dataclass
+class _PreparedCall:
+    """An engine call up to its first task: inputs checked, plan made, jobs built (:func:`_prepare_call`)."""
+
+    batch: FeatureBatch
+    topology: Topology
+    config: SparsecoreConfig
+    on_out_of_vocabulary: str
+    plan: StackingPlan
+    kern: _Backend
+    num_threads: int
+    want_csr: bool
+    slice_counts: np.ndarray
+    jobs: list
+
+
+def _prepare_call(batch, features, topology, stacking, config, on_out_of_vocabulary, stack_limits, rotation,
+                  activation_mem_bytes_limit, num_threads, backend, want_csr) -> _PreparedCall:
+    """The part of an engine call before its tasks: checks, plan, scratch estimate, jobs.
+
+    It depends on the call's arguments alone, so ``collect_stats`` prepares its next
+    step while the worker threads run this one's slices (:func:`_complete_call`).
+    """
     features = _check_inputs(batch, features, topology, config, on_out_of_vocabulary)
     num_threads = resolve_num_threads(num_threads)
     G, S = topology.num_devices, topology.sparsecores_per_device
@@ -1341,6 +1378,23 @@ def _run_call(batch, features, topology, stacking, config, on_out_of_vocabulary,
     # retry without out-of-vocabulary ids counts again)
     slice_counts = _slice_counts(batch, G * S)
     _check_scratch(plan, batch, G, S, want_csr, num_threads, slice_counts)
+    jobs = _jobs_of(plan, batch, G, S, want_csr, config, num_threads, slice_counts)
+    return _PreparedCall(batch, topology, config, on_out_of_vocabulary, plan, kern, num_threads, want_csr,
+                         slice_counts, jobs)
+
+
+def _complete_call(call: _PreparedCall, dataset: bool = True, overlap=None):
+    """Run a prepared call: ``(plan, statistics, per-stack results)`` as :func:`_run_call`.
+
+    ``overlap``: more serial work (a callable or a list of them) for the calling
+    thread while the slices run (``collect_stats``: the next step's
+    :func:`_prepare_call`); it must not depend on this call's results.
+    """
+    batch, topology, config, plan = call.batch, call.topology, call.config, call.plan
+    on_out_of_vocabulary, kern, num_threads, want_csr = (call.on_out_of_vocabulary, call.kern, call.num_threads,
+                                                          call.want_csr)
+    G, S = topology.num_devices, topology.sparsecores_per_device
+    slice_counts = call.slice_counts
     oov_counts = {st.name: 0 for st in plan.stacks}
     batch_used = batch
     built: list[_StatsBuilder] = []
@@ -1355,6 +1409,8 @@ def _run_call(batch, features, topology, stacking, config, on_out_of_vocabulary,
             built[0].build_dataset()
 
     prepare = [prepare_arrays, prepare_dataset]
+    if overlap is not None:
+        prepare += list(overlap) if isinstance(overlap, (list, tuple)) else [overlap]
 
     def after_slices(results):
         # checks and statistics (all but the naive view), a task beside the naive view's
@@ -1369,12 +1425,15 @@ def _run_call(batch, features, topology, stacking, config, on_out_of_vocabulary,
 
     for attempt in range(2):
         try:
+            first = batch_used is batch
             results, naive = _execute(plan, batch_used, G, S, kern, config, want_csr, num_threads, prepare,
-                                      after_slices, slice_counts if batch_used is batch else None)
+                                      after_slices, slice_counts if first else None, call.jobs if first else None)
             break
         except _Oov as err:
             if on_out_of_vocabulary == "error" or attempt == 1:
                 _raise_oov(batch_used, plan, err.position)
+            # the caller's overlap ran with the first attempt's slices: not again
+            prepare = prepare[:2]
             masks = _oov_masks(batch, plan)
             for st in plan.stacks:
                 oov_counts[st.name] = int(sum(masks[f.name].sum() for f in st.features))
@@ -1405,6 +1464,25 @@ def _statistics_parts(batch: FeatureBatch, features: Any, topology: Topology, st
     """
     _, parts, _ = _run(batch, features, topology, stacking, config, on_out_of_vocabulary, None, None,
                        DEFAULT_ACTIVATION_MEM_BYTES_LIMIT, num_threads, backend, want_csr=False, dataset=False)
+    return parts
+
+
+def _prepare_statistics(batch: FeatureBatch, features: Any, topology: Topology, stacking: Any,
+                        config: SparsecoreConfig, on_out_of_vocabulary: str, num_threads: int | None,
+                        backend: str) -> _PreparedCall:
+    """:func:`_statistics_parts` up to its first task (:func:`_prepare_call`)."""
+    return _prepare_call(batch, features, topology, stacking, config, on_out_of_vocabulary, None, None,
+                         DEFAULT_ACTIVATION_MEM_BYTES_LIMIT, num_threads, backend, False)
+
+
+def _statistics_of_prepared(call: _PreparedCall, overlap=None):
+    """The rest of :func:`_statistics_parts` for a call of :func:`_prepare_statistics`.
+
+    ``overlap``: serial work for the calling thread while the slices run (the next
+    step's preparation), independent of this call's results.
+    """
+    with _profile.call():
+        _, parts, _ = _complete_call(call, False, overlap)
     return parts
 
 

@@ -279,7 +279,7 @@ on_out_of_vocabulary, num_threads, backend
     """
     from collections.abc import Iterable as _Iterable
 
-    from scwork.sharding.engine import _statistics_parts
+    from scwork.sharding.engine import _prepare_statistics, _statistics_of_prepared
     from scwork.sharding.stacking import normalize_features
 
     if isinstance(batches, (str, bytes)) or not isinstance(batches, _Iterable):
@@ -301,7 +301,15 @@ on_out_of_vocabulary, num_threads, backend
     # not made to read, and the caller does not lose, a batch that is not used.
     source = batches if max_steps is None else itertools.islice(batches, max_steps)
     bar = _progress(source, total=total, desc="collecting statistics", enabled=progress, unit="step")
-    for step, item in enumerate(bar):
+    items = iter(bar)
+
+    def prepared(step: int):
+        """Step ``step``'s engine call up to its first task, or None after the last batch."""
+        nonlocal plan, free
+        try:
+            item = next(items)
+        except StopIteration:
+            return None
         batch = _as_batch(item, step)
         if plan is None:
             plan = plan_stacking(features, topology, stacking, batch_size=batch.batch_size, rotation=rotation,
@@ -311,9 +319,30 @@ on_out_of_vocabulary, num_threads, backend
         elif batch.batch_size != plan.batch_size:
             raise InputError(f"step {step}: batch size {batch.batch_size} differs from the first step's "
                              f"{plan.batch_size}; every step must have the same batch size")
+        return _prepare_statistics(batch, features, topology, free, free_config, on_out_of_vocabulary,
+                                   num_threads, backend)
+
+    # Each step's checks, plan and engine jobs are made while the worker threads run
+    # the step before (its slices): they depend on the batch alone. The next batch is
+    # read then too, one step ahead; what that raises is raised once the step before
+    # has finished, as a step-by-step loop would.
+    call = prepared(0)
+    step = 0
+    while call is not None:
+        ahead: dict = {}
+
+        def prepare_next(step=step, ahead=ahead):
+            try:
+                ahead["call"] = prepared(step + 1)
+            except Exception as err:  # noqa: BLE001 - raised below, after this step
+                ahead["error"] = err
+
         # compute_stats' variables without a Dataset per step (stacked into one below)
-        steps.append(_statistics_parts(batch, features, topology, free, free_config, on_out_of_vocabulary,
-                                       num_threads, backend))
+        steps.append(_statistics_of_prepared(call, prepare_next))
+        if "error" in ahead:
+            raise ahead["error"]
+        call = ahead["call"] if "call" in ahead else prepared(step + 1)
+        step += 1
     if bar is not source:
         bar.close()  # a bar left open by max_steps would otherwise linger until garbage collection
     if not steps:
