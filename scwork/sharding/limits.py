@@ -328,12 +328,17 @@ on_out_of_vocabulary, num_threads, backend
     # has finished, as a step-by-step loop would.
     call = prepared(0)
     step = 0
+    last: dict = {}
     while call is not None:
         ahead: dict = {}
 
         def prepare_next(step=step, ahead=ahead):
             try:
                 ahead["call"] = prepared(step + 1)
+                if ahead["call"] is None and steps:
+                    # this step is the last: the Dataset of every step, this one's row
+                    # filled once it is done (_fill_last_step)
+                    ahead["built"] = _steps_dataset(steps, step + 1, plan)
             except Exception as err:  # noqa: BLE001 - raised below, after this step
                 ahead["error"] = err
 
@@ -342,51 +347,91 @@ on_out_of_vocabulary, num_threads, backend
         if "error" in ahead:
             raise ahead["error"]
         call = ahead["call"] if "call" in ahead else prepared(step + 1)
+        last = ahead
         step += 1
     if bar is not source:
         bar.close()  # a bar left open by max_steps would otherwise linger until garbage collection
     if not steps:
         raise InputError("no batches: collect_stats needs at least one step")
-    # The steps share one plan, so their coordinates are the same: stacking the
-    # values in numpy gives what xr.concat gives (first step's coordinates and
-    # attributes, "step" first) without its per-step alignment, which cost about
-    # 6 ms a step, all of it serial.
+    built = last["built"] if "built" in last else _steps_dataset(steps, len(steps), plan)
+    _fill_last_step(built, steps)
+    return built[0]
+
+
+def _steps_dataset(steps: list, num_steps: int, plan) -> tuple:
+    """collect_stats' Dataset of ``num_steps`` steps, the first ``len(steps)`` filled from ``steps``
+    (each one ``(variables, coordinates, attributes)`` of the engine), the rest by
+    :func:`_fill_last_step`; ``(Dataset, its arrays by name)``.
+
+    The steps share one plan, so their coordinates are the same: stacking the
+    values in numpy gives what xr.concat gives (first step's coordinates and
+    attributes, "step" first) without its per-step alignment, which cost about
+    6 ms a step, all of it serial. Made while the last step's slices run, when
+    ``steps`` has all but that one.
+    """
     first_vars, first_coords, first_attrs = steps[0]
-    names = list(first_coords.variables["stack"].values)
-    for step, (_, coords, _) in enumerate(steps[1:], 1):
-        if coords is not first_coords and (list(coords.variables["stack"].values) != names
-                                           or coords.sizes != first_coords.sizes):
-            raise InternalError(f"step {step}: statistics of another shape than step 0's (same plan expected)")
+    for step, parts in enumerate(steps[1:], 1):
+        _check_step_shape(step, parts, first_coords)
 
     def dims_of(v):
         dims = first_vars[v][0]
         return (dims,) if isinstance(dims, str) else tuple(dims)
 
-    data = {v: (("step", *dims_of(v)), np.stack([parts[0][v][1] for parts in steps]), dict(first_vars[v][2]))
-            for v in _STEP_VARS}
-    # the summaries from the same arrays (assigning them to the Dataset one by one
-    # aligned each against it: about as long as the rest of the call's serial part)
+    data = {}
+    for v in _STEP_VARS:
+        values = np.asarray(first_vars[v][1])
+        arr = np.empty((num_steps, *values.shape), values.dtype)
+        np.stack([parts[0][v][1] for parts in steps], out=arr[:len(steps)])
+        data[v] = (("step", *dims_of(v)), arr, dict(first_vars[v][2]))
+    # the summaries from the same arrays, filled with the last step (assigning them to
+    # the Dataset one by one aligned each against it: about as long as the rest of
+    # the call's serial part)
     if dims_of("max_ids_per_partition") != ("stack", "device", "partition") or \
             dims_of("required_buffer_size_per_sc") != ("stack", "device", "sc"):
         raise InternalError("compute_stats' statistics changed dims; collect_stats' summaries expect "
                             "(stack, device, partition) and (stack, device, sc)")
-    data["observed_max_ids"] = (("step", "stack"), data["max_ids_per_partition"][1].max(axis=(2, 3)), {
+    ns = data["max_ids_per_partition"][1].shape[1]
+    data["observed_max_ids"] = (("step", "stack"), np.empty((num_steps, ns), np.int64), {
         "long_name": "max over devices and partitions of max_ids_per_partition", "units": "ids"})
-    data["observed_max_unique_ids"] = (("step", "stack"), data["max_unique_ids_per_partition"][1].max(axis=(2, 3)),
+    data["observed_max_unique_ids"] = (("step", "stack"), np.empty((num_steps, ns), np.int64),
                                        {"long_name": "max over devices and partitions of "
                                                      "max_unique_ids_per_partition", "units": "ids"})
     data["observed_required_buffer_size"] = (
-        ("step", "stack"), data["required_buffer_size_per_sc"][1].max(axis=(2, 3)),
+        ("step", "stack"), np.empty((num_steps, ns), np.int64),
         {"long_name": "max over devices and SCs of required_buffer_size_per_sc", "units": "CSR entries"})
     for var, attr in (("configured_max_ids_per_partition", "max_ids_per_partition"),
                       ("configured_max_unique_ids_per_partition", "max_unique_ids_per_partition")):
         vals = [getattr(s, attr) for s in plan.stacks]
         data[var] = ("stack", np.array([-1 if v is None else v for v in vals], np.int64),
                      {"long_name": f"configured {attr} (-1: none)", "units": "ids"})
-    out = _dataset(data, _step_coords(first_coords, len(steps)), dict(first_attrs))
-    out.attrs["num_steps"] = len(steps)
+    out = _dataset(data, _step_coords(first_coords, num_steps), dict(first_attrs))
+    out.attrs["num_steps"] = num_steps
     out.attrs["source"] = "scwork.sharding.limits.collect_stats (compute_stats per step, limits off)"
-    return out
+    return out, {name: values for name, (_, values, _) in data.items()}
+
+
+def _check_step_shape(step: int, parts, first_coords) -> None:
+    coords = parts[1]
+    if coords is not first_coords and (list(coords.variables["stack"].values)
+                                       != list(first_coords.variables["stack"].values)
+                                       or coords.sizes != first_coords.sizes):
+        raise InternalError(f"step {step}: statistics of another shape than step 0's (same plan expected)")
+
+
+def _fill_last_step(built: tuple, steps: list) -> None:
+    """The steps :func:`_steps_dataset` left out (the last, made meanwhile) in, then the summaries."""
+    _, arrays = built
+    num_steps = arrays["ids"].shape[0]
+    if len(steps) != num_steps:
+        raise InternalError(f"collect_stats made {len(steps)} steps, its Dataset has {num_steps}")
+    if num_steps > 1:
+        _check_step_shape(num_steps - 1, steps[-1], steps[0][1])
+    last_vars = steps[-1][0]
+    for v in _STEP_VARS:
+        np.copyto(arrays[v][-1], last_vars[v][1])
+    np.max(arrays["max_ids_per_partition"], axis=(2, 3), out=arrays["observed_max_ids"])
+    np.max(arrays["max_unique_ids_per_partition"], axis=(2, 3), out=arrays["observed_max_unique_ids"])
+    np.max(arrays["required_buffer_size_per_sc"], axis=(2, 3), out=arrays["observed_required_buffer_size"])
 
 
 def _check_step_stats(step_stats: Any, needed: Iterable[str]) -> None:
