@@ -48,6 +48,7 @@ from scwork._progress import progress as _progress
 from scwork.errors import ConfigError, InputError, InternalError
 from scwork.hardware.topology import Topology
 from scwork.sharding import _profile
+from scwork.sharding._plan_cache import plan_derived
 from scwork.sharding.batch import FeatureBatch
 from scwork.sharding.limits_json_csv import Limits, StackLimits
 from scwork.sharding.results import _dataset
@@ -221,6 +222,13 @@ def _as_batch(item: Any, step: int) -> FeatureBatch:
 
 
 def _without_limits(plan: StackingPlan) -> StackingPlan:
+    """``plan`` with no stack limits; the same object for the same plan (the engine keeps what
+    it derives from a plan by its stacks' identity: a fresh plan per call would redo it)."""
+    return plan_derived("without_limits", plan.stacks, (plan.topology, plan.rotation, plan.batch_size),
+                        lambda: _plan_without_limits(plan))
+
+
+def _plan_without_limits(plan: StackingPlan) -> StackingPlan:
     stacks = [dataclasses.replace(s, max_ids_per_partition=None, max_unique_ids_per_partition=None)
               for s in plan.stacks]
     return StackingPlan(stacks, plan.topology, plan.rotation, plan.batch_size)
