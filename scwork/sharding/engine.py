@@ -1370,10 +1370,13 @@ def _prepare_call(batch, features, topology, stacking, config, on_out_of_vocabul
                          activation_mem_bytes_limit=activation_mem_bytes_limit, config=config,
                          stack_limits=stack_limits)
     kern = _backend(backend)
-    for st in plan.stacks:
-        if len(st.features) * batch.batch_size > 2**31 - 1:
-            raise InputError(f"stack {st.name!r}: {len(st.features)} features x {batch.batch_size} samples "
-                             "exceed 2**31 - 1 rows (sample ids are int32); use a smaller batch or split the stack")
+    widest = plan_derived("widest", plan.stacks, (), lambda: max((len(st.features) for st in plan.stacks), default=0))
+    if widest * batch.batch_size > 2**31 - 1:         # (one multiplication per call: the plan's widest stack)
+        for st in plan.stacks:
+            if len(st.features) * batch.batch_size > 2**31 - 1:
+                raise InputError(f"stack {st.name!r}: {len(st.features)} features x {batch.batch_size} samples "
+                                 "exceed 2**31 - 1 rows (sample ids are int32); use a smaller batch or split the "
+                                 "stack")
     # raw ids of every feature in every slice: the scratch estimate's and the jobs' (the
     # retry without out-of-vocabulary ids counts again)
     slice_counts = _slice_counts(batch, G * S)
