@@ -334,8 +334,11 @@ on_out_of_vocabulary, num_threads, backend
     # the step before (its slices): they depend on the batch alone. The next batch is
     # read then too, one step ahead; what that raises is raised once the step before
     # has finished, as a step-by-step loop would.
-    call = prepared(0)
     step = 0
+    try:
+        call = prepared(0)
+    except Exception as err:
+        raise _at_step(err, 0)
     last: dict = {}
     while call is not None:
         ahead: dict = {}
@@ -351,10 +354,16 @@ on_out_of_vocabulary, num_threads, backend
                 ahead["error"] = err
 
         # compute_stats' variables without a Dataset per step (stacked into one below)
-        steps.append(_statistics_of_prepared(call, prepare_next))
+        try:
+            steps.append(_statistics_of_prepared(call, prepare_next))
+        except Exception as err:
+            raise _at_step(err, step)
         if "error" in ahead:
-            raise ahead["error"]
-        call = ahead["call"] if "call" in ahead else prepared(step + 1)
+            raise _at_step(ahead["error"], step + 1)
+        try:
+            call = ahead["call"] if "call" in ahead else prepared(step + 1)
+        except Exception as err:
+            raise _at_step(err, step + 1)
         last = ahead
         step += 1
     if bar is not source:
@@ -364,6 +373,18 @@ on_out_of_vocabulary, num_threads, backend
     built = last["built"] if "built" in last else _steps_dataset(steps, len(steps), plan)
     _fill_last_step(built, steps)
     return built[0]
+
+
+def _at_step(err: BaseException, step: int) -> BaseException:
+    """``err``, marked as raised by collect_stats' step ``step`` (``_collect_step``).
+
+    collect_stats reads each batch one step ahead, so a caller that tracks the step
+    from the batches it yielded would name the one after; stats_over_dataset reads
+    the mark to locate the error in the dataset.
+    """
+    if not hasattr(err, "_collect_step"):
+        err._collect_step = step
+    return err
 
 
 def _steps_dataset(steps: list, num_steps: int, plan) -> tuple:

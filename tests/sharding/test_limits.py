@@ -160,10 +160,12 @@ def test_collect_stats_prepares_a_step_ahead_but_raises_in_step_order():
             yield b
 
     # step 1's batch size error is found while step 0 runs, but step 0's own error comes first
-    with pytest.raises(OutOfVocabularyError):
+    with pytest.raises(OutOfVocabularyError) as err:
         collect_stats(batches(bad_ids, other_size), _feats(), topo, num_threads=2)
-    with pytest.raises(InputError, match="step 1: batch size 16"):
+    assert err.value._collect_step == 0          # the step it came from (stats_over_dataset reads it)
+    with pytest.raises(InputError, match="step 1: batch size 16") as err:
         collect_stats(batches(good, other_size, good), _feats(), topo, num_threads=2)
+    assert err.value._collect_step == 1
 
     def failing():
         yield good
