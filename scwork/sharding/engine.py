@@ -133,7 +133,7 @@ from scwork.sharding._scratch import (
     release_buffers,
 )
 from scwork.sharding._plan_cache import plan_derived
-from scwork.sharding._threads import _TASKS_PER_THREAD, _run_tasks, resolve_num_threads
+from scwork.sharding._threads import _TASKS_PER_THREAD, _run_tasks, let_workers_run, resolve_num_threads
 from scwork.sharding.batch import FeatureBatch, _check_gains
 from scwork.sharding.results import (
     _ALIGN,
@@ -1231,11 +1231,15 @@ def _execute(plan: StackingPlan, batch: FeatureBatch, G: int, S: int, kern: _Bac
         done: list = []
 
         def after():
-            # the checks and results need the slices only: a task beside the naive view's
+            # the checks and results need the slices only: a task beside the naive view's.
+            # It is Python holding the GIL, which the other workers need between their
+            # tasks: it lets go of it between its steps
             for j in jobs:
                 j.finish_sums()
+            let_workers_run()
             results = _check_jobs(jobs, batch, G, S, config, want_csr)
             if after_slices is not None:
+                let_workers_run()
                 after_slices(results)
             done.append(results)
 
@@ -1424,6 +1428,7 @@ def _complete_call(call: _PreparedCall, dataset: bool = True, overlap=None):
             # last, so that preprocess raises what compute_stats raises first (the kernels'
             # float32 gains of a rejected sample are never returned)
             _check_gain_inputs(batch_used, plan)
+        let_workers_run()
         built[0].fill(results, naive=False)
 
     for attempt in range(2):
