@@ -1204,22 +1204,7 @@ def _execute(plan: StackingPlan, batch: FeatureBatch, G: int, S: int, kern: _Bac
         # naive view (per group and partition range) and the compaction of staged stacks:
         # the task list depends on the counts alone, so it is made while the slices run
         finish, finish_sizes = [], []
-
-        def naive_list(j):
-            def make():
-                units, unit_sizes = j.naive_tasks(target)
-                finish.extend([(j, u) for u in units])
-                finish_sizes.extend(unit_sizes)
-            return make
-
-        def staged_list():
-            for j in jobs:
-                if j.staged:
-                    finish.append((j, None))
-                    finish_sizes.append(4 * j.num_ids)
-
-        # in steps: the calling thread lets a worker take the GIL between two
-        overlap = [naive_list(j) for j in jobs] + [staged_list]
+        overlap = _finish_list_steps(jobs, target, finish, finish_sizes)
         if prepare is not None:
             overlap += list(prepare) if isinstance(prepare, (list, tuple)) else [prepare]
         _run_tasks(slices, work, sizes, num_threads, "slices", overlap=overlap)
@@ -1259,6 +1244,26 @@ def _execute(plan: StackingPlan, batch: FeatureBatch, G: int, S: int, kern: _Bac
             j.ulist = None
         _POOL.give(scratch_buf)
         _POOL.give(ulist_buf)
+
+
+def _finish_list_steps(jobs, target: float, finish: list, finish_sizes: list) -> list:
+    """Steps that append the finish batch's tasks (naive view, compaction) and sizes to
+    ``finish`` and ``finish_sizes``: one per job, so that the calling thread, making them
+    while the slices run, lets a worker take the GIL between two."""
+    def naive_list(j):
+        def make():
+            units, unit_sizes = j.naive_tasks(target)
+            finish.extend([(j, u) for u in units])
+            finish_sizes.extend(unit_sizes)
+        return make
+
+    def staged_list():
+        for j in jobs:
+            if j.staged:
+                finish.append((j, None))
+                finish_sizes.append(4 * j.num_ids)
+
+    return [naive_list(j) for j in jobs] + [staged_list]
 
 
 def _jobs_of(plan: StackingPlan, batch: FeatureBatch, G: int, S: int, want_csr: bool, config: SparsecoreConfig,
