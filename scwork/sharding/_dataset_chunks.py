@@ -181,6 +181,13 @@ def _engine_threads(job: _Job) -> int | None:
         return None
 
 
+def _failed_step(err: BaseException, steps: range, current: list) -> int:
+    """The dataset step whose collect_stats step raised ``err`` (it marks it: it reads a
+    batch ahead, so the last batch yielded may be the next step's)."""
+    index = getattr(err, "_collect_step", None)
+    return steps[index] if index is not None and 0 <= index < len(steps) else current[0]
+
+
 def _collect(job: _Job, steps: range, batch_of) -> Any:
     """collect_stats over ``steps`` (``batch_of(step)`` gives each batch), errors located in the dataset."""
     from scwork.sharding.limits import collect_stats
@@ -198,13 +205,13 @@ def _collect(job: _Job, steps: range, batch_of) -> Any:
                              on_out_of_vocabulary=job.on_oov, num_threads=_engine_threads(job),
                              **_collect_kwargs())
     except OutOfVocabularyError as err:
-        step = current[0]
+        step = _failed_step(err, steps, current)
         sample = None if err.sample is None else step * B + int(err.sample)
         where = "" if sample is None else f", dataset sample {sample} = {_where(job, sample)}"
         raise OutOfVocabularyError(f"step {step}{where}: {err}", feature=err.feature, sample=sample,
                                    id=err.id, vocab_size=err.vocab_size, count=err.count) from None
     except InputError as err:
-        step = current[0]
+        step = _failed_step(err, steps, current)
         first = _where(job, step * B)
         raise ShardError(f"step {step} (from {first}): {err}", path=first.rsplit(" row ", 1)[0]) from None
 

@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 
 from scwork.errors import ConfigError
 from scwork.sharding import _profile
 
-__all__ = ["available_cores", "resolve_num_threads"]
+__all__ = ["available_cores", "let_workers_run", "resolve_num_threads"]
 
 
 # With several threads the work is cut into tasks of at most
@@ -21,7 +22,7 @@ __all__ = ["available_cores", "resolve_num_threads"]
 _TASKS_PER_THREAD = 8
 
 
-def _run_tasks(fn, items, sizes, num_threads: int, name: str = "tasks") -> list:
+def _run_tasks(fn, items, sizes, num_threads: int, name: str = "tasks", overlap=None) -> list:
     """``[fn(item, worker) for item in items]``, on ``num_threads`` threads.
 
     The calling thread is worker 0 and ``num_threads - 1`` threads are started for
@@ -32,13 +33,30 @@ def _run_tasks(fn, items, sizes, num_threads: int, name: str = "tasks") -> list:
     has finished. No executor: one ``submit`` per task, each waking a thread that
     then waits for the GIL, costs more than a small task.
 
+    ``overlap``: a callable (no arguments), or a list of them run in order, that
+    does serial work that does not depend on the tasks' results (result buffers,
+    the next batch's task list). The calling thread runs it once the other workers
+    have started, then joins them as worker 0, so it costs no time on the critical
+    path as long as it is shorter than the batch. It must not read what the tasks
+    write: with one thread (and while profiling) it runs before the tasks, so that
+    a test with one thread sees any such dependency as a wrong result. If it
+    raises, the workers stop after their current task and its exception is raised
+    once they have. Between two callables of a list the calling thread lets go of
+    the GIL (``time.sleep(0)``): a worker whose task ends meanwhile needs it to take
+    the next one, and CPython would otherwise hand it over only after its 5 ms
+    switch interval, so pure-Python overlapped work would stall the workers.
+
     While :func:`scwork.sharding._profile.profiled` is active the items run on the
-    calling thread, each timed, and are recorded as a batch called ``name``.
+    calling thread, each timed, and are recorded as a batch called ``name``
+    (``overlap``, timed apart, as that batch's overlapped serial time).
     """
+    steps = [] if overlap is None else list(overlap) if isinstance(overlap, (list, tuple)) else [overlap]
     prof = _profile.active()
     if prof is not None:
-        return _profile.run_serially(prof, name, fn, items, sizes)
+        return _profile.run_serially(prof, name, fn, items, sizes, _in_order(steps) if steps else None)
     if num_threads == 1 or len(items) <= 1:
+        for step in steps:
+            step()
         return [fn(item, 0) for item in items]
     order = iter(sorted(range(len(items)), key=lambda i: -sizes[i]))
     results: list = [None] * len(items)
@@ -59,6 +77,13 @@ def _run_tasks(fn, items, sizes, num_threads: int, name: str = "tasks") -> list:
     for t in threads:
         t.start()
     try:
+        try:
+            for step in steps:
+                let_workers_run()          # the GIL to a worker between its tasks, if one waits
+                step()
+        except BaseException:              # the workers stop at their next task; then raise
+            stop.set()
+            raise
         work(0)
     except BaseException:                  # e.g. KeyboardInterrupt: stop the others, then raise
         stop.set()
@@ -69,6 +94,21 @@ def _run_tasks(fn, items, sizes, num_threads: int, name: str = "tasks") -> list:
     if errors:
         raise errors[min(errors)]
     return results
+
+
+def let_workers_run() -> None:
+    """Let go of the GIL for a moment (``time.sleep(0)``), so that a worker thread waiting
+    for it (to take its next task) gets it now rather than after CPython's 5 ms switch
+    interval. Called between the steps of pure-Python work that runs beside tasks."""
+    time.sleep(0)
+
+
+def _in_order(steps):
+    """One callable running ``steps`` in order."""
+    def run():
+        for step in steps:
+            step()
+    return run
 
 
 def available_cores() -> int:

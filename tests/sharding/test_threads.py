@@ -11,6 +11,8 @@ of the literal reference (:mod:`scwork.sharding._reference`).
 from __future__ import annotations
 
 import importlib
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -576,3 +578,65 @@ def test_default_uses_every_available_core_and_one_stays_available():
     assert default.identical(single)
     plan = minibatch(batch, feats, topo)
     assert plan.num_threads == available_cores()
+
+
+def test_overlap_runs_while_the_other_workers_run_tasks():
+    """The calling thread's overlapped work really runs concurrently with the tasks.
+
+    A task waits for an event that only the overlap sets, and the overlap waits for
+    an event only a task sets: run one after the other, either would time out.
+    """
+    from scwork.sharding._threads import _run_tasks
+
+    task_started, overlap_ran = threading.Event(), threading.Event()
+
+    def task(item, worker):
+        task_started.set()
+        assert overlap_ran.wait(10), "the overlap did not run while a task was running"
+        return item + 1
+
+    def overlap():
+        assert task_started.wait(10), "no task started while the overlap ran"
+        overlap_ran.set()
+
+    assert _run_tasks(task, [1, 2], [1, 1], 2, overlap=overlap) == [2, 3]
+
+
+def test_overlap_runs_first_with_one_thread_and_its_error_stops_the_workers():
+    from scwork.sharding._threads import _run_tasks
+
+    seen = []
+    assert _run_tasks(lambda x, w: seen.append(x) or x, [1, 2], [1, 1], 1,
+                      overlap=lambda: seen.append("overlap")) == [1, 2]
+    assert seen == ["overlap", 1, 2]
+    done = []
+
+    def slow(item, worker):
+        time.sleep(0.05)
+        done.append(item)
+
+    def fail():
+        raise KeyError("from the overlap")
+
+    with pytest.raises(KeyError, match="from the overlap"):
+        _run_tasks(slow, list(range(40)), [1] * 40, 2, overlap=fail)
+    # the worker stopped after its current task: far fewer than 40 ran, and none runs later
+    n = len(done)
+    assert n < 40
+    time.sleep(0.2)
+    assert len(done) == n
+
+
+@pytest.mark.parametrize("num_threads", [1, 3])
+def test_overlap_steps_run_in_order_once(num_threads):
+    from scwork.sharding._profile import call, profiled
+    from scwork.sharding._threads import _run_tasks
+
+    seen = []
+    steps = [lambda i=i: seen.append(i) for i in range(5)]
+    assert _run_tasks(lambda x, w: -x, [1, 2, 3], [1, 1, 1], num_threads, overlap=steps) == [-1, -2, -3]
+    assert seen == [0, 1, 2, 3, 4]
+    seen.clear()
+    with profiled(num_threads) as profiles, call():
+        _run_tasks(lambda x, w: -x, [1, 2, 3], [1, 1, 1], num_threads, overlap=tuple(steps))
+    assert seen == [0, 1, 2, 3, 4] and len(profiles[0].overlaps) == 1
