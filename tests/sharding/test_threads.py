@@ -823,3 +823,17 @@ def test_statistics_and_csr_identical_with_parked_threads_reused(nt):
         for _ in range(2):
             _assert_same_preprocess(one, preprocess(batch, feats, topo, stacking, cfg, num_threads=nt))
             assert stats.equals(compute_stats(batch, feats, topo, stacking, cfg, num_threads=nt))
+
+
+def test_no_thread_at_import_and_parked_threads_do_not_hold_up_exit():
+    import subprocess
+    import sys
+
+    code = ("import threading, scwork, scwork.sharding.engine\n"
+            "from scwork.sharding._threads import _run_tasks\n"
+            "before = threading.active_count()\n"
+            "assert _run_tasks(lambda x, w: x + 1, list(range(9)), [1] * 9, 4) == list(range(1, 10))\n"
+            "print(before, threading.active_count())\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["1", "4"]        # none at import; 3 parked after, and exit still returns
