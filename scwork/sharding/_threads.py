@@ -64,7 +64,7 @@ def _run_tasks(fn, items, sizes, num_threads: int, name: str = "tasks", overlap=
         return [fn(item, 0) for item in items]
     order = iter(sorted(range(len(items)), key=lambda i: -sizes[i]))
     results: list = [None] * len(items)
-    errors: dict[int, BaseException] = {}
+    errors: dict[int, Exception] = {}
     fatal: list[BaseException] = []        # a BaseException that ended a pooled worker's share
     stop = threading.Event()
 
