@@ -65,6 +65,12 @@ MODULES: dict[str, list[str]] = {
     "scwork/sharding/_minibatch_kernels.py": ["tests/sharding/test_minibatch_golden.py",
                                               "tests/sharding/test_minibatch.py"],
     "scwork/sharding/minibatch.py": ["tests/sharding/test_minibatch_golden.py", "tests/sharding/test_minibatch.py"],
+    # The engine's own kernels: each is compared with _reference.py in test_kernels.py and
+    # test_split_kernels.py; the by-hand and boundary files pin values neither computed.
+    "scwork/sharding/_kernels.py": ["tests/sharding/test_kernels.py", "tests/sharding/test_preprocess.py",
+                                    "tests/sharding/test_reference_by_hand.py",
+                                    "tests/sharding/test_limit_boundaries.py", "tests/sharding/test_split_kernels.py"],
+    "scwork/sharding/_split_kernels.py": ["tests/sharding/test_split_kernels.py", "tests/sharding/test_kernels.py"],
     "scwork/sharding/limits.py": ["tests/sharding/test_limits.py", "tests/sharding/test_limit_boundaries.py",
                                   "tests/sharding/test_limits_by_hand.py"],
     "scwork/sharding/_fdo_csv.py": ["tests/interop/test_fdo_csv.py"],
