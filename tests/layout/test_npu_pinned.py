@@ -196,6 +196,8 @@ def test_shape_edges():
         global_strides((1, 1.5, 1, 1))
     with pytest.raises(LayoutError, match="shape must have 4 dimensions"):
         global_strides((1, 1, 1))
+    with pytest.raises(LayoutError, match=r"shape must have 4 dimensions \(N, C, H, W\), got 5"):
+        global_strides((1, 1, 1, 1, 1))
     with pytest.raises(LayoutError, match="shape must be 4 integers"):
         global_strides(4)
     assert global_strides(np.array([1, 2, 3, 4])) == NpuStrides(24, 12, 4, 1)
@@ -205,8 +207,9 @@ def test_start_lane_edges():
     assert local_layout((1, 1, 1, 1), "f32", npu_num=4, eu_bytes=4, start_lane=3).lane_of(0) == 3
     assert local_layout((1, 1, 1, 1), "f32", npu_num=4, eu_bytes=4, start_lane=np.int8(2)).start_lane == 2
     for bad in (4, -1):
-        with pytest.raises(LayoutError, match=rf"start_lane={bad} is outside 0..3 \(npu_num=4\)"):
+        with pytest.raises(LayoutError, match=rf"start_lane={bad} is outside 0..3 \(npu_num=4\)") as info:
             local_layout((1, 1, 1, 1), "f32", npu_num=4, eu_bytes=4, start_lane=bad)
+        assert info.value.hint == "pick a lane between 0 and 3"
     with pytest.raises(LayoutError, match="start_lane must be an integer, got False"):
         local_layout((1, 1, 1, 1), "f32", npu_num=4, eu_bytes=4, start_lane=False)
     with pytest.raises(LayoutError, match="start_lane must be an integer"):
@@ -411,8 +414,9 @@ def test_occupancy_cell_limits():
     assert lay.occupancy(max_cells=6).sizes == {"lane": 2, "row": 3}
     with pytest.raises(LayoutError, match="2 lanes x 3 EU rows and 1 data runs"):
         lay.occupancy(max_cells=5)
-    # line-aligned (1, 1, 3, 3) s8 on 4-byte rows: one run a line, 3 runs, 3 rows
-    lay = local_layout((1, 1, 3, 3), "s8", npu_num=1, eu_bytes=4, kind="line_aligned")
+    # line-aligned (1, 1, 3, 2) s8 on 4-byte rows: lines padded from 2 to 4 bytes, one run a
+    # line (H = 3 runs, not W = 2), one 4-byte row a line
+    lay = local_layout((1, 1, 3, 2), "s8", npu_num=1, eu_bytes=4, kind="line_aligned")
     with pytest.raises(LayoutError, match="1 lanes x 3 EU rows and 3 data runs, more than max_cells=2"):
         lay.occupancy(max_cells=2)
     with pytest.raises(LayoutError, match="more than MAX_OCCUPANCY_CELLS"):
@@ -461,3 +465,42 @@ def test_html_shows_the_utilization_as_percent_and_the_notes():
     html = local_layout((1, 1, 1, 1), "s8", chip="bm1684")._repr_html_()
     assert "<th style='text-align:left'>notes</th><td style='text-align:left'>BM1684 stores" in html
     assert "<th style='text-align:left'>fits</th><td style='text-align:left'>True</td>" in html
+
+
+def test_check_fits_compact_fitting_exactly():
+    # bm1684x with EU rows changed to 24 bytes: s8 EU_NUM = 24. (1, 64, 512, 512) s8 aligned: slot
+    # round_up(262144, 24) = 10923 * 24 = 262152 bytes, 8 over the 262144 a lane holds; compact is
+    # 262144, exactly the lane. Rows of 512: 511 rows -> round_up(261632, 24) = 10902 * 24 = 261648 fit.
+    err = _fit_error((1, 64, 512, 512), "s8", eu_bytes=24)
+    assert "needs 262152 bytes per lane" in str(err) and "; 8 bytes too many" in str(err)
+    assert err.hint == ("slice H: N=1 with at most H=511 rows per tile fits; compact layout needs 262144 bytes "
+                        "per lane (fits). Smaller H/W/N tiles are the usual fix.")
+
+
+def test_occupancy_max_cells_zero_is_a_size_not_a_type_error():
+    # max_cells = 0 is a valid (if useless) bound: the map of 1 lane x 1 row is over it
+    lay = local_layout((1, 1, 1, 1), "s8", npu_num=1, eu_bytes=1)
+    with pytest.raises(LayoutError, match="1 lanes x 1 EU rows and 1 data runs, more than max_cells=0"):
+        lay.occupancy(max_cells=0)
+    with pytest.raises(LayoutError, match="max_cells"):
+        lay.occupancy(max_cells=-1)
+
+
+def test_repr_leaves_out_the_byte_strides():
+    # the byte strides follow from the element strides and itemsize; the repr shows the latter
+    text = repr(local_layout((1, 1, 1, 1), "f32", npu_num=1, eu_bytes=4))
+    assert text.endswith("itemsize=4, strides_elements=NpuStrides(n=1, c=1, h=1, w=1))")
+    assert "strides_bytes" not in text
+
+
+def test_check_fits_gives_the_lane_size_in_kib():
+    # A bm1684x with 1 MiB lanes: 2**20 // 1024 = 1024 KiB. Compact (2, 64, 512, 512) f32 is
+    # 512 * 512 * 4 = 2**20 bytes a batch, 2**21 for two: one batch fits.
+    from scwork.hardware import override
+
+    big = override("bm1684x", local_memory_bytes_per_lane=2**20)
+    with pytest.raises(LayoutError) as info:
+        local_layout((2, 64, 512, 512), "f32", chip=big, kind="compact").check_fits()
+    assert str(info.value).splitlines()[0] == (
+        "(2, 64, 512, 512) f32 (compact) needs 2097152 bytes per lane but bm1684x has 1048576 bytes per lane "
+        "(1024 KiB); 1048576 bytes too many")
