@@ -206,7 +206,7 @@ def test_shape_edges():
 def test_start_lane_edges():
     assert local_layout((1, 1, 1, 1), "f32", npu_num=4, eu_bytes=4, start_lane=3).lane_of(0) == 3
     assert local_layout((1, 1, 1, 1), "f32", npu_num=4, eu_bytes=4, start_lane=np.int8(2)).start_lane == 2
-    for bad in (4, -1):
+    for bad in (4, 5, -1):
         with pytest.raises(LayoutError, match=rf"start_lane={bad} is outside 0..3 \(npu_num=4\)") as info:
             local_layout((1, 1, 1, 1), "f32", npu_num=4, eu_bytes=4, start_lane=bad)
         assert info.value.hint == "pick a lane between 0 and 3"
@@ -419,9 +419,11 @@ def test_occupancy_cell_limits():
     lay = local_layout((1, 1, 3, 2), "s8", npu_num=1, eu_bytes=4, kind="line_aligned")
     with pytest.raises(LayoutError, match="1 lanes x 3 EU rows and 3 data runs, more than max_cells=2"):
         lay.occupancy(max_cells=2)
-    with pytest.raises(LayoutError, match="more than MAX_OCCUPANCY_CELLS"):
-        lay.occupancy(max_cells=npu.MAX_OCCUPANCY_CELLS + 1)
-    assert lay.occupancy(max_cells=npu.MAX_OCCUPANCY_CELLS).sizes == {"lane": 1, "row": 3}
+    # the cap on max_cells is 2**25 = 33,554,432 cells (five int64 maps: 1.25 GiB)
+    assert npu.MAX_OCCUPANCY_CELLS == 33_554_432
+    with pytest.raises(LayoutError, match="max_cells=33,554,433 is more than MAX_OCCUPANCY_CELLS=33,554,432"):
+        lay.occupancy(max_cells=33_554_433)
+    assert lay.occupancy(max_cells=33_554_432).sizes == {"lane": 1, "row": 3}
 
 
 def test_occupancy_int64_edge():
