@@ -11,6 +11,9 @@ ceil((start_lane + C) / NPU_NUM) slots.
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -162,7 +165,8 @@ def test_line_aligned_address_skips_the_line_padding():
 
 
 @pytest.mark.parametrize("index, name", [((2, 0, 0, 0), "n"), ((0, 5, 0, 0), "c"), ((0, 0, 3, 0), "h"),
-                                         ((0, 0, 0, 5), "w"), ((0, 0, 0, -1), "w"), ((-1, 0, 0, 0), "n")])
+                                         ((0, 0, 0, 5), "w"), ((0, 0, 0, -1), "w"), ((-1, 0, 0, 0), "n"),
+                                         ((0, 7, 0, 0), "c"), ((0, 0, 4, 0), "h")])
 def test_address_refuses_each_index_past_its_edge(index, name):
     lay = local_layout((2, 5, 3, 5), "f32", npu_num=4, eu_bytes=16)
     with pytest.raises(LayoutError, match=f"index {name}="):
@@ -506,3 +510,17 @@ def test_check_fits_gives_the_lane_size_in_kib():
     assert str(info.value).splitlines()[0] == (
         "(2, 64, 512, 512) f32 (compact) needs 2097152 bytes per lane but bm1684x has 1048576 bytes per lane "
         "(1024 KiB); 1048576 bytes too many")
+
+
+def test_default_occupancy_bound_is_2_24_cells():
+    # s8 compact (1, 1, 1, 2**25) on 1 lane of 1-byte rows: 2**25 rows, over the default 2**24
+    lay = local_layout((1, 1, 1, 2**25), "s8", npu_num=1, eu_bytes=1, kind="compact")
+    with pytest.raises(LayoutError, match="1 lanes x 33,554,432 EU rows and 1 data runs, more than max_cells=16,777,216"):
+        lay.occupancy()
+
+
+def test_importing_npu_does_not_import_xarray():
+    # xarray is imported when an occupancy map is built, not with the module
+    code = "import sys, scwork.layout.npu; print('xarray' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)
+    assert out.stdout.strip().splitlines()[-1] == "False"
