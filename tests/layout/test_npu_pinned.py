@@ -524,3 +524,22 @@ def test_importing_npu_does_not_import_xarray():
     code = "import sys, scwork.layout.npu; print('xarray' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)
     assert out.stdout.strip().splitlines()[-1] == "False"
+
+
+def test_check_fits_one_row_fits_two_do_not():
+    # Compact (1, 64, 2, 40000) f32 on bm1684x: a row is 160000 bytes (fits 262144), two are 320000
+    err = _fit_error((1, 64, 2, 40000), "f32", kind="compact")
+    assert "needs 320000 bytes per lane" in str(err)
+    assert err.hint == "slice H: N=1 with at most H=1 rows per tile fits. Smaller H/W/N tiles are the usual fix."
+
+
+def test_occupancy_counts_one_run_per_channel_when_lines_touch():
+    # s8 compact (1, 8, 2, 1) on 1 lane of 64-byte rows: 16 bytes, 1 row; the lines of a channel
+    # touch (h stride 1 == W), so 8 runs, one a channel, not 16 (one a line)
+    lay = local_layout((1, 8, 2, 1), "s8", npu_num=1, eu_bytes=64, kind="compact")
+    assert lay.occupancy(max_cells=8)["owners"].values.tolist() == [[8]]
+
+
+def test_fits_refuses_a_chip_with_fewer_lanes():
+    with pytest.raises(ConfigError, match="computed for npu_num=65, eu_bytes=64 but bm1684x has npu_num=64"):
+        local_layout((1, 1, 1, 1), "f32", npu_num=65, eu_bytes=64).fits("bm1684x")
