@@ -1,0 +1,250 @@
+"""Schedules built from explicit arrays, every column and statistic worked out by hand.
+
+Survivors of the mutation run of scwork/collectives/schedule.py: the explicit
+constructor (step compaction, default colours, the offsets of each step), indexing
+from the end, byte ranges of uneven chunks, messages, link loads with two cores per
+chip, conflicts, bytes sent per link class and the per-link matrix were only ever
+compared with the compact schedules of the same module, never with values written out.
+
+Link ids, as ``Network`` numbers them (each dimension, +1 direction then -1, then the
+on-chip links chip by chip, core pairs in ``itertools.permutations`` order):
+
+* ``Network.ring(4)``: 0: 0->1, 1: 1->2, 2: 2->3, 3: 3->0, 4: 0->3, 5: 1->0, 6: 2->1, 7: 3->2.
+* ``Network.line(2, cores_per_chip=2)`` (node = 2 * chip + core): 0: chip 0 -> chip 1,
+  1: chip 1 -> chip 0, 2: node 0->1, 3: node 1->0, 4: node 2->3, 5: node 3->2.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from scwork.collectives import Network
+from scwork.collectives.schedule import Schedule, Transfer
+from scwork.errors import ConfigError
+
+RING4 = Network.ring(4)
+LINE2X2 = Network.line(2, cores_per_chip=2)
+
+
+def _ring_schedule(**extra) -> Schedule:
+    """Five transfers on a 4-ring, given out of step order, steps 7 and 2 (gaps to drop).
+
+    10 elements of 4 bytes in 3 chunks: ``chunk_bounds(10, 3)`` = [0, 3, 6, 10]
+    (c * 3 + c // 3), bytes [0, 12, 24, 40].
+
+    ====  ====  ========  ======  =======  =====  =====
+    in    step  src->dst  chunks  op       color  phase
+    ====  ====  ========  ======  =======  =====  =====
+    t0    7     0->1      [0,1)   combine  0      reduce_scatter
+    t1    2     1->2      [1,3)   combine  2      reduce_scatter
+    t2    7     3->0      [2,3)   copy     1      all_gather
+    t3    2     2->1      [0,3)   copy     0      all_gather
+    t4    2     1->2      [0,1)   combine  0      reduce_scatter
+    ====  ====  ========  ======  =======  =====  =====
+
+    Stable sort by step: t1, t3, t4 (step 2 -> 0), t0, t2 (step 7 -> 1).
+    """
+    kw = dict(name="by_hand", collective="all_reduce", num_chunks=3,
+              step=[7, 2, 7, 2, 2], source=[0, 1, 3, 2, 1], destination=[1, 2, 0, 1, 2],
+              start=[0, 1, 2, 0, 0], stop=[1, 3, 3, 3, 1], op=[0, 0, 1, 1, 0], color=[0, 2, 1, 0, 0],
+              phase=[0, 0, 1, 1, 0], nbytes=40, itemsize=4)
+    kw.update(extra)
+    return Schedule(RING4, **kw)
+
+
+def test_explicit_constructor_sorts_and_compacts_the_steps():
+    s = _ring_schedule()
+    assert s.num_steps == 2 and len(s) == 2
+    assert s.num_transfers == 5
+    assert s.num_colors == 3                  # largest colour 2, plus one
+    assert s.num_elements == 10
+    assert s.step.tolist() == [0, 0, 0, 1, 1]
+    assert s.source.tolist() == [1, 2, 1, 0, 3]
+    assert s.destination.tolist() == [2, 1, 2, 1, 0]
+    assert s.start.tolist() == [1, 0, 0, 0, 2]
+    assert s.stop.tolist() == [3, 3, 1, 1, 3]
+    assert s.link.tolist() == [1, 6, 1, 0, 3]
+    assert s.op.tolist() == [0, 1, 0, 0, 1]
+    assert s.color.tolist() == [2, 0, 0, 0, 1]
+    assert s.phase.tolist() == [0, 1, 0, 0, 1]
+    assert s.origin.tolist() == [-1] * 5
+    # bytes: [1,3) = 40 - 12, [0,3) = 40, [0,1) = 12, [0,1) = 12, [2,3) = 40 - 24
+    assert s.bytes.tolist() == [28, 40, 12, 12, 16]
+    assert s.transfers_per_step.tolist() == [3, 2]
+    assert s.used_links.tolist() == [0, 1, 3, 6]
+    assert s.element_bounds().tolist() == [0, 3, 6, 10]
+    assert s.element_bounds(5).tolist() == [0, 1, 3, 5]     # c * 1 + (c * 2) // 3
+    assert not s.compact and s.explicit() is s
+
+
+def test_given_colour_count_and_group_size_are_kept():
+    s = _ring_schedule(num_colors=5, group_size=2)
+    assert s.num_colors == 5 and s.group_size == 2
+    assert _ring_schedule().group_size == 4                 # default: every node
+    one = Schedule(RING4, name="one", collective="all_gather", num_chunks=1, step=[3], source=[2],
+                   destination=[3], start=[0], stop=[1], op=[1], color=[0], phase=[1])
+    assert (one.num_steps, one.num_colors, one.step.tolist(), one.link.tolist()) == (1, 1, [0], [2])
+    assert one.nbytes == 2**20 and one.itemsize == 4      # the documented defaults
+
+
+def test_steps_from_the_front_and_from_the_end():
+    s = _ring_schedule()
+    last = [Transfer(1, 0, 1, 0, (0, 1), (0, 12), 12, "combine", 0, "reduce_scatter", -1),
+            Transfer(1, 3, 0, 3, (2, 3), (24, 40), 16, "copy", 1, "all_gather", -1)]
+    first = [Transfer(0, 1, 2, 1, (1, 3), (12, 40), 28, "combine", 2, "reduce_scatter", -1),
+             Transfer(0, 2, 1, 6, (0, 3), (0, 40), 40, "copy", 0, "all_gather", -1),
+             Transfer(0, 1, 2, 1, (0, 1), (0, 12), 12, "combine", 0, "reduce_scatter", -1)]
+    assert s[1] == last and s[-1] == last
+    assert s[0] == first and s[-2] == first
+    assert s.steps == [first, last] and list(s) == [first, last]
+    assert s.step_slice(0) == slice(0, 3) and s.step_slice(-1) == slice(3, 5) and s.step_slice(1) == slice(3, 5)
+    for bad in (2, -3):
+        with pytest.raises(IndexError, match="out of range: the schedule has 2 steps"):
+            s[bad]
+        with pytest.raises(IndexError, match="out of range"):
+            s.step_slice(bad)
+
+
+def test_messages_group_transfers_of_one_step_source_and_destination():
+    m = _ring_schedule().messages()
+    # keys (step * 4 + src) * 4 + dst: t1 6, t3 9, t4 6, t0 17, t2 28 -> messages [6, 9, 17, 28]
+    assert m["index"].tolist() == [0, 1, 0, 2, 3]
+    assert m["step"].tolist() == [0, 0, 1, 1]
+    assert m["source"].tolist() == [1, 2, 0, 3]
+    assert m["destination"].tolist() == [2, 1, 1, 0]
+    assert m["link"].tolist() == [1, 6, 0, 3]
+    assert m["bytes"].tolist() == [28 + 12, 40, 12, 16]
+
+
+def test_per_link_and_per_node_totals_on_a_ring():
+    s = _ring_schedule()
+    expected = np.zeros((2, 8))
+    expected[0, 1] = 28 + 12                  # 1->2 carries t1 and t4
+    expected[0, 6] = 40                       # 2->1
+    expected[1, 0] = 12                       # 0->1
+    expected[1, 3] = 16                       # 3->0
+    assert s.link_bytes().tolist() == expected.tolist()
+    assert s.bytes_sent().tolist() == [12, 40, 40, 16]
+    assert s.bytes_sent("ici").tolist() == [12, 40, 40, 16]
+    assert s.links_used() == {"ici": 4}
+    assert s.conflicts() == [] and s.num_conflicts() == 0 and s.conflict_free
+    (s0, s1, nbytes, msgs, largest, cols), = list(s.link_loads())
+    # columns: used links [0, 1, 3, 6]
+    assert (s0, s1, cols) == (0, 2, None)
+    assert nbytes.tolist() == [[0, 40, 0, 40], [12, 0, 16, 0]]
+    assert msgs.tolist() == [[False, True, False, True], [True, False, True, False]]
+    assert largest.tolist() == nbytes.tolist()
+
+
+def test_streamed_records_carry_the_bytes_of_uneven_chunks():
+    s = _ring_schedule()
+    batches = list(s.stream_records(with_phase=True))
+    assert [(a, b) for a, b, _ in batches] == [(0, 2)]
+    r = batches[0][2]
+    assert r["step"].tolist() == [0, 0, 0, 1, 1]
+    assert r["source"].tolist() == [1, 2, 1, 0, 3]
+    assert r["destination"].tolist() == [2, 1, 2, 1, 0]
+    assert r["u"].tolist() == [1, 3, 1, 0, 2]                 # positions in used links [0, 1, 3, 6]
+    assert r["nbytes"].tolist() == [28, 40, 12, 12, 16]
+    assert r["phase"].tolist() == [0, 1, 0, 0, 1]
+    # a budget of 3 records: step 0 (3 records), then step 1 (2)
+    assert [(a, b, len(r["step"])) for a, b, r in s.stream_records(budget=3)] == [(0, 1, 3), (1, 2, 2)]
+    assert "phase" not in s.stream_records().__next__()[2]
+
+
+def test_to_dataset_columns_and_attributes():
+    ds = _ring_schedule().to_dataset()
+    assert ds.sizes == {"transfer": 5}
+    assert ds["transfer"].values.tolist() == [0, 1, 2, 3, 4]
+    assert ds["byte_start"].values.tolist() == [12, 0, 0, 0, 24]
+    assert ds["byte_stop"].values.tolist() == [40, 40, 12, 12, 40]
+    assert ds["bytes"].values.tolist() == [28, 40, 12, 12, 16]
+    assert ds["op"].values.tolist() == ["combine", "copy", "combine", "combine", "copy"]
+    assert ds["phase"].values.tolist() == ["reduce_scatter", "all_gather", "reduce_scatter", "reduce_scatter",
+                                           "all_gather"]
+    assert ds["color"].values.tolist() == [2, 0, 0, 0, 1] and ds["color"].dtype == np.int64
+    assert ds["link"].values.tolist() == [1, 6, 1, 0, 3]
+    assert ds["shard_start"].attrs["units"] == "chunks" and ds["bytes"].attrs["units"] == "B"
+    assert ds.attrs == {"name": "by_hand", "collective": "all_reduce", "network": RING4.name, "num_steps": 2,
+                        "num_chunks": 3, "nbytes": 40, "itemsize": 4}
+
+
+def test_with_size_keeps_the_transfers_and_changes_the_bytes():
+    s = _ring_schedule()
+    # 8 elements of 2 bytes: chunk_bounds(8, 3) = [0, 2, 5, 8] -> bytes [0, 4, 10, 16]
+    t = s.with_size(16, itemsize=2)
+    assert (t.nbytes, t.itemsize, t.num_elements) == (16, 2, 8)
+    assert t.bytes.tolist() == [16 - 4, 16, 4, 4, 16 - 10]
+    assert (s.nbytes, s.itemsize) == (40, 4)                # the original is untouched
+    u = s.with_size(80)                                     # itemsize kept: 20 elements, bounds [0, 6, 13, 20]
+    assert u.itemsize == 4 and u.bytes.tolist() == [(20 - 6) * 4, 80, 24, 24, (20 - 13) * 4]
+
+
+def _two_core_schedule() -> Schedule:
+    """Two chips of two cores (16 elements of 4 bytes, 4 chunks of 16 bytes).
+
+    Step 0: node 0->2 [0,1) and [3,4) (core pair (0, 0), one message of 32 B) and node
+    1->3 [1,3) (core pair (1, 1), 32 B) share the ICI link chip 0 -> chip 1 (link 0):
+    two messages, 64 B, the largest 32 B; node 2->3 [0,4) is on chip 1 (link 4, 64 B).
+    Step 1: node 3->1 [2,4) on chip 1 -> chip 0 (link 1, 32 B).
+    """
+    return Schedule(LINE2X2, name="two_core", collective="all_reduce", num_chunks=4,
+                    step=[0, 0, 0, 0, 1], source=[0, 1, 0, 2, 3], destination=[2, 3, 2, 3, 1],
+                    start=[0, 1, 3, 0, 2], stop=[1, 3, 4, 4, 4], op=[0] * 5, color=[0] * 5, phase=[0] * 5,
+                    nbytes=64, itemsize=4)
+
+
+def test_two_cores_per_chip_count_messages_per_core_pair():
+    s = _two_core_schedule()
+    assert s.link.tolist() == [0, 0, 0, 4, 1]
+    assert s.used_links.tolist() == [0, 1, 4]
+    (s0, s1, nbytes, msgs, largest, cols), = list(s.link_loads())
+    assert (s0, s1, cols) == (0, 2, None)
+    assert nbytes.tolist() == [[64, 0, 64], [0, 32, 0]]
+    assert msgs.tolist() == [[2, 0, 1], [0, 1, 0]]
+    assert largest.tolist() == [[32, 0, 64], [0, 32, 0]]
+    assert s.conflicts() == [(0, 0, 2)]
+    assert s.num_conflicts() == 1 and not s.conflict_free
+    # one step per batch once a batch may hold only 3 links x 4 core pairs = 12 cells
+    assert [(a, b) for a, b, *_ in s.link_loads(budget=12)] == [(0, 1), (1, 2)]
+    m = s.messages()
+    assert m["index"].tolist() == [0, 1, 0, 2, 3]
+    assert m["bytes"].tolist() == [32, 32, 64, 32]
+
+
+def test_two_cores_per_chip_totals_by_link_class():
+    s = _two_core_schedule()
+    assert s.bytes_sent().tolist() == [32, 32, 64, 32]
+    assert s.bytes_sent("ici").tolist() == [32, 32, 0, 32]
+    assert s.bytes_sent("on_chip").tolist() == [0, 0, 64, 0]
+    assert s.links_used() == {"ici": 2, "on_chip": 1}
+    expected = np.zeros((2, 6))
+    expected[0, 0], expected[0, 4], expected[1, 1] = 64, 64, 32
+    assert s.link_bytes().tolist() == expected.tolist()
+
+
+@pytest.mark.parametrize("bad, match", [
+    (dict(step=[-1, 2, 7, 2, 2]), "steps must be >= 0"),
+    (dict(start=[0, 1, 2, 0, -1]), r"transfer 4 has chunk range \[-1, 1\)"),
+    (dict(stop=[1, 4, 3, 3, 1]), r"transfer 1 has chunk range \[1, 4\) outside \[0, 3\)"),
+    (dict(stop=[1, 3, 2, 3, 1]), r"transfer 2 has chunk range \[2, 2\)"),
+    (dict(op=[0, 0, 2, 1, 0]), "op codes must index"),
+    (dict(op=[0, -1, 1, 1, 0]), "op codes must index"),
+    (dict(phase=[0, 0, 3, 1, 0]), "phase codes"),
+    (dict(phase=[0, 0, -1, 1, 0]), "phase codes"),
+    (dict(color=[0, 0, 0, 0]), "same length"),
+    (dict(origin=[-1, -1]), "same length"),
+    (dict(collective="broadcast"), "collective must be one of"),
+    (dict(num_chunks=0), "num_chunks must be >= 1"),
+])
+def test_bad_explicit_arrays_are_config_errors(bad, match):
+    with pytest.raises(ConfigError, match=match):
+        _ring_schedule(**bad)
+
+
+def test_boundary_chunk_ranges_and_codes_are_accepted():
+    # [0, 3) is the whole vector (stop == num_chunks), op 1 and phase 2 are the last codes
+    s = _ring_schedule(stop=[1, 3, 3, 3, 1], op=[0, 1, 1, 1, 0], phase=[0, 2, 1, 1, 0])
+    assert s.stop.tolist() == [3, 3, 1, 1, 3]
+    assert s.phase.tolist() == [2, 1, 0, 0, 1]
