@@ -248,3 +248,104 @@ def test_boundary_chunk_ranges_and_codes_are_accepted():
     s = _ring_schedule(stop=[1, 3, 3, 3, 1], op=[0, 1, 1, 1, 0], phase=[0, 2, 1, 1, 0])
     assert s.stop.tolist() == [3, 3, 1, 1, 3]
     assert s.phase.tolist() == [2, 1, 0, 0, 1]
+
+
+# -- compact schedules (step programs): the same statistics without writing the transfers out ----------
+def _ring4_link_bytes() -> list[list[int]]:
+    """Bytes per (step, link) of the bidirectional ring all-reduce on 4 chips, 10 f32 per node.
+
+    8 chunks (4 per direction): ``chunk_bounds(10, 8)`` = c + 2c // 8 = [0, 1, 2, 3, 5, 6,
+    7, 8, 10], so chunks 3 and 7 hold 2 elements (8 B) and the others 1 (4 B). Clockwise
+    (links 0-3, node i -> i+1 on link i) node i sends chunk (i - t - 1) % 4 in
+    reduce-scatter step t and chunk (i - t) % 4 in all-gather step t; counter-clockwise
+    (node i -> i-1 on link 4 + i) chunk 4 + (2 - i - t) % 4, then 4 + (3 - i - t) % 4.
+    The 8-byte chunk (index 3 of its direction) therefore crosses link t and link
+    4 + (3 - t) % 4 in reduce-scatter step t, link (t + 3) % 4 and 4 + (-t) % 4 in
+    all-gather step t.
+    """
+    rows = []
+    for t in range(3):
+        row = [4] * 8
+        row[t], row[4 + (3 - t) % 4] = 8, 8
+        rows.append(row)
+    for t in range(3):
+        row = [4] * 8
+        row[(t + 3) % 4], row[4 + (-t) % 4] = 8, 8
+        rows.append(row)
+    return rows
+
+
+def test_compact_ring_all_reduce_link_loads_by_hand():
+    from scwork.collectives import ring_all_reduce
+
+    s = ring_all_reduce(RING4, bidirectional=True, nbytes=40, itemsize=4)
+    assert s.compact and s.num_chunks == 8 and s.num_steps == 6
+    expected = _ring4_link_bytes()
+    assert expected[0] == [8, 4, 4, 4, 4, 4, 4, 8] and expected[3] == [4, 4, 4, 8, 8, 4, 4, 4]
+    assert s.link_bytes().tolist() == expected
+    assert s.transfers_per_step.tolist() == [8] * 6 and s.num_transfers == 48
+    # every node sends on its two outgoing links: 3 x 4 + 8 on one, 2 x 4 + ... = 60 B in all,
+    # 2 (N - 1) / N of the 40-byte vector
+    assert s.bytes_sent().tolist() == [60, 60, 60, 60]
+    assert s.links_used() == {"ici": 8}
+    assert s.num_conflicts() == 0 and s.conflicts() == []
+    # the program lists the links clockwise, then counter-clockwise from node 3: the columns of link_loads
+    assert s.used_links.tolist() == [0, 1, 2, 3, 7, 6, 5, 4]
+    by_column = [[row[u] for u in (0, 1, 2, 3, 7, 6, 5, 4)] for row in expected]
+    # a budget of 16 records (2 steps of 8): three batches, all 8 links as columns
+    batches = list(s.link_loads(budget=16))
+    assert [(a, b, cols) for a, b, _, _, _, cols in batches] == [(0, 2, None), (2, 4, None), (4, 6, None)]
+    assert [nb.tolist() for _, _, nb, _, _, _ in batches] == [by_column[0:2], by_column[2:4], by_column[4:6]]
+    assert all(m.all() for _, _, _, m, _, _ in batches)
+    # a budget of 24 records: batches of 3 steps
+    assert [(a, b) for a, b, *_ in s.link_loads(budget=24)] == [(0, 3), (3, 6)]
+    assert s.compact                          # none of this wrote the transfers out
+
+
+def test_compact_steps_from_the_end_without_writing_out():
+    from scwork.collectives import ring_all_reduce
+
+    s = ring_all_reduce(RING4, bidirectional=True, nbytes=40, itemsize=4)
+    last = s[-1]
+    assert s.compact
+    # all-gather step 2: clockwise node i sends chunk (i - 2) % 4, counter-clockwise 4 + (1 - i) % 4
+    assert sorted((t.source, t.destination, t.shard, t.bytes, t.op, t.phase, t.step) for t in last) == sorted(
+        [(i, (i + 1) % 4, ((i - 2) % 4, (i - 2) % 4 + 1), 8 if (i - 2) % 4 == 3 else 4, "copy", "all_gather", 5)
+         for i in range(4)]
+        + [(i, (i - 1) % 4, (4 + (1 - i) % 4, 5 + (1 - i) % 4), 8 if (1 - i) % 4 == 3 else 4, "copy",
+            "all_gather", 5) for i in range(4)])
+    assert s[-6] == s[0] and s[-1] == s[5]
+    for bad in (6, -7):
+        with pytest.raises(IndexError, match="out of range: the schedule has 6 steps"):
+            s[bad]
+    assert s.compact
+    # the explicit columns, once written, give the same steps
+    first = s[0]
+    assert s.explicit() is s and not s.compact
+    assert s[0] == first and s[-1] == last
+    assert s.step.tolist() == [t for t in range(6) for _ in range(8)]
+    assert s.bytes.sum() == 4 * 60
+
+
+def test_compact_single_path_loads_keep_only_the_links_each_batch_uses():
+    from scwork.collectives import single_path
+
+    # line of 4: 0->1, 1->2, 2->3 (links 0, 1, 2), then back 3->2, 2->1, 1->0 (links 5, 4, 3); one chunk of 40 B
+    s = single_path(Network.line(4), nbytes=40, itemsize=4)
+    assert s.used_links.tolist() == [0, 1, 2, 3, 4, 5]
+    route = [0, 1, 2, 5, 4, 3]
+    expected = np.zeros((6, 6))
+    expected[np.arange(6), route] = 40
+    assert s.link_bytes().tolist() == expected.tolist()
+    # one record per step: a batch of steps [a, e) may hold (e - a) x (records) <= budget = 4,
+    # so two steps per batch, each keeping only the two links it uses as columns
+    batches = list(s.link_loads(budget=4))
+    assert [(a, b, cols.tolist()) for a, b, _, _, _, cols in batches] == [(0, 2, [0, 1]), (2, 4, [2, 5]),
+                                                                         (4, 6, [3, 4])]
+    assert [nb.tolist() for _, _, nb, _, _, _ in batches] == [[[40, 0], [0, 40]], [[40, 0], [0, 40]],
+                                                              [[0, 40], [40, 0]]]
+    assert [m.tolist() for _, _, _, m, _, _ in batches] == [[[True, False], [False, True]]] * 2 + [
+        [[False, True], [True, False]]]
+    assert s.bytes_sent().tolist() == [40, 80, 80, 40]
+    assert s.links_used() == {"ici": 6}
+    assert s.compact
