@@ -349,3 +349,81 @@ def test_compact_single_path_loads_keep_only_the_links_each_batch_uses():
     assert s.bytes_sent().tolist() == [40, 80, 80, 40]
     assert s.links_used() == {"ici": 6}
     assert s.compact
+
+
+# -- limits at their boundaries ---------------------------------------------------------------------------
+def test_size_limits_accept_the_limit_and_refuse_one_more():
+    from scwork.collectives.schedule import MAX_NBYTES
+
+    s = _ring_schedule()
+    assert s.with_size(MAX_NBYTES, itemsize=MAX_NBYTES).nbytes == MAX_NBYTES
+    assert s.with_size(0).num_elements == 0
+    with pytest.raises(ConfigError, match=r"itemsize .* is more than scwork.collectives.schedule.MAX_NBYTES"):
+        s.with_size(8, itemsize=MAX_NBYTES + 1)
+    with pytest.raises(ConfigError, match=r"bytes per node is more than the limit"):
+        s.with_size(MAX_NBYTES + 1)
+    with pytest.raises(ConfigError, match="itemsize"):
+        s.with_size(8, itemsize=0)
+    with pytest.raises(ConfigError, match="nbytes"):
+        s.with_size(-1)
+
+
+def test_explicit_limit_counts_the_transfers(monkeypatch):
+    from scwork.collectives import ring_all_reduce
+    from scwork.collectives import schedule as schedule_module
+
+    # 6 steps x 8 transfers = 48
+    monkeypatch.setattr(schedule_module, "MAX_EXPLICIT_TRANSFERS", 48)
+    assert ring_all_reduce(RING4, nbytes=40).explicit().num_transfers == 48
+    monkeypatch.setattr(schedule_module, "MAX_EXPLICIT_TRANSFERS", 47)
+    with pytest.raises(ConfigError, match=r"has 48 transfers; .*MAX_EXPLICIT_TRANSFERS=47"):
+        ring_all_reduce(RING4, nbytes=40).explicit()
+
+
+def test_link_matrix_limit_counts_steps_times_links(monkeypatch):
+    from scwork.collectives import schedule as schedule_module
+
+    s = _ring_schedule()                      # 2 steps x 8 links = 16 cells
+    monkeypatch.setattr(schedule_module, "MAX_EXPLICIT_TRANSFERS", 16)
+    assert s.link_bytes().shape == (2, 8)
+    monkeypatch.setattr(schedule_module, "MAX_EXPLICIT_TRANSFERS", 15)
+    with pytest.raises(ConfigError, match=r"has 2 x 8 = 16 cells, more than the limit of 15"):
+        s.link_bytes()
+
+
+def test_listed_conflicts_limit(monkeypatch):
+    from scwork.collectives import schedule as schedule_module
+
+    s = _two_core_schedule()                  # one conflict
+    monkeypatch.setattr(schedule_module, "MAX_LISTED_CONFLICTS", 1)
+    assert s.conflicts() == [(0, 0, 2)]
+    monkeypatch.setattr(schedule_module, "MAX_LISTED_CONFLICTS", 0)
+    with pytest.raises(ConfigError, match="more than MAX_LISTED_CONFLICTS=0 link conflicts"):
+        s.conflicts()
+    assert s.num_conflicts() == 1             # counting needs no list
+
+
+def test_stream_limit_counts_the_records(monkeypatch):
+    from scwork.collectives import ring_all_reduce
+    from scwork.collectives import schedule as schedule_module
+
+    s = ring_all_reduce(RING4, nbytes=40)     # 48 records (one per message)
+    monkeypatch.setattr(schedule_module, "MAX_STREAM_RECORDS", 48)
+    assert sum(len(r["step"]) for _, _, r in s.stream_records()) == 48
+    assert s.link_bytes().sum() == 4 * 60
+    assert s.bytes_sent().sum() == 4 * 60
+    monkeypatch.setattr(schedule_module, "MAX_STREAM_RECORDS", 47)
+    for what in (lambda: list(s.stream_records()), s.link_bytes, s.bytes_sent, s.links_used):
+        with pytest.raises(ConfigError, match="needs 48 transfer records, more than the limit of 47"):
+            what()
+
+
+def test_two_core_stream_limit_counts_steps_links_and_core_pairs(monkeypatch):
+    from scwork.collectives import schedule as schedule_module
+
+    s = _two_core_schedule()                  # 2 steps x 3 used links x 4 core pairs = 24 cells
+    monkeypatch.setattr(schedule_module, "MAX_STREAM_RECORDS", 24)
+    assert s.num_conflicts() == 1
+    monkeypatch.setattr(schedule_module, "MAX_STREAM_RECORDS", 23)
+    with pytest.raises(ConfigError, match=r"\(2 steps x 3 links x 4 core pairs\) needs 24 transfer records"):
+        s.num_conflicts()
