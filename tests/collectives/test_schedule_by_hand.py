@@ -427,3 +427,20 @@ def test_two_core_stream_limit_counts_steps_links_and_core_pairs(monkeypatch):
     monkeypatch.setattr(schedule_module, "MAX_STREAM_RECORDS", 23)
     with pytest.raises(ConfigError, match=r"\(2 steps x 3 links x 4 core pairs\) needs 24 transfer records"):
         s.num_conflicts()
+
+
+def test_repr_and_html_summary():
+    import re
+
+    s = _ring_schedule()
+    assert repr(s) == "Schedule('by_hand', all_reduce, 4 ring: 2 steps, 5 transfers, 3 chunks)"
+
+    def fields(schedule):
+        return re.findall(r"<td[^>]*>([^<]*)</td><td[^>]*>([^<]*)</td>", schedule._repr_html_())
+
+    assert fields(s) == [("algorithm", "by_hand"), ("collective", "all_reduce"), ("network", "4 ring"),
+                         ("nodes", "4"), ("steps", "2"), ("transfers", "5"), ("chunks", "3"), ("colors", "3"),
+                         ("bytes per node", "40"), ("link conflicts", "0"), ("links used", "ici: 4")]
+    assert "<caption style='text-align:left'>Schedule by_hand</caption>" in s._repr_html_()
+    two = dict(fields(_two_core_schedule()))
+    assert (two["link conflicts"], two["links used"], two["colors"]) == ("1", "ici: 2, on_chip: 1", "1")
