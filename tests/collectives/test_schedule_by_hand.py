@@ -229,6 +229,7 @@ def test_two_cores_per_chip_totals_by_link_class():
     (dict(start=[0, 1, 2, 0, -1]), r"transfer 4 has chunk range \[-1, 1\)"),
     (dict(stop=[1, 4, 3, 3, 1]), r"transfer 1 has chunk range \[1, 4\) outside \[0, 3\)"),
     (dict(stop=[1, 3, 2, 3, 1]), r"transfer 2 has chunk range \[2, 2\)"),
+    (dict(start=[0, 1, 2, 2, 0], stop=[1, 3, 3, 1, 1]), r"transfer 3 has chunk range \[2, 1\)"),
     (dict(op=[0, 0, 2, 1, 0]), "op codes must index"),
     (dict(op=[0, -1, 1, 1, 0]), "op codes must index"),
     (dict(phase=[0, 0, 3, 1, 0]), "phase codes"),
@@ -444,3 +445,53 @@ def test_repr_and_html_summary():
     assert "<caption style='text-align:left'>Schedule by_hand</caption>" in s._repr_html_()
     two = dict(fields(_two_core_schedule()))
     assert (two["link conflicts"], two["links used"], two["colors"]) == ("1", "ici: 2, on_chip: 1", "1")
+
+
+def test_chunk_count_limit_is_named_in_the_error():
+    from scwork.collectives import chunk_bounds
+
+    with pytest.raises(ConfigError, match=r"chunk_bounds\(10, 67,108,865\): at most 67,108,864 chunks"):
+        chunk_bounds(10, 2**26 + 1)
+    with pytest.raises(ConfigError, match="2\\*\\*63 - 1 elements"):
+        chunk_bounds(2**63, 2)
+    assert chunk_bounds(2**63 - 1, 1).tolist() == [0, 2**63 - 1]
+
+
+# -- the explicit builder the frozen reference of the algorithms uses -------------------------------------
+def test_builder_broadcasts_drops_empty_ranges_and_fills_defaults():
+    from scwork.collectives.schedule import _Builder
+
+    b = _Builder(RING4, 4)
+    # one call, four transfers by broadcasting: node i -> i + 1 at step 3, chunks [i, i + 1),
+    # except node 2 whose range [2, 2) is empty and dropped
+    b.add(3, [0, 1, 2, 3], [1, 2, 3, 0], [0, 1, 2, 3], [1, 2, 2, 4], op=0)
+    b.add(5, 1, 0, 0, 4, op=1, color=1, phase=1)
+    b.add(4, 3, 2, 2, 2, op=1)                # all empty: adds nothing
+    s = b.build(name="built", collective="all_reduce")
+    assert s.num_steps == 2 and s.num_transfers == 4
+    assert s.source.tolist() == [0, 1, 3, 1] and s.destination.tolist() == [1, 2, 0, 0]
+    assert s.start.tolist() == [0, 1, 3, 0] and s.stop.tolist() == [1, 2, 4, 4]
+    assert s.op.tolist() == [0, 0, 0, 1]
+    assert s.color.tolist() == [0, 0, 0, 1] and s.num_colors == 2
+    assert s.phase.tolist() == [0, 0, 0, 1]   # default phase 0: reduce_scatter
+    assert s.origin.tolist() == [-1] * 4
+    empty = _Builder(RING4, 2).build(name="empty", collective="all_gather")
+    assert (empty.num_steps, empty.num_transfers, empty.num_colors) == (0, 0, 1)
+    assert [len(c) for c in _Builder(RING4, 2).columns()] == [0] * 9
+
+
+def test_builder_coalesces_adjacent_ranges_of_one_message():
+    from scwork.collectives.schedule import _Builder
+
+    b = _Builder(RING4, 6)
+    b.add(0, 0, 1, [4, 0, 1], [5, 1, 3], op=0)     # [0,1) + [1,3) merge; [4,5) is not adjacent
+    b.add(0, 0, 1, 3, 4, op=1)                      # adjacent to [1,3) but a copy: kept apart
+    b.add(0, 0, 1, 5, 6, op=0, color=1)            # adjacent to [4,5) but another colour: kept apart
+    b.add(1, 0, 1, 3, 4, op=0)                      # adjacent to [1,3) but another step: kept apart
+    b.add(0, 1, 2, 3, 6, op=0)                      # another message
+    s = b.build(coalesce=True, name="coalesced", collective="all_reduce")
+    rows = sorted(zip(s.step.tolist(), s.source.tolist(), s.destination.tolist(), s.start.tolist(),
+                      s.stop.tolist(), s.op.tolist(), s.color.tolist()))
+    assert rows == [(0, 0, 1, 0, 3, 0, 0), (0, 0, 1, 3, 4, 1, 0), (0, 0, 1, 4, 5, 0, 0), (0, 0, 1, 5, 6, 0, 1),
+                    (0, 1, 2, 3, 6, 0, 0), (1, 0, 1, 3, 4, 0, 0)]
+    assert b.build(name="kept", collective="all_reduce").num_transfers == 7
