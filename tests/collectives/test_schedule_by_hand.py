@@ -24,6 +24,7 @@ from scwork.collectives.schedule import Schedule, Transfer
 from scwork.errors import ConfigError
 
 RING4 = Network.ring(4)
+RING8 = Network.ring(8)
 LINE2X2 = Network.line(2, cores_per_chip=2)
 
 
@@ -495,3 +496,38 @@ def test_builder_coalesces_adjacent_ranges_of_one_message():
     assert rows == [(0, 0, 1, 0, 3, 0, 0), (0, 0, 1, 3, 4, 1, 0), (0, 0, 1, 4, 5, 0, 0), (0, 0, 1, 5, 6, 0, 1),
                     (0, 1, 2, 3, 6, 0, 0), (1, 0, 1, 3, 4, 0, 0)]
     assert b.build(name="kept", collective="all_reduce").num_transfers == 7
+
+
+def test_compact_pincer_loads_in_sub_batches_by_hand():
+    from scwork.collectives import pincer
+
+    # Ring of 8 (A..H = 0..7): link i is i -> i+1, link 8 + i is i -> i-1. The pincer sends the whole
+    # 40-byte vector along two chains that meet: B->C->D->E (links 1, 2, 3) and A->H->G->F (links 8,
+    # 15, 14), E and F exchange (links 4 and 13), then back: E->D, F->G (12, 5), D->C, G->H (11, 6),
+    # C->B, H->A (10, 7). Two records per step, 16 links: few enough to keep only the links used.
+    s = pincer(RING8, nbytes=40, itemsize=4)
+    links = [[1, 8], [2, 15], [3, 14], [4, 13], [5, 12], [6, 11], [7, 10]]
+    # budget 1: every step alone (its two records exceed the budget, so the sub-batch is one step)
+    one = list(s.link_loads(budget=1))
+    assert [(a, b, cols.tolist()) for a, b, _, _, _, cols in one] == [(t, t + 1, links[t]) for t in range(7)]
+    assert all(nb.tolist() == [[40, 40]] and m.tolist() == [[True, True]] for _, _, nb, m, _, _ in one)
+    # budget 8: batches of 4 steps (8 records); a sub-batch of e - a steps keeps (e - a) x records <= 8,
+    # 2 x 4 = 8 fits, 3 x 6 does not: sub-batches of two steps, the last one alone
+    eight = list(s.link_loads(budget=8))
+    assert [(a, b, cols.tolist()) for a, b, _, _, _, cols in eight] == [
+        (0, 2, [1, 2, 8, 15]), (2, 4, [3, 4, 13, 14]), (4, 6, [5, 6, 11, 12]), (6, 7, [7, 10])]
+    assert eight[0][2].tolist() == [[40, 0, 40, 0], [0, 40, 0, 40]]
+    assert eight[1][2].tolist() == [[40, 0, 0, 40], [0, 40, 40, 0]]
+    assert eight[2][2].tolist() == [[40, 0, 0, 40], [0, 40, 40, 0]]
+    assert eight[3][2].tolist() == [[40, 40]]
+    # A and B send once (they start the chains; B's copy comes back to it last), every other node twice
+    assert s.bytes_sent().tolist() == [40, 40, 80, 80, 80, 80, 80, 80]
+    assert s.links_used() == {"ici": 14}      # all but A->B (0) and B->A (9)
+
+
+def test_compact_single_path_one_step_per_batch():
+    from scwork.collectives import single_path
+
+    s = single_path(Network.line(4), nbytes=40, itemsize=4)
+    got = [(a, b, cols.tolist(), nb.tolist()) for a, b, nb, _, _, cols in s.link_loads(budget=1)]
+    assert got == [(t, t + 1, [u], [[40]]) for t, u in enumerate([0, 1, 2, 5, 4, 3])]
