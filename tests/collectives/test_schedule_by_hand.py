@@ -531,3 +531,23 @@ def test_compact_single_path_one_step_per_batch():
     s = single_path(Network.line(4), nbytes=40, itemsize=4)
     got = [(a, b, cols.tolist(), nb.tolist()) for a, b, nb, _, _, cols in s.link_loads(budget=1)]
     assert got == [(t, t + 1, [u], [[40]]) for t, u in enumerate([0, 1, 2, 5, 4, 3])]
+
+
+def test_conflict_list_stops_at_its_documented_limit():
+    # Ring of 4 chips of 2 cores: in every step both cores of chip c send to the same core of chip c + 1,
+    # two messages on each of the 4 clockwise links: 4 conflicts per step. 2**18 steps give 2**20
+    # conflicts, the limit; one more step with one conflict is one too many to list.
+    net = Network.ring(4, cores_per_chip=2)
+    steps = 2**18
+    chip = np.arange(4)
+    src = np.concatenate([2 * chip, 2 * chip + 1])
+    dst = np.concatenate([2 * ((chip + 1) % 4), 2 * ((chip + 1) % 4) + 1])
+    source = np.concatenate([np.tile(src, steps), [0, 1]])
+    destination = np.concatenate([np.tile(dst, steps), [2, 3]])
+    step = np.concatenate([np.repeat(np.arange(steps), 8), [steps, steps]])
+    zero = np.zeros(len(step), np.int64)
+    s = Schedule(net, name="crowded", collective="all_reduce", num_chunks=1, step=step, source=source,
+                 destination=destination, start=zero, stop=zero + 1, op=zero, color=zero, phase=zero)
+    assert s.num_conflicts() == 2**20 + 1
+    with pytest.raises(ConfigError, match=r"more than MAX_LISTED_CONFLICTS=1,048,576 link conflicts to list"):
+        s.conflicts()
