@@ -233,6 +233,8 @@ def test_two_cores_per_chip_totals_by_link_class():
     (dict(start=[0, 1, 2, 2, 0], stop=[1, 3, 3, 1, 1]), r"transfer 3 has chunk range \[2, 1\)"),
     (dict(op=[0, 0, 2, 1, 0]), "op codes must index"),
     (dict(op=[0, -1, 1, 1, 0]), "op codes must index"),
+    (dict(op=[0, 0, 1, 1, 5]), "op codes must index"),
+    (dict(phase=[0, 4, 1, 1, 0]), "phase codes"),
     (dict(phase=[0, 0, 3, 1, 0]), "phase codes"),
     (dict(phase=[0, 0, -1, 1, 0]), "phase codes"),
     (dict(color=[0, 0, 0, 0]), "same length"),
@@ -551,3 +553,39 @@ def test_conflict_list_stops_at_its_documented_limit():
     assert s.num_conflicts() == 2**20 + 1
     with pytest.raises(ConfigError, match=r"more than MAX_LISTED_CONFLICTS=1,048,576 link conflicts to list"):
         s.conflicts()
+
+
+def test_compact_pincer_on_four_chips_in_dense_batches_of_one_step():
+    from scwork.collectives import pincer
+
+    # Ring of 4 (A..D = 0..3, link i: i -> i+1, link 4 + i: i -> i-1): B->C (1) and A->D (4), the
+    # exchange C->D, D->C (2, 7), then C->B, D->A (6, 3); 40 bytes each. Two records per step on 8
+    # links is not few (2 x 4 >= 8): dense batches over every link. A budget of 4 records takes two
+    # steps from the program, but a (steps, 8 links) array of at most 4 cells holds one step at a time.
+    s = pincer(RING4, nbytes=40, itemsize=4)
+    assert s.used_links.tolist() == list(range(8))
+    got = [(a, b, cols, nb.tolist()) for a, b, nb, _, _, cols in s.link_loads(budget=4)]
+    assert got == [(0, 1, None, [[0, 40, 0, 0, 40, 0, 0, 0]]), (1, 2, None, [[0, 0, 40, 0, 0, 0, 0, 40]]),
+                   (2, 3, None, [[0, 0, 0, 40, 0, 0, 40, 0]])]
+    # a budget of 16: the program's batch holds all 6 records, the array two steps of 8 links
+    assert [(a, b) for a, b, *_ in s.link_loads(budget=16)] == [(0, 2), (2, 3)]
+    assert [(a, b) for a, b, *_ in s.link_loads(budget=24)] == [(0, 3)]
+
+
+def test_conflicts_in_a_later_batch_keep_their_step():
+    # As in the limit test: 4 conflicts per step on links 0..3. Batches hold at most 2**19 cells of
+    # (steps, 4 links x 4 core pairs): 32,768 steps, so step 32,768 is the first of the second batch.
+    net = Network.ring(4, cores_per_chip=2)
+    steps = 2**15 + 1
+    chip = np.arange(4)
+    src = np.concatenate([2 * chip, 2 * chip + 1])
+    dst = np.concatenate([2 * ((chip + 1) % 4), 2 * ((chip + 1) % 4) + 1])
+    zero = np.zeros(8 * steps, np.int64)
+    s = Schedule(net, name="crowded", collective="all_reduce", num_chunks=1, step=np.repeat(np.arange(steps), 8),
+                 source=np.tile(src, steps), destination=np.tile(dst, steps), start=zero, stop=zero + 1, op=zero,
+                 color=zero, phase=zero)
+    assert [(a, b) for a, b, *_ in s.link_loads()] == [(0, 2**15), (2**15, 2**15 + 1)]
+    out = s.conflicts()
+    assert len(out) == 4 * steps
+    assert out[:4] == [(0, 0, 2), (0, 1, 2), (0, 2, 2), (0, 3, 2)]
+    assert out[-4:] == [(2**15, 0, 2), (2**15, 1, 2), (2**15, 2, 2), (2**15, 3, 2)]
