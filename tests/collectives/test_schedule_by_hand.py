@@ -589,3 +589,15 @@ def test_conflicts_in_a_later_batch_keep_their_step():
     assert len(out) == 4 * steps
     assert out[:4] == [(0, 0, 2), (0, 1, 2), (0, 2, 2), (0, 3, 2)]
     assert out[-4:] == [(2**15, 0, 2), (2**15, 1, 2), (2**15, 2, 2), (2**15, 3, 2)]
+
+
+def test_stream_limit_is_the_documented_one():
+    from scwork.collectives import ring_all_reduce
+
+    # a one-way ring all-reduce of n chips: 2 (n - 1) steps of n transfers; n = 23,171 gives
+    # 2 x 23,170 x 23,171 = 1,073,744,140 records, just over 2**30 = 1,073,741,824
+    s = ring_all_reduce(Network.ring(23171, bidirectional=False), bidirectional=False)
+    assert s.num_steps == 2 * 23170 and s.num_transfers == 1_073_744_140
+    with pytest.raises(ConfigError, match=r"needs 1,073,744,140 transfer records, more than the limit of "
+                                          r"1,073,741,824"):
+        s.bytes_sent()
