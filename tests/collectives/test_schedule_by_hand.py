@@ -601,3 +601,17 @@ def test_stream_limit_is_the_documented_one():
     with pytest.raises(ConfigError, match=r"needs 1,073,744,140 transfer records, more than the limit of "
                                           r"1,073,741,824"):
         s.bytes_sent()
+
+
+def test_explicit_link_loads_in_batches_of_steps():
+    s = _ring_schedule()                      # 4 used links [0, 1, 3, 6], 3 + 2 records
+    # a budget of 8 cells holds 8 // 4 = 2 steps of 4 links; 7 holds one
+    assert [(a, b) for a, b, *_ in s.link_loads(budget=8)] == [(0, 2)]
+    got = [(a, b, nb.tolist(), m.tolist(), cols) for a, b, nb, m, _, cols in s.link_loads(budget=7)]
+    assert got == [(0, 1, [[0, 40, 0, 40]], [[False, True, False, True]], None),
+                   (1, 2, [[12, 0, 16, 0]], [[True, False, True, False]], None)]
+    two = _two_core_schedule()               # 3 used links x 4 core pairs = 12 cells per step
+    got = [(a, b, nb.tolist(), m.tolist(), big.tolist()) for a, b, nb, m, big, _ in two.link_loads(budget=12)]
+    assert got == [(0, 1, [[64, 0, 64]], [[2, 0, 1]], [[32, 0, 64]]),
+                   (1, 2, [[0, 32, 0]], [[0, 1, 0]], [[0, 32, 0]])]
+    assert [(a, b) for a, b, *_ in two.link_loads(budget=24)] == [(0, 2)]
