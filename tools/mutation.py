@@ -76,7 +76,7 @@ MODULES: dict[str, list[str]] = {
     "scwork/collectives/schedule.py": ["tests/collectives/test_algorithms.py", "tests/collectives/test_properties.py",
                                        "tests/collectives/test_compact.py", "tests/collectives/test_chunk_bounds.py",
                                        "tests/collectives/test_execute.py", "tests/collectives/test_execute_fast.py",
-                                       "tests/collectives/test_cost.py", "tests/collectives/test_embedding_a2a.py",
+                                       "tests/collectives/test_cost.py",
                                        "tests/collectives/test_fused.py", "tests/collectives/test_fuzz_regressions.py",
                                        "tests/collectives/test_network.py",
                                        "tests/collectives/test_schedule_by_hand.py"],
