@@ -615,3 +615,21 @@ def test_explicit_link_loads_in_batches_of_steps():
     assert got == [(0, 1, [[64, 0, 64]], [[2, 0, 1]], [[32, 0, 64]]),
                    (1, 2, [[0, 32, 0]], [[0, 1, 0]], [[0, 32, 0]])]
     assert [(a, b) for a, b, *_ in two.link_loads(budget=24)] == [(0, 2)]
+
+
+def test_a_single_chip_has_nothing_to_send():
+    from scwork.collectives import single_path
+
+    s = single_path(Network.line(1), nbytes=40, itemsize=4)
+    assert s.compact and (s.num_steps, s.num_transfers) == (0, 0)
+    assert s.transfers_per_step.tolist() == []
+    assert s.bytes_sent().tolist() == [0.0] and s.links_used() == {}
+    assert s.conflicts() == [] and s.link_bytes().shape == (0, 0)
+    with pytest.raises(IndexError, match="the schedule has 0 steps"):
+        s[0]
+    assert s.explicit() is s and not s.compact
+    assert s.link.tolist() == [] and s.step.tolist() == [] and s.steps == []
+    assert s.transfers_per_step.tolist() == []
+    assert s.to_dataset().sizes == {"transfer": 0}
+    with pytest.raises(IndexError, match="the schedule has 0 steps"):
+        s.step_slice(0)
