@@ -239,6 +239,7 @@ def test_two_cores_per_chip_totals_by_link_class():
     (dict(phase=[0, 0, -1, 1, 0]), "phase codes"),
     (dict(color=[0, 0, 0, 0]), "same length"),
     (dict(origin=[-1, -1]), "same length"),
+    (dict(op=[0, 0, 1, 1, 0, 0]), "same length"),        # one too many
     (dict(collective="broadcast"), "collective must be one of"),
     (dict(num_chunks=0), "num_chunks must be >= 1"),
 ])
@@ -633,3 +634,30 @@ def test_a_single_chip_has_nothing_to_send():
     assert s.to_dataset().sizes == {"transfer": 0}
     with pytest.raises(IndexError, match="the schedule has 0 steps"):
         s.step_slice(0)
+
+
+def test_two_messages_into_one_core_are_two_messages():
+    # Both cores of chip 0 send to core 0 of chip 1 (nodes 0 -> 2 and 1 -> 2) over link 0 in one step:
+    # core pairs (0, 0) and (1, 0), two messages of 16 and 32 bytes (4 chunks of 16 B).
+    s = Schedule(LINE2X2, name="into_one_core", collective="all_reduce", num_chunks=4, step=[0, 0],
+                 source=[0, 1], destination=[2, 2], start=[0, 1], stop=[1, 3], op=[0, 0], color=[0, 0],
+                 phase=[0, 0], nbytes=64, itemsize=4)
+    (_, _, nbytes, msgs, largest, _), = list(s.link_loads())
+    assert (nbytes.tolist(), msgs.tolist(), largest.tolist()) == ([[48]], [[2]], [[32]])
+    assert s.conflicts() == [(0, 0, 2)]
+
+
+def test_compact_all_to_all_streams_one_record_per_message():
+    from scwork.collectives import all_to_all
+
+    # Ring of 4, 64 bytes = 4 blocks of 16 B, block j for node j. Step 0: node i sends the blocks of
+    # i + 1 and i + 2 clockwise to i + 1 (two transfers, one 32-byte message) and the block of i - 1
+    # counter-clockwise (16 B); step 1: node i + 1 passes the block of i + 2 on (16 B).
+    s = all_to_all(RING4, nbytes=64, itemsize=4)
+    assert (s.num_steps, s.num_transfers) == (2, 16)
+    records = [(int(st), int(a), int(b), int(n)) for _, _, r in s.stream_records()
+               for st, a, b, n in zip(r["step"], r["source"], r["destination"], r["nbytes"])]
+    assert sorted(records) == sorted([(0, i, (i + 1) % 4, 32) for i in range(4)]
+                                     + [(0, i, (i - 1) % 4, 16) for i in range(4)]
+                                     + [(1, i, (i + 1) % 4, 16) for i in range(4)])
+    assert s.bytes_sent().tolist() == [64, 64, 64, 64]
