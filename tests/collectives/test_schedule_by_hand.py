@@ -87,6 +87,10 @@ def test_given_colour_count_and_group_size_are_kept():
                    destination=[3], start=[0], stop=[1], op=[1], color=[0], phase=[1])
     assert (one.num_steps, one.num_colors, one.step.tolist(), one.link.tolist()) == (1, 1, [0], [2])
     assert one.nbytes == 2**20 and one.itemsize == 4      # the documented defaults
+    # one link used (2 -> 3, link 2): one column of link loads, the whole 1 MiB vector on it
+    (_, _, nbytes, msgs, _, cols), = list(one.link_loads())
+    assert (nbytes.tolist(), msgs.tolist(), cols) == ([[2**20]], [[True]], None)
+    assert one.link_bytes().tolist() == [[0, 0, 2**20, 0, 0, 0, 0, 0]]
 
 
 def test_steps_from_the_front_and_from_the_end():
