@@ -665,3 +665,14 @@ def test_compact_all_to_all_streams_one_record_per_message():
                                      + [(0, i, (i - 1) % 4, 16) for i in range(4)]
                                      + [(1, i, (i + 1) % 4, 16) for i in range(4)])
     assert s.bytes_sent().tolist() == [64, 64, 64, 64]
+
+
+def test_builder_does_not_merge_overlapping_ranges():
+    from scwork.collectives.schedule import _Builder
+
+    # [0, 2) and [1, 3) of one message overlap, they are not adjacent: both stay (a merge would
+    # carry chunk 1 once instead of twice)
+    b = _Builder(RING4, 4)
+    b.add(0, 0, 1, [0, 1], [2, 3], op=0)
+    s = b.build(coalesce=True, name="overlap", collective="all_reduce")
+    assert sorted(zip(s.start.tolist(), s.stop.tolist())) == [(0, 2), (1, 3)]
