@@ -665,6 +665,12 @@ def test_compact_all_to_all_streams_one_record_per_message():
                                      + [(0, i, (i - 1) % 4, 16) for i in range(4)]
                                      + [(1, i, (i + 1) % 4, 16) for i in range(4)])
     assert s.bytes_sent().tolist() == [64, 64, 64, 64]
+    # messages(), ordered by step, source, destination: in step 0 every node sends two
+    m = s.messages()
+    assert list(zip(m["step"].tolist(), m["source"].tolist(), m["destination"].tolist(), m["bytes"].tolist())) == [
+        (0, 0, 1, 32), (0, 0, 3, 16), (0, 1, 0, 16), (0, 1, 2, 32), (0, 2, 1, 16), (0, 2, 3, 32), (0, 3, 0, 32),
+        (0, 3, 2, 16), (1, 0, 1, 16), (1, 1, 2, 16), (1, 2, 3, 16), (1, 3, 0, 16)]
+    assert m["link"].tolist() == [0, 4, 5, 1, 6, 2, 3, 7, 0, 1, 2, 3]
 
 
 def test_builder_does_not_merge_overlapping_ranges():
