@@ -324,7 +324,7 @@ def test_compact_steps_from_the_end_without_writing_out():
         + [(i, (i - 1) % 4, (4 + (1 - i) % 4, 5 + (1 - i) % 4), 8 if (1 - i) % 4 == 3 else 4, "copy",
             "all_gather", 5) for i in range(4)])
     assert s[-6] == s[0] and s[-1] == s[5]
-    for bad in (6, -7):
+    for bad in (6, 7, -7):
         with pytest.raises(IndexError, match="out of range: the schedule has 6 steps"):
             s[bad]
     assert s.compact
@@ -475,6 +475,7 @@ def test_builder_broadcasts_drops_empty_ranges_and_fills_defaults():
     b.add(3, [0, 1, 2, 3], [1, 2, 3, 0], [0, 1, 2, 3], [1, 2, 2, 4], op=0)
     b.add(5, 1, 0, 0, 4, op=1, color=1, phase=1)
     b.add(4, 3, 2, 2, 2, op=1)                # all empty: adds nothing
+    b.add(4, 3, 2, 3, 1, op=1)                # reversed: dropped too
     s = b.build(name="built", collective="all_reduce")
     assert s.num_steps == 2 and s.num_transfers == 4
     assert s.source.tolist() == [0, 1, 3, 1] and s.destination.tolist() == [1, 2, 0, 0]
@@ -527,6 +528,8 @@ def test_compact_pincer_loads_in_sub_batches_by_hand():
     assert eight[1][2].tolist() == [[40, 0, 0, 40], [0, 40, 40, 0]]
     assert eight[2][2].tolist() == [[40, 0, 0, 40], [0, 40, 40, 0]]
     assert eight[3][2].tolist() == [[40, 40]]
+    # budget 9: the same cuts (3 steps would need 3 x 6 = 18)
+    assert [(a, b) for a, b, *_ in s.link_loads(budget=9)] == [(0, 2), (2, 4), (4, 6), (6, 7)]
     # A and B send once (they start the chains; B's copy comes back to it last), every other node twice
     assert s.bytes_sent().tolist() == [40, 40, 80, 80, 80, 80, 80, 80]
     assert s.links_used() == {"ici": 14}      # all but A->B (0) and B->A (9)
@@ -682,3 +685,17 @@ def test_builder_does_not_merge_overlapping_ranges():
     b.add(0, 0, 1, [0, 1], [2, 3], op=0)
     s = b.build(coalesce=True, name="overlap", collective="all_reduce")
     assert sorted(zip(s.start.tolist(), s.stop.tolist())) == [(0, 2), (1, 3)]
+
+
+def test_compact_pincer_on_five_chips_keeps_only_the_links_it_uses():
+    from scwork.collectives import pincer
+
+    # Ring of 5 (A..E = 0..4, link i: i -> i+1, link 5 + i: i -> i-1): B->C (1) and A->E (5), then
+    # C->D (2) and E->D (9) meet on D, which sends back D->C (8) and D->E (3), then C->B (7), E->A (4).
+    # 8 records in 4 steps over 10 links: 8 x 4 = 32 < 4 x 10 = 40, few enough for a sparse batch.
+    s = pincer(Network.ring(5), nbytes=40, itemsize=4)
+    (a, b, nbytes, msgs, largest, cols), = list(s.link_loads())
+    assert (a, b, cols.tolist()) == (0, 4, [1, 2, 3, 4, 5, 7, 8, 9])
+    assert nbytes.tolist() == [[40, 0, 0, 0, 40, 0, 0, 0], [0, 40, 0, 0, 0, 0, 0, 40],
+                               [0, 0, 40, 0, 0, 0, 40, 0], [0, 0, 0, 40, 0, 40, 0, 0]]
+    assert msgs.tolist() == (nbytes > 0).tolist() and largest.tolist() == nbytes.tolist()
