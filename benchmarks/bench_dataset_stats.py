@@ -92,13 +92,16 @@ def ensure_dataset(folder: Path, cfg: dict) -> dict:
     from scwork.datasets import write_synthetic_parquet
 
     marker = folder / "bench_config.json"
-    files = [folder / f"part-{i:05d}.parquet" for i in range(cfg["num_shards"])]
+    suffix = "npz" if cfg.get("format") == "npz" else "parquet"
+    files = [folder / f"part-{i:05d}.{suffix}" for i in range(cfg["num_shards"])]
     if marker.exists() and json.loads(marker.read_text()).get("config") == cfg and all(f.exists() for f in files):
         info = json.loads(marker.read_text())
         info["reused"] = True
         info["generation_seconds"] = 0.0
         return info
     t0 = time.perf_counter()
+    if suffix == "npz":
+        return _write_npz_dataset(folder, cfg, files, marker, t0)
     # "encoding" in the config: the page encoding (write_synthetic_parquet's encoding=, which
     # older versions lack: they write pyarrow's dictionary encoding)
     extra = {k: cfg[k] for k in ("compression", "encoding") if k in cfg}
@@ -124,6 +127,40 @@ def ensure_dataset(folder: Path, cfg: dict) -> dict:
     return info
 
 
+def _write_npz_dataset(folder: Path, cfg: dict, files: list[Path], marker: Path, t0: float) -> dict:
+    """The same synthetic steps as NPZ shards (``write_npz_shard``: flat ids and row splits, no levels)."""
+    from scwork.datasets import synthetic
+    from scwork.sharding.shards import write_npz_shard
+
+    data = synthetic(cfg["rows_per_shard"], num_steps=cfg["num_shards"],
+                     features=[f"f{i}" for i in range(cfg["features"])], vocab_size=cfg["vocab_size"],
+                     valency=cfg["valency"], seed=cfg["seed"])
+    num_ids = 0
+    for i, f in enumerate(files):
+        step = data.step(i)
+        write_npz_shard(f, step)
+        num_ids += sum(len(ids) for ids, _ in step.values())
+    info = {"config": cfg, "num_ids_approx": num_ids, "bytes": sum(f.stat().st_size for f in files),
+            "generation_seconds": round(time.perf_counter() - t0, 2), "reused": False}
+    marker.write_text(json.dumps(info))
+    return info
+
+
+def _writer_layout() -> str:
+    """How this scwork's write_synthetic_parquet lays out the ids (part of the dataset's config)."""
+    import inspect
+
+    from scwork.datasets import write_synthetic_parquet
+
+    if "id_type" in inspect.signature(write_synthetic_parquet).parameters:
+        return "list<int32 not null> not null, data pages v2"
+    return "list<int64>, data pages v1"
+
+
+def _shard_files(folder: Path) -> list[str]:
+    return sorted(str(p) for p in folder.glob("part-*.parquet")) or sorted(str(p) for p in folder.glob("part-*.npz"))
+
+
 # --------------------------------------------------------------------------------------
 # children: one configuration each
 # --------------------------------------------------------------------------------------
@@ -133,7 +170,7 @@ def child(spec: dict) -> dict:
 
     cfg = spec["config"]
     folder = Path(spec["dir"])
-    files = sorted(str(p) for p in folder.glob("part-*.parquet"))
+    files = _shard_files(folder)
     if spec.get("subset"):
         files = files[:spec["subset"]]
     feats = _features(cfg)
@@ -224,6 +261,11 @@ def _load_columns(files, names=None):
 
     cols = {}
     for f in files:
+        if f.endswith(".npz"):
+            with np.load(f) as z:
+                for n in names or sorted(m[:-len("_ids")] for m in z.files if m.endswith("_ids")):
+                    cols.setdefault(n, []).append((z[f"{n}_ids"], z[f"{n}_row_splits"]))
+            continue
         table = pq.read_table(f, columns=names)
         for n in table.column_names:
             arr = table.column(n).combine_chunks()
@@ -354,6 +396,9 @@ def main(argv=None) -> int:
                              "Poisson(20) (68 M ids)")
     parser.add_argument("--encoding", choices=["delta", "dictionary", "plain"], default=None,
                         help="page encoding of the generated shards (write_synthetic_parquet's encoding=)")
+    parser.add_argument("--format", choices=["parquet", "npz"], default="parquet",
+                        help="shard format: Parquet (write_synthetic_parquet) or NPZ (write_npz_shard: flat ids "
+                             "and row splits, int64, uncompressed)")
     parser.add_argument("--compare", action="store_true",
                         help="only collect_stats in memory vs stats_over_dataset, per thread count (--threads), "
                              "calls alternating")
@@ -368,9 +413,23 @@ def main(argv=None) -> int:
     cfg = dict(STANDARD if args.standard else QUICK if args.quick else FULL)
     if args.encoding:
         cfg["encoding"] = args.encoding
+    # The writer's layout is part of the config: a folder of shards from another version is rewritten, and
+    # the default folder's name says the layout, so that versions compared back to back keep their own.
+    if args.format == "npz":
+        import inspect
+
+        from scwork.sharding.shards import write_npz_shard
+
+        cfg["format"] = "npz"
+        cfg["layout"] = "int32 ids where they fit" if "id_type" in inspect.signature(write_npz_shard).parameters \
+            else "int64 ids"
+        tag = "-npz"
+    else:
+        cfg["layout"] = _writer_layout()
+        tag = "-i32v2" if cfg["layout"].startswith("list<int32") else ""
     label = "standard" if args.standard else "quick" if args.quick else "full"
     folder = Path(args.dir) if args.dir else Path(tempfile.gettempdir()) / \
-        f"scwork-bench-dataset-stats-{label}{'-' + args.encoding if args.encoding else ''}"
+        f"scwork-bench-dataset-stats-{label}{'-' + args.encoding if args.encoding else ''}{tag}"
     folder.mkdir(parents=True, exist_ok=True)
     load_before = os.getloadavg()
     dataset = ensure_dataset(folder, cfg)

@@ -90,41 +90,46 @@ def _slice_rows(rows: dict, lo: int, hi: int, copy: bool = False) -> dict:
     return out
 
 
-#: Per thread, the int64 buffers its step batches were built in (see _step_buffer); emptied by
-#: _release_step_buffers at the end of every local run.
-_STEP_BUFFERS: dict[int, list[np.ndarray]] = {}
+#: Per thread, the int64 buffers its step batches were built in, as [ids, row splits] pairs (see
+#: _step_buffers); emptied by _release_step_buffers at the end of every local run.
+_STEP_BUFFERS: dict[int, list[list[np.ndarray]]] = {}
 _STEP_BUFFERS_LOCK = threading.Lock()
 #: Buffers kept per thread: collect_stats holds the previous step's batch while the next is built.
 _BUFFERS_PER_THREAD = 2
-#: References to a pooled buffer nobody else holds: the pool list's and sys.getrefcount's argument.
+#: References to a pooled buffer nobody else holds: the pair list's and sys.getrefcount's argument.
 _UNUSED_REFS = 2
 
 
-def _step_buffer(size: int) -> np.ndarray | None:
-    """A recycled int64 buffer of ``size`` for one step's ids, or None (allocate a fresh one).
+def _step_buffers(size: int, shape: tuple[int, int]) -> tuple[np.ndarray, np.ndarray] | tuple[None, None]:
+    """Recycled int64 buffers for one step's ids (``size``) and row splits (``shape``), or (None, None).
 
     A step's ids are about 8 B x ids per step (68 MB for 16384 samples x 26 features
-    x 20 ids); a fresh array of that size is zeroed page by page by the kernel at its
-    first touch, which costs about as much again as the copy into it. A buffer is
-    reused only when no reference to it is left outside the pool (no batch and no view
-    of its ids alive): its reference count says so exactly in a build with the GIL, so
-    the free-threaded build does not recycle.
+    x 20 ids) and its row splits 8 B x features x samples (3.4 MB); fresh arrays of
+    those sizes are zeroed page by page by the kernel at their first touch, which
+    costs about as much again as the copy into them (and the engine's own buffers,
+    freed between steps, make the C allocator hand fresh pages back each time). A
+    pair is reused only when no reference to either buffer is left outside the pool
+    (no batch and no view of its ids or splits alive): their reference counts say so
+    exactly in a build with the GIL, so the free-threaded build does not recycle.
     """
     gil = getattr(sys, "_is_gil_enabled", lambda: True)()
     if not gil:
-        return None
+        return None, None
     key = threading.get_ident()
     with _STEP_BUFFERS_LOCK:
         pool = _STEP_BUFFERS.setdefault(key, [])
         for i in range(len(pool)):    # no loop variable (nor enumerate's tuple) holding a reference
-            if sys.getrefcount(pool[i]) == _UNUSED_REFS:
-                if pool[i].size < size:
-                    pool[i] = np.empty(size, np.int64)
-                return pool[i][:size]
+            pair = pool[i]
+            if sys.getrefcount(pair[0]) == _UNUSED_REFS and sys.getrefcount(pair[1]) == _UNUSED_REFS:
+                if pair[0].size < size:
+                    pair[0] = np.empty(size, np.int64)
+                if pair[1].shape != shape:
+                    pair[1] = np.empty(shape, np.int64)
+                return pair[0][:size], pair[1]
         if len(pool) < _BUFFERS_PER_THREAD:
-            pool.append(np.empty(size, np.int64))
-            return pool[-1][:size]
-    return None
+            pool.append([np.empty(size, np.int64), np.empty(shape, np.int64)])
+            return pool[-1][0][:size], pool[-1][1]
+    return None, None
 
 
 def _release_step_buffers() -> None:
@@ -140,6 +145,8 @@ def _step_batch(rows: dict, lo: int, hi: int, names: list[str], recycle: bool = 
     within int64, row splits from 0, non-decreasing, ending at the ids' length), so
     the batch is assembled directly: building it from a dict would check every id
     again, and converting narrower stored ids to int64 first would copy them twice.
+    The row splits are passed as slices of the read ones and shifted into the batch's
+    array in the same pass.
     """
     from scwork.sharding.batch import FeatureBatch
 
@@ -148,10 +155,11 @@ def _step_batch(rows: dict, lo: int, hi: int, names: list[str], recycle: bool = 
         ids, rs = rows[f]
         split = rs[lo:hi + 1]
         parts.append(ids[split[0]:split[-1]])
-        splits.append(split - split[0])
+        splits.append(split)
     batch = FeatureBatch.__new__(FeatureBatch)
-    out = _step_buffer(sum(p.size for p in parts)) if recycle else None
-    batch._set(names, parts, splits, [None] * len(names), hi - lo, ids_out=out)
+    ids_out, splits_out = _step_buffers(sum(p.size for p in parts), (len(names), hi - lo + 1)) if recycle \
+        else (None, None)
+    batch._set(names, parts, splits, [None] * len(names), hi - lo, ids_out=ids_out, splits_out=splits_out)
     return batch
 
 
@@ -173,6 +181,13 @@ def _engine_threads(job: _Job) -> int | None:
         return None
 
 
+def _failed_step(err: BaseException, steps: range, current: list) -> int:
+    """The dataset step whose collect_stats step raised ``err`` (it marks it: it reads a
+    batch ahead, so the last batch yielded may be the next step's)."""
+    index = getattr(err, "_collect_step", None)
+    return steps[index] if index is not None and 0 <= index < len(steps) else current[0]
+
+
 def _collect(job: _Job, steps: range, batch_of) -> Any:
     """collect_stats over ``steps`` (``batch_of(step)`` gives each batch), errors located in the dataset."""
     from scwork.sharding.limits import collect_stats
@@ -190,13 +205,13 @@ def _collect(job: _Job, steps: range, batch_of) -> Any:
                              on_out_of_vocabulary=job.on_oov, num_threads=_engine_threads(job),
                              **_collect_kwargs())
     except OutOfVocabularyError as err:
-        step = current[0]
+        step = _failed_step(err, steps, current)
         sample = None if err.sample is None else step * B + int(err.sample)
         where = "" if sample is None else f", dataset sample {sample} = {_where(job, sample)}"
         raise OutOfVocabularyError(f"step {step}{where}: {err}", feature=err.feature, sample=sample,
                                    id=err.id, vocab_size=err.vocab_size, count=err.count) from None
     except InputError as err:
-        step = current[0]
+        step = _failed_step(err, steps, current)
         first = _where(job, step * B)
         raise ShardError(f"step {step} (from {first}): {err}", path=first.rsplit(" row ", 1)[0]) from None
 

@@ -7,11 +7,17 @@ from one thread: run the call once with the task lists cut as they would be for
 ``T`` threads, but execute every task on the calling thread, timing each task from
 the dispatcher (never inside a numba kernel) and the call as a whole. Then
 
-    time(T) >= serial + sum over task batches of LPT makespan(batch's tasks, T)
+    time(T) >= serial + sum over task batches of LPT makespan(batch's tasks, T, overlap)
 
-where ``serial`` is the call's wall time minus the time inside tasks, and the
-makespan is that of longest-processing-time-first list scheduling on ``T``
-workers (what the dispatcher does: it hands out tasks largest first). The bound
+where ``serial`` is the call's CPU time minus the time inside tasks and the
+overlapped serial work, and the makespan is that of longest-processing-time-first
+list scheduling on ``T`` workers (what the dispatcher does: it hands out tasks
+largest first). A batch may come with serial work that does not depend on its
+results (``overlap`` of :func:`~scwork.sharding._threads._run_tasks`): the calling
+thread does it while the other workers start on the tasks and joins them after,
+so it is scheduled as worker 0 being busy for that long when the batch starts
+(with one worker, or when it is longer than the batch, it adds to the makespan
+in full). The bound
 ignores what more threads cost (memory bandwidth shared by the cores, thread
 start-up), so it is a projection, not a measurement.
 
@@ -31,6 +37,10 @@ Examples
 7.0
 >>> lpt_makespan([1.0, 1.0, 1.0], 8)
 1.0
+>>> lpt_makespan([1.0, 1.0, 1.0], 2, first_busy=0.5)      # worker 0 joins at 0.5
+2.0
+>>> lpt_makespan([1.0, 1.0, 1.0], 4, first_busy=0.5)      # 3 workers for 3 tasks: worker 0 takes one late
+1.5
 """
 
 from __future__ import annotations
@@ -55,14 +65,21 @@ if _THREAD_CLOCK is None:                      # no such clock (not POSIX): the 
     thread_cpu_s = time.thread_time  # noqa: F811
 
 
-def lpt_makespan(durations, num_workers: int) -> float:
+def lpt_makespan(durations, num_workers: int, first_busy: float = 0.0) -> float:
     """Makespan of longest-processing-time-first list scheduling of ``durations`` on ``num_workers``.
 
     Tasks are taken largest first, each by the worker that is free earliest.
+    ``first_busy``: seconds worker 0 is busy before it takes its first task (the
+    calling thread's overlapped serial work).
     """
     if num_workers < 1:
         raise ValueError(f"num_workers must be >= 1, got {num_workers}")
+    if first_busy < 0:
+        raise ValueError(f"first_busy must be >= 0, got {first_busy}")
+    # the dispatcher starts min(T, tasks) workers; the calling thread is one of them
     loads = [0.0] * min(num_workers, max(1, len(durations)))
+    loads[0] = float(first_busy)
+    heapq.heapify(loads)
     for d in sorted(durations, reverse=True):
         heapq.heapreplace(loads, loads[0] + float(d))
     return max(loads)
@@ -86,6 +103,9 @@ class CallProfile:
     sizes: list[list[float]] = field(default_factory=list)
     """Per batch, each task's size as the dispatcher saw it (raw ids for the engine):
     the cut itself, which a loaded machine's timing noise does not blur."""
+    overlaps: list[float] = field(default_factory=list)
+    """Per batch, seconds of serial work the calling thread did while that batch's
+    tasks ran (0 for none): the ``overlap`` of :func:`~scwork.sharding._threads._run_tasks`."""
 
     @property
     def task_s(self) -> float:
@@ -93,13 +113,24 @@ class CallProfile:
         return float(sum(sum(ts) for _, ts in self.batches))
 
     @property
+    def overlap_s(self) -> float:
+        """Seconds of serial work done while tasks ran (all batches)."""
+        return float(sum(self.overlaps))
+
+    @property
     def serial_s(self) -> float:
-        """Seconds outside every task (the profiler's own time left out): what no thread count shortens."""
-        return max(0.0, self.total_s - self.task_s - self.profiler_s)
+        """Seconds outside every task and every overlap (the profiler's own time left out):
+        what no thread count shortens."""
+        return max(0.0, self.total_s - self.task_s - self.overlap_s - self.profiler_s)
+
+    def _overlap_of(self, b: int) -> float:
+        return self.overlaps[b] if b < len(self.overlaps) else 0.0
 
     def critical_path_s(self, num_threads: int) -> float:
-        """Serial seconds plus every batch's LPT makespan on ``num_threads`` workers."""
-        return self.serial_s + float(sum(lpt_makespan(ts, num_threads) for _, ts in self.batches if ts))
+        """Serial seconds plus every batch's LPT makespan on ``num_threads`` workers, worker 0
+        starting after the batch's overlapped serial work."""
+        return self.serial_s + float(sum(lpt_makespan(ts, num_threads, self._overlap_of(b))
+                                         for b, (_, ts) in enumerate(self.batches) if ts or self._overlap_of(b)))
 
     def largest_task_share(self) -> float:
         """The longest task's share of all task seconds (0 without tasks)."""
@@ -128,7 +159,8 @@ class CallProfile:
                    for b, (name, ts) in enumerate(first.batches)]
         best = cls(first.plan_threads, batches)
         best.sizes = [list(sz) for sz in first.sizes]
-        best.total_s = best.task_s + min(p.serial_s for p in profiles)
+        best.overlaps = [min(p._overlap_of(b) for p in profiles) for b in range(len(first.batches))]
+        best.total_s = best.task_s + best.overlap_s + min(p.serial_s for p in profiles)
         return best
 
     def summary(self) -> dict:
@@ -138,6 +170,7 @@ class CallProfile:
             "total_s": self.total_s,
             "serial_s": self.serial_s,
             "serial_share": self.serial_s / self.total_s if self.total_s > 0 else 0.0,
+            "overlap_s": self.overlap_s,
             "tasks": {name: len(ts) for name, ts in self.batches},
             "largest_task_share": self.largest_task_share(),
             "largest_size_share": self.largest_size_share(),
@@ -211,8 +244,11 @@ def one_call(fn):
     return wrapper
 
 
-def run_serially(prof: CallProfile, name: str, fn, items, sizes) -> list:
+def run_serially(prof: CallProfile, name: str, fn, items, sizes, overlap=None) -> list:
     """Run ``fn(item, 0)`` for every item on this thread, in dispatch order, timing each.
+
+    ``overlap`` (serial work the dispatcher does while the batch runs) runs first,
+    timed as the batch's overlapped serial time; if it raises, no task runs.
 
     Items are taken in the dispatcher's order (largest ``sizes`` first). Each runs as
     worker 0: a worker's scratch stays in its core's cache from one task to the next
@@ -221,6 +257,17 @@ def run_serially(prof: CallProfile, name: str, fn, items, sizes) -> list:
     misses a threaded run does not have). Results come back in item order; the
     first exception in item order is raised after all ran.
     """
+    overlap_s = 0.0
+    if overlap is not None:
+        start = thread_cpu_s()
+        try:
+            overlap()
+        finally:
+            overlap_s = thread_cpu_s() - start
+            if not items:                     # nothing else records this batch
+                prof.batches.append((name, []))
+                prof.sizes.append([])
+                prof.overlaps.append(overlap_s)
     entry = thread_cpu_s()
     order = sorted(range(len(items)), key=lambda i: -sizes[i])
     results: list = [None] * len(items)
@@ -233,8 +280,12 @@ def run_serially(prof: CallProfile, name: str, fn, items, sizes) -> list:
         except Exception as err:  # noqa: BLE001 - re-raised below, as _run_tasks does
             errors[i] = err
         times[i] = thread_cpu_s() - start
-    prof.batches.append((name, times))
-    prof.sizes.append([float(x) for x in sizes])
+    if overlap is None or items:
+        prof.batches.append((name, times))
+        prof.sizes.append([float(x) for x in sizes])
+        # batches before this one without an overlap (e.g. profiles built by hand)
+        prof.overlaps.extend([0.0] * (len(prof.batches) - 1 - len(prof.overlaps)))
+        prof.overlaps.append(overlap_s)
     # everything here outside the tasks is the profiler's (the threaded dispatcher
     # does none of it), so it is not charged to the call's serial time
     prof.profiler_s += thread_cpu_s() - entry - sum(times)

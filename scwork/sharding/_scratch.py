@@ -177,7 +177,13 @@ def scratch_limit_bytes() -> int:
         if not text.strip().isascii() or not text.strip().isdigit() or len(text.strip()) > 30:
             raise ConfigError(f"{SCRATCH_LIMIT_ENV}={text[:40]!r} must be a number of bytes (ASCII digits)")
         return int(text.strip())
-    try:
-        return int(os.sysconf("SC_PHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
-    except (ValueError, OSError, AttributeError):          # no sysconf: assume 64 GiB
-        return 64 << 30
+    global _PHYSICAL_MEMORY
+    if _PHYSICAL_MEMORY is None:                            # the machine's: read once
+        try:
+            _PHYSICAL_MEMORY = int(os.sysconf("SC_PHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
+        except (ValueError, OSError, AttributeError):      # no sysconf: assume 64 GiB
+            _PHYSICAL_MEMORY = 64 << 30
+    return _PHYSICAL_MEMORY
+
+
+_PHYSICAL_MEMORY: int | None = None

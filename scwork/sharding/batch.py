@@ -285,7 +285,7 @@ class FeatureBatch(Mapping):
             all_weights.append(w)
         self._set(names, all_ids, all_splits, all_weights, batch_size)
 
-    def _set(self, names, all_ids, all_splits, all_weights, batch_size, ids_out=None) -> None:
+    def _set(self, names, all_ids, all_splits, all_weights, batch_size, ids_out=None, splits_out=None) -> None:
         counts = [ids.size for ids in all_ids]
         offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
         self._names = tuple(names)
@@ -296,9 +296,12 @@ class FeatureBatch(Mapping):
             self._ids = np.concatenate(all_ids, out=ids_out, casting="same_kind")
         else:
             self._ids = np.concatenate(all_ids, dtype=np.int64) if all_ids else np.zeros(0, np.int64)
-        self._splits = np.empty((len(names), batch_size + 1), np.int64)
+        # ``splits_out``: a recycled int64 [features, batch_size + 1] buffer. Each feature's
+        # splits may start anywhere (a reader's slice of a longer column): shifted into place
+        # in one pass, without a temporary per feature.
+        self._splits = np.empty((len(names), batch_size + 1), np.int64) if splits_out is None else splits_out
         for i, rs in enumerate(all_splits):
-            self._splits[i] = rs + offsets[i]
+            np.add(rs, offsets[i] - rs[0], out=self._splits[i])
         self._has_weights = tuple(w is not None for w in all_weights)
         if any(self._has_weights):
             self._weights = np.concatenate(

@@ -133,14 +133,13 @@ from scwork.sharding._scratch import (
     release_buffers,
 )
 from scwork.sharding._plan_cache import plan_derived
-from scwork.sharding._threads import _TASKS_PER_THREAD, _run_tasks, resolve_num_threads
+from scwork.sharding._threads import _TASKS_PER_THREAD, _run_tasks, let_workers_run, resolve_num_threads
 from scwork.sharding.batch import FeatureBatch, _check_gains
 from scwork.sharding.results import (
     _ALIGN,
     CsrBuffers,
     PreprocessResult,
-    _dataset,
-    _stats_parts,
+    _StatsBuilder,
     _written_within,
     round_up_array,
 )
@@ -682,6 +681,11 @@ class _StackJob:
 
     def finish_counts(self) -> None:
         """Per-group counters summed (statistics-only stacks) and the naive view."""
+        self.finish_sums()
+        self.finish_naive()
+
+    def finish_sums(self) -> None:
+        """Per-group counters summed (statistics-only stacks): needs the slices, not the naive view."""
         ng = len(self.groups)
         if self.by_group or self.split_csr:
             nsl, P = self.nsl, self.P
@@ -693,16 +697,25 @@ class _StackJob:
                 np.sum(per_group.reshape(ng, nsl * P), axis=0, out=self.pairs)
                 np.sum(self.distinct_g.reshape(ng, nsl * P), axis=0, out=self.distinct)
                 self.kept[:] = self.pairs
-        self.naive_counts = self.naive_g[0] if ng == 1 else self.naive_g.sum(axis=0)
 
-    def results(self) -> list[dict]:
-        """The results of the stacks this job ran (one)."""
-        return [self.result()]
+    def finish_naive(self) -> None:
+        """The stack's naive view: its groups' sum (after the naive-view tasks)."""
+        self.naive_counts = self.naive_g[0] if len(self.groups) == 1 else self.naive_g.sum(axis=0)
 
-    def result(self) -> dict:
-        out = {"pairs": self.pairs, "distinct": self.distinct, "naive": self.naive_counts, "kept": self.kept,
-               "input": self.slice_ids,
+    def naive_rows(self) -> np.ndarray:
+        """``(stacks, P)``: the naive view of each stack this job ran, after the naive-view tasks."""
+        self.finish_naive()
+        return self.naive_counts[None]
+
+    def results(self, naive: bool = True) -> list[dict]:
+        """The results of the stacks this job ran (one); ``naive=False``: without the naive view."""
+        return [self.result(naive)]
+
+    def result(self, naive: bool = True) -> dict:
+        out = {"pairs": self.pairs, "distinct": self.distinct, "kept": self.kept, "input": self.slice_ids,
                "dropped": int(self.dropped.sum()), "static_dropped": 0}
+        if naive:
+            out["naive"] = self.naive_counts
         capacity = self.stack.static_buffer_size_per_sc(self.S)
         if capacity is not None:
             kept = self.kept.reshape(self.nsl, self.P)
@@ -822,28 +835,44 @@ class _MergedJob:
     def finish_counts(self) -> None:
         """The naive view per group; each part's counters are its groups' sums (in :meth:`results`)."""
 
-    def results(self) -> list[dict]:
-        """One result per stack of the run, as each stack's own job gives it."""
+    def finish_sums(self) -> None:
+        """Nothing: each part's counters are its groups' sums, made in :meth:`results`."""
+
+    def naive_rows(self) -> np.ndarray:
+        """``(parts, P)``: each part's naive view, the sum of its groups' (after the naive-view tasks)."""
+        starts = self.stack.group_starts[:-1]
+        if len(starts) == len(self.groups):
+            return self.naive_g
+        return np.add.reduceat(self.naive_g, np.array(starts, np.int64), axis=0)
+
+    def results(self, naive: bool = True) -> list[dict]:
+        """One result per stack of the run, as each stack's own job gives it.
+
+        ``naive=False``: without the naive view (before its tasks ran; :meth:`naive_rows` then).
+        """
         merged = self.stack
         ng, nsl, P = len(self.groups), self.nsl, self.P
         starts = merged.group_starts[:-1]
         pairs_g = self.pairs_g.reshape(ng, nsl * P)
         distinct_g = self.distinct_g.reshape(ng, nsl * P)
         if len(starts) == ng:                     # one table per part: the group rows are the parts'
-            pairs, distinct, naive, inputs = pairs_g, distinct_g, self.naive_g, self.counts
+            pairs, distinct, inputs = pairs_g, distinct_g, self.counts
         else:
             at = np.array(starts, np.int64)
             pairs = np.add.reduceat(pairs_g, at, axis=0)
             distinct = np.add.reduceat(distinct_g, at, axis=0)
-            naive = np.add.reduceat(self.naive_g, at, axis=0)
             inputs = np.add.reduceat(self.counts, at, axis=0)
         out = []
-        # the rows' arrays, so that the statistics Dataset takes them whole (results._stacked)
-        block = {"pairs": pairs, "distinct": distinct, "naive": naive, "input": inputs}
+        # the rows' arrays, so that the statistics take them whole (results._block_of)
+        block = {"pairs": pairs, "distinct": distinct, "input": inputs}
+        if naive:
+            block["naive"] = self.naive_rows()
         for i, st in enumerate(merged.parts):
             row = pairs[i]
-            res = {"pairs": row, "distinct": distinct[i], "naive": naive[i], "kept": row,
+            res = {"pairs": row, "distinct": distinct[i], "kept": row,
                    "input": inputs[i], "dropped": 0, "static_dropped": 0, "block": block, "row": i}
+            if naive:
+                res["naive"] = block["naive"][i]
             capacity = st.static_buffer_size_per_sc(self.S)
             if capacity is not None:
                 kept = row.reshape(nsl, P)
@@ -1092,21 +1121,28 @@ def _row_gains(stack: Stack, batch: FeatureBatch, nsl: int, n: int, lbits: int) 
 # driver
 # --------------------------------------------------------------------------------------
 def _execute(plan: StackingPlan, batch: FeatureBatch, G: int, S: int, kern: _Backend, config: SparsecoreConfig,
-             want_csr: bool, num_threads: int) -> list[dict]:
+             want_csr: bool, num_threads: int, prepare=None, after_slices=None,
+             counts: np.ndarray | None = None, jobs: list | None = None) -> tuple[list[dict], np.ndarray]:
     """Run every stack: task batches (counts for C, slices, naive view and compaction), checks, results.
 
     Every step that grows with the input runs as tasks of about ``total ids /
     (threads * _TASKS_PER_THREAD)`` ids, so that the threads finish together; with one
-    thread each batch has one task per stack.
+    thread each batch has one task per stack. ``prepare`` (no arguments): serial work
+    of the caller that does not depend on the results (the statistics' buffers and
+    Dataset), done by the calling thread while the slices run, with the naive view's
+    task list. ``after_slices(results)``: what the caller does with the results
+    (checks, statistics), run as one more task beside the naive view's (it needs
+    the slices, not the naive view).
+
+    ``counts``: :func:`_slice_counts` of ``batch`` if the caller has it; ``jobs``:
+    :func:`_jobs_of` for these arguments, if made ahead (their counters untouched).
+
+    Returns the per-stack results (without the naive view) and the naive view of
+    every stack, ``(stacks, P)``.
     """
     weights, has_w = _weights_of(batch)
-    counts = _slice_counts(batch, G * S)
-    count_first = num_threads >= _COUNT_FIRST_THREADS
-    if not want_csr:
-        stacks = plan.stacks
-        plan = plan_derived("merged", stacks, (bool(config.allow_id_dropping), batch.batch_size),
-                        lambda: _OneStack(tuple(_merge_statistics_stacks(stacks, config, batch.batch_size))))
-    jobs = _make_jobs(plan, batch, G, S, want_csr, config, has_w, counts, count_first)
+    if jobs is None:
+        jobs = _jobs_of(plan, batch, G, S, want_csr, config, num_threads, counts)
     total = sum(j.num_ids for j in jobs)
     target = total / (num_threads * _TASKS_PER_THREAD) if num_threads > 1 else np.inf
 
@@ -1165,32 +1201,83 @@ def _execute(plan: StackingPlan, batch: FeatureBatch, G: int, S: int, kern: _Bac
             else:
                 j.task_done(j.run_slices(kern, batch, weights, has_w, s0, s1, worker, scratch_of(worker)))
 
-        _run_tasks(slices, work, sizes, num_threads, "slices")
+        # naive view (per group and partition range) and the compaction of staged stacks:
+        # the task list depends on the counts alone, so it is made while the slices run
+        finish, finish_sizes = [], []
+        overlap = _finish_list_steps(jobs, target, finish, finish_sizes)
+        if prepare is not None:
+            overlap += list(prepare) if isinstance(prepare, (list, tuple)) else [prepare]
+        _run_tasks(slices, work, sizes, num_threads, "slices", overlap=overlap)
         # errors in stack order, as a stack-by-stack run would raise them
         for j in jobs:
             err = j.first_error(("oov",))
             if err is not None:
                 raise _Oov(err[1])
-        # naive view (per group and partition range) and the compaction of staged stacks
-        finish, finish_sizes = [], []
-        for j in jobs:
-            units, unit_sizes = j.naive_tasks(target)
-            finish += [(j, u) for u in units]
-            finish_sizes += unit_sizes
-        for j in jobs:
-            if j.staged:
-                finish.append((j, None))
-                finish_sizes.append(4 * j.num_ids)
+        done: list = []
+
+        def after():
+            # the checks and results need the slices only: a task beside the naive view's.
+            # It is Python holding the GIL, which the other workers need between their
+            # tasks: it lets go of it between its steps
+            for j in jobs:
+                j.finish_sums()
+            let_workers_run()
+            results = _check_jobs(jobs, batch, G, S, config, want_csr)
+            if after_slices is not None:
+                let_workers_run()
+                after_slices(results)
+            done.append(results)
+
+        staged = any(j.staged for j in jobs)      # results read the compacted CSR: after it
+        if not staged:
+            # first in the batch (the largest size): what follows the batch waits for it
+            finish.append((None, after))
+            finish_sizes.append(max(finish_sizes, default=0) + 1)
         _run_tasks(_finish_task(kern), finish, finish_sizes, num_threads, "finish")
-        for j in jobs:
-            j.finish_counts()
-        return _check_jobs(jobs, batch, G, S, config, want_csr)
+        if staged:
+            after()
+        naive = [j.naive_rows() for j in jobs]
+        return done[0], (naive[0] if len(naive) == 1 else np.concatenate(naive))
     finally:
         del scratch, ulists
         for j in jobs:
             j.ulist = None
         _POOL.give(scratch_buf)
         _POOL.give(ulist_buf)
+
+
+def _finish_list_steps(jobs, target: float, finish: list, finish_sizes: list) -> list:
+    """Steps that append the finish batch's tasks (naive view, compaction) and sizes to
+    ``finish`` and ``finish_sizes``: one per job, so that the calling thread, making them
+    while the slices run, lets a worker take the GIL between two."""
+    def naive_list(j):
+        def make():
+            units, unit_sizes = j.naive_tasks(target)
+            finish.extend([(j, u) for u in units])
+            finish_sizes.extend(unit_sizes)
+        return make
+
+    def staged_list():
+        for j in jobs:
+            if j.staged:
+                finish.append((j, None))
+                finish_sizes.append(4 * j.num_ids)
+
+    return [naive_list(j) for j in jobs] + [staged_list]
+
+
+def _jobs_of(plan: StackingPlan, batch: FeatureBatch, G: int, S: int, want_csr: bool, config: SparsecoreConfig,
+             num_threads: int, counts: np.ndarray | None = None) -> list[_StackJob]:
+    """The jobs :func:`_execute` runs: statistics-only stacks merged, tables and zeroed counters made."""
+    _, has_w = _weights_of(batch)
+    if counts is None:
+        counts = _slice_counts(batch, G * S)
+    count_first = num_threads >= _COUNT_FIRST_THREADS
+    if not want_csr:
+        stacks = plan.stacks
+        plan = plan_derived("merged", stacks, (bool(config.allow_id_dropping), batch.batch_size),
+                            lambda: _OneStack(tuple(_merge_statistics_stacks(stacks, config, batch.batch_size))))
+    return _make_jobs(plan, batch, G, S, want_csr, config, has_w, counts, count_first)
 
 
 def _units(jobs, target: float, by_group) -> tuple[list, list[int]]:
@@ -1206,7 +1293,9 @@ def _units(jobs, target: float, by_group) -> tuple[list, list[int]]:
 def _finish_task(kern: _Backend):
     def run(item, worker):
         j, unit = item
-        if unit is None:
+        if j is None:
+            unit()
+        elif unit is None:
             j.compact(kern)
         else:
             j.naive_task(kern, *unit)
@@ -1236,7 +1325,7 @@ def _check_jobs(jobs, batch, G, S, config, want_csr):
                 f"{j.stack.combiner!r} combiner divides by 0 (gains would be NaN or infinite); give "
                 "that sample non-zero weights or use combiner='sum'"
             )
-    return [res for j in jobs for res in j.results()]
+    return [res for j in jobs for res in j.results(naive=False)]
 
 
 def _run(*args, **kwargs):
@@ -1252,6 +1341,34 @@ def _run_call(batch, features, topology, stacking, config, on_out_of_vocabulary,
     The statistics are a Dataset, or with ``dataset=False`` its parts (variables,
     coordinates, attributes: :func:`~scwork.sharding.results._stats_parts`).
     """
+    return _complete_call(_prepare_call(batch, features, topology, stacking, config, on_out_of_vocabulary,
+                                        stack_limits, rotation, activation_mem_bytes_limit, num_threads, backend,
+                                        want_csr), dataset)
+
+
+@dataclass
+class _PreparedCall:
+    """An engine call up to its first task: inputs checked, plan made, jobs built (:func:`_prepare_call`)."""
+
+    batch: FeatureBatch
+    topology: Topology
+    config: SparsecoreConfig
+    on_out_of_vocabulary: str
+    plan: StackingPlan
+    kern: _Backend
+    num_threads: int
+    want_csr: bool
+    slice_counts: np.ndarray
+    jobs: list
+
+
+def _prepare_call(batch, features, topology, stacking, config, on_out_of_vocabulary, stack_limits, rotation,
+                  activation_mem_bytes_limit, num_threads, backend, want_csr) -> _PreparedCall:
+    """The part of an engine call before its tasks: checks, plan, scratch estimate, jobs.
+
+    It depends on the call's arguments alone, so ``collect_stats`` prepares its next
+    step while the worker threads run this one's slices (:func:`_complete_call`).
+    """
     features = _check_inputs(batch, features, topology, config, on_out_of_vocabulary)
     num_threads = resolve_num_threads(num_threads)
     G, S = topology.num_devices, topology.sparsecores_per_device
@@ -1262,33 +1379,82 @@ def _run_call(batch, features, topology, stacking, config, on_out_of_vocabulary,
                          activation_mem_bytes_limit=activation_mem_bytes_limit, config=config,
                          stack_limits=stack_limits)
     kern = _backend(backend)
-    for st in plan.stacks:
-        if len(st.features) * batch.batch_size > 2**31 - 1:
-            raise InputError(f"stack {st.name!r}: {len(st.features)} features x {batch.batch_size} samples "
-                             "exceed 2**31 - 1 rows (sample ids are int32); use a smaller batch or split the stack")
-    _check_scratch(plan, batch, G, S, want_csr, num_threads)
+    widest = plan_derived("widest", plan.stacks, (), lambda: max((len(st.features) for st in plan.stacks), default=0))
+    if widest * batch.batch_size > 2**31 - 1:         # (one multiplication per call: the plan's widest stack)
+        for st in plan.stacks:
+            if len(st.features) * batch.batch_size > 2**31 - 1:
+                raise InputError(f"stack {st.name!r}: {len(st.features)} features x {batch.batch_size} samples "
+                                 "exceed 2**31 - 1 rows (sample ids are int32); use a smaller batch or split the "
+                                 "stack")
+    # raw ids of every feature in every slice: the scratch estimate's and the jobs' (the
+    # retry without out-of-vocabulary ids counts again)
+    slice_counts = _slice_counts(batch, G * S)
+    _check_scratch(plan, batch, G, S, want_csr, num_threads, slice_counts)
+    jobs = _jobs_of(plan, batch, G, S, want_csr, config, num_threads, slice_counts)
+    return _PreparedCall(batch, topology, config, on_out_of_vocabulary, plan, kern, num_threads, want_csr,
+                         slice_counts, jobs)
+
+
+def _complete_call(call: _PreparedCall, dataset: bool = True, overlap=None):
+    """Run a prepared call: ``(plan, statistics, per-stack results)`` as :func:`_run_call`.
+
+    ``overlap``: more serial work (a callable or a list of them) for the calling
+    thread while the slices run (``collect_stats``: the next step's
+    :func:`_prepare_call`); it must not depend on this call's results.
+    """
+    batch, topology, config, plan = call.batch, call.topology, call.config, call.plan
+    on_out_of_vocabulary, kern, num_threads, want_csr = (call.on_out_of_vocabulary, call.kern, call.num_threads,
+                                                          call.want_csr)
+    G, S = topology.num_devices, topology.sparsecores_per_device
+    slice_counts = call.slice_counts
     oov_counts = {st.name: 0 for st in plan.stacks}
     batch_used = batch
+    built: list[_StatsBuilder] = []
+
+    def prepare_arrays():
+        # the statistics' arrays and Dataset, built while the slices run (they depend
+        # on the plan and the out-of-vocabulary counts alone; filled below)
+        built[:] = [_StatsBuilder(plan, topology, batch_used, oov_counts)]
+
+    def prepare_dataset():
+        if dataset:
+            built[0].build_dataset()
+
+    prepare = [prepare_arrays, prepare_dataset]
+    if overlap is not None:
+        prepare += list(overlap) if isinstance(overlap, (list, tuple)) else [overlap]
+
+    def after_slices(results):
+        # checks and statistics (all but the naive view), a task beside the naive view's
+        if not want_csr:
+            for st, res in zip(plan.stacks, results):
+                _check_limits(st, res, G, S, config, batch.batch_size)
+        else:
+            # last, so that preprocess raises what compute_stats raises first (the kernels'
+            # float32 gains of a rejected sample are never returned)
+            _check_gain_inputs(batch_used, plan)
+        let_workers_run()
+        built[0].fill(results, naive=False)
+
     for attempt in range(2):
         try:
-            results = _execute(plan, batch_used, G, S, kern, config, want_csr, num_threads)
+            first = batch_used is batch
+            results, naive = _execute(plan, batch_used, G, S, kern, config, want_csr, num_threads, prepare,
+                                      after_slices, slice_counts if first else None, call.jobs if first else None)
             break
         except _Oov as err:
             if on_out_of_vocabulary == "error" or attempt == 1:
                 _raise_oov(batch_used, plan, err.position)
+            # the caller's overlap ran with the first attempt's slices: not again
+            prepare = prepare[:2]
             masks = _oov_masks(batch, plan)
             for st in plan.stacks:
                 oov_counts[st.name] = int(sum(masks[f.name].sum() for f in st.features))
             batch_used = batch._without(masks)
-    if not want_csr:
-        for st, res in zip(plan.stacks, results):
-            _check_limits(st, res, G, S, config, batch.batch_size)
-    else:
-        # last, so that preprocess raises what compute_stats raises first (the kernels'
-        # float32 gains of a rejected sample are never returned)
-        _check_gain_inputs(batch_used, plan)
-    parts = _stats_parts(plan, topology, batch_used, results, oov_counts)
-    stats = _dataset(*parts) if dataset else parts
+    (stats_builder,) = built
+    stats_builder.fill_naive(naive)
+    parts = stats_builder.parts
+    stats = stats_builder.dataset if dataset else parts
     for i, (st, res) in enumerate(zip(plan.stacks, results)):
         if res["static_dropped"]:
             # The library drops these with a log line whatever allow_id_dropping says;
@@ -1311,6 +1477,25 @@ def _statistics_parts(batch: FeatureBatch, features: Any, topology: Topology, st
     """
     _, parts, _ = _run(batch, features, topology, stacking, config, on_out_of_vocabulary, None, None,
                        DEFAULT_ACTIVATION_MEM_BYTES_LIMIT, num_threads, backend, want_csr=False, dataset=False)
+    return parts
+
+
+def _prepare_statistics(batch: FeatureBatch, features: Any, topology: Topology, stacking: Any,
+                        config: SparsecoreConfig, on_out_of_vocabulary: str, num_threads: int | None,
+                        backend: str) -> _PreparedCall:
+    """:func:`_statistics_parts` up to its first task (:func:`_prepare_call`)."""
+    return _prepare_call(batch, features, topology, stacking, config, on_out_of_vocabulary, None, None,
+                         DEFAULT_ACTIVATION_MEM_BYTES_LIMIT, num_threads, backend, False)
+
+
+def _statistics_of_prepared(call: _PreparedCall, overlap=None):
+    """The rest of :func:`_statistics_parts` for a call of :func:`_prepare_statistics`.
+
+    ``overlap``: serial work for the calling thread while the slices run (the next
+    step's preparation), independent of this call's results.
+    """
+    with _profile.call():
+        _, parts, _ = _complete_call(call, False, overlap)
     return parts
 
 

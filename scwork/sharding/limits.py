@@ -48,6 +48,7 @@ from scwork._progress import progress as _progress
 from scwork.errors import ConfigError, InputError, InternalError
 from scwork.hardware.topology import Topology
 from scwork.sharding import _profile
+from scwork.sharding._plan_cache import plan_derived
 from scwork.sharding.batch import FeatureBatch
 from scwork.sharding.limits_json_csv import Limits, StackLimits
 from scwork.sharding.results import _dataset
@@ -221,6 +222,13 @@ def _as_batch(item: Any, step: int) -> FeatureBatch:
 
 
 def _without_limits(plan: StackingPlan) -> StackingPlan:
+    """``plan`` with no stack limits; the same object for the same plan (the engine keeps what
+    it derives from a plan by its stacks' identity: a fresh plan per call would redo it)."""
+    return plan_derived("without_limits", plan.stacks, (plan.topology, plan.rotation, plan.batch_size),
+                        lambda: _plan_without_limits(plan))
+
+
+def _plan_without_limits(plan: StackingPlan) -> StackingPlan:
     stacks = [dataclasses.replace(s, max_ids_per_partition=None, max_unique_ids_per_partition=None)
               for s in plan.stacks]
     return StackingPlan(stacks, plan.topology, plan.rotation, plan.batch_size)
@@ -279,7 +287,7 @@ on_out_of_vocabulary, num_threads, backend
     """
     from collections.abc import Iterable as _Iterable
 
-    from scwork.sharding.engine import _statistics_parts
+    from scwork.sharding.engine import _prepare_statistics, _statistics_of_prepared
     from scwork.sharding.stacking import normalize_features
 
     if isinstance(batches, (str, bytes)) or not isinstance(batches, _Iterable):
@@ -301,7 +309,15 @@ on_out_of_vocabulary, num_threads, backend
     # not made to read, and the caller does not lose, a batch that is not used.
     source = batches if max_steps is None else itertools.islice(batches, max_steps)
     bar = _progress(source, total=total, desc="collecting statistics", enabled=progress, unit="step")
-    for step, item in enumerate(bar):
+    items = iter(bar)
+
+    def prepared(step: int):
+        """Step ``step``'s engine call up to its first task, or None after the last batch."""
+        nonlocal plan, free
+        try:
+            item = next(items)
+        except StopIteration:
+            return None
         batch = _as_batch(item, step)
         if plan is None:
             plan = plan_stacking(features, topology, stacking, batch_size=batch.batch_size, rotation=rotation,
@@ -311,53 +327,140 @@ on_out_of_vocabulary, num_threads, backend
         elif batch.batch_size != plan.batch_size:
             raise InputError(f"step {step}: batch size {batch.batch_size} differs from the first step's "
                              f"{plan.batch_size}; every step must have the same batch size")
+        return _prepare_statistics(batch, features, topology, free, free_config, on_out_of_vocabulary,
+                                   num_threads, backend)
+
+    # Each step's checks, plan and engine jobs are made while the worker threads run
+    # the step before (its slices): they depend on the batch alone. The next batch is
+    # read then too, one step ahead; what that raises is raised once the step before
+    # has finished, as a step-by-step loop would.
+    step = 0
+    try:
+        call = prepared(0)
+    except Exception as err:
+        raise _at_step(err, 0)
+    last: dict = {}
+    while call is not None:
+        ahead: dict = {}
+
+        def prepare_next(step=step, ahead=ahead):
+            try:
+                ahead["call"] = prepared(step + 1)
+                if ahead["call"] is None and steps:
+                    # this step is the last: the Dataset of every step, this one's row
+                    # filled once it is done (_fill_last_step)
+                    ahead["built"] = _steps_dataset(steps, step + 1, plan)
+            except Exception as err:  # noqa: BLE001 - raised below, after this step
+                ahead["error"] = err
+
         # compute_stats' variables without a Dataset per step (stacked into one below)
-        steps.append(_statistics_parts(batch, features, topology, free, free_config, on_out_of_vocabulary,
-                                       num_threads, backend))
+        try:
+            steps.append(_statistics_of_prepared(call, prepare_next))
+        except Exception as err:
+            raise _at_step(err, step)
+        if "error" in ahead:
+            raise _at_step(ahead["error"], step + 1)
+        try:
+            call = ahead["call"] if "call" in ahead else prepared(step + 1)
+        except Exception as err:
+            raise _at_step(err, step + 1)
+        last = ahead
+        step += 1
     if bar is not source:
         bar.close()  # a bar left open by max_steps would otherwise linger until garbage collection
     if not steps:
         raise InputError("no batches: collect_stats needs at least one step")
-    # The steps share one plan, so their coordinates are the same: stacking the
-    # values in numpy gives what xr.concat gives (first step's coordinates and
-    # attributes, "step" first) without its per-step alignment, which cost about
-    # 6 ms a step, all of it serial.
+    built = last["built"] if "built" in last else _steps_dataset(steps, len(steps), plan)
+    _fill_last_step(built, steps)
+    return built[0]
+
+
+def _at_step(err: BaseException, step: int) -> BaseException:
+    """``err``, marked as raised by collect_stats' step ``step`` (``_collect_step``).
+
+    collect_stats reads each batch one step ahead, so a caller that tracks the step
+    from the batches it yielded would name the one after; stats_over_dataset reads
+    the mark to locate the error in the dataset.
+    """
+    if not hasattr(err, "_collect_step"):
+        err._collect_step = step
+    return err
+
+
+def _steps_dataset(steps: list, num_steps: int, plan) -> tuple:
+    """collect_stats' Dataset of ``num_steps`` steps, the first ``len(steps)`` filled from ``steps``
+    (each one ``(variables, coordinates, attributes)`` of the engine), the rest by
+    :func:`_fill_last_step`; ``(Dataset, its arrays by name)``.
+
+    The steps share one plan, so their coordinates are the same: stacking the
+    values in numpy gives what xr.concat gives (first step's coordinates and
+    attributes, "step" first) without its per-step alignment, which cost about
+    6 ms a step, all of it serial. Made while the last step's slices run, when
+    ``steps`` has all but that one.
+    """
     first_vars, first_coords, first_attrs = steps[0]
-    names = list(first_coords.variables["stack"].values)
-    for step, (_, coords, _) in enumerate(steps[1:], 1):
-        if coords is not first_coords and (list(coords.variables["stack"].values) != names
-                                           or coords.sizes != first_coords.sizes):
-            raise InternalError(f"step {step}: statistics of another shape than step 0's (same plan expected)")
+    for step, parts in enumerate(steps[1:], 1):
+        _check_step_shape(step, parts, first_coords)
 
     def dims_of(v):
         dims = first_vars[v][0]
         return (dims,) if isinstance(dims, str) else tuple(dims)
 
-    data = {v: (("step", *dims_of(v)), np.stack([parts[0][v][1] for parts in steps]), dict(first_vars[v][2]))
-            for v in _STEP_VARS}
-    # the summaries from the same arrays (assigning them to the Dataset one by one
-    # aligned each against it: about as long as the rest of the call's serial part)
+    data = {}
+    for v in _STEP_VARS:
+        values = np.asarray(first_vars[v][1])
+        arr = np.empty((num_steps, *values.shape), values.dtype)
+        np.stack([parts[0][v][1] for parts in steps], out=arr[:len(steps)])
+        data[v] = (("step", *dims_of(v)), arr, dict(first_vars[v][2]))
+    # the summaries from the same arrays, filled with the last step (assigning them to
+    # the Dataset one by one aligned each against it: about as long as the rest of
+    # the call's serial part)
     if dims_of("max_ids_per_partition") != ("stack", "device", "partition") or \
             dims_of("required_buffer_size_per_sc") != ("stack", "device", "sc"):
         raise InternalError("compute_stats' statistics changed dims; collect_stats' summaries expect "
                             "(stack, device, partition) and (stack, device, sc)")
-    data["observed_max_ids"] = (("step", "stack"), data["max_ids_per_partition"][1].max(axis=(2, 3)), {
+    ns = data["max_ids_per_partition"][1].shape[1]
+    data["observed_max_ids"] = (("step", "stack"), np.empty((num_steps, ns), np.int64), {
         "long_name": "max over devices and partitions of max_ids_per_partition", "units": "ids"})
-    data["observed_max_unique_ids"] = (("step", "stack"), data["max_unique_ids_per_partition"][1].max(axis=(2, 3)),
+    data["observed_max_unique_ids"] = (("step", "stack"), np.empty((num_steps, ns), np.int64),
                                        {"long_name": "max over devices and partitions of "
                                                      "max_unique_ids_per_partition", "units": "ids"})
     data["observed_required_buffer_size"] = (
-        ("step", "stack"), data["required_buffer_size_per_sc"][1].max(axis=(2, 3)),
+        ("step", "stack"), np.empty((num_steps, ns), np.int64),
         {"long_name": "max over devices and SCs of required_buffer_size_per_sc", "units": "CSR entries"})
     for var, attr in (("configured_max_ids_per_partition", "max_ids_per_partition"),
                       ("configured_max_unique_ids_per_partition", "max_unique_ids_per_partition")):
         vals = [getattr(s, attr) for s in plan.stacks]
         data[var] = ("stack", np.array([-1 if v is None else v for v in vals], np.int64),
                      {"long_name": f"configured {attr} (-1: none)", "units": "ids"})
-    out = _dataset(data, _step_coords(first_coords, len(steps)), dict(first_attrs))
-    out.attrs["num_steps"] = len(steps)
+    out = _dataset(data, _step_coords(first_coords, num_steps), dict(first_attrs))
+    out.attrs["num_steps"] = num_steps
     out.attrs["source"] = "scwork.sharding.limits.collect_stats (compute_stats per step, limits off)"
-    return out
+    return out, {name: values for name, (_, values, _) in data.items()}
+
+
+def _check_step_shape(step: int, parts, first_coords) -> None:
+    coords = parts[1]
+    if coords is not first_coords and (list(coords.variables["stack"].values)
+                                       != list(first_coords.variables["stack"].values)
+                                       or coords.sizes != first_coords.sizes):
+        raise InternalError(f"step {step}: statistics of another shape than step 0's (same plan expected)")
+
+
+def _fill_last_step(built: tuple, steps: list) -> None:
+    """The steps :func:`_steps_dataset` left out (the last, made meanwhile) in, then the summaries."""
+    _, arrays = built
+    num_steps = arrays["ids"].shape[0]
+    if len(steps) != num_steps:
+        raise InternalError(f"collect_stats made {len(steps)} steps, its Dataset has {num_steps}")
+    if num_steps > 1:
+        _check_step_shape(num_steps - 1, steps[-1], steps[0][1])
+    last_vars = steps[-1][0]
+    for v in _STEP_VARS:
+        np.copyto(arrays[v][-1], last_vars[v][1])
+    np.max(arrays["max_ids_per_partition"], axis=(2, 3), out=arrays["observed_max_ids"])
+    np.max(arrays["max_unique_ids_per_partition"], axis=(2, 3), out=arrays["observed_max_unique_ids"])
+    np.max(arrays["required_buffer_size_per_sc"], axis=(2, 3), out=arrays["observed_required_buffer_size"])
 
 
 def _check_step_stats(step_stats: Any, needed: Iterable[str]) -> None:

@@ -548,13 +548,21 @@ on_out_of_vocabulary
     def one_unit(unit, worker):
         st = plan.stacks[unit[0]]
         if strategy == "vocabulary":
-            return _vocabulary_counts(st, batch, G, S, nb, mode, config, backend, K, unit[1])
+            part = _vocabulary_counts(st, batch, G, S, nb, mode, config, backend, K, unit[1])
+            if unit[1] is None:
+                # the stack's whole scan: its counts, checks and split mask here, in the
+                # task (a few numpy calls beside a kernel that holds no GIL), not after
+                # every task in turn; errors still come in stack order (_run_tasks)
+                return _vocabulary_stack_counts(st, [part], config, nb, G, S)
+            return part
         return _sample_stack(st, batch, G, S, config, backend, K)
 
     parts = _run_tasks(one_unit, units, [_stack_ids(plan.stacks[i], batch, g) for i, g in units], num_threads,
                        "stacks")
     if strategy == "vocabulary":
-        counts = [_vocabulary_stack_counts(st, [part for (i, _), part in zip(units, parts) if i == a], config, nb,
+        whole = {i: k for k, (i, g) in enumerate(units) if g is None}      # stacks counted in their task
+        counts = [parts[whole[a]] if a in whole else
+                  _vocabulary_stack_counts(st, [part for (i, _), part in zip(units, parts) if i == a], config, nb,
                                            G, S)
                   for a, st in enumerate(plan.stacks)]
         if split_scope == "batch":
@@ -973,16 +981,36 @@ def _stats_dataset(plan, topology, batch, per_stack, oov_counts):
     return ds
 
 
-def _assignment_dataset(plan, topology, per_stack, strategy, nb, B, split_scope):
+#: Coordinates of the assignment Datasets, by (stack names, (dim, size) pairs).
+_ASSIGNMENT_COORDS: dict[tuple, Any] = {}
+
+
+def _assignment_coords(names: tuple, dims: tuple):
+    """A Dataset of the coordinates ``stack`` (``names``) and ``arange(size)`` per ``(dim, size)``
+    (cached: xarray's index building costs more than the variables)."""
     import xarray as xr
 
-    names = np.array([st.name for st in plan.stacks], dtype=object)
+    key = (names, dims)
+    ds = _ASSIGNMENT_COORDS.get(key)
+    if ds is None:
+        if len(_ASSIGNMENT_COORDS) > 64:
+            _ASSIGNMENT_COORDS.clear()
+        coords = {"stack": np.array(list(names), dtype=object)}
+        coords.update({dim: np.arange(size) for dim, size in dims})
+        ds = _ASSIGNMENT_COORDS[key] = xr.Dataset(coords=coords)
+    return ds
+
+
+def _assignment_dataset(plan, topology, per_stack, strategy, nb, B, split_scope):
+    names = tuple(st.name for st in plan.stacks)
     G, S = topology.num_devices, topology.sparsecores_per_device
     if strategy == "vocabulary":
         def stackv(key):
             return np.stack([r[key] for r in per_stack]).astype(np.int64)
 
-        return xr.Dataset(
+        # built directly on cached coordinates (results._dataset: no alignment, no
+        # index building, about 1 ms of the call's serial time with xr.Dataset)
+        return _dataset(
             {
                 "minibatch_of_bucket": (("stack", "bucket"), stackv("groups"),
                                         {"long_name": "mini-batch of each bucket", "units": "mini-batch"}),
@@ -1006,8 +1034,8 @@ def _assignment_dataset(plan, topology, per_stack, strategy, nb, B, split_scope)
                                     {"long_name": "bit b set: buckets b and b+1 in different mini-batches",
                                      "units": "bit mask"}),
             },
-            coords={"stack": names, "bucket": np.arange(nb)},
-            attrs={"strategy": strategy, "num_buckets": nb, "split_scope": split_scope},
+            _assignment_coords(names, (("bucket", nb),)),
+            {"strategy": strategy, "num_buckets": nb, "split_scope": split_scope},
         )
     M = max(r["M"] for r in per_stack)
     rs = np.full((len(per_stack), G, S, M), -1, np.int64)
@@ -1019,7 +1047,7 @@ def _assignment_dataset(plan, topology, per_stack, strategy, nb, B, split_scope)
         re_[a, :, :, :k] = r["run_stop"].reshape(G, S, k)
         nr[a] = r["nruns"].reshape(G, S)
     dims = ("stack", "device", "sc", "minibatch")
-    return xr.Dataset(
+    return _dataset(
         {
             "run_start": (dims, rs, {"long_name": "first local sample of the run (-1: none)", "units": "samples"}),
             "run_stop": (dims, re_, {"long_name": "one past the last local sample of the run (-1: none)",
@@ -1027,6 +1055,6 @@ def _assignment_dataset(plan, topology, per_stack, strategy, nb, B, split_scope)
             "runs_per_sc": (("stack", "device", "sc"), nr, {"long_name": "runs of the slice",
                                                               "units": "mini-batches"}),
         },
-        coords={"stack": names, "device": np.arange(G), "sc": np.arange(S), "minibatch": np.arange(M)},
-        attrs={"strategy": strategy, "samples_per_sc": B // (G * S), "split_scope": split_scope},
+        _assignment_coords(names, (("device", G), ("sc", S), ("minibatch", M))),
+        {"strategy": strategy, "samples_per_sc": B // (G * S), "split_scope": split_scope},
     )

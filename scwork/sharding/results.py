@@ -210,16 +210,6 @@ def _block_of(results):
     return None
 
 
-def _stacked(results, key: str, shape: tuple, block=None) -> np.ndarray:
-    """``np.stack`` of every result's ``key`` reshaped to ``shape``, or the array they are rows of.
-
-    ``block``: :func:`_block_of` of ``results`` (their rows' block, no copy) or None.
-    """
-    if block is not None and key in block and block[key].shape[0] == len(results):
-        return block[key].reshape(len(results), *shape)
-    return np.stack([np.asarray(r[key]).reshape(shape) for r in results])
-
-
 def _plan_columns(plan: StackingPlan, B: int, G: int) -> tuple:
     """Per stack of ``plan``: names, configured limits (-1: none) and samples per device.
 
@@ -250,91 +240,182 @@ def _stats_parts(plan: StackingPlan, topology: Topology, batch: FeatureBatch, re
     Variables are ``(dims, values, attrs)``; :func:`_dataset` makes the Dataset.
     ``collect_stats`` takes the variables of each step without a Dataset per step.
     """
-    G, S, P = topology.num_devices, topology.sparsecores_per_device, topology.num_partitions
-    nsl = G * S
-    B = batch.batch_size
-    n = B // nsl
-    names, limit_ids, limit_uniq, samples_per_device = (
-        x.copy() if isinstance(x, np.ndarray) else x for x in _plan_columns(plan, B, G))
-    ns = len(names)
-    block = _block_of(results)              # checked once for every counter
-    ids = _stacked(results, "pairs", (G, S, P), block)
-    uniq = _stacked(results, "distinct", (G, S, P), block)
-    same_kept = all(r["kept"] is r["pairs"] for r in results)
-    kept = ids if same_kept else _stacked(results, "kept", (G, S, P), block)
-    if all("input" in r for r in results):      # raw ids per slice, counted by the engine already
-        raw = _stacked(results, "input", (G, S), block) if ns else np.zeros((0, G, S), np.int64)
-    else:
-        raw = np.zeros((ns, G, S), np.int64)
-        for a, (st, r) in enumerate(zip(plan.stacks, results)):
-            if "input" in r:
-                raw[a] = r["input"].reshape(G, S)
-                continue
-            for f in st.features:
-                rs = batch._splits[batch._feature_index(f.name)]
-                raw[a] += (rs[n::n] - rs[:-1:n]).reshape(G, S)
-    naive_unique = _stacked(results, "naive", (P,), block)
-    required = round_up_array(ids).sum(axis=3)
-    required_kept = required if same_kept else round_up_array(kept).sum(axis=3)
+    stats = _StatsBuilder(plan, topology, batch, oov_counts)
+    stats.fill(results)
+    return stats.parts
 
-    def var(dims, values, long_name, units, **extra):
-        attrs = {"long_name": long_name, "units": units}
-        attrs.update(extra)
-        return (dims, values, attrs)
 
-    SDSP = ("stack", "device", "sc", "partition")
-    return (
-        {
-            "ids": var(SDSP, ids, "ids source SparseCore (device, sc) sends to partition, after per-sample "
+def _round_up_8(a: np.ndarray) -> np.ndarray:
+    """:func:`round_up_array` to 8 for integers >= 0, in two numpy passes instead of four."""
+    out = a + (_ALIGN - 1)
+    out &= -_ALIGN
+    return out
+
+
+class _StatsBuilder:
+    """The statistics of one engine call: their arrays allocated and their Dataset built
+    before the counters exist, then :meth:`fill` ed from the per-stack results.
+
+    Everything here but :meth:`fill` depends on the plan, the topology and the
+    out-of-vocabulary counts alone, so the engine builds it while its worker threads
+    run the slices (``overlap`` of :func:`~scwork.sharding._threads._run_tasks`);
+    :meth:`fill` then only copies the counters in and computes the derived
+    variables in place (a few numpy calls with ``out=``, the Dataset unchanged).
+    ``parts`` is ``(variables, coordinates Dataset, attributes)`` as
+    :func:`_stats_parts` returns it; ``dataset`` the Dataset when asked for.
+    """
+
+    def __init__(self, plan: StackingPlan, topology: Topology, batch: FeatureBatch, oov_counts,
+                 dataset: bool = False):
+        G, S, P = topology.num_devices, topology.sparsecores_per_device, topology.num_partitions
+        self.G, self.S, self.P = G, S, P
+        B = batch.batch_size
+        self.batch, self.plan = batch, plan
+        names, limit_ids, limit_uniq, samples_per_device = (
+            x.copy() if isinstance(x, np.ndarray) else x for x in _plan_columns(plan, B, G))
+        self.ns = ns = len(names)
+        empty = np.empty
+        i64 = np.int64
+        # one allocation for every counter of the Dataset (they are small: G * S * P per stack)
+        sizes = [ns * G * S * P] * 3 + [ns * G * P] * 2 + [ns * G * S] * 2 + [ns * G] + [ns * P] * 2 + [ns] * 2
+        flat = empty(max(1, sum(sizes)), i64)
+        at = 0
+        views = []
+        for n in sizes:
+            views.append(flat[at:at + n])
+            at += n
+        self.ids = views[0].reshape(ns, G, S, P)
+        self.uniq = views[1].reshape(ns, G, S, P)
+        self.kept = views[2].reshape(ns, G, S, P)
+        self.max_ids = views[3].reshape(ns, G, P)
+        self.max_uniq = views[4].reshape(ns, G, P)
+        self.required = views[5].reshape(ns, G, S)
+        self.raw = views[6].reshape(ns, G, S)
+        self.required_device = views[7].reshape(ns, G)
+        self.naive_ids = views[8].reshape(ns, P)
+        self.naive_unique = views[9].reshape(ns, P)
+        self.dropped = views[10]
+        self.static_dropped = views[11]
+        self.samples_per_device = samples_per_device
+        self.limit_ids, self.limit_uniq = limit_ids, limit_uniq
+        oov = np.array([oov_counts[nm] for nm in names], np.int64)
+
+        def var(dims, values, long_name, units):
+            return (dims, values, {"long_name": long_name, "units": units})
+
+        SDSP = ("stack", "device", "sc", "partition")
+        variables = {
+            "ids": var(SDSP, self.ids, "ids source SparseCore (device, sc) sends to partition, after per-sample "
                        "dedup", "ids"),
-            "unique_ids": var(SDSP, uniq, "distinct ids source SparseCore (device, sc) sends to partition",
+            "unique_ids": var(SDSP, self.uniq, "distinct ids source SparseCore (device, sc) sends to partition",
                               "ids"),
-            "max_ids_per_partition": var(("stack", "device", "partition"), ids.max(axis=2),
+            "max_ids_per_partition": var(("stack", "device", "partition"), self.max_ids,
                                          "max over source SparseCores of ids", "ids"),
-            "max_unique_ids_per_partition": var(("stack", "device", "partition"), uniq.max(axis=2),
+            "max_unique_ids_per_partition": var(("stack", "device", "partition"), self.max_uniq,
                                                 "max over source SparseCores of distinct ids", "ids"),
-            "required_buffer_size_per_sc": var(("stack", "device", "sc"), required,
+            "required_buffer_size_per_sc": var(("stack", "device", "sc"), self.required,
                                                "sum over partitions of round_up(ids, 8)", "CSR entries"),
-            "input_ids": var(("stack", "device", "sc"), raw, "raw ids of the slice before dedup", "ids"),
-            "kept_ids": var(SDSP, kept, "ids kept after the limits' prefix cut (= ids without dropping)",
+            "input_ids": var(("stack", "device", "sc"), self.raw, "raw ids of the slice before dedup", "ids"),
+            "kept_ids": var(SDSP, self.kept, "ids kept after the limits' prefix cut (= ids without dropping)",
                             "ids"),
             "required_buffer_size_per_device": var(
-                ("stack", "device"), required_kept.sum(axis=2),
+                ("stack", "device"), self.required_device,
                 "CSR entries one device fills after dropping (sum over its SCs of round_up(kept_ids, 8))",
                 "CSR entries"),
             "samples_per_device": var("stack", samples_per_device,
                                       "samples of the stacked input per device (features x B / G)", "samples"),
-            "dropped_ids": var("stack", np.array([r["dropped"] for r in results], np.int64),
+            "dropped_ids": var("stack", self.dropped,
                                "raw ids dropped by the limits (duplicates included), plus the ids past a "
                                "static CSR buffer", "ids"),
             "static_buffer_dropped_ids": var(
-                "stack", np.array([r["static_dropped"] for r in results], np.int64),
+                "stack", self.static_dropped,
                 "ids past the static CSR buffer (suggested_coo_buffer_size_per_device), dropped whatever "
                 "allow_id_dropping says (included in dropped_ids)", "ids"),
-            "out_of_vocabulary_ids": var("stack", np.array([oov_counts[nm] for nm in names], np.int64),
-                                         "ids >= vocab_size dropped (on_out_of_vocabulary='drop')", "ids"),
+            "out_of_vocabulary_ids": var("stack", oov, "ids >= vocab_size dropped (on_out_of_vocabulary='drop')",
+                                         "ids"),
             "configured_max_ids_per_partition": var("stack", limit_ids,
                                                     "configured max ids per partition (-1: none)", "ids"),
             "configured_max_unique_ids_per_partition": var(
                 "stack", limit_uniq, "configured max unique ids per partition (-1: none)", "ids"),
-            "naive_ids_per_partition": var(("stack", "partition"), ids.sum(axis=(1, 2)),
+            "naive_ids_per_partition": var(("stack", "partition"), self.naive_ids,
                                            "whole-batch view (no device/SC split): ids per destination "
                                            "partition after per-sample dedup", "ids"),
-            "naive_unique_ids_per_partition": var(("stack", "partition"), naive_unique,
+            "naive_unique_ids_per_partition": var(("stack", "partition"), self.naive_unique,
                                                   "whole-batch view: distinct ids per destination partition",
                                                   "ids"),
-        },
-        _coords_dataset(tuple(names), G, S, P),
-        {
+        }
+        attrs = {
             "topology": str(topology),
             "num_devices": G,
             "sparsecores_per_device": S,
             "num_partitions": P,
             "batch_size": B,
-            "samples_per_sc": n,
+            "samples_per_sc": B // (G * S),
             "source": "[jte] preprocess_sparse_dense_matmul_input; [jte] SortAndGroupCooTensorsPerLocalDevice",
-        },
-    )
+        }
+        self.parts = (variables, _coords_dataset(tuple(names), G, S, P), attrs)
+        self.dataset = None
+        if dataset:
+            self.build_dataset()
+
+    def build_dataset(self) -> None:
+        """:attr:`dataset`: the Dataset of :attr:`parts` (its arrays filled later or already)."""
+        self.dataset = _dataset(*self.parts)
+
+    def _put(self, out: np.ndarray, results, key: str, block) -> None:
+        """Every result's ``key`` (a stack's row) into ``out`` (stack first)."""
+        rows = out.reshape(self.ns, -1)
+        if block is not None and key in block and block[key].shape[0] == self.ns:
+            np.copyto(rows, block[key].reshape(self.ns, -1))
+        else:
+            np.stack([np.asarray(r[key]).reshape(-1) for r in results], out=rows)
+
+    def fill_naive(self, naive: np.ndarray) -> None:
+        """The naive view, ``(stacks, P)``, in (when :meth:`fill` had none)."""
+        np.copyto(self.naive_unique, naive)
+
+    def fill(self, results, naive: bool = True) -> None:
+        """The counters of ``results`` (one dict per stack, the engine's) in, the derived variables computed.
+
+        ``naive=False``: all but the naive view (:meth:`fill_naive` then).
+        """
+        ns = self.ns
+        if ns == 0:
+            return
+        block = _block_of(results)              # checked once for every counter
+        ids = self.ids
+        self._put(ids, results, "pairs", block)
+        self._put(self.uniq, results, "distinct", block)
+        same_kept = all(r["kept"] is r["pairs"] for r in results)
+        if same_kept:
+            np.copyto(self.kept, ids)
+        else:
+            self._put(self.kept, results, "kept", block)
+        if all("input" in r for r in results):      # raw ids per slice, counted by the engine already
+            self._put(self.raw, results, "input", block)
+        else:
+            G, S, n = self.G, self.S, self.batch.batch_size // (self.G * self.S)
+            batch = self.batch
+            self.raw[...] = 0
+            for a, (st, r) in enumerate(zip(self.plan.stacks, results)):
+                if "input" in r:
+                    self.raw[a] = r["input"].reshape(G, S)
+                    continue
+                for f in st.features:
+                    rs = batch._splits[batch._feature_index(f.name)]
+                    self.raw[a] += (rs[n::n] - rs[:-1:n]).reshape(G, S)
+        if naive:
+            self._put(self.naive_unique, results, "naive", block)
+        np.max(ids, axis=2, out=self.max_ids)
+        np.max(self.uniq, axis=2, out=self.max_uniq)
+        np.sum(_round_up_8(ids), axis=3, out=self.required)
+        if same_kept:
+            np.sum(self.required, axis=2, out=self.required_device)
+        else:
+            np.sum(_round_up_8(self.kept), axis=(2, 3), out=self.required_device)
+        np.sum(ids, axis=(1, 2), out=self.naive_ids)
+        self.dropped[:] = [r["dropped"] for r in results]
+        self.static_dropped[:] = [r["static_dropped"] for r in results]
 
 
 _COORDS_CACHE: dict[tuple, Any] = {}

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from scwork.errors import InputError, ShardError
+from scwork.errors import ConfigError, InputError, ShardError
 
 __all__ = ["DEFAULT_CHUNK_IDS", "PARQUET_SUFFIXES", "NPZ_SUFFIXES", "write_npz_shard"]
 
@@ -482,8 +482,14 @@ def _read_rows(piece: _Piece, data, start: int, stop: int, colmap: dict[str, str
 # ======================================================================================
 # NPZ writer
 # ======================================================================================
-def write_npz_shard(path: str | os.PathLike, data: Mapping[str, Any], *, compressed: bool = False) -> None:
-    """Write one NPZ shard: ``<name>_ids`` and ``<name>_row_splits`` (int64) per feature.
+#: ``write_npz_shard(id_type=...)``: the stored integer types of the ids.
+_NPZ_ID_TYPES: tuple[str, ...] = ("auto", "int32", "int64")
+_INT32_MAX = np.iinfo(np.int32).max
+
+
+def write_npz_shard(path: str | os.PathLike, data: Mapping[str, Any], *, compressed: bool = False,
+                    id_type: str = "auto") -> None:
+    """Write one NPZ shard: ``<name>_ids`` (int32 where they fit) and ``<name>_row_splits`` (int64) per feature.
 
     Parameters
     ----------
@@ -497,6 +503,12 @@ def write_npz_shard(path: str | os.PathLike, data: Mapping[str, Any], *, compres
     compressed : bool, default False
         ``numpy.savez_compressed`` instead of ``numpy.savez``; uncompressed shards
         are read faster by seeking to the rows a chunk needs.
+    id_type : {"auto", "int32", "int64"}, default ``"auto"``
+        Integer type of each ``<name>_ids`` member. ``"auto"``: int32 where every id
+        of that feature in this shard fits (``< 2**31``), else int64. Readers keep the
+        stored width until the one copy into the engine's batch, so int32 ids halve
+        the bytes on disk and read (on the engine benchmark's standard input, 8.5 M
+        ids a shard: 34 MB of ids instead of 68 MB).
 
     Examples
     --------
@@ -505,14 +517,22 @@ def write_npz_shard(path: str | os.PathLike, data: Mapping[str, Any], *, compres
     >>> write_npz_shard(path, {"f": ([5, 6, 7], [0, 2, 2, 3])})
     >>> sorted(np.load(path).files), np.load(path)["f_row_splits"].tolist()
     (['f_ids', 'f_row_splits'], [0, 2, 2, 3])
+    >>> str(np.load(path)["f_ids"].dtype)
+    'int32'
     """
     from scwork.sharding.batch import FeatureBatch
 
+    if not isinstance(id_type, str) or id_type not in _NPZ_ID_TYPES:
+        raise ConfigError(f"id_type must be one of {list(_NPZ_ID_TYPES)}, got {id_type!r}")
     batch = data if isinstance(data, FeatureBatch) else FeatureBatch(data)
     arrays = {}
     for name in batch:
         ids, rs = batch[name]
-        arrays[f"{name}_ids"] = np.asarray(ids, np.int64)
+        narrow = ids.size == 0 or int(ids.max()) <= _INT32_MAX
+        if id_type == "int32" and not narrow:
+            raise InputError(f"feature {name!r}: id {int(ids.max())} does not fit in int32 (id_type='int32'); "
+                             "use id_type='auto' or 'int64'")
+        arrays[f"{name}_ids"] = np.asarray(ids, np.int32 if narrow and id_type != "int64" else np.int64)
         arrays[f"{name}_row_splits"] = np.asarray(rs, np.int64)
         if batch.has_weights(name):
             arrays[f"{name}_weights"] = batch.weights(name)

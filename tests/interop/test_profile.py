@@ -149,7 +149,12 @@ def test_cpu_thunks_are_the_tensorcore_lane_split_by_module(recorded, measured):
     assert host_names["preprocess_ids"] == NUM_STEPS
     assert host_names["PjitFunction(forward)"] == NUM_STEPS
     assert not any(n.startswith("$") or "Await" in n for n in host_names)   # frames and waits left out
-    assert measured.unmapped.get("end: dot", 0) >= NUM_STEPS                 # executor markers counted, not mapped
+    # Executor markers are counted, not mapped: each one the profiler recorded, once. (How
+    # many it records varies with the machine's load, 4 or 5 "end: dot" in 5 steps: the
+    # reader is held to the file, not to the profiler.)
+    markers = Counter(e["name"] for e in raw if str(e.get("name", "")).startswith("end: "))
+    assert markers, "the CPU client recorded no executor marker"
+    assert {name: measured.unmapped.get(name, 0) for name in markers} == dict(markers)
     assert not any("XLAExecute" in t for t in measured.unknown_threads)
 
 

@@ -1,9 +1,11 @@
 """Phase costs worked out by hand where tests/pipeline/test_model.py leaves them loose.
 
-Int8 tables (dequantize work, 32-byte rows of 32 lanes), the order of serialized stacks
-and the concurrent stacks' share of each serialized slot, per-op overheads with and
-without DMA / compute overlap, the SparseCores' HBM share, the ICI rows of bf16 tables
-and the TensorCore times from FLOPs in every combination. Same made-up chip as
+Int8 tables (dequantize work, 32-byte rows of 32 lanes) and bf16 lanes, the order of
+serialized stacks and the concurrent stacks' share of each serialized slot, per-op
+overheads with and without DMA / compute overlap, the SparseCores' HBM share and
+unrounded tile times, granules smaller than an f32, the shares of ``parts``, the ICI
+rows of bf16 tables and gradient rows, the routed all-to-all (``a2a="data"``) and the
+TensorCore times from FLOPs in every combination. Same made-up chip as
 test_model.py: 2 tiles per SparseCore, 64 B/s of HBM, one vector instruction per second
 per tile, 8 f32 / 16 bf16 lanes, 32-byte granules.
 """
@@ -351,3 +353,188 @@ def test_order_key_counts_the_row_and_its_activation():
     # 2 x width x unique alone would tie them at 32.
     kw = dict(ids={"b": 1.0, "a": 2.0, "c": 1.0}, widths={"b": 16, "a": 8, "c": 8})
     assert tiny(num_serialized_tables=2, **kw).detail["serialized"] == ("a", "b")
+
+
+def test_serialized_slot_that_the_vector_work_beside_it_decides():
+    # a (8 ids, 2 unique): DMA 1 row x 32 B + 32 B activation = 64 B -> 2 s; ceil(8 / 2) =
+    # 4 source ids x 1 -> 4 s; key 17 x 2 = 34. c (2 ids, 2 unique): 2 s DMA, 1 s vector,
+    # key 34 (after a: equal keys keep the stack order). b (6 ids, 1 unique): 2 s DMA,
+    # ceil(6 / 2) = 3 s vector, key 17: beside them, halves 1 s and 1.5 s.
+    # a: max(2 + 1, 4 + 1.5) = 5.5; c: max(2 + 1, 1 + 1.5) = 3: 8.5 s (not 8, with b's
+    # 3 s of vector work cut to whole seconds per slot).
+    kw = dict(ids={"a": 8.0, "b": 6.0, "c": 2.0}, widths={"a": 8, "b": 8, "c": 8},
+              unique_fraction={"a": 0.25, "b": 1 / 6, "c": 1.0})
+    m = tiny(num_serialized_tables=2, **kw)
+    assert m.detail["serialized"] == ("a", "c")
+    assert m.phase_time["sc_forward"] == pytest.approx(8.5)
+
+
+def test_serialized_slot_that_the_dma_beside_it_decides():
+    # a (8 ids, 8 unique): DMA 4 rows + 1 activation row = 160 B -> 5 s, 4 s vector, key
+    # 17 x 8 = 136. c (4 ids, 4 unique): 3 s DMA, 2 s vector, key 68. b (3 ids, 3
+    # unique): ceil(3 / 2) = 2 rows + 1 = 3 s DMA, 2 s vector, key 51: beside them,
+    # halves 1.5 s and 1 s. a: max(5 + 1.5, 4 + 1) = 6.5; c: max(3 + 1.5, 2 + 1) = 4.5:
+    # 11 s (not 10, with b's 3 s of DMA cut to whole seconds per slot).
+    kw = dict(ids={"a": 8.0, "b": 3.0, "c": 4.0}, widths={"a": 8, "b": 8, "c": 8})
+    m = tiny(num_serialized_tables=2, **kw)
+    assert m.detail["serialized"] == ("a", "c")
+    assert m.phase_time["sc_forward"] == pytest.approx(11.0)
+
+
+def test_order_key_weighs_the_width_twice_plus_one():
+    # Keys (2 x width + 1) x unique ids: A (width 8, 15 unique) 17 x 15 = 255, B (width
+    # 32, 4 unique) 65 x 4 = 260: B first. Weights 1 x width + 1 (135 / 132), 2 x width +
+    # 2 (270 / 264) or width + 3 (165 / 140) would put A first.
+    kw = dict(ids={"A": 15.0, "B": 4.0}, widths={"A": 8, "B": 32})
+    assert tiny(num_serialized_tables=2, **kw).detail["serialized"] == ("B", "A")
+    # A with 77 unique: 17 x 77 = 1309 against B with 20: 65 x 20 = 1300: A first (3 x
+    # width + 1 would give 1925 / 1940, B first).
+    kw = dict(ids={"A": 77.0, "B": 20.0}, widths={"A": 8, "B": 32})
+    assert tiny(num_serialized_tables=2, **kw).detail["serialized"] == ("A", "B")
+
+
+def test_one_stack_or_no_serialization_serializes_nothing():
+    # One stack: nothing to serialize against, even when two are asked for.
+    assert tiny(num_serialized_tables=2).detail["serialized"] == ()
+    # 0 and 1 both mean none (xla_sc_num_serialized_tables_to_optimize_hbm <= 1).
+    kw = dict(ids={"a": 1.0, "b": 2.0}, widths={"a": 8, "b": 8})
+    for n in (0, 1):
+        assert tiny(num_serialized_tables=n, **kw).detail["serialized"] == (), n
+
+
+def test_bf16_rows_use_bf16_lanes():
+    # bf16 width 16: 16 elements of 2 B = one 32-byte granule, one instruction of 16 bf16
+    # lanes per row (8 f32 lanes would take 2). Forward: ceil(4 / 2) = 2 rows x 1 = 2.
+    # Backward: 2 rows scattered + 2 owned rows x 1 x 2 (sgd) = 6.
+    ds = tiny(dtype="bf16", widths={"t": 16}).to_dataset()
+    assert ds["padded_width"].sel(stack="t").item() == 16
+    assert ds["sc_vector_instructions_per_tile"].sel(stack="t").values.ravel().tolist() == [2, 6]
+
+
+def test_int8_backward_pays_dequantize_on_the_scatter():
+    # s8 width 8 -> 32 lanes, 4 instructions per row (test_int8_rows_use_32_lanes...).
+    # Backward: 2 rows x 4 x (1 combine + 1 dequantize) = 16, + 2 owned rows x 4 x 2
+    # (sgd) = 16: 32.
+    ds = tiny(dtype="s8").to_dataset()
+    assert ds["sc_vector_instructions_per_tile"].sel(stack="t").values.ravel().tolist() == [16, 32]
+
+
+def test_tile_bandwidth_and_times_are_not_rounded():
+    # 65 B/s of HBM over 2 tiles: 32.5 B/s per tile. Forward DMA 96 B -> 96 / 32.5 s;
+    # backward 2 rows x 32 B x 2 + 32 B = 160 B -> 160 / 32.5 s. 4 vector instructions
+    # per second: 2 -> 0.5 s, 6 -> 1.5 s.
+    chip = scwork.hardware.override("v5p", sparsecores_per_chip=1, tiles_per_sparsecore=2,
+                                    hbm_bandwidth_bytes_per_s=65.0, simd_width_f32=8, simd_width_bf16=16)
+    topo = scwork.Topology(1, 1)
+    m = step_model(expected_stats({"t": 4.0}, topo, batch_size=1), widths={"t": 8}, topology=topo, chip=chip,
+                   params=EXACT.replace(sc_tile_vector_ops_per_s=4.0))
+    assert m.detail["tile_bandwidth"] == 32.5
+    ds = m.to_dataset()
+    assert ds["sc_dma_time"].sel(stack="t").values.ravel().tolist() == pytest.approx([96 / 32.5, 160 / 32.5])
+    assert ds["sc_vector_time"].sel(stack="t").values.ravel().tolist() == pytest.approx([0.5, 1.5])
+
+
+def test_granules_smaller_than_one_f32():
+    # 2-byte granules: half an f32 each. Width 3 is not padded (one element per line at
+    # least), a row is ceil(3 x 4 / 2) = 6 granules = 12 B, and the activation row too.
+    # Forward: 2 rows x 12 B + 12 B = 36 B; backward 2 x 12 x 2 + 12 = 60 B.
+    chip = scwork.hardware.override("v5p", sparsecores_per_chip=1, tiles_per_sparsecore=2,
+                                    hbm_bandwidth_bytes_per_s=64.0, simd_width_f32=8, simd_width_bf16=16,
+                                    dma_granule_bytes=2)
+    topo = scwork.Topology(1, 1)
+    ds = step_model(expected_stats({"t": 4.0}, topo, batch_size=1), widths={"t": 3}, topology=topo, chip=chip,
+                    params=EXACT).to_dataset()
+    assert ds["padded_width"].sel(stack="t").item() == 3
+    assert ds["row_granules"].sel(stack="t").item() == 6
+    assert ds["sc_dma_bytes_per_tile"].sel(stack="t").values.ravel().tolist() == [36, 60]
+
+
+def test_parts_of_stacks_with_different_minibatch_counts():
+    # a in 2 mini-batches of 2 ids (2 unique): per mini-batch 1 row per tile, so 2 rows
+    # and 2 instructions in all: forward max(3, 2) = 3 s, 1.5 s per mini-batch; b in one
+    # (8 ids, 1 unique): 4 s. Shares 1.5 / 7, 1.5 / 7, 4 / 7. Backward: a max(5, 6) = 6
+    # s, b 6 s (test_parts_share...): 3 / 12, 3 / 12, 6 / 12.
+    kw = dict(ids={"a": 4.0, "b": 8.0}, widths={"a": 8, "b": 8}, unique_fraction={"a": 1.0, "b": 0.125},
+              num_minibatches={"a": 2, "b": 1})
+    m = tiny(**kw)
+    labels, frac = m.parts["sc_forward"]
+    assert labels == ["a (mini-batch 1/2)", "a (mini-batch 2/2)", "b"]
+    assert frac[:, 0].tolist() == pytest.approx([1.5 / 7, 1.5 / 7, 4 / 7])
+    assert m.parts["sc_backward"][1][:, 0].tolist() == pytest.approx([0.25, 0.25, 0.5])
+    # A hundred times faster HBM and vector units: the same shares of a phase of
+    # max(DMA 3 + 2, vector 2 + 4) / 100 = 0.06 s.
+    chip = scwork.hardware.override("v5p", sparsecores_per_chip=1, tiles_per_sparsecore=2,
+                                    hbm_bandwidth_bytes_per_s=6400.0, simd_width_f32=8, simd_width_bf16=16)
+    topo = scwork.Topology(1, 1)
+    stats = expected_stats(kw["ids"], topo, batch_size=1, unique_fraction=kw["unique_fraction"])
+    fast = step_model(stats, widths=kw["widths"], topology=topo, chip=chip, num_minibatches=kw["num_minibatches"],
+                      params=EXACT.replace(sc_tile_vector_ops_per_s=100.0))
+    assert fast.phase_time["sc_forward"] == pytest.approx(0.06)
+    assert fast.parts["sc_forward"][1][:, 0].tolist() == pytest.approx([1.5 / 7, 1.5 / 7, 4 / 7])
+
+
+def test_no_tensorcore_time_is_zero_both_ways():
+    m = tiny()
+    assert (m.phase_time["tc_forward"], m.phase_time["tc_backward"]) == (0.0, 0.0)
+    assert any("no TensorCore time given" in a for a in m.assumptions)
+
+
+@pytest.mark.filterwarnings("error")   # no numpy warning (a division by zero) on the way
+@pytest.mark.parametrize("a2a", ["uniform", "data"])
+def test_remote_rows_are_those_of_other_devices_either_way(a2a):
+    # 2 devices: all 4 ids of both go to the hot partition. On device 0 (hot_partition=0)
+    # device 1 requests 4 rows; on device 1, device 0 does. Either way the busiest device
+    # sends 4 rows: f32 width 8, 32 B + a 4-byte id = 36 B each way: 144 B.
+    topo = scwork.Topology(2, 1)
+    for hot in (0, 1):
+        stats = expected_stats({"t": 4.0}, topo, batch_size=2, hot_fraction=1.0, hot_partition=hot)
+        m = step_model(stats, widths={"t": 8}, topology=topo, chip=tiny_chip(), params=EXACT, a2a=a2a)
+        assert m.to_dataset()["ici_bytes_per_device"].sel(stack="t").values.tolist() == [144, 144], hot
+
+
+@pytest.mark.parametrize("a2a", ["uniform", "data"])
+def test_gradient_rows_of_activations_one_per_granule(a2a):
+    # 32-byte activations in 32-byte granules: one per granule, so a gradient row of width
+    # 3 is 3 x 32 B + a 4-byte id = 100 B (not padded to 4). 4 remote rows: 400 B. The
+    # bf16 table row pads 3 to 16 (one granule): 32 + 4 = 36 B, 144 B.
+    topo = scwork.Topology(2, 1)
+    stats = expected_stats({"t": 4.0}, topo, batch_size=2, hot_fraction=1.0, hot_partition=1)
+    m = step_model(stats, widths={"t": 3}, topology=topo, chip=tiny_chip(), dtype="bf16", a2a=a2a,
+                   params=EXACT.replace(activation_bytes=32))
+    assert m.to_dataset()["ici_bytes_per_device"].sel(stack="t").values.tolist() == [144, 400]
+
+
+@pytest.mark.filterwarnings("error")
+def test_routed_all_to_all_of_two_stacks_on_a_line_of_three():
+    # 3 chips in a line (0 - 1 - 2, no wraparound), one SparseCore each. Every device has
+    # 6 ids of each stack: half (3) to the hot partition 2, the other 3 one per partition:
+    # a device requests 1, 1, 4 unique rows from partitions 0, 1, 2.
+    # Rows sent off-device per requester: devices 0 and 1: 1 + 4 = 5, device 2: 1 + 1 = 2;
+    # the busiest sends 5. a (f32 width 8): rows of 32 + 4 = 36 B both ways: 180 B;
+    # b (f32 width 16): 64 + 4 = 68 B: 340 B.
+    # Forward, owner -> requester, per link (rows): 0->1: owner 0 to 1 and 2 = 2; 1->2:
+    # owner 0 and 1 to 2 = 2; 1->0: owner 1 and 2 to 0 = 1 + 4 = 5; 2->1: owner 2 to 1 and
+    # 0 = 8. Backward the reverse: 0->1: 5, 1->2: 8, 1->0: 2, 2->1: 2. Summed over the
+    # stacks, 36 + 68 = 104 B a row. Times with 36 B/s links and 0.5 s per hop, the
+    # farthest route 2 hops: a 8 x 36 / 36 + 1 = 9 s, b 8 x 68 / 36 + 1 s, each way.
+    topo = scwork.Topology(3, 1, shape=(3,), wraparound=(False,))
+    stats = expected_stats({"a": 6.0, "b": 6.0}, topo, batch_size=3, hot_fraction=0.5, hot_partition=2)
+    assert stats["unique_ids"].sel(stack="a").values[:, 0].tolist() == [[1, 1, 4]] * 3
+    p = EXACT.replace(ici_link_bytes_per_s=36.0, ici_latency_s=0.5)
+    m = step_model(stats, widths={"a": 8, "b": 16}, topology=topo, chip=tiny_chip(), params=p, a2a="data")
+    ds = m.to_dataset()
+    assert ds["ici_bytes_per_device"].values.tolist() == [[180, 180], [340, 340]]
+    links = m.detail["ici_links"]
+    assert list(zip(links["source_chip"].values.tolist(), links["destination_chip"].values.tolist())) == \
+        [(0, 1), (1, 2), (1, 0), (2, 1)]
+    assert links["link_bytes"].values.T.tolist() == [[208, 208, 520, 832], [520, 832, 208, 208]]
+    per_stack = [9.0, 8 * 68 / 36 + 1.0]
+    assert m.detail["ici_time"].ravel().tolist() == pytest.approx([per_stack[0]] * 2 + [per_stack[1]] * 2)
+    assert links["time"].values.tolist() == pytest.approx([sum(per_stack)] * 2)
+    assert m.phase_time["ici_forward"] == pytest.approx(sum(per_stack))
+
+
+def test_routed_all_to_all_on_one_device_sends_nothing():
+    one = tiny(a2a="data", params=EXACT.replace(ici_link_bytes_per_s=36.0, ici_latency_s=0.5))
+    assert one.to_dataset()["ici_bytes_per_device"].sel(stack="t").values.tolist() == [0, 0]
+    assert (one.phase_time["ici_forward"], one.phase_time["ici_backward"]) == (0.0, 0.0)

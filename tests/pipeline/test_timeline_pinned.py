@@ -188,6 +188,49 @@ def test_update_offset_breaks_ties_by_program_order(pipelined, offset):
     assert hand_timeline(spans, 4, pipelined=pipelined).update_offset() == 1
 
 
+
+def test_update_offset_ties_of_earlier_steps_count_too():
+    # Two SparseCores, pipelined, each in program order F0 F1 B0 F2 B1 F3 B2 B3:
+    #   SC 0: F0 [0,1] F1 [1,2] B0 [2,3] F2 [3,4] B1 [4,5] F3 [5,6] B2 [6,7] B3 [7,8]
+    #   SC 1: F0 [0,.5] F1 [.5,1] B0 [1,1.5] F2 [1.5,2] B1 [2,2.5] F3 [3,3.5] B2 [3.5,4] B3 [4,4.5]
+    # Updates end (latest SparseCore) at 3, 5, 7, 8; forward passes start (earliest) F2 at
+    # 1.5, F3 at 3. Step 2 sees no update: 2 - (-1) = 3. Step 3 starts at 3, the very time
+    # B0 ends: B0 comes before F3 in program order (as B1 does, which ends at 5), so it is
+    # visible: 3 - 0 = 3. Offset 3 (4 if only B_{j-2}'s tie counted).
+    units = Units(num_chips=1, sparsecores_per_chip=2, tensorcores_per_chip=1, num_hosts=1)
+    sc = {("sc_forward", 0): ((0, 1), (0, .5)), ("sc_forward", 1): ((1, 2), (.5, 1)),
+          ("sc_backward", 0): ((2, 3), (1, 1.5)), ("sc_forward", 2): ((3, 4), (1.5, 2)),
+          ("sc_backward", 1): ((4, 5), (2, 2.5)), ("sc_forward", 3): ((5, 6), (3, 3.5)),
+          ("sc_backward", 2): ((6, 7), (3.5, 4)), ("sc_backward", 3): ((7, 8), (4, 4.5))}
+    start = {k: np.array([float(a[0]), float(b[0])]) for k, (a, b) in sc.items()}
+    end = {k: np.array([float(a[1]), float(b[1])]) for k, (a, b) in sc.items()}
+    for p in ("tc_forward", "tc_backward"):
+        for i in range(4):
+            start[(p, i)], end[(p, i)] = np.array([float(i)]), np.array([i + 0.5])
+    t = Timeline(units, True, 4, start, end, durations={})
+    assert t.update_offset() == 3
+    assert t.staleness_steps == 2
+
+
+def test_update_offset_of_a_tie_with_the_step_s_own_backward_pass():
+    # Sequential spans: SC/F 2 at 3 s, zero-length; SC/B 2 zero-length at the same time
+    # stamp; SC/B 1 ends at 3.5, SC/B 0 at 1. B2 shares F2's time stamp but runs after it
+    # (program order F2, B2): not visible. Step 2 sees step 0: offset 2.
+    spans = {("sc_forward", 0): (0.0, 0.0), ("sc_forward", 1): (1.0, 1.0), ("sc_forward", 2): (3.0, 3.0),
+             ("sc_backward", 0): (0.5, 1.0), ("sc_backward", 1): (1.5, 3.5), ("sc_backward", 2): (3.0, 3.0)}
+    assert hand_timeline(spans, 3).update_offset() == 2
+
+
+def test_update_offset_is_at_least_one():
+    # Spans that put every step's SC backward pass (ending at i + 0.25) before its own
+    # forward pass (at i + 0.5): each step "sees" its own update, a gap of 0, but the
+    # offset stays 1 (no staleness) and the staleness 0, never negative.
+    spans = {("sc_forward", i): (i + 0.5, i + 0.5) for i in range(3)}
+    spans |= {("sc_backward", i): (float(i), i + 0.25) for i in range(3)}
+    t = hand_timeline(spans, 3)
+    assert t.update_offset() == 1
+    assert t.staleness_steps == 0
+
 # -- to_dataset() ---------------------------------------------------------------------
 
 def test_to_dataset_columns_of_the_reference_at_one_sixteenth():

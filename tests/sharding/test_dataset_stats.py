@@ -839,6 +839,29 @@ def test_write_npz_shard_validates_first_and_is_atomic(tmp_path, monkeypatch):
     assert path.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["shard.npz"]
 
 
+@pytest.mark.parametrize("id_type, stored", [("auto", "int32"), ("int32", "int32"), ("int64", "int64")])
+def test_write_npz_shard_id_types_read_to_the_same_statistics(tmp_path, id_type, stored):
+    data = make_data(96, seed=31)
+    for i, shard in enumerate(split(data, [40, 56])):
+        write_npz_shard(tmp_path / f"s{i}.npz", shard, id_type=id_type)
+        assert str(np.load(tmp_path / f"s{i}.npz")["a_ids"].dtype) == stored
+    res = stats_over_dataset(tmp_path, FEATURES, TOPO, batch_size=32, chunk_rows=32)
+    check_same(res, reference(data, 32, True))
+
+
+def test_write_npz_shard_keeps_int64_for_ids_beyond_int32(tmp_path):
+    big = 2**31
+    write_npz_shard(tmp_path / "s.npz", {"f": ([5, big], [0, 1, 2]), "g": ([7], [0, 0, 1])})
+    with np.load(tmp_path / "s.npz") as z:
+        assert z["f_ids"].dtype == np.int64 and z["f_ids"].tolist() == [5, big]
+        assert z["g_ids"].dtype == np.int32
+    with pytest.raises(InputError, match="does not fit in int32"):
+        write_npz_shard(tmp_path / "t.npz", {"f": ([5, big], [0, 1, 2])}, id_type="int32")
+    with pytest.raises(ConfigError, match="id_type must be one of"):
+        write_npz_shard(tmp_path / "t.npz", {"f": ([5], [0, 1])}, id_type="uint8")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.npz"]
+
+
 def test_bit_flip_in_parquet_row_group_metadata_reads_or_is_a_shard_error(tmp_path):
     """A flipped byte in the row group's path_in_schema (decoded lazily by pyarrow) once
     raised a raw UnicodeDecodeError; the scan no longer decodes column-chunk metadata and
@@ -924,6 +947,36 @@ def test_step_buffers_are_reused_only_when_nothing_holds_them():
     finally:
         chunks._release_step_buffers()
     assert not chunks._STEP_BUFFERS
+
+
+def test_step_buffers_keep_row_splits_someone_holds():
+    """A held view of a batch's row-splits array (as the engine takes) keeps its buffers out of reuse; a
+    step cut from the middle of the rows gets splits from 0 (the read splits shifted in place)."""
+    from scwork.sharding import _dataset_chunks as chunks
+
+    rows = {"a": (np.arange(9, dtype=np.int32), np.array([0, 1, 3, 6, 9])),
+            "b": (np.arange(4) + 50, np.array([0, 0, 2, 3, 4]))}
+    chunks._release_step_buffers()
+    try:
+        first = chunks._step_batch(rows, 2, 4, ["a", "b"], recycle=True)
+        np.testing.assert_array_equal(first.row_splits("a"), [0, 3, 6])
+        np.testing.assert_array_equal(first.row_splits("b"), [0, 1, 2])
+        np.testing.assert_array_equal(first._ids, [3, 4, 5, 6, 7, 8, 52, 53])
+        splits = first._splits[1]          # feature b's splits inside the batch's one array: after a's 6 ids
+        where = first._splits.__array_interface__["data"][0]
+        del first
+        second = chunks._step_batch(rows, 0, 2, ["a", "b"], recycle=True)
+        third = chunks._step_batch(rows, 1, 3, ["a", "b"], recycle=True)
+        assert where not in {b._splits.__array_interface__["data"][0] for b in (second, third)}
+        np.testing.assert_array_equal(splits, [6, 7, 8])
+        np.testing.assert_array_equal(second.row_splits("a"), [0, 1, 3])
+        np.testing.assert_array_equal(third.row_splits("b"), [0, 2, 3])
+        np.testing.assert_array_equal(third._ids, [1, 2, 3, 4, 5, 50, 51, 52])
+        del splits, second
+        fourth = chunks._step_batch(rows, 0, 2, ["a", "b"], recycle=True)
+        assert fourth._splits.__array_interface__["data"][0] == where
+    finally:
+        chunks._release_step_buffers()
 
 
 def test_profile_counts_each_chunk_read_as_one_parallel_task(tmp_path):

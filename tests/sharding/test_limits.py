@@ -143,6 +143,48 @@ def test_collect_stats_errors_and_max_steps():
         collect_stats([42], _feats(), topo)
 
 
+def test_collect_stats_prepares_a_step_ahead_but_raises_in_step_order():
+    """Step k + 1 is read and prepared while step k runs; its errors still come after step k's."""
+    from scwork.errors import OutOfVocabularyError
+
+    topo = scwork.Topology(1, 2)
+    good = FeatureBatch(_data(B=8).step(0))
+    # one id a sample; f0's are past its table's 500 rows
+    bad_ids = FeatureBatch.from_ragged({"f0": ([600] * 8, list(range(9))), "f1": ([1] * 8, list(range(9)))})
+    other_size = FeatureBatch(_data(B=16).step(0))
+    read = []
+
+    def batches(*items):
+        for i, b in enumerate(items):
+            read.append(i)
+            yield b
+
+    # step 1's batch size error is found while step 0 runs, but step 0's own error comes first
+    with pytest.raises(OutOfVocabularyError) as err:
+        collect_stats(batches(bad_ids, other_size), _feats(), topo, num_threads=2)
+    assert err.value._collect_step == 0          # the step it came from (stats_over_dataset reads it)
+    with pytest.raises(InputError, match="step 1: batch size 16") as err:
+        collect_stats(batches(good, other_size, good), _feats(), topo, num_threads=2)
+    assert err.value._collect_step == 1
+
+    def failing():
+        yield good
+        yield good
+        raise RuntimeError("reader failed at step 2")
+
+    with pytest.raises(RuntimeError, match="step 2"):
+        collect_stats(failing(), _feats(), topo, num_threads=2)
+    # the read ahead never passes max_steps, and every step is still each batch's statistics
+    read.clear()
+    ds = collect_stats(batches(good, good, good, good), _feats(), topo, max_steps=3, num_threads=2)
+    assert read == [0, 1, 2] and ds.sizes["step"] == 3
+    one = compute_stats(good, _feats(), topo, stacking="auto", num_threads=1)
+    for i in range(3):
+        assert ds["ids"].isel(step=i).values.tolist() == one["ids"].values.tolist()
+        assert ds["observed_max_ids"].isel(step=i).values.tolist() == \
+            one["max_ids_per_partition"].max(["device", "partition"]).values.tolist()
+
+
 # --------------------------------------------------------------------------------------
 # tuner
 # --------------------------------------------------------------------------------------

@@ -44,10 +44,15 @@ def test_profiled_calls_give_the_same_results_and_record_their_tasks():
         assert p.serial_s <= p.total_s
         # more workers never lengthen the critical path; one worker runs everything
         assert p.critical_path_s(64) <= p.critical_path_s(16) <= p.critical_path_s(1)
-        assert p.critical_path_s(1) == pytest.approx(p.serial_s + p.task_s)
+        assert p.critical_path_s(1) == pytest.approx(p.serial_s + p.overlap_s + p.task_s)
+        assert len(p.overlaps) == len(p.batches) and min(p.overlaps) >= 0
         assert 0 < p.largest_task_share() <= 1
         assert [len(sz) for sz in p.sizes] == [len(ts) for _, ts in p.batches]
         assert 0 < p.largest_size_share() <= 1
+    # the engine builds the statistics (and the naive view's task list) while the slices run
+    for p in profiles[:2]:
+        names_p = [n for n, _ in p.batches]
+        assert p.overlaps[names_p.index("slices")] > 0 and p.overlaps[names_p.index("finish")] == 0
     # every raw id of the batch is in exactly one slices task (the cut loses and repeats none)
     slices = dict(zip([n for n, _ in profiles[0].batches], profiles[0].sizes))["slices"]
     assert sum(slices) == batch.num_ids and max(slices) <= batch.num_ids / (16 * 8) + max(
@@ -66,3 +71,39 @@ def test_best_of_takes_each_tasks_least_time():
     assert best.serial_s == pytest.approx(min(a.serial_s, b.serial_s))      # 1.0
     with pytest.raises(ValueError):
         CallProfile.best_of([a, CallProfile(4, [("slices", [1.0])], total_s=2.0)])
+
+
+def test_lpt_makespan_with_worker_0_busy_first():
+    # worker 0 does the batch's overlapped serial work, then takes tasks
+    assert lpt_makespan([1.0, 1.0, 1.0], 2, first_busy=0.5) == 2.0
+    assert lpt_makespan([2.0, 1.0, 1.0, 1.0], 3, first_busy=1.0) == 2.0   # hidden in full
+    assert lpt_makespan([1.0, 1.0], 2, first_busy=3.0) == 3.0     # longer than the batch: it is the makespan
+    assert lpt_makespan([1.0, 1.0], 1, first_busy=0.5) == 2.5     # one worker: it adds in full
+    assert lpt_makespan([], 4, first_busy=0.25) == 0.25
+    with pytest.raises(ValueError):
+        lpt_makespan([1.0], 2, first_busy=-1.0)
+
+
+def test_overlap_is_timed_apart_from_tasks_and_serial_time():
+    from scwork.sharding._profile import call
+    from scwork.sharding._threads import _run_tasks
+
+    order = []
+
+    def spin(seconds):
+        from scwork.sharding._profile import thread_cpu_s
+
+        end = thread_cpu_s() + seconds
+        while thread_cpu_s() < end:
+            pass
+
+    with profiled(4) as profiles, call():
+        out = _run_tasks(lambda x, w: order.append(x) or x * 2, [1, 2, 3], [1, 2, 3], 4, "t",
+                         overlap=lambda: (order.append("overlap"), spin(0.02)))
+    assert out == [2, 4, 6] and order == ["overlap", 3, 2, 1]   # before the tasks: a dependency shows
+    (p,) = profiles
+    assert p.overlaps == [pytest.approx(p.overlap_s)] and p.overlap_s >= 0.02
+    assert p.serial_s < 0.02                    # not counted as serial time
+    # worker 0 takes tasks only after 20 ms: the three tiny tasks go to the other workers
+    assert p.critical_path_s(4) == pytest.approx(p.serial_s + p.overlap_s, rel=0.05)
+    assert p.critical_path_s(1) == pytest.approx(p.serial_s + p.overlap_s + p.task_s)

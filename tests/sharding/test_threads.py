@@ -11,6 +11,8 @@ of the literal reference (:mod:`scwork.sharding._reference`).
 from __future__ import annotations
 
 import importlib
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -576,3 +578,262 @@ def test_default_uses_every_available_core_and_one_stays_available():
     assert default.identical(single)
     plan = minibatch(batch, feats, topo)
     assert plan.num_threads == available_cores()
+
+
+def test_overlap_runs_while_the_other_workers_run_tasks():
+    """The calling thread's overlapped work really runs concurrently with the tasks.
+
+    A task waits for an event that only the overlap sets, and the overlap waits for
+    an event only a task sets: run one after the other, either would time out.
+    """
+    from scwork.sharding._threads import _run_tasks
+
+    task_started, overlap_ran = threading.Event(), threading.Event()
+
+    def task(item, worker):
+        task_started.set()
+        assert overlap_ran.wait(10), "the overlap did not run while a task was running"
+        return item + 1
+
+    def overlap():
+        assert task_started.wait(10), "no task started while the overlap ran"
+        overlap_ran.set()
+
+    assert _run_tasks(task, [1, 2], [1, 1], 2, overlap=overlap) == [2, 3]
+
+
+def test_overlap_runs_first_with_one_thread_and_its_error_stops_the_workers():
+    from scwork.sharding._threads import _run_tasks
+
+    seen = []
+    assert _run_tasks(lambda x, w: seen.append(x) or x, [1, 2], [1, 1], 1,
+                      overlap=lambda: seen.append("overlap")) == [1, 2]
+    assert seen == ["overlap", 1, 2]
+    done = []
+
+    def slow(item, worker):
+        time.sleep(0.05)
+        done.append(item)
+
+    def fail():
+        raise KeyError("from the overlap")
+
+    with pytest.raises(KeyError, match="from the overlap"):
+        _run_tasks(slow, list(range(40)), [1] * 40, 2, overlap=fail)
+    # the worker stopped after its current task: far fewer than 40 ran, and none runs later
+    n = len(done)
+    assert n < 40
+    time.sleep(0.2)
+    assert len(done) == n
+
+
+@pytest.mark.parametrize("num_threads", [1, 3])
+def test_overlap_steps_run_in_order_once(num_threads):
+    from scwork.sharding._profile import call, profiled
+    from scwork.sharding._threads import _run_tasks
+
+    seen = []
+    steps = [lambda i=i: seen.append(i) for i in range(5)]
+    assert _run_tasks(lambda x, w: -x, [1, 2, 3], [1, 1, 1], num_threads, overlap=steps) == [-1, -2, -3]
+    assert seen == [0, 1, 2, 3, 4]
+    seen.clear()
+    with profiled(num_threads) as profiles, call():
+        _run_tasks(lambda x, w: -x, [1, 2, 3], [1, 1, 1], num_threads, overlap=tuple(steps))
+    assert seen == [0, 1, 2, 3, 4] and len(profiles[0].overlaps) == 1
+
+
+# --------------------------------------------------------------------------------------
+# parked worker threads (_threads._WorkerPool): reused, per call, nested, after fork
+# --------------------------------------------------------------------------------------
+def _checked_task(active: dict, lock: threading.Lock, num_threads: int, clash: list):
+    """A task recording its worker index while it runs; ``clash`` gets any index used by two
+    tasks of the same call at once, or one not below ``num_threads``."""
+    def task(item, worker):
+        with lock:
+            if worker >= num_threads or worker in active:
+                clash.append(worker)
+            active[worker] = threading.get_ident()
+        time.sleep(0.0005)
+        with lock:
+            del active[worker]
+        return item * 3 + 1
+    return task
+
+
+def test_consecutive_calls_reuse_the_same_threads():
+    from scwork.sharding._threads import _run_tasks
+
+    idents: list[set] = []
+
+    def task(item, worker):
+        time.sleep(0.001)                  # every worker gets some items
+        return (item, worker, threading.current_thread())   # objects: OS thread ids get reused
+
+    for call in range(30):
+        out = _run_tasks(task, list(range(12)), list(range(12)), 4)
+        assert [o[0] for o in out] == list(range(12))
+        assert all(0 <= o[1] < 4 for o in out)
+        by_worker = {}
+        for _, worker, ident in out:
+            by_worker.setdefault(worker, set()).add(ident)
+        assert all(len(ids) == 1 for ids in by_worker.values()), by_worker   # an index is one thread
+        idents.append({ident for _, worker, ident in out if worker > 0})
+    used = set().union(*idents)
+    assert 1 <= len(used) <= 3, used                         # the same 3 helpers, not 3 per call
+    count = threading.active_count()
+    for _ in range(20):
+        _run_tasks(task, list(range(8)), [1] * 8, 4)
+    assert threading.active_count() == count
+
+
+def test_a_pool_grown_for_many_threads_serves_fewer():
+    from scwork.sharding._threads import _run_tasks
+
+    lock, active, clash = threading.Lock(), {}, []
+    assert _run_tasks(_checked_task(active, lock, 16, clash), list(range(64)), [1] * 64, 16) == \
+        [i * 3 + 1 for i in range(64)]
+    seen = set()
+
+    def task(item, worker):
+        seen.add(worker)
+        time.sleep(0.002)
+        return -item
+
+    assert _run_tasks(task, list(range(16)), [1] * 16, 4) == [-i for i in range(16)]
+    assert seen <= {0, 1, 2, 3} and len(seen) >= 2, seen
+    assert clash == []
+
+
+def test_concurrent_calls_from_two_threads_keep_their_own_workers():
+    from scwork.sharding._threads import _run_tasks
+
+    outcomes, clashes = {}, {}
+
+    def caller(key, num_threads, n):
+        lock, active, clash = threading.Lock(), {}, []
+        task = _checked_task(active, lock, num_threads, clash)
+        got = []
+        for _ in range(15):
+            got.append(_run_tasks(task, list(range(n)), list(range(n)), num_threads))
+        outcomes[key] = got
+        clashes[key] = clash
+
+    callers = [threading.Thread(target=caller, args=("a", 3, 20)), threading.Thread(target=caller, args=("b", 5, 33))]
+    for c in callers:
+        c.start()
+    for c in callers:
+        c.join()
+    assert all(r == [i * 3 + 1 for i in range(20)] for r in outcomes["a"])
+    assert all(r == [i * 3 + 1 for i in range(33)] for r in outcomes["b"])
+    assert clashes == {"a": [], "b": []}
+
+
+def test_nested_calls_do_not_deadlock():
+    from scwork.sharding._threads import _run_tasks
+
+    def inner(item, worker):
+        return item + worker * 0
+
+    def outer(item, worker):
+        return sum(_run_tasks(inner, list(range(item, item + 5)), [1] * 5, 3))
+
+    result = []
+    runner = threading.Thread(target=lambda: result.append(_run_tasks(outer, list(range(6)), [1] * 6, 3)),
+                              daemon=True)
+    runner.start()
+    runner.join(timeout=60)
+    assert not runner.is_alive(), "nested _run_tasks calls deadlocked"
+    assert result == [[sum(range(i, i + 5)) for i in range(6)]]
+
+
+def test_an_error_leaves_the_pool_usable():
+    from scwork.sharding._threads import _run_tasks
+
+    def task(item, worker):
+        time.sleep(0.0005)
+        if item in (7, 3, 11):
+            raise ValueError(f"item {item}")
+        return item
+
+    for _ in range(3):
+        with pytest.raises(ValueError, match="item 3$"):      # the first in item order
+            _run_tasks(task, list(range(16)), list(range(16)), 4)
+        assert _run_tasks(lambda x, w: x * 2, list(range(16)), [1] * 16, 4) == [x * 2 for x in range(16)]
+
+    def exits(item, worker):
+        if item == 2:
+            raise SystemExit(5)                # a BaseException in a pooled worker still reaches the caller
+        time.sleep(0.0005)
+        return item
+
+    for _ in range(4):
+        with pytest.raises(SystemExit):
+            _run_tasks(exits, list(range(8)), [1] * 8, 3)
+    assert _run_tasks(lambda x, w: x + 1, list(range(8)), [1] * 8, 3) == list(range(1, 9))
+
+
+def _fork_child(queue):
+    from scwork.sharding._threads import _run_tasks
+
+    idents = set()
+
+    def task(item, worker):
+        idents.add(threading.get_ident())
+        time.sleep(0.001)
+        return item * item
+
+    queue.put((_run_tasks(task, list(range(20)), [1] * 20, 4), len(idents)))
+
+
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")
+def test_a_forked_child_runs_a_multi_thread_call():
+    import multiprocessing
+    import sys
+
+    from scwork.sharding._threads import _run_tasks
+
+    if sys.platform == "win32" or "fork" not in multiprocessing.get_all_start_methods():
+        pytest.skip("no fork start method on this platform")
+    assert _run_tasks(lambda x, w: x, list(range(20)), [1] * 20, 4) == list(range(20))   # the parent's pool parked
+    ctx = multiprocessing.get_context("fork")
+    queue = ctx.Queue()
+    child = ctx.Process(target=_fork_child, args=(queue,))
+    child.start()
+    try:
+        results, threads_used = queue.get(timeout=30)
+    finally:
+        child.join(timeout=30)
+        if child.is_alive():
+            child.kill()
+    assert child.exitcode == 0
+    assert results == [i * i for i in range(20)]
+    assert threads_used >= 2                   # the child started its own workers
+    assert _run_tasks(lambda x, w: -x, list(range(20)), [1] * 20, 4) == [-x for x in range(20)]
+
+
+@pytest.mark.parametrize("nt", [2, 3, 16])
+def test_statistics_and_csr_identical_with_parked_threads_reused(nt):
+    """The same call twice on the same (reused) threads, and once with 1 thread: identical."""
+    batch, feats = _big_case()
+    topo = scwork.Topology(2, 4)
+    cfg = SparsecoreConfig(allow_id_dropping=True, max_ids_per_chip_per_sample=None)
+    for stacking in (None, "auto"):
+        one = preprocess(batch, feats, topo, stacking, cfg, num_threads=1)
+        stats = compute_stats(batch, feats, topo, stacking, cfg, num_threads=1)
+        for _ in range(2):
+            _assert_same_preprocess(one, preprocess(batch, feats, topo, stacking, cfg, num_threads=nt))
+            assert stats.equals(compute_stats(batch, feats, topo, stacking, cfg, num_threads=nt))
+
+
+def test_no_thread_at_import_and_parked_threads_do_not_hold_up_exit():
+    import subprocess
+    import sys
+
+    code = ("import threading, scwork, scwork.sharding.engine\n"
+            "from scwork.sharding._threads import _run_tasks\n"
+            "before = threading.active_count()\n"
+            "assert _run_tasks(lambda x, w: x + 1, list(range(9)), [1] * 9, 4) == list(range(1, 10))\n"
+            "print(before, threading.active_count())\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["1", "4"]        # none at import; 3 parked after, and exit still returns
