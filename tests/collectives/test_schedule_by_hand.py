@@ -139,6 +139,7 @@ def test_per_link_and_per_node_totals_on_a_ring():
     assert (s0, s1, cols) == (0, 2, None)
     assert nbytes.tolist() == [[0, 40, 0, 40], [12, 0, 16, 0]]
     assert msgs.tolist() == [[False, True, False, True], [True, False, True, False]]
+    assert msgs.dtype == bool                 # one core per chip: a flag per link, not a count
     assert largest.tolist() == nbytes.tolist()
 
 
