@@ -366,3 +366,9 @@ def test_plan_given_as_is_keeps_its_own_values():
     assert (over.rotation, over.batch_size, over.topology) == (1, 4, scwork.Topology(1, 2))
     assert (over.stacks[0].max_ids_per_partition, over.stacks[0].max_unique_ids_per_partition) == (5, 6)
     assert [t.shard_rotation for t in over.stacks[0].tables] == [0, 1]
+
+
+def test_dicts_of_features_with_equal_keys_are_not_confused():
+    wide = plan_stacking({"f": FeatureSpec("f", TableSpec("t", 8, 16))}, scwork.Topology(1, 1), stacking=None)
+    narrow = plan_stacking({"f": FeatureSpec("f", TableSpec("t", 8, 8))}, scwork.Topology(1, 1), stacking=None)
+    assert (wide.stacks[0].embedding_dim, narrow.stacks[0].embedding_dim) == (16, 8)
