@@ -372,3 +372,67 @@ def test_dicts_of_features_with_equal_keys_are_not_confused():
     wide = plan_stacking({"f": FeatureSpec("f", TableSpec("t", 8, 16))}, scwork.Topology(1, 1), stacking=None)
     narrow = plan_stacking({"f": FeatureSpec("f", TableSpec("t", 8, 8))}, scwork.Topology(1, 1), stacking=None)
     assert (wide.stacks[0].embedding_dim, narrow.stacks[0].embedding_dim) == (16, 8)
+
+
+def test_plans_are_frozen():
+    import dataclasses
+
+    plan = _three_table_plan()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        plan.stacks[0].name = "other"              # plans are shared by the cache of recent plans
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        plan.stacks[0].tables[1].row_offset_in_shard = 0
+
+
+def test_lookups_by_name_do_not_stop_at_a_larger_name():
+    feats = [FeatureSpec("fz", TableSpec("z", 8, 8)), FeatureSpec("fa", TableSpec("a", 16, 8))]
+    plan = plan_stacking(feats, scwork.Topology(1, 1), stacking=None)
+    assert [s.name for s in plan.stacks] == ["z", "a"]
+    assert plan.stack("a").vocab_size == 16 and plan.stack("z").vocab_size == 8
+    both = plan_stacking(feats, scwork.Topology(1, 1), stacking=[["z", "a"]])
+    st = both.stacks[0]
+    assert st.table("a").position == 1 and st.table("a").row_offset_in_shard == 8   # after z's 8 rows
+    assert st.table("z").position == 0
+    assert st.feature_position("fa") == 1 and st.feature_position("fz") == 0
+
+
+def test_a_table_alone_keeps_a_long_name():
+    name = "t" * 60                                  # longer than the 50 characters of a stack name
+    feats = [FeatureSpec("f", TableSpec(name, 8, 8)), FeatureSpec("g", TableSpec("u", 8, 8))]
+    plan = plan_stacking(feats, scwork.Topology(1, 1), stacking=None)
+    assert [s.name for s in plan.stacks] == [name, "u"]
+    assert plan_stacking(feats, scwork.Topology(1, 1), stacking=[[name]]).stacks[0].name == name
+
+
+@pytest.mark.parametrize("stacking", ["zzz", "Auto", "best", "nonE"])
+def test_unknown_stacking_strings_are_refused(stacking):
+    feats = [FeatureSpec("f", TableSpec("t", 8, 8))]
+    with pytest.raises(ConfigError, match="stacking must be"):
+        plan_stacking(feats, scwork.Topology(1, 1), stacking=stacking, batch_size=8)
+
+
+def test_a_plan_for_more_partitions_is_refused():
+    feats = [FeatureSpec("f", TableSpec("t", 8, 8))]
+    plan = plan_stacking(feats, scwork.Topology(2, 2), stacking=None)     # P = 4
+    with pytest.raises(ConfigError, match="P=4"):
+        plan_stacking(feats, scwork.Topology(1, 2), stacking=plan)        # P = 2
+
+
+def test_error_messages_give_the_figures():
+    topo = scwork.Topology(2, 4)                       # P = 8, S = 4
+    feats = [FeatureSpec("fu", TableSpec("u", 8, 8))]
+    # round_up(257, 8 x 4) = 288; round_up(1, 8) x 4 x 8 = 256
+    with pytest.raises(ConfigError, match=r"rounded up to 288.* = 256 entries"):
+        plan_stacking(feats, topo, stacking=None,
+                      stack_limits={"u": {"max_ids_per_partition": 1, "suggested_coo_buffer_size_per_device": 257}})
+    x, y = TableSpec("x", 2**30, 8), TableSpec("y", 2**30, 8)
+    with pytest.raises(ConfigError, match="has 2147483648 rows"):           # 2**30 + 2**30 rows
+        plan_stacking([FeatureSpec("fx", x), FeatureSpec("fy", y)], scwork.Topology(1, 2), stacking=[["x", "y"]])
+
+
+def test_features_from_a_generator():
+    t, u = TableSpec("t", 8, 8), TableSpec("u", 8, 8)
+    plan = plan_stacking((f for f in [FeatureSpec("f", t), FeatureSpec("g", u)]), scwork.Topology(1, 1),
+                         batch_size=8)
+    assert [s.name for s in plan.stacks] == ["t_u"]
+    assert [f.name for f in plan.features] == ["f", "g"]
