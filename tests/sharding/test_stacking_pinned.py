@@ -180,7 +180,7 @@ def test_stack_limit_forms_and_bad_values():
     plan = plan_stacking(feats, topo, stacking=None, stack_limits={"a": [3, 4], "b": {"max_ids_per_partition": 1}})
     assert (plan.stack("a").max_ids_per_partition, plan.stack("a").max_unique_ids_per_partition) == (3, 4)
     assert (plan.stack("b").max_ids_per_partition, plan.stack("b").max_unique_ids_per_partition) == (1, None)
-    for bad in ((1, 2, 3), "12", 5, (True, 1), (1, 1.5), (1, 0), (-1, None)):
+    for bad in ((1, 2, 3), (1,), (), "12", 5, (True, 1), (1, 1.5), (1, 0), (-1, None)):
         with pytest.raises(ConfigError, match="stack_limits"):
             plan_stacking(feats, topo, stacking=None, stack_limits={"a": bad})
     with pytest.raises(ConfigError, match="must be a dict"):
