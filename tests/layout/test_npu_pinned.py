@@ -543,3 +543,39 @@ def test_occupancy_counts_one_run_per_channel_when_lines_touch():
 def test_fits_refuses_a_chip_with_fewer_lanes():
     with pytest.raises(ConfigError, match="computed for npu_num=65, eu_bytes=64 but bm1684x has npu_num=64"):
         local_layout((1, 1, 1, 1), "f32", npu_num=65, eu_bytes=64).fits("bm1684x")
+
+
+# -- the last survivors of the npu.py mutation run ----------------------------------------
+
+def test_strides_are_frozen():
+    import dataclasses
+
+    s = NpuStrides(n=12, c=6, h=2, w=1)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        s.n = 13
+
+
+def test_chip_constants_overridden_upwards_are_kept_on_the_layouts_chip():
+    # bm1684x has 64 lanes of 64-byte EUs. Asking for 128 lanes and 128-byte EUs keeps the
+    # chip (its memory and stride unit) with both constants raised, so fits() compares the
+    # layout with a chip of the same constants instead of refusing the mismatch.
+    lay = local_layout((1, 3, 4, 5), "f32", chip="bm1684x", npu_num=128, eu_bytes=128)
+    assert (lay.npu_num, lay.eu_bytes, lay.chip.npu_num, lay.chip.eu_bytes) == (128, 128, 128, 128)
+    assert lay.fits()
+    wide = local_layout((1, 3, 4, 5), "f32", chip="bm1684x", npu_num=128)
+    assert (wide.chip.npu_num, wide.chip.eu_bytes) == (128, 64)
+    deep = local_layout((1, 3, 4, 5), "f32", chip="bm1684x", eu_bytes=128)
+    assert (deep.chip.npu_num, deep.chip.eu_bytes) == (64, 128)
+
+
+def test_fits_refuses_a_chip_with_smaller_eus_than_the_layout():
+    # Computed for 64 lanes of 128-byte EUs; bm1684x has 64-byte EUs: a mismatch either way.
+    lay = local_layout((1, 3, 4, 5), "f32", npu_num=64, eu_bytes=128)
+    with pytest.raises(ConfigError, match="npu_num=64, eu_bytes=128 but bm1684x has npu_num=64, eu_bytes=64"):
+        lay.fits(chip="bm1684x")
+
+
+def test_a_negative_max_cells_is_refused_as_such():
+    lay = local_layout((1, 3, 4, 5), "f32", chip="bm1684x")
+    with pytest.raises(LayoutError, match="max_cells must be >= 0, got -1"):
+        lay.occupancy(max_cells=-1)
