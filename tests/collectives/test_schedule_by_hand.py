@@ -700,3 +700,22 @@ def test_compact_pincer_on_five_chips_keeps_only_the_links_it_uses():
     assert nbytes.tolist() == [[40, 0, 0, 0, 40, 0, 0, 0], [0, 40, 0, 0, 0, 0, 0, 40],
                                [0, 0, 40, 0, 0, 0, 40, 0], [0, 0, 0, 40, 0, 40, 0, 0]]
     assert msgs.tolist() == (nbytes > 0).tolist() and largest.tolist() == nbytes.tolist()
+
+
+def test_one_step_schedule_indexed_from_the_end():
+    # One step: s[-1] is step 0 (-1 % 1 == 0), its slice the one transfer.
+    one = Schedule(RING4, name="one", collective="all_gather", num_chunks=1, step=[3], source=[2],
+                   destination=[3], start=[0], stop=[1], op=[1], color=[0], phase=[1])
+    assert one.step_slice(-1) == slice(0, 1) == one.step_slice(0)
+    assert one[-1] == one[0] and len(one[-1]) == 1
+
+
+def test_link_loads_of_several_steps_on_one_link():
+    # Steps 0 and 1 both send 2 -> 3 (link 2), chunks [0, 1) then [1, 2) of 2 chunks of a
+    # 1 MiB vector: half of it in each step, one column (the one link used), one row per step.
+    two = Schedule(RING4, name="two", collective="all_gather", num_chunks=2, step=[0, 1], source=[2, 2],
+                   destination=[3, 3], start=[0, 1], stop=[1, 2], op=[1, 1], color=[0, 0], phase=[1, 1])
+    assert two.used_links.tolist() == [2]
+    (s0, s1, nbytes, msgs, _, cols), = list(two.link_loads())
+    assert (s0, s1, nbytes.tolist(), msgs.tolist(), cols) == (0, 2, [[2**19], [2**19]], [[True], [True]], None)
+    assert two.link_bytes().tolist() == [[0, 0, 2**19, 0, 0, 0, 0, 0], [0, 0, 2**19, 0, 0, 0, 0, 0]]
