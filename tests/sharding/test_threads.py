@@ -772,43 +772,54 @@ def test_an_error_leaves_the_pool_usable():
     assert _run_tasks(lambda x, w: x + 1, list(range(8)), [1] * 8, 3) == list(range(1, 9))
 
 
-def _fork_child(queue):
-    from scwork.sharding._threads import _run_tasks
+# Run in a fresh interpreter that imports only scwork: forking the test process itself
+# would fork whatever threads other tests left in it (jax's, for one), which Python warns
+# may deadlock the child.
+_FORK_SCRIPT = """
+import multiprocessing, sys, threading, time
+from scwork.sharding._threads import _run_tasks
 
+def child(queue):
     idents = set()
-
     def task(item, worker):
         idents.add(threading.get_ident())
         time.sleep(0.001)
         return item * item
-
     queue.put((_run_tasks(task, list(range(20)), [1] * 20, 4), len(idents)))
 
-
-@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")
-def test_a_forked_child_runs_a_multi_thread_call():
-    import multiprocessing
-    import sys
-
-    from scwork.sharding._threads import _run_tasks
-
-    if sys.platform == "win32" or "fork" not in multiprocessing.get_all_start_methods():
-        pytest.skip("no fork start method on this platform")
-    assert _run_tasks(lambda x, w: x, list(range(20)), [1] * 20, 4) == list(range(20))   # the parent's pool parked
+if __name__ == "__main__":
+    assert _run_tasks(lambda x, w: x, list(range(20)), [1] * 20, 4) == list(range(20))  # the parent's pool parked
     ctx = multiprocessing.get_context("fork")
     queue = ctx.Queue()
-    child = ctx.Process(target=_fork_child, args=(queue,))
-    child.start()
+    proc = ctx.Process(target=child, args=(queue,))
+    proc.start()
     try:
         results, threads_used = queue.get(timeout=30)
     finally:
-        child.join(timeout=30)
-        if child.is_alive():
-            child.kill()
-    assert child.exitcode == 0
-    assert results == [i * i for i in range(20)]
-    assert threads_used >= 2                   # the child started its own workers
+        proc.join(timeout=30)
+        if proc.is_alive():
+            proc.kill()
+    assert proc.exitcode == 0, proc.exitcode
+    assert results == [i * i for i in range(20)], results
+    assert threads_used >= 2, threads_used          # the child started its own workers
     assert _run_tasks(lambda x, w: -x, list(range(20)), [1] * 20, 4) == [-x for x in range(20)]
+    print("ok")
+"""
+
+
+def test_a_forked_child_runs_a_multi_thread_call(tmp_path):
+    import multiprocessing
+    import subprocess
+    import sys
+
+    if sys.platform == "win32" or "fork" not in multiprocessing.get_all_start_methods():
+        pytest.skip("no fork start method on this platform")
+    script = tmp_path / "fork_child.py"
+    script.write_text(_FORK_SCRIPT, encoding="utf-8")
+    done = subprocess.run([sys.executable, "-W", "ignore::DeprecationWarning", str(script)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip() == "ok"
 
 
 @pytest.mark.parametrize("nt", [2, 3, 16])
