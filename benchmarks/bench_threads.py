@@ -7,14 +7,14 @@ threads are parked between calls (``_WorkerPool``) and only woken. This script
 measures, in one run with calls alternating:
 
 - the dispatch cost of one batch of ``8 T`` empty tasks (the engine cuts ``8 T``
-  tasks per batch) at T = 2, 4 and 16 threads (``--dispatch-threads``): the old
-  fresh-thread loop (a copy below, reachable only from this file) against
-  ``_run_tasks``; median microseconds per batch over ``--rounds`` rounds of
-  ``--calls`` batches;
+  tasks per batch) at T = 2, 4 and 16 threads (``--dispatch-threads``): ``_run_tasks``
+  with fresh threads per batch (``fresh_threads()`` below swaps the parked pool for
+  them, in this process only) against ``_run_tasks`` as it is; median
+  microseconds per batch over ``--rounds`` rounds of ``--calls`` batches;
 - ``compute_stats`` on the standard input of ``bench_sharding.py`` (16384 samples x
   26 features x Poisson(20) ids, Zipf 1.05 hashed, 4 x 4 SparseCores, 8.5 M ids)
   at ``--threads`` (default 1,2) with no stacking and auto stacking: the engine
-  with the old loop patched in (``before``) against the engine as it is
+  with fresh threads per batch (``before``) against the engine as it is
   (``after``), medians of ``--repeats`` alternating calls, statistics checked
   identical. With 1 thread both run the same serial path: that ratio is the noise
   floor.
@@ -28,6 +28,7 @@ under the serial time of a ``compute_stats`` call (0.65-0.9 ms on this input).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -36,56 +37,44 @@ import threading
 import time
 
 
-def _run_tasks_fresh_threads(fn, items, sizes, num_threads: int, name: str = "tasks", overlap=None) -> list:
-    """The engine's task runner before issue 23 (a copy): ``num_threads - 1`` threads
-    started and joined per batch. Kept here only to measure what parking them saves."""
-    from scwork.sharding import _profile
-    from scwork.sharding._threads import _in_order, let_workers_run
+class _FreshThreads:
+    """How the engine's task runner got its helper threads before issue 23, kept here only
+    to measure it: ``helpers`` threads started for one batch and joined after it (the
+    interface of ``_threads._WorkerPool``: ``start(job, helpers)``, then ``wait()``)."""
 
-    steps = [] if overlap is None else list(overlap) if isinstance(overlap, (list, tuple)) else [overlap]
-    prof = _profile.active()
-    if prof is not None:
-        return _profile.run_serially(prof, name, fn, items, sizes, _in_order(steps) if steps else None)
-    if num_threads == 1 or len(items) <= 1:
-        for step in steps:
-            step()
-        return [fn(item, 0) for item in items]
-    order = iter(sorted(range(len(items)), key=lambda i: -sizes[i]))
-    results: list = [None] * len(items)
-    errors: dict[int, Exception] = {}
-    stop = threading.Event()
+    def __init__(self):
+        self.threads: list[threading.Thread] = []
 
-    def work(worker: int) -> None:
-        for i in order:
-            if stop.is_set():
-                return
-            try:
-                results[i] = fn(items[i], worker)
-            except Exception as err:  # noqa: BLE001 - re-raised below, as the engine does
-                errors[i] = err
+    def start(self, job, helpers: int) -> None:
+        for w in range(1, helpers + 1):
+            thread = threading.Thread(target=job, args=(w,), name=f"scwork-sharding-{w}", daemon=True)
+            thread.start()
+            self.threads.append(thread)
 
-    threads = [threading.Thread(target=work, args=(w,), name=f"scwork-sharding-{w}", daemon=True)
-               for w in range(1, min(num_threads, len(items)))]
-    for t in threads:
-        t.start()
+    def wait(self) -> None:
+        for thread in self.threads:
+            thread.join()
+
+
+@contextlib.contextmanager
+def fresh_threads():
+    """Within this block every ``_run_tasks`` call (engine, limits, minibatch...) starts and
+    joins fresh threads instead of waking parked ones; everything else about it unchanged."""
+    from scwork.sharding import _threads
+
+    take, give = _threads._take_pool, _threads._give_back
+    _threads._take_pool, _threads._give_back = _FreshThreads, lambda pool: None
     try:
-        try:
-            for step in steps:
-                let_workers_run()
-                step()
-        except BaseException:
-            stop.set()
-            raise
-        work(0)
-    except BaseException:
-        stop.set()
-        raise
+        yield
     finally:
-        for t in threads:
-            t.join()
-    if errors:
-        raise errors[min(errors)]
-    return results
+        _threads._take_pool, _threads._give_back = take, give
+
+
+def _run_tasks_fresh_threads(fn, items, sizes, num_threads: int) -> list:
+    from scwork.sharding._threads import _run_tasks
+
+    with fresh_threads():
+        return _run_tasks(fn, items, sizes, num_threads)
 
 
 def _empty_task(item, worker):
@@ -117,43 +106,36 @@ def dispatch_cost(threads: list[int], rounds: int, calls: int) -> dict:
 
 
 def compute_stats_before_after(threads: list[int], modes: list[str], repeats: int) -> dict:
-    """Median ms of compute_stats with the old loop patched in (before) and as it is (after)."""
-    import importlib
-
+    """Median ms of compute_stats with fresh threads per batch (before) and parked ones (after)."""
     import scwork
     from scwork.sharding import compute_stats
     from scwork.sharding._synthetic import synthetic_batch
 
-    engine = importlib.import_module("scwork.sharding.engine")
-    parked = engine._run_tasks
     scwork.warmup()
     batch, features = synthetic_batch(batch_size=16384, num_features=26, vocab_size=1_000_000, valency=20.0,
                                       zipf_s=1.05, embedding_dim=64, seed=0)
     topo = scwork.Topology(4, 4)
-    runners = {"before": _run_tasks_fresh_threads, "after": parked}
+    runners = {"before": fresh_threads, "after": contextlib.nullcontext}
     out = {"num_ids": int(batch.num_ids), "modes": {}}
-    try:
-        for mode in modes:
-            stacking = None if mode == "none" else mode
-            rows = {}
-            for nt in threads:
-                times = {k: [] for k in runners}
-                results = {}
-                for key, run in runners.items():             # warm-up, and the results to compare
-                    engine._run_tasks = run
+    for mode in modes:
+        stacking = None if mode == "none" else mode
+        rows = {}
+        for nt in threads:
+            times = {k: [] for k in runners}
+            results = {}
+            for key, threads_of in runners.items():          # warm-up, and the results to compare
+                with threads_of():
                     results[key] = compute_stats(batch, features, topo, stacking, num_threads=nt)
-                for _ in range(repeats):
-                    for key, run in runners.items():         # alternating
-                        engine._run_tasks = run
+            for _ in range(repeats):
+                for key, threads_of in runners.items():      # alternating
+                    with threads_of():
                         start = time.perf_counter()
                         compute_stats(batch, features, topo, stacking, num_threads=nt)
                         times[key].append(time.perf_counter() - start)
-                before, after = (statistics.median(times[k]) * 1e3 for k in runners)
-                rows[nt] = {"before_ms": before, "after_ms": after, "speedup": before / after,
-                            "identical": bool(results["before"].equals(results["after"]))}
-            out["modes"][mode] = rows
-    finally:
-        engine._run_tasks = parked
+            before, after = (statistics.median(times[k]) * 1e3 for k in runners)
+            rows[nt] = {"before_ms": before, "after_ms": after, "speedup": before / after,
+                        "identical": bool(results["before"].equals(results["after"]))}
+        out["modes"][mode] = rows
     return out
 
 

@@ -21,9 +21,11 @@ from scwork.pipeline import StepModelParams, expected_stats, step_model
 EXACT = StepModelParams(sc_op_overhead_s=0.0, sc_tile_vector_ops_per_s=1.0, csr_bytes_per_id=0)
 
 
-def tiny_chip():
-    return scwork.hardware.override("v5p", sparsecores_per_chip=1, tiles_per_sparsecore=2,
-                                    hbm_bandwidth_bytes_per_s=64.0, simd_width_f32=8, simd_width_bf16=16)
+def tiny_chip(**changes):
+    """A v5p cut down to one SparseCore of 2 tiles, 64 B/s of HBM, 8 f32 / 16 bf16 lanes (``changes`` on top)."""
+    return scwork.hardware.override("v5p", **{"sparsecores_per_chip": 1, "tiles_per_sparsecore": 2,
+                                              "hbm_bandwidth_bytes_per_s": 64.0, "simd_width_f32": 8,
+                                              "simd_width_bf16": 16, **changes})
 
 
 def tiny(ids=None, widths=None, unique_fraction=None, params=EXACT, **kw):
@@ -296,9 +298,7 @@ def test_ici_between_the_devices_of_a_chip_is_its_own_stage():
 
 def test_granules_smaller_than_two_elements():
     # 4-byte DMA granules hold one f32: width 3 stays 3 (no padding), 3 granules of 4 B.
-    chip = scwork.hardware.override("v5p", sparsecores_per_chip=1, tiles_per_sparsecore=2,
-                                    hbm_bandwidth_bytes_per_s=64.0, simd_width_f32=8, simd_width_bf16=16,
-                                    dma_granule_bytes=4)
+    chip = tiny_chip(dma_granule_bytes=4)
     topo = scwork.Topology(1, 1)
     m = step_model(expected_stats({"t": 4.0}, topo, batch_size=1), widths={"t": 3}, topology=topo, chip=chip,
                    params=EXACT)
@@ -321,9 +321,7 @@ def test_a_one_byte_all_to_all_still_takes_time():
     # int8 rows of width 1 with 1-byte granules and no ids sent: one remote row is 1 byte.
     # 2 devices, device 0's one id owned by device 1. The whole vector is 1 x 2 / 1 = 2 B, a
     # 1-byte block each way on the 2-device ring: one step of 0.5 s latency + 1 B / (1 B/s).
-    chip = scwork.hardware.override("v5p", sparsecores_per_chip=1, tiles_per_sparsecore=2,
-                                    hbm_bandwidth_bytes_per_s=64.0, simd_width_f32=8, simd_width_bf16=16,
-                                    dma_granule_bytes=1)
+    chip = tiny_chip(dma_granule_bytes=1)
     topo = scwork.Topology(2, 1)
     stats = expected_stats({"t": 1.0}, topo, batch_size=2, hot_fraction=1.0, hot_partition=1)
     p = EXACT.replace(ici_link_bytes_per_s=1.0, ici_latency_s=0.5, ici_index_bytes=0)
@@ -423,8 +421,7 @@ def test_tile_bandwidth_and_times_are_not_rounded():
     # 65 B/s of HBM over 2 tiles: 32.5 B/s per tile. Forward DMA 96 B -> 96 / 32.5 s;
     # backward 2 rows x 32 B x 2 + 32 B = 160 B -> 160 / 32.5 s. 4 vector instructions
     # per second: 2 -> 0.5 s, 6 -> 1.5 s.
-    chip = scwork.hardware.override("v5p", sparsecores_per_chip=1, tiles_per_sparsecore=2,
-                                    hbm_bandwidth_bytes_per_s=65.0, simd_width_f32=8, simd_width_bf16=16)
+    chip = tiny_chip(hbm_bandwidth_bytes_per_s=65.0)
     topo = scwork.Topology(1, 1)
     m = step_model(expected_stats({"t": 4.0}, topo, batch_size=1), widths={"t": 8}, topology=topo, chip=chip,
                    params=EXACT.replace(sc_tile_vector_ops_per_s=4.0))
@@ -438,9 +435,7 @@ def test_granules_smaller_than_one_f32():
     # 2-byte granules: half an f32 each. Width 3 is not padded (one element per line at
     # least), a row is ceil(3 x 4 / 2) = 6 granules = 12 B, and the activation row too.
     # Forward: 2 rows x 12 B + 12 B = 36 B; backward 2 x 12 x 2 + 12 = 60 B.
-    chip = scwork.hardware.override("v5p", sparsecores_per_chip=1, tiles_per_sparsecore=2,
-                                    hbm_bandwidth_bytes_per_s=64.0, simd_width_f32=8, simd_width_bf16=16,
-                                    dma_granule_bytes=2)
+    chip = tiny_chip(dma_granule_bytes=2)
     topo = scwork.Topology(1, 1)
     ds = step_model(expected_stats({"t": 4.0}, topo, batch_size=1), widths={"t": 3}, topology=topo, chip=chip,
                     params=EXACT).to_dataset()
@@ -463,8 +458,7 @@ def test_parts_of_stacks_with_different_minibatch_counts():
     assert m.parts["sc_backward"][1][:, 0].tolist() == pytest.approx([0.25, 0.25, 0.5])
     # A hundred times faster HBM and vector units: the same shares of a phase of
     # max(DMA 3 + 2, vector 2 + 4) / 100 = 0.06 s.
-    chip = scwork.hardware.override("v5p", sparsecores_per_chip=1, tiles_per_sparsecore=2,
-                                    hbm_bandwidth_bytes_per_s=6400.0, simd_width_f32=8, simd_width_bf16=16)
+    chip = tiny_chip(hbm_bandwidth_bytes_per_s=6400.0)
     topo = scwork.Topology(1, 1)
     stats = expected_stats(kw["ids"], topo, batch_size=1, unique_fraction=kw["unique_fraction"])
     fast = step_model(stats, widths=kw["widths"], topology=topo, chip=chip, num_minibatches=kw["num_minibatches"],
