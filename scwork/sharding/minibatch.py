@@ -107,7 +107,7 @@ from scwork.sharding import _profile
 from scwork.sharding._threads import _run_tasks, resolve_num_threads
 from scwork.sharding.batch import FeatureBatch
 from scwork.sharding.column_id import column_id_of_id
-from scwork.sharding.results import _dataset, stats_coords
+from scwork.sharding.results import _dataset, cached_coords, stats_coords
 from scwork.sharding.specs import SparsecoreConfig
 from scwork.sharding.stacking import (
     DEFAULT_ACTIVATION_MEM_BYTES_LIMIT,
@@ -981,24 +981,10 @@ def _stats_dataset(plan, topology, batch, per_stack, oov_counts):
     return ds
 
 
-#: Coordinates of the assignment Datasets, by (stack names, (dim, size) pairs).
-_ASSIGNMENT_COORDS: dict[tuple, Any] = {}
-
-
 def _assignment_coords(names: tuple, dims: tuple):
-    """A Dataset of the coordinates ``stack`` (``names``) and ``arange(size)`` per ``(dim, size)``
-    (cached: xarray's index building costs more than the variables)."""
-    import xarray as xr
-
-    key = (names, dims)
-    ds = _ASSIGNMENT_COORDS.get(key)
-    if ds is None:
-        if len(_ASSIGNMENT_COORDS) > 64:
-            _ASSIGNMENT_COORDS.clear()
-        coords = {"stack": np.array(list(names), dtype=object)}
-        coords.update({dim: np.arange(size) for dim, size in dims})
-        ds = _ASSIGNMENT_COORDS[key] = xr.Dataset(coords=coords)
-    return ds
+    """The coordinates ``stack`` (``names``) and ``arange(size)`` per ``(dim, size)``, cached."""
+    return cached_coords(("assignment", names, dims), lambda: {
+        "stack": np.array(list(names), dtype=object), **{dim: np.arange(size) for dim, size in dims}})
 
 
 def _assignment_dataset(plan, topology, per_stack, strategy, nb, B, split_scope):

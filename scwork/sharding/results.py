@@ -421,17 +421,22 @@ class _StatsBuilder:
 _COORDS_CACHE: dict[tuple, Any] = {}
 
 
-def _coords_dataset(names: tuple, G: int, S: int, P: int):
-    """A Dataset of the coordinates only (cached: building the indexes costs more than the variables)."""
+def cached_coords(key: tuple, coords):
+    """A Dataset of the coordinates ``coords()`` only, kept by ``key`` (the engine's result
+    Datasets are built on it: building xarray's indexes costs more than the variables)."""
     import xarray as xr
 
-    key = (names, G, S, P)
     ds = _COORDS_CACHE.get(key)
     if ds is None:
         if len(_COORDS_CACHE) > 64:
             _COORDS_CACHE.clear()
-        ds = _COORDS_CACHE[key] = xr.Dataset(coords=stats_coords(names, G, S, P))
+        ds = _COORDS_CACHE[key] = xr.Dataset(coords=coords())
     return ds
+
+
+def _coords_dataset(names: tuple, G: int, S: int, P: int):
+    """The coordinates of the per-partition statistics (:func:`stats_coords`), cached."""
+    return cached_coords(("stats", names, G, S, P), lambda: stats_coords(names, G, S, P))
 
 
 def _direct_constructor():
