@@ -168,6 +168,9 @@ _NO_LIMIT = 2**62
 _NO_DROPS = np.zeros((0, 4), np.int64)
 _NO_DROP_G = np.zeros(0, np.int64)
 _HIST_SIZE = 3 * 2048
+# the configuration of calls that give none: one shared (frozen) object, so that a call
+# neither builds and checks a new one nor hashes a new one for its plan lookup
+_DEFAULT_CONFIG = SparsecoreConfig()
 
 
 # --------------------------------------------------------------------------------------
@@ -193,6 +196,28 @@ def _check_inputs(batch, features, topology, config, on_out_of_vocabulary):
     if S < 1:
         raise TopologyError(f"topology {topology} has no SparseCore; SparseCore sharding needs "
                             "sparsecores_per_chip >= 1")
+    # the paths built on the engine pass the same feature list with batches of the same
+    # features and size again and again: what passed is kept (specs are frozen)
+    key = (tuple(map(id, features)), batch._names, batch.batch_size, G * S) \
+        if isinstance(features, (list, tuple)) else None
+    passed = _CHECKED_INPUTS.get(key) if key is not None else None
+    if passed is not None:
+        return passed[1]
+    checked = _check_features_and_batch(batch, features, G, S)
+    if key is not None:
+        if len(_CHECKED_INPUTS) >= 64:
+            _CHECKED_INPUTS.clear()       # full: start again (no eviction to race with another thread)
+        _CHECKED_INPUTS[key] = (tuple(features), checked)     # holds the specs: their ids stay theirs
+    return checked
+
+
+# (ids of the feature specs, batch feature names, batch size, slices) -> (the specs, their
+# normalized tuple) of the inputs that passed _check_features_and_batch
+_CHECKED_INPUTS: dict[tuple, tuple] = {}
+
+
+def _check_features_and_batch(batch, features, G: int, S: int) -> tuple:
+    """The checks of :func:`_check_inputs` that depend on the features and the batch's layout."""
     features = normalize_features(features)
     names = {f.name for f in features}
     missing = [f.name for f in features if f.name not in batch]
@@ -511,20 +536,29 @@ class _StackJob:
         CSR without limits, or the count of a CSR size) a slice larger than
         ``target`` is cut further into ranges of its groups (tables).
         """
+        items, sizes = self.tasks_of(target, by_group)
+        return [tuple(item[1:]) for item in items], sizes
+
+    def tasks_of(self, target: float, by_group: bool) -> tuple[Any, list[int]]:
+        """:meth:`work_units` as the dispatcher takes them, ``(job, s0, s1, g0, g1)`` items, and their sizes.
+
+        The items are a list, or for a cut by groups a :class:`_GroupCut` that makes
+        each item when a worker takes it (hundreds of tuples made, and freed after
+        the call, were a tenth of a statistics call's serial time).
+        """
         ng = len(self.groups)
         if not math.isfinite(target) or not by_group or ng == 1 or self.stack_slice_max <= target:
             # plain Python on the per-slice counts: a few numpy calls per stack cost
             # more than these lists (nsl is the number of SparseCores, tens)
             cum = [0, *itertools.accumulate(self.slice_list)]
-            units = [(s0, s1, 0, ng) for s0, s1 in self.ranges(target)]
-            return units, [cum[s1] - cum[s0] for s0, s1, _, _ in units]
+            ranges = self.ranges(target)
+            return [(self, s0, s1, 0, ng) for s0, s1 in ranges], [cum[s1] - cum[s0] for s0, s1 in ranges]
         # a slice larger than target: runs of its groups (compiled greedy cut, one call for all slices)
         from scwork.sharding._split_kernels import cut_groups
 
         cut = np.empty((ng * self.nsl, 4), np.int64)
         k = cut_groups(self.counts, float(target), cut)
-        sl, g0, g1, size = cut[:k].T.tolist()
-        return [(s, s + 1, a, b) for s, a, b in zip(sl, g0, g1)], size
+        return _GroupCut(self, cut[:k]), cut[:k, 3].tolist()
 
     def naive_units(self, target: float) -> list[tuple[int, int, int]]:
         """Naive-view tasks ``(group, p0, p1)``: partition ranges of about ``target`` ids."""
@@ -1280,13 +1314,36 @@ def _jobs_of(plan: StackingPlan, batch: FeatureBatch, G: int, S: int, want_csr: 
     return _make_jobs(plan, batch, G, S, want_csr, config, has_w, counts, count_first)
 
 
-def _units(jobs, target: float, by_group) -> tuple[list, list[int]]:
-    """``(job, s0, s1, g0, g1)`` tasks of every job and their sizes (raw ids)."""
+class _GroupCut:
+    """The tasks of one job cut by groups, rows ``(slice, g0, g1, size)`` of
+    :func:`~scwork.sharding._split_kernels.cut_groups`: item ``i`` is the task
+    ``(job, slice, slice + 1, g0, g1)``, made when it is taken."""
+
+    __slots__ = ("job", "rows")
+
+    def __init__(self, job, rows: np.ndarray):
+        self.job, self.rows = job, rows
+
+    def __len__(self) -> int:
+        return self.rows.shape[0]
+
+    def __getitem__(self, i: int) -> tuple:
+        sl, g0, g1, _ = self.rows[i].tolist()
+        return self.job, sl, sl + 1, g0, g1
+
+    def __iter__(self):
+        return (self[i] for i in range(len(self)))
+
+
+def _units(jobs, target: float, by_group) -> tuple[Any, list[int]]:
+    """``(job, s0, s1, g0, g1)`` tasks of every job (a sequence) and their sizes (raw ids)."""
+    if len(jobs) == 1:                    # one job (every statistics call on one P): its own items
+        return jobs[0].tasks_of(target, by_group(jobs[0]))
     work, sizes = [], []
     for j in jobs:
-        units, unit_sizes = j.work_units(target, by_group(j))
-        work += [(j, *u) for u in units]
-        sizes += unit_sizes
+        items, item_sizes = j.tasks_of(target, by_group(j))
+        work += items
+        sizes += item_sizes
     return work, sizes
 
 
@@ -1572,7 +1629,7 @@ def compute_stats(batch: FeatureBatch, features: Any, topology: Topology, stacki
     >>> ds["input_ids"].sel(stack="t").values.ravel().tolist()
     [4, 5]
     """
-    config = SparsecoreConfig() if config is None else config
+    config = _DEFAULT_CONFIG if config is None else config
     _, stats, _ = _run(batch, features, topology, stacking, config, on_out_of_vocabulary, stack_limits, rotation,
                        activation_mem_bytes_limit, num_threads, backend, want_csr=False)
     return stats
@@ -1611,7 +1668,7 @@ def preprocess(batch: FeatureBatch, features: Any, topology: Topology, stacking:
     >>> int(buf.for_sc(0, 1)["embedding_ids"][3])    # padding
     2147483647
     """
-    config = SparsecoreConfig() if config is None else config
+    config = _DEFAULT_CONFIG if config is None else config
     plan, stats, results = _run(batch, features, topology, stacking, config, on_out_of_vocabulary, stack_limits,
                                 rotation, activation_mem_bytes_limit, num_threads, backend, want_csr=True)
     csr = {st.name: r["csr"] for st, r in zip(plan.stacks, results)}
