@@ -167,6 +167,9 @@ _NO_LIMIT = 2**62
 # a statistics task's dropped pairs: none (shared, never written)
 _NO_DROPS = np.zeros((0, 4), np.int64)
 _NO_DROP_G = np.zeros(0, np.int64)
+# a job's gains and row pointers when the kernels never read them (never written)
+_NO_GAINS = np.zeros(1, np.float32)
+_NO_ROW_POINTERS = np.zeros(1, np.int32)
 _HIST_SIZE = 3 * 2048
 # the configuration of calls that give none: one shared (frozen) object, so that a call
 # neither builds and checks a new one nor hashes a new one for its plan lookup
@@ -378,7 +381,7 @@ class _StackJob:
     def __init__(self, stack: Stack | None = None, batch: FeatureBatch | None = None, G: int = 1, S: int = 1,
                  want_csr: bool = False, config: SparsecoreConfig | None = None, has_w: np.ndarray | None = None,
                  slice_counts: np.ndarray | None = None, count_first: bool = False):
-        """One stack on its own (``_StackJob()``: empty, for :func:`_make_jobs` to fill)."""
+        """One stack on its own (``_StackJob()``: empty, for :class:`_JobTemplate` to fill)."""
         if stack is None:
             return
         if has_w is None:
@@ -389,14 +392,11 @@ class _StackJob:
                             slice_counts, count_first)
         self.__dict__.update(job.__dict__)
 
-    def setup(self, stack: Stack, G: int, S: int, n: int, groups: list[_Group], want_csr: bool,
-              config: SparsecoreConfig, weighted: list[bool], meta: dict, zeros, counts: np.ndarray,
-              sloff: np.ndarray, slice_ids: np.ndarray, slice_list: list[int], group_slice_max: int,
-              count_first: bool) -> None:
-        """Fill the job from the per-call tables of :func:`_make_jobs` (views of shared arrays).
+    def setup_shape(self, stack: Stack, G: int, S: int, n: int, groups: list[_Group], want_csr: bool,
+                    config: SparsecoreConfig, weighted: list[bool], meta: dict, zeros, count_first: bool) -> None:
+        """What depends on the stack and the call's shape, not on its counts (:class:`_JobTemplate` keeps it).
 
-        ``meta``: this stack's int64 rows (``gptr``, ``feat_rows``...) as views;
-        ``zeros(length)``: a fresh zero-filled int64 view of the call's block.
+        Every counter is a ``zeros`` view; arrays set here other than those are only read.
         """
         P = stack.num_partitions
         nsl = G * S
@@ -413,12 +413,6 @@ class _StackJob:
         self.combiner = _COMBINER_CODE[stack.combiner] if want_csr else 0
         self.any_gains = want_csr and any(weighted)
 
-        self.slice_ids = slice_ids                              # raw ids of the stack per slice
-        self.slice_list = slice_list
-        self.num_ids = sum(slice_list)
-        self.group_slice_max = group_slice_max
-        self.stack_slice_max = max(slice_list) if nsl else 0
-        self.counts = counts                                    # (ng, nsl) raw ids per group and slice
         self.gptr = meta["gptr"]
         self.feat_rows = meta["feat_rows"]
         self.feat_k = meta["feat_k"]
@@ -427,14 +421,10 @@ class _StackJob:
         self.g_qbits = meta["g_qbits"]
         self.g_rowoff = meta["g_rowoff"]
         self.g_mode = meta["g_mode"]
-        self.g_uloff = meta["g_uloff"]
-        self.g_sloff = sloff
         # naive view: every (group, slice) run appends its sorted distinct ids to
         # ulist (carved by _execute); tasks over partition ranges merge them
         self.g_bitmap = meta["bitmap"]
         self.g_bmoff = zeros(ng)
-        self.ulist_size = max(1, self.num_ids)
-        self.ulist = None
         self.ul_cnt = zeros(ng * nsl)
         # statistics-only stacks count each (group, slice) run into its group's
         # counters, so that tasks may split a slice by groups
@@ -442,7 +432,6 @@ class _StackJob:
         self.pairs_g = zeros(ng * nsl * P if self.by_group else 1)
         self.distinct_g = zeros(ng * nsl * P if self.by_group else 1)
         self.naive_g = zeros(ng * P).reshape(ng, P)
-        self.naive_starts = None
         self.g_qbits_list = [g.qbits for g in groups]
 
         self.pairs = zeros(nsl * P)
@@ -450,29 +439,16 @@ class _StackJob:
         self.kept = zeros(nsl * P)
         self.dropped = zeros(nsl)
         self.used = zeros(nsl)
-        # (kernels read rowgain only with a combiner; without CSR they never touch row_pointers)
-        self.rowgain = (_row_gains(stack, meta["batch"], nsl, n, self.lbits) if want_csr and self.combiner
-                        else meta["no_gains"])
         self.R = max(P, _ALIGN)
-        self.row_pointers = np.empty(nsl * self.R, np.int32) if want_csr else meta["no_row_pointers"]
         self.C = None
         self.cap = -1
         self.base = meta["zeros_nsl"]                            # read-only zeros until set below
         self.out_size = 1                                        # entries of emb / smp / gout
-        if want_csr:
-            if stack.max_ids_per_partition is not None:
-                # C is known: the tasks write every slice in place, padding included
-                self.C = self.cap = round_up(stack.max_ids_per_partition, _ALIGN) * P
-                self.base = np.arange(nsl, dtype=np.int64) * self.C
-                self.out_size = nsl * self.C
-            else:
-                # C = the longest slice, known only at the end: slice sl is written at
-                # sl * stride, stride bounding every slice (raw ids + 7 padding slots per
-                # partition), then compact_slices moves it left to sl * C in place (no
-                # second buffer: fresh memory is what costs most here)
-                self.stride = max(_ALIGN, self.stack_slice_max + (_ALIGN - 1) * P)
-                self.base = np.arange(nsl, dtype=np.int64) * self.stride
-                self.out_size = nsl * self.stride
+        if want_csr and stack.max_ids_per_partition is not None:
+            # C is known: the tasks write every slice in place, padding included
+            self.C = self.cap = round_up(stack.max_ids_per_partition, _ALIGN) * P
+            self.base = np.arange(nsl, dtype=np.int64) * self.C
+            self.out_size = nsl * self.C
         # Without a configured C, with many threads (count_first), C (the longest
         # slice) is counted first (slice_pairs, no sort) so that slices are written
         # in place at once, by tasks as small as one table of one slice. Else slices
@@ -488,12 +464,42 @@ class _StackJob:
         if self.split_csr:
             self.distinct_g = zeros(ng * nsl * P)
         self.staged = want_csr and self.C is None and not self.counted
+        self.no_bad = np.full(ng, -1, np.int64)                 # statistics tasks: never a zero divisor
+
+    def setup_counts(self, uloff: np.ndarray, counts: np.ndarray, sloff: np.ndarray, slice_ids: np.ndarray,
+                     slice_list: list[int], group_slice_max: int) -> None:
+        """What depends on the call's per-slice counts (after :meth:`setup_shape`)."""
+        nsl = self.nsl
+        self.g_uloff = uloff
+        self.g_sloff = sloff
+        self.slice_ids = slice_ids                              # raw ids of the stack per slice
+        self.slice_list = slice_list
+        self.num_ids = sum(slice_list)
+        self.group_slice_max = group_slice_max
+        self.stack_slice_max = max(slice_list) if nsl else 0
+        self.counts = counts                                    # (ng, nsl) raw ids per group and slice
+        self.ulist_size = max(1, self.num_ids)
+        if self.want_csr and self.C is None:
+            # C = the longest slice, known only at the end: slice sl is written at
+            # sl * stride, stride bounding every slice (raw ids + 7 padding slots per
+            # partition), then compact_slices moves it left to sl * C in place (no
+            # second buffer: fresh memory is what costs most here)
+            self.stride = max(_ALIGN, self.stack_slice_max + (_ALIGN - 1) * self.P)
+            self.base = np.arange(nsl, dtype=np.int64) * self.stride
+            self.out_size = nsl * self.stride
+
+    def setup_fresh(self, batch: FeatureBatch) -> None:
+        """What each call's job has of its own (written, or handed to the caller), whatever its counts."""
+        # (kernels read rowgain only with a combiner; without CSR they never touch row_pointers)
+        self.rowgain = (_row_gains(self.stack, batch, self.nsl, self.n, self.lbits)
+                        if self.want_csr and self.combiner else _NO_GAINS)
+        self.row_pointers = np.empty(self.nsl * self.R, np.int32) if self.want_csr else _NO_ROW_POINTERS
+        self.ulist = None
+        self.naive_starts = None
         self.emb = self.smp = self.gout = None
         self.tasks: list[dict] = []
-        self.no_bad = np.full(ng, -1, np.int64)                 # statistics tasks: never a zero divisor
         self.lock = threading.Lock()
         self.naive_counts: np.ndarray | None = None
-
 
     def set_counted_size(self) -> None:
         """``C`` from the counted pairs (:func:`~scwork.sharding._split_kernels.slice_pairs`): slices in place.
@@ -960,7 +966,7 @@ class _StaticTables:
 
     Per stack, its groups (tables) and the small int64 rows the kernels read
     (``gptr``, ``feat_rows``, ``feat_k``, ``g_vocab``...) as views of one array, all
-    of it kept between calls by :func:`_derived`: those arrays are only read. The
+    of it kept between calls with the :class:`_JobTemplate`: those arrays are only read. The
     rows that depend on the counts (``g_uloff``) are made per call.
     """
 
@@ -1009,27 +1015,107 @@ class _StaticTables:
         # g_uloff (each group's first place in its stack's naive-view list: the ids of
         # the stack's earlier groups) = exclusive running sum over all groups minus
         # that at the stack's first group
-        self.first_group = np.repeat(np.array(stack_groups[:-1], np.int64), self.ng_of) if total else \
-            np.zeros(0, np.int64)
+        self.stack_starts = np.array(stack_groups[:-1], np.int64)
+        # the first group of each stack before merging (None: one group each)
+        parts = [p for st in stacks for p in getattr(st, "parts", (st,))]
+        self.parts_are_stacks = len(parts) == len(stacks)
+        part_groups = [len(p.tables) for p in parts]
+        self.part_starts = None if part_groups == [1] * total else \
+            np.array([0, *itertools.accumulate(part_groups)][:-1], np.int64)
+        self.first_group = np.repeat(self.stack_starts, self.ng_of) if total else np.zeros(0, np.int64)
         self.all_counted = bool(total) and all(self.ng_of)
 
 
+class _JobTemplate:
+    """The jobs of a plan's stacks for one shape of call, before any count: kept by :func:`_make_jobs`.
+
+    A job's attributes but its counts', its counters' content and what each call has
+    of its own (:meth:`_StackJob.setup_fresh`) depend on the plan, the batch's layout
+    (feature names, batch size, weighted features), the topology, the config's
+    ``allow_id_dropping``, the threads (``count_first``) and whether CSR is written,
+    nothing else (:meth:`_StackJob.setup_shape`). They are made once and every call's
+    job starts as a copy of them, its counters views of its own zeroed block at the
+    places the template's had in the template's block: setting some sixty attributes
+    and a dozen views per stack anew was most of what a call did before its first task.
+    """
+
+    def __init__(self, stacks, tables: _StaticTables, batch: FeatureBatch, G: int, S: int, want_csr: bool,
+                 config: SparsecoreConfig, count_first: bool):
+        nsl = G * S
+        n = batch.batch_size // nsl
+        self.tables = tables
+        # read-only zeros and, the engine's naive view always using lists (no bitmap), one
+        # zero flag per group: read by the kernels, never written, shared by every call
+        zeros_nsl = np.zeros(nsl, np.int64)
+        zeros_nsl.flags.writeable = False
+        bitmaps = np.zeros(max(1, tables.total_groups), np.int8)
+        block_len = 0
+        for si, st in enumerate(stacks):
+            ng, P = tables.ng_of[si], st.num_partitions
+            block_len += ng + ng * nsl + 4 * ng * nsl * P + ng * P + 3 * nsl * P + 2 * nsl + 2
+        block = np.zeros(max(1, block_len), np.int64)
+        pos = [0]
+
+        def zeros(length: int) -> np.ndarray:
+            start = pos[0]
+            pos[0] = start + length
+            if pos[0] > block.size:                      # sized above; a miscount must not alias
+                raise RuntimeError("engine job layout: zero block too small")
+            return block[start:start + length]
+
+        self.block_len = block.size
+        self.kinds, self.statics, self.counters = [], [], []
+        stack_groups = tables.stack_groups
+        for si, st in enumerate(stacks):
+            g0, g1 = stack_groups[si], stack_groups[si + 1]
+            _, weighted, _ = tables.layout[si]
+            meta = dict(tables.metas[si], zeros_nsl=zeros_nsl, bitmap=bitmaps[g0:g1])
+            kind = _StackJobOfMerged if isinstance(st, _MergedStacks) else _StackJob
+            job = kind()
+            job.setup_shape(st, G, S, n, tables.groups[si], want_csr, config, weighted, meta, zeros, count_first)
+            # the counters (views of the block) are placed anew per call; the rest is shared
+            counters = []
+            for name, value in list(job.__dict__.items()):
+                if isinstance(value, np.ndarray) and value.base is block:
+                    offset = (value.ctypes.data - block.ctypes.data) // block.itemsize
+                    counters.append((name, offset, offset + value.size, value.shape))
+                    del job.__dict__[name]
+            self.kinds.append(kind)
+            self.statics.append(job.__dict__)
+            self.counters.append(counters)
+
+    def job(self, si: int, block: np.ndarray) -> _StackJob:
+        """Stack ``si``'s job for one call, its counters views of ``block`` (zeroed, :attr:`block_len`)."""
+        job = self.kinds[si]()
+        attrs = job.__dict__
+        attrs.update(self.statics[si])
+        for name, a, b, shape in self.counters[si]:
+            view = block[a:b]
+            attrs[name] = view if len(shape) == 1 else view.reshape(shape)
+        return job
+
+
 def _make_jobs(plan: StackingPlan, batch: FeatureBatch, G: int, S: int, want_csr: bool, config: SparsecoreConfig,
-               has_w: np.ndarray, slice_counts: np.ndarray, count_first: bool) -> list[_StackJob]:
+               has_w: np.ndarray, slice_counts: np.ndarray, count_first: bool, before_counters=None) -> list[_StackJob]:
     """Every stack's :class:`_StackJob`, their tables built in one pass over all stacks.
 
     The same tables as building each stack on its own (:func:`_groups` per stack),
     but the per-(group, slice) counts, their offsets and maxima are computed for all
     groups of all stacks with a few numpy calls, the small per-group rows come from
-    one int64 array kept for the plan (:class:`_StaticTables`) and every
-    zero-filled counter is a view of one zeroed block.
+    one int64 array kept for the plan (:class:`_StaticTables`), each job starts as a
+    copy of its :class:`_JobTemplate` (kept for the plan and the call's shape) and
+    every zero-filled counter is a view of one zeroed block.
+
+    ``before_counters(part_counts)``: called before anything the size of the
+    topology is allocated (the scratch check), with the raw ids of each of
+    ``plan.parts`` (the stacks before merging; ``plan.stacks`` if it has none) in
+    each slice, ``(parts, slices)``, or None where a stack has no table.
     """
     nsl = G * S
-    n = batch.batch_size // nsl
     stacks = plan.stacks
     has_w_list = has_w.tolist()
-    tables = plan_derived("tables", stacks, (batch._names, bool(want_csr), tuple(has_w_list)),
-                      lambda: _StaticTables(stacks, batch, want_csr, has_w_list))
+    layout = (batch._names, bool(want_csr), tuple(has_w_list))
+    tables = plan_derived("tables", stacks, layout, lambda: _StaticTables(stacks, batch, want_csr, has_w_list))
     stack_groups = tables.stack_groups
     total_groups = tables.total_groups
     if total_groups == 0 or not tables.rows.size:
@@ -1043,50 +1129,32 @@ def _make_jobs(plan: StackingPlan, batch: FeatureBatch, G: int, S: int, want_csr
     before = np.cumsum(totals) - totals
     uloff_all = before - before[tables.first_group] if total_groups else np.zeros(0, np.int64)
     group_max = gcounts.max(axis=1).tolist() if nsl else [0] * total_groups
-    zeros_nsl = np.zeros(nsl, np.int64)
-    zeros_nsl.flags.writeable = False
-    # the engine's naive view always uses lists (no bitmap): one zero flag per group
-    bitmaps = np.zeros(max(1, total_groups), np.int8)
-    no_gains = np.zeros(1, np.float32)
-    no_row_pointers = np.zeros(1, np.int32)
-
-    # one zeroed block for every counter of every job: sizes first, then views
-    ng_of = tables.ng_of
-    block_len = 0
-    for si, st in enumerate(stacks):
-        ng, P = ng_of[si], st.num_partitions
-        block_len += ng + ng * nsl + 4 * ng * nsl * P + ng * P + 3 * nsl * P + 2 * nsl + 2
-    block = np.zeros(max(1, block_len), np.int64)
-    pos = [0]
-
-    def zeros(length: int) -> np.ndarray:
-        start = pos[0]
-        pos[0] = start + length
-        if pos[0] > block.size:                      # sized above; a miscount must not alias
-            raise RuntimeError("engine job layout: zero block too small")
-        return block[start:start + length]
-
-    stack_slices_all = np.add.reduceat(gcounts, np.array(stack_groups[:-1], np.int64), axis=0) \
-        if tables.all_counted else None
+    stack_slices_all = np.add.reduceat(gcounts, tables.stack_starts, axis=0) if tables.all_counted else None
+    if before_counters is not None:
+        if not tables.all_counted:
+            before_counters(None)
+        elif tables.part_starts is None:        # every part one group (no stacking): its rows
+            before_counters(gcounts)
+        elif tables.parts_are_stacks:
+            before_counters(stack_slices_all)
+        else:
+            before_counters(np.add.reduceat(gcounts, tables.part_starts, axis=0))
+    shape = (batch.batch_size, G, S, bool(config.allow_id_dropping), bool(count_first))
+    template = plan_derived("jobs", stacks, layout + shape,
+                            lambda: _JobTemplate(stacks, tables, batch, G, S, want_csr, config, count_first))
+    # one zeroed block for every counter of every job
+    block = np.zeros(template.block_len, np.int64)
     jobs = []
-    for si, st in enumerate(stacks):
+    for si in range(len(stacks)):
         g0, g1 = stack_groups[si], stack_groups[si + 1]
-        _, weighted, _ = tables.layout[si]
-        meta = dict(tables.metas[si])
-        meta["g_uloff"] = uloff_all[g0:g1]
-        meta["batch"] = batch
-        meta["zeros_nsl"] = zeros_nsl
-        meta["bitmap"] = bitmaps[g0:g1]
-        meta["no_gains"] = no_gains
-        meta["no_row_pointers"] = no_row_pointers
         if stack_slices_all is not None:
             slice_ids = stack_slices_all[si]
         else:
             slice_ids = gcounts[g0:g1].sum(axis=0)
-        slice_list = slice_ids.tolist()
-        job = _StackJobOfMerged() if isinstance(st, _MergedStacks) else _StackJob()
-        job.setup(st, G, S, n, tables.groups[si], want_csr, config, weighted, meta, zeros, gcounts[g0:g1],
-                  sloff_all[g0:g1], slice_ids, slice_list, max(group_max[g0:g1], default=0), count_first)
+        job = template.job(si, block)
+        job.setup_counts(uloff_all[g0:g1], gcounts[g0:g1], sloff_all[g0:g1], slice_ids, slice_ids.tolist(),
+                         max(group_max[g0:g1], default=0))
+        job.setup_fresh(batch)
         jobs.append(job)
     return jobs
 
@@ -1301,8 +1369,11 @@ def _finish_list_steps(jobs, target: float, finish: list, finish_sizes: list) ->
 
 
 def _jobs_of(plan: StackingPlan, batch: FeatureBatch, G: int, S: int, want_csr: bool, config: SparsecoreConfig,
-             num_threads: int, counts: np.ndarray | None = None) -> list[_StackJob]:
-    """The jobs :func:`_execute` runs: statistics-only stacks merged, tables and zeroed counters made."""
+             num_threads: int, counts: np.ndarray | None = None, before_counters=None) -> list[_StackJob]:
+    """The jobs :func:`_execute` runs: statistics-only stacks merged, tables and zeroed counters made.
+
+    ``before_counters``: as :func:`_make_jobs`' (the raw ids of each of ``plan.stacks``).
+    """
     _, has_w = _weights_of(batch)
     if counts is None:
         counts = _slice_counts(batch, G * S)
@@ -1311,7 +1382,7 @@ def _jobs_of(plan: StackingPlan, batch: FeatureBatch, G: int, S: int, want_csr: 
         stacks = plan.stacks
         plan = plan_derived("merged", stacks, (bool(config.allow_id_dropping), batch.batch_size),
                             lambda: _OneStack(tuple(_merge_statistics_stacks(stacks, config, batch.batch_size))))
-    return _make_jobs(plan, batch, G, S, want_csr, config, has_w, counts, count_first)
+    return _make_jobs(plan, batch, G, S, want_csr, config, has_w, counts, count_first, before_counters)
 
 
 class _GroupCut:
@@ -1446,8 +1517,12 @@ def _prepare_call(batch, features, topology, stacking, config, on_out_of_vocabul
     # raw ids of every feature in every slice: the scratch estimate's and the jobs' (the
     # retry without out-of-vocabulary ids counts again)
     slice_counts = _slice_counts(batch, G * S)
-    _check_scratch(plan, batch, G, S, want_csr, num_threads, slice_counts)
-    jobs = _jobs_of(plan, batch, G, S, want_csr, config, num_threads, slice_counts)
+
+    def check_scratch(stack_counts):
+        # between the jobs' counts and their counters: from the counts the jobs make anyway
+        _check_scratch(plan, batch, G, S, want_csr, num_threads, slice_counts, stack_counts)
+
+    jobs = _jobs_of(plan, batch, G, S, want_csr, config, num_threads, slice_counts, check_scratch)
     return _PreparedCall(batch, topology, config, on_out_of_vocabulary, plan, kern, num_threads, want_csr,
                          slice_counts, jobs)
 
