@@ -97,6 +97,7 @@ the same for unique ids (no id repeats inside one slice), and
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import math
 import threading
@@ -479,7 +480,8 @@ class _StackJob:
         self.stack_slice_max = max(slice_list) if nsl else 0
         self.counts = counts                                    # (ng, nsl) raw ids per group and slice
         self.ulist_size = max(1, self.num_ids)
-        if self.want_csr and self.C is None:
+        # (a counted job's C, base and size come from its counts: _set_counted_sizes)
+        if self.staged:
             # C = the longest slice, known only at the end: slice sl is written at
             # sl * stride, stride bounding every slice (raw ids + 7 padding slots per
             # partition), then compact_slices moves it left to sl * C in place (no
@@ -576,6 +578,15 @@ class _StackJob:
         Group ``g`` gets ``round(ids / target)`` ranges (1 to ``P``), cut at
         ``P * k // parts``: strictly increasing edges, as ``parts <= P``.
         """
+        items, sizes = self.naive_items(target)
+        return [unit for _, unit in items], sizes
+
+    def naive_items(self, target: float) -> tuple[Any, list[int]]:
+        """:meth:`naive_tasks` as the finish batch takes them, ``(job, (g, p0, p1))`` items, and their sizes.
+
+        The items are a list, or with many groups a :class:`_NaiveCut` that makes each
+        item when a worker takes it (no tuples to make and free on the calling thread).
+        """
         P, ng = self.P, len(self.groups)
         if ng <= 4:
             # few groups (a stack of its own: preprocess has one job per stack): plain
@@ -584,12 +595,12 @@ class _StackJob:
             for g, num in enumerate(self.g_sloff[:, -1].tolist()):
                 parts = 1 if not math.isfinite(target) else min(P, max(1, round(num / max(target, 1.0))))
                 edges = [P * k // parts for k in range(parts + 1)]
-                units += [(g, a, b) for a, b in itertools.pairwise(edges)]
+                units += [(self, (g, a, b)) for a, b in itertools.pairwise(edges)]
                 sizes += [num * (b - a) // P for a, b in itertools.pairwise(edges)]
             return units, sizes
         nums = self.counts.sum(axis=1)
         if not math.isfinite(target):
-            return [(i, 0, P) for i in range(ng)], nums.tolist()
+            return [(self, (i, 0, P)) for i in range(ng)], nums.tolist()
         parts = np.clip(np.rint(nums / max(target, 1.0)), 1, P).astype(np.int64)
         group = np.repeat(np.arange(ng, dtype=np.int64), parts)
         k = np.arange(group.size, dtype=np.int64) - np.repeat(np.cumsum(parts) - parts, parts)
@@ -597,7 +608,7 @@ class _StackJob:
         p0 = P * k // per
         p1 = P * (k + 1) // per
         sizes = nums[group] * (p1 - p0) // P
-        return list(zip(group.tolist(), p0.tolist(), p1.tolist())), sizes.tolist()
+        return _NaiveCut(self, np.stack([group, p0, p1], axis=1)), sizes.tolist()
 
     def naive_task(self, kern: _Backend, g: int, p0: int, p1: int) -> None:
         """Task: the naive view of group ``g`` over partitions ``[p0, p1)``."""
@@ -1063,7 +1074,6 @@ class _JobTemplate:
                 raise RuntimeError("engine job layout: zero block too small")
             return block[start:start + length]
 
-        self.block_len = block.size
         self.kinds, self.statics, self.counters = [], [], []
         stack_groups = tables.stack_groups
         for si, st in enumerate(stacks):
@@ -1083,6 +1093,9 @@ class _JobTemplate:
             self.kinds.append(kind)
             self.statics.append(job.__dict__)
             self.counters.append(counters)
+        # what the views use of the bound above (about half: a statistics-only job has no
+        # CSR counters): each call zeroes that much
+        self.block_len = max(1, pos[0])
 
     def job(self, si: int, block: np.ndarray) -> _StackJob:
         """Stack ``si``'s job for one call, its counters views of ``block`` (zeroed, :attr:`block_len`)."""
@@ -1333,9 +1346,9 @@ def _execute(plan: StackingPlan, batch: FeatureBatch, G: int, S: int, kern: _Bac
         staged = any(j.staged for j in jobs)      # results read the compacted CSR: after it
         if not staged:
             # first in the batch (the largest size): what follows the batch waits for it
-            finish.append((None, after))
+            finish.append([(None, after)])
             finish_sizes.append(max(finish_sizes, default=0) + 1)
-        _run_tasks(_finish_task(kern), finish, finish_sizes, num_threads, "finish")
+        _run_tasks(_finish_task(kern), _Chain(finish), finish_sizes, num_threads, "finish")
         if staged:
             after()
         naive = [j.naive_rows() for j in jobs]
@@ -1349,21 +1362,21 @@ def _execute(plan: StackingPlan, batch: FeatureBatch, G: int, S: int, kern: _Bac
 
 
 def _finish_list_steps(jobs, target: float, finish: list, finish_sizes: list) -> list:
-    """Steps that append the finish batch's tasks (naive view, compaction) and sizes to
-    ``finish`` and ``finish_sizes``: one per job, so that the calling thread, making them
-    while the slices run, lets a worker take the GIL between two."""
+    """Steps that append the finish batch's tasks (naive view, compaction) to ``finish``, as
+    sequences of items (read as one by :class:`_Chain`), and their sizes to ``finish_sizes``:
+    one per job, so that the calling thread, making them while the slices run, lets a
+    worker take the GIL between two."""
     def naive_list(j):
         def make():
-            units, unit_sizes = j.naive_tasks(target)
-            finish.extend([(j, u) for u in units])
-            finish_sizes.extend(unit_sizes)
+            items, item_sizes = j.naive_items(target)
+            finish.append(items)
+            finish_sizes.extend(item_sizes)
         return make
 
     def staged_list():
-        for j in jobs:
-            if j.staged:
-                finish.append((j, None))
-                finish_sizes.append(4 * j.num_ids)
+        staged = [j for j in jobs if j.staged]
+        finish.append([(j, None) for j in staged])
+        finish_sizes.extend(4 * j.num_ids for j in staged)
 
     return [naive_list(j) for j in jobs] + [staged_list]
 
@@ -1404,6 +1417,48 @@ class _GroupCut:
 
     def __iter__(self):
         return (self[i] for i in range(len(self)))
+
+
+class _NaiveCut:
+    """The naive-view tasks of one job, rows ``(g, p0, p1)``: item ``i`` is ``(job, (g, p0, p1))``,
+    made when it is taken."""
+
+    __slots__ = ("job", "rows")
+
+    def __init__(self, job, rows: np.ndarray):
+        self.job, self.rows = job, rows
+
+    def __len__(self) -> int:
+        return self.rows.shape[0]
+
+    def __getitem__(self, i: int) -> tuple:
+        return self.job, tuple(self.rows[i].tolist())
+
+    def __iter__(self):
+        return (self[i] for i in range(len(self)))
+
+
+class _Chain:
+    """Item sequences read as one (the finish batch: each job's naive-view tasks, compactions,
+    the checks): item ``i`` is found by a bisection over the parts' ends."""
+
+    __slots__ = ("parts", "ends")
+
+    def __init__(self, parts: list):
+        self.parts = [p for p in parts if len(p)]
+        self.ends = list(itertools.accumulate(len(p) for p in self.parts))
+
+    def __len__(self) -> int:
+        return self.ends[-1] if self.ends else 0
+
+    def __getitem__(self, i: int):
+        k = bisect.bisect_right(self.ends, i)
+        if not 0 <= i < len(self):
+            raise IndexError(i)
+        return self.parts[k][i - (self.ends[k - 1] if k else 0)]
+
+    def __iter__(self):
+        return (item for part in self.parts for item in part)
 
 
 def _units(jobs, target: float, by_group) -> tuple[Any, list[int]]:
