@@ -1529,6 +1529,35 @@ def _run_call(batch, features, topology, stacking, config, on_out_of_vocabulary,
                                         want_csr), dataset)
 
 
+def _plan_of(features: tuple, topology, stacking, batch_size: int, rotation, activation_mem_bytes_limit, config,
+             stack_limits) -> StackingPlan:
+    """:func:`plan_stacking` for a call, the last call's plan when its arguments are the same objects.
+
+    ``features`` is the tuple :func:`_check_inputs` keeps, so the calls of a path built
+    on the engine pass the same objects each time; comparing them by identity costs
+    less than building and hashing the plan cache's key (the topology's and config's
+    dataclass hashes, twice).
+    """
+    last = _LAST_PLAN[0]          # one read: another thread may replace it meanwhile
+    args = (features, topology, stacking, config)
+    if (stack_limits is None and last is not None and all(a is b for a, b in zip(args, last[0]))
+            and last[1] == (batch_size, rotation, activation_mem_bytes_limit)
+            and last[2] == (type(batch_size), type(rotation), type(activation_mem_bytes_limit))):
+        return last[3]
+    plan = plan_stacking(features, topology, stacking, batch_size=batch_size, rotation=rotation,
+                         activation_mem_bytes_limit=activation_mem_bytes_limit, config=config,
+                         stack_limits=stack_limits)
+    if stack_limits is None:
+        scalars = (batch_size, rotation, activation_mem_bytes_limit)
+        _LAST_PLAN[0] = (args, scalars, tuple(map(type, scalars)), plan)
+    return plan
+
+
+# [(the arguments compared by identity, the numbers, their types, plan)] of the last call
+# without stack_limits (the arguments are held, so their ids stay theirs)
+_LAST_PLAN: list = [None]
+
+
 @dataclass
 class _PreparedCall:
     """An engine call up to its first task: inputs checked, plan made, jobs built (:func:`_prepare_call`)."""
@@ -1558,9 +1587,8 @@ def _prepare_call(batch, features, topology, stacking, config, on_out_of_vocabul
     if stack_limits is not None and not isinstance(stack_limits, Mapping):
         raise ConfigError(f"stack_limits must be a dict stack name -> (max_ids_per_partition, "
                           f"max_unique_ids_per_partition), got {type(stack_limits).__name__} {stack_limits!r}"[:300])
-    plan = plan_stacking(features, topology, stacking, batch_size=batch.batch_size, rotation=rotation,
-                         activation_mem_bytes_limit=activation_mem_bytes_limit, config=config,
-                         stack_limits=stack_limits)
+    plan = _plan_of(features, topology, stacking, batch.batch_size, rotation, activation_mem_bytes_limit, config,
+                    stack_limits)
     kern = _backend(backend)
     widest = plan_derived("widest", plan.stacks, (), lambda: max((len(st.features) for st in plan.stacks), default=0))
     if widest * batch.batch_size > 2**31 - 1:         # (one multiplication per call: the plan's widest stack)
@@ -1642,7 +1670,8 @@ def _complete_call(call: _PreparedCall, dataset: bool = True, overlap=None):
     stats_builder.fill_naive(naive)
     parts = stats_builder.parts
     stats = stats_builder.dataset if dataset else parts
-    for i, (st, res) in enumerate(zip(plan.stacks, results)):
+    # (the statistics hold every stack's count: one look instead of one per stack)
+    for i, (st, res) in enumerate(zip(plan.stacks, results) if stats_builder.static_dropped.any() else ()):
         if res["static_dropped"]:
             # The library drops these with a log line whatever allow_id_dropping says;
             # scwork does the same, counts them, and says so.

@@ -178,3 +178,30 @@ def test_scenario_without_overrides_runs_a_plan_equal_to_the_one_with_its_own_li
     sc = Scenario(batch, features, topo, stacking, stack_limits={name: (7, None)})
     assert sc.plan is not sc.own_plan
     assert sc.plan.stacks[0].max_ids_per_partition == 7
+
+
+def test_the_last_plan_is_reused_only_for_the_same_arguments():
+    """engine._plan_of: the same objects and numbers give the last plan; anything else plans again."""
+    topo = scwork.Topology(2, 2)
+    batch, features = _batch(10, num_features=6)
+    features = tuple(features)
+
+    def stacks(stacking, **kw):
+        ds = compute_stats(batch, features, topo, stacking, **kw)
+        return list(ds["stack"].values)
+
+    none = [st.name for st in plan_stacking(features, topo, None, batch_size=batch.batch_size).stacks]
+    auto = [st.name for st in plan_stacking(features, topo, "auto", batch_size=batch.batch_size).stacks]
+    assert none != auto
+    assert stacks(None) == none and stacks(None) == none
+    assert stacks("auto") == auto
+    assert stacks(None) == none
+    # an equal topology of another chip count, another rotation or limit: planned for them
+    other = scwork.Topology(1, 4)
+    assert compute_stats(batch, features, other, None).sizes["partition"] == 4
+    rotated = compute_stats(batch, features, topo, "auto", rotation=1)
+    assert rotated.attrs == compute_stats(batch, features, topo, "auto", rotation=1).attrs
+    with pytest.raises(ConfigError, match="rotation"):
+        compute_stats(batch, features, topo, "auto", rotation=True)        # 1 is not True
+    small = compute_stats(batch, features, topo, "auto", activation_mem_bytes_limit=64)
+    assert small.sizes["stack"] > len(auto)
