@@ -1140,7 +1140,10 @@ def _make_jobs(plan: StackingPlan, batch: FeatureBatch, G: int, S: int, want_csr
     np.cumsum(gcounts, axis=1, out=sloff_all[:, 1:])
     totals = sloff_all[:, -1]
     before = np.cumsum(totals) - totals
-    uloff_all = before - before[tables.first_group] if total_groups else np.zeros(0, np.int64)
+    if len(stacks) == 1:                  # one job (a statistics call on one P): its offsets as they are
+        uloff_all = before
+    else:
+        uloff_all = before - before[tables.first_group] if total_groups else np.zeros(0, np.int64)
     group_max = gcounts.max(axis=1).tolist() if nsl else [0] * total_groups
     stack_slices_all = np.add.reduceat(gcounts, tables.stack_starts, axis=0) if tables.all_counted else None
     if before_counters is not None:
@@ -1670,8 +1673,7 @@ def _complete_call(call: _PreparedCall, dataset: bool = True, overlap=None):
     stats_builder.fill_naive(naive)
     parts = stats_builder.parts
     stats = stats_builder.dataset if dataset else parts
-    # (the statistics hold every stack's count: one look instead of one per stack)
-    for i, (st, res) in enumerate(zip(plan.stacks, results) if stats_builder.static_dropped.any() else ()):
+    for i, (st, res) in enumerate(zip(plan.stacks, results)):
         if res["static_dropped"]:
             # The library drops these with a log line whatever allow_id_dropping says;
             # scwork does the same, counts them, and says so.

@@ -52,6 +52,8 @@ from collections.abc import Mapping
 from functools import cached_property
 from typing import Any
 
+import numpy as np
+
 from scwork.errors import ConfigError, LimitExceededError, ScworkError
 from scwork.hardware.topology import Topology
 from scwork.sharding.batch import FeatureBatch
@@ -263,8 +265,9 @@ class Scenario:
     def over_limits(self) -> bool:
         """True when some stream is over its limits: the run failed, or dropped ids."""
         stats, _ = self._limited
-        # the variable, not a DataArray (no coordinates built for one sum)
-        return stats is None or bool(stats.variables["dropped_ids"].values.any())
+        # the variable, not a DataArray (no coordinates built for one sum); count_nonzero
+        # is a plain loop in C, without the ufunc reduction machinery of any()
+        return stats is None or np.count_nonzero(stats.variables["dropped_ids"].values) > 0
 
     def _observed_args(self):
         plan = self._plan(dict.fromkeys(self.limits, (None, None)))
