@@ -530,7 +530,8 @@ def _features_key(features) -> _FeaturesKey:
 
 def _plan_key(features, topology, stacking, batch_size, rotation, activation_mem_bytes_limit, config, stack_limits,
               stack_limit_rule) -> tuple | None:
-    """A hashable key of :func:`plan_stacking`'s arguments, or None when they have none.
+    """A key of :func:`plan_stacking`'s arguments, or None when they have none (one that does
+    not hash, e.g. a list given for a number, is found out by the lookup: not kept).
 
     Every engine call plans its stacks, and the paths built on it (``collect_stats``
     over many steps, the explorers' scenarios) plan the same ones again and again:
@@ -568,13 +569,10 @@ def _plan_key(features, topology, stacking, batch_size, rotation, activation_mem
         limits_key = tuple(limits_key) or None
     scalars = (batch_size, rotation, activation_mem_bytes_limit)
     # a StackingPlan compares by identity: the key holds the plan itself, never an id of a dead one
-    key = (features_key, topology, stacking, scalars, tuple(type(v) for v in scalars), config,
-           stack_limit_rule, limits_key)
-    try:
-        hash(key)
-    except TypeError:
-        return None
-    return key
+    # (whether it hashes is found out by the cache lookup: hashing it here too doubled the
+    # topology's and config's dataclass hashes of every call)
+    return (features_key, topology, stacking, scalars, (type(batch_size), type(rotation),
+            type(activation_mem_bytes_limit)), config, stack_limit_rule, limits_key)
 
 
 def plan_stacking(features: Any, topology: Topology, stacking: StackingArg = "auto", *,
@@ -645,7 +643,10 @@ def plan_stacking(features: Any, topology: Topology, stacking: StackingArg = "au
     key = _plan_key(features, topology, stacking, batch_size, rotation, activation_mem_bytes_limit, config,
                     stack_limits, stack_limit_rule)
     if key is not None:
-        plan = _PLAN_CACHE.get(key)
+        try:
+            plan = _PLAN_CACHE.get(key)
+        except TypeError:                   # an unhashable argument: not kept
+            key = plan = None
         if plan is not None:
             return plan
     plan = _plan_stacking(features, topology, stacking, batch_size=batch_size, rotation=rotation,
