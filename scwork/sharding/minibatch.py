@@ -94,17 +94,18 @@ batch, as the library does); ``split_scope="stack"`` leaves it whole:
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator, Mapping
 from typing import Any
 
 import numpy as np
 from scwork._rounding import round_up
 
-from scwork.errors import ConfigError, LimitExceededError
+from scwork.errors import ConfigError, InternalError, LimitExceededError
 from scwork.hardware.topology import Topology
 from scwork.sharding import engine as _engine
 from scwork.sharding import _profile
-from scwork.sharding._threads import _run_tasks, resolve_num_threads
+from scwork.sharding._threads import _TASKS_PER_THREAD, _run_tasks, resolve_num_threads
 from scwork.sharding.batch import FeatureBatch
 from scwork.sharding.column_id import column_id_of_id
 from scwork.sharding.results import _dataset, cached_coords, stats_coords
@@ -535,53 +536,23 @@ on_out_of_vocabulary
 
     G, S = topology.num_devices, topology.sparsecores_per_device
 
-    # Stacks are independent, and so are the tables of a stack whose counts add up
-    # (vocabulary strategy without a prefix cut): one task each, on the engine's
-    # worker threads (the kernels release the GIL); results and errors in stack order.
-    units = []
-    for i, st in enumerate(plan.stacks):
-        if strategy == "vocabulary" and len(st.tables) > 1 and not _has_cut(st, config):
-            units += [(i, g) for g in range(len(st.tables))]
-        else:
-            units.append((i, None))
-
-    def one_unit(unit, worker):
-        st = plan.stacks[unit[0]]
-        if strategy == "vocabulary":
-            part = _vocabulary_counts(st, batch, G, S, nb, mode, config, backend, K, unit[1])
-            if unit[1] is None:
-                # the stack's whole scan: its counts, checks and split mask here, in the
-                # task (a few numpy calls beside a kernel that holds no GIL), not after
-                # every task in turn; errors still come in stack order (_run_tasks)
-                return _vocabulary_stack_counts(st, [part], config, nb, G, S)
-            return part
-        return _sample_stack(st, batch, G, S, config, backend, K)
-
-    parts = _run_tasks(one_unit, units, [_stack_ids(plan.stacks[i], batch, g) for i, g in units], num_threads,
-                       "stacks")
     if strategy == "vocabulary":
-        whole = {i: k for k, (i, g) in enumerate(units) if g is None}      # stacks counted in their task
-        counts = [parts[whole[a]] if a in whole else
-                  _vocabulary_stack_counts(st, [part for (i, _), part in zip(units, parts) if i == a], config, nb,
-                                           G, S)
-                  for a, st in enumerate(plan.stacks)]
-        if split_scope == "batch":
-            # jax-tpu-embedding ORs the split of every stacked table of the batch
-            # (input_preprocessing.cc, SyncMinibatchingSplit): one cut for the
-            # whole input, so every stack loops the same number of times.
-            combined = 0
-            for c in counts:
-                combined |= c["stack_split"]
-            per_stack = _vocabulary_minibatches_all(counts, combined, nb, config)
-        else:
-            per_stack = [_vocabulary_minibatches(c, c["stack_split"], nb, config) for c in counts]
+        # A table's scan is cut in two batches of tasks finer than a table: its
+        # slices (keys built, sorted by the top bits of u), then ranges of u (every
+        # slice's keys of the range gathered, sorted, counted); then a task per stack
+        # (its checks and split mask) and per stack again (its mini-batch sums).
+        per_stack, arrays = _vocabulary(plan, batch, G, S, nb, mode, config, backend, K, num_threads, split_scope)
     else:
-        per_stack = parts
+        # stacks are independent: one task each, on the engine's worker threads (the
+        # kernels release the GIL); results and errors in stack order
+        per_stack = _run_tasks(lambda st, worker: _sample_stack(st, batch, G, S, config, backend, K), plan.stacks,
+                               [_stack_ids(st, batch) for st in plan.stacks], num_threads, "stacks")
+        arrays = None
     run_of_sample = {}
     if strategy != "vocabulary":
         for st, res in zip(plan.stacks, per_stack):
             run_of_sample[st.name] = res.pop("run_of_sample")
-    stats = _stats_dataset(plan, topology, batch, per_stack, oov_counts)
+    stats = _stats_dataset(plan, topology, batch, per_stack, oov_counts, arrays)
     stats.attrs["strategy"] = strategy
     stats.attrs["split_scope"] = split_scope
     assignment = _assignment_dataset(plan, topology, per_stack, strategy, nb, batch.batch_size, split_scope)
@@ -646,26 +617,6 @@ def _limits_of(st) -> tuple[int, int]:
     return a, b
 
 
-def _vocabulary_counts(st, batch, G, S, nb, mode, config, backend, K, table: int | None) -> tuple:
-    """Per-bucket counts of a stack's tables (every table, or only the ``table``-th), as the scan adds them."""
-    P = st.num_partitions
-    nsl = G * S
-    max_ids, max_uniq = _limits_of(st)
-    allow = config.allow_id_dropping
-    cut_ids, cut_uniq = (max_ids, max_uniq) if allow else (_NO_LIMIT, _NO_LIMIT)
-    scan = K.scan_group_buckets if backend == "numba" else K.scan_group_buckets_reference
-    pairs = np.zeros(nsl * P * nb, np.int64)
-    distinct = np.zeros_like(pairs)
-    kept = np.zeros_like(pairs)
-    raw = np.zeros(nsl * nb, np.int64)
-    naive = np.zeros(P * nb, np.int64)
-    dropped = np.zeros(nb, np.int64)
-    for g, keys, m, lbits in _engine._iter_sorted_group_keys(st, batch, G, S, backend, only=table):
-        scan(keys, m, P, g.qbits, lbits, g.row_offset, nb, mode, K.HIGHWAY_KEY, cut_ids, cut_uniq, pairs, distinct,
-             kept, raw, naive, dropped)
-    return pairs, distinct, kept, raw, naive, dropped
-
-
 def _vocabulary_stack_counts(st, parts, config, nb, G, S) -> dict:
     """A stack's per-bucket counts (``parts``: one tuple per task, added up) and its own split mask."""
     P = st.num_partitions
@@ -682,71 +633,254 @@ def _vocabulary_stack_counts(st, parts, config, nb, G, S) -> dict:
             "naive": naive.reshape(P, nb), "dropped": dropped, "stack_split": split}
 
 
-def _vocabulary_minibatches(counts, split, nb, config) -> dict:
-    """A stack's mini-batches when its buckets are cut by ``split`` (its own mask or the batch's)."""
+# --------------------------------------------------------------------------------------
+# the vocabulary strategy: a table's scan cut by slices, then by ranges of u
+# --------------------------------------------------------------------------------------
+# Coarse bins of u (u >> cshift) per group: at most about this many, so that a slice
+# task's bin positions stay small beside its keys while a range can still isolate a
+# hot id (under Zipf 1.05 a table's hottest id holds some 9% of its ids).
+_COARSE_BITS = 10
+
+
+class _VocabularyScan:
+    """One call's vocabulary scan: its groups (tables of stacks), slice tasks and range tasks.
+
+    Built serially from the plan (a few Python lines per table); the kernels run in
+    :meth:`bin_task` (a group's slices ``[s0, s1)``: keys built and sorted by coarse
+    bin) and :meth:`range_task` (a range of bins of a group, or of every group of a
+    stack with a prefix cut: gathered from every slice task, sorted, scanned, added
+    into the stack's counters). Counts do not depend on how the work is cut: ranges
+    hold whole ids (all slices of a ``u``), and their counters add up.
+    """
+
+    def __init__(self, plan, batch, G, S, nb, mode, config, backend, K, num_threads):
+        self.K = K
+        self.bin_fn = K.bin_slices if backend == "numba" else K.bin_slices_reference
+        self.scan_fn = K.scan_range if backend == "numba" else K.scan_range_reference
+        self.add_fn = K.add_range_counts if backend == "numba" else K.add_range_counts_reference
+        self.batch, self.nb, self.mode = batch, nb, mode
+        self.nsl = nsl = G * S
+        self.n = n = batch.batch_size // nsl
+        self.P = P = plan.stacks[0].num_partitions if plan.stacks else 1
+        self.stacks = plan.stacks
+        self.cut = [_has_cut(st, config) for st in plan.stacks]
+        self.limits = [_limits_of(st) if c else (_NO_LIMIT, _NO_LIMIT) for st, c in zip(plan.stacks, self.cut)]
+        self.has_w = _engine._weights_of(batch)[1]
+        slice_counts = _engine._slice_counts(batch, nsl)
+        pbits = max(0, P - 1).bit_length()
+        # groups: (stack, feature rows, positions in the stack, col shift, row offset, vocab, qbits, lbits,
+        # cshift, bins)
+        groups, rows_of = [], []
+        for a, st in enumerate(plan.stacks):
+            lbits = _engine._lbits(len(st.features), n)
+            for t in st.tables:
+                ks = [k for k, f in enumerate(st.features) if f.table.name == t.table.name]
+                rows = [batch._feature_index(st.features[k].name) for k in ks]
+                vocab = t.table.vocab_size
+                qbits = int((vocab - 1) // P).bit_length()
+                cshift = min(qbits, max(0, pbits + qbits - _COARSE_BITS))
+                groups.append((a, np.array(rows, np.int64), np.array(ks, np.int64), t.shard_rotation,
+                               t.row_offset_in_shard, vocab, qbits, lbits, cshift, P << (qbits - cshift)))
+                rows_of.append(rows)
+        self.groups = groups
+        ng = len(groups)
+        # raw ids per (group, slice) and the slice tasks: runs of slices of at most about
+        # `target` ids (one run per group with one thread)
+        per_slice = np.array([slice_counts[r].sum(axis=0) for r in rows_of], np.int64).reshape(ng, nsl)
+        total = int(per_slice.sum())
+        self.target = target = max(1.0, total / (num_threads * _TASKS_PER_THREAD)) if num_threads > 1 else np.inf
+        before = np.cumsum(per_slice, axis=1) - per_slice                   # ids of the group before each slice
+        run = before // target if np.isfinite(target) else np.zeros_like(before)
+        first = np.ones((ng, nsl), bool)
+        first[:, 1:] = run[:, 1:] != run[:, :-1]
+        gi, s0 = np.nonzero(first)
+        group_ids = per_slice.sum(axis=1)
+        group_base = np.cumsum(group_ids) - group_ids
+        s1 = np.r_[s0[1:], nsl]
+        s1[np.r_[gi[1:] != gi[:-1], True]] = nsl
+        chunk_base = group_base[gi] + before[gi, s0]
+        ends = np.where(s1 < nsl, before[gi, np.minimum(s1, nsl - 1)], group_ids[gi])
+        chunk_ids = ends - before[gi, s0]
+        self.binned = np.empty(max(1, total), np.int64)
+        # every slice task's bin positions, group by group ((chunks, bins + 1) each)
+        nchunk = np.bincount(gi, minlength=ng)
+        bins = np.array([g[9] for g in groups], np.int64)
+        pre_size = nchunk * (bins + 1)
+        pre_off = np.cumsum(pre_size) - pre_size
+        self.pre_all = np.zeros(max(1, int(pre_size.sum())), np.int64)
+        self.pre = [self.pre_all[o:o + s].reshape(k, c + 1) for o, s, k, c in
+                    zip(pre_off.tolist(), pre_size.tolist(), nchunk.tolist(), bins.tolist())]
+        bin_off = np.cumsum(bins) - bins
+        self.bin_off, self.bins = bin_off, bins
+        self.tot = np.zeros(max(1, int(bins.sum())), np.int64)        # ids per bin of every group
+        self.group_locks = [threading.Lock() for _ in range(ng)]
+        k_of = np.arange(gi.size) - (np.cumsum(nchunk) - nchunk)[gi]   # the chunk's index in its group
+        self.bin_items = list(zip(gi.tolist(), s0.tolist(), s1.tolist(), chunk_base.tolist(), k_of.tolist()))
+        self.bin_sizes = chunk_ids.tolist()
+        self.max_chunk = int(chunk_ids.max()) if chunk_ids.size else 0
+        # every stack's counters, in one array
+        ns = len(plan.stacks)
+        self.counters = np.zeros((ns, K.range_counter_size(nsl, P, nb)), np.int64)
+        self.stack_locks = [threading.Lock() for _ in range(ns)]
+        self.scratch: dict[int, dict] = {}
+
+    def _scratch(self, worker, name, size, zero=False):
+        mine = self.scratch.setdefault(worker, {})
+        buf = mine.get(name)
+        if buf is None or buf.size < size:
+            buf = mine[name] = np.zeros(max(1, size), np.int64) if zero else np.empty(max(1, size), np.int64)
+        return buf
+
+    def bin_task(self, item, worker):
+        g, s0, s1, base, k = item
+        a, rows, ks, shift, _, vocab, qbits, lbits, cshift, C = self.groups[g]
+        pre = self.pre[g][k]
+        m, oov = self.bin_fn(self.batch._ids, self.batch._splits, self.has_w, rows, ks, self.n, s0, s1, vocab,
+                             self.P, shift, qbits, lbits, cshift, C, self._scratch(worker, "build", self.max_chunk),
+                             self.binned, base, pre)
+        if oov >= 0:
+            raise InternalError(f"id {int(self.batch._ids[oov])} at flat position {oov} is out of the vocabulary "
+                                f"({vocab}) of stack {self.stacks[a].name!r} after the vocabulary checks")
+        counts = pre[1:] - pre[:-1]
+        o = int(self.bin_off[g])
+        with self.group_locks[g]:
+            self.tot[o:o + C] += counts
+
+    def range_items(self):
+        """The range tasks (after every slice task): ``(stack, ((group, c0, c1), ...), p_lo, Pc, ids)``, sizes."""
+        groups, target = self.groups, self.target
+        ng = len(groups)
+        gid = np.repeat(np.arange(ng), self.bins)
+        tot = self.tot[:gid.size]
+        cut_group = np.array([self.cut[g[0]] for g in groups], bool)
+        cum = np.cumsum(tot) - tot
+        within = cum - cum[self.bin_off][gid] if gid.size else cum
+        run = within // target if np.isfinite(target) else np.zeros_like(within)
+        idx = np.flatnonzero((tot > 0) & ~cut_group[gid])     # non-empty bins of groups without a cut
+        key_g, key_r, big = gid[idx], run[idx], tot[idx] > target
+        # a range ends where the group or the run of about `target` ids changes, and
+        # around a bin larger than that (a hot id), which then runs alone
+        start = np.flatnonzero(np.r_[idx.size > 0, (key_g[1:] != key_g[:-1]) | (key_r[1:] != key_r[:-1])
+                                     | big[1:] | big[:-1]])
+        stop = np.r_[start[1:], idx.size] if start.size else start
+        g_of = key_g[start]
+        c0 = idx[start] - self.bin_off[g_of]
+        c1 = idx[stop - 1] + 1 - self.bin_off[g_of]
+        sizes = np.add.reduceat(tot[idx], start) if idx.size else np.zeros(0, np.int64)
+        qb = np.array([g[6] for g in groups], np.int64)
+        cs = np.array([g[8] for g in groups], np.int64)
+        p_lo = (c0 << cs[g_of]) >> qb[g_of]
+        p_hi = ((c1 << cs[g_of]) - 1) >> qb[g_of]
+        stack_of = np.array([g[0] for g in groups], np.int64)
+        sizes = sizes.tolist()
+        items = [(a, ((g, lo, hi),), p, q - p + 1, z) for a, g, lo, hi, p, q, z in
+                 zip(stack_of[g_of].tolist(), g_of.tolist(), c0.tolist(), c1.tolist(), p_lo.tolist(), p_hi.tolist(),
+                     sizes)]
+        for a in np.flatnonzero(self.cut).tolist():
+            cut_items, cut_sizes = self._cut_stack_items(a)
+            items += cut_items
+            sizes += cut_sizes
+        return items, sizes
+
+    def _cut_stack_items(self, a):
+        """With a prefix cut a stream's ranks run over the stack's tables in order: ranges of whole partitions."""
+        P, target = self.P, self.target
+        mine = [g for g, grp in enumerate(self.groups) if grp[0] == a]
+        per_part = np.zeros(P, np.int64)
+        for g in mine:
+            C = int(self.bins[g])
+            o = int(self.bin_off[g])
+            per_part += self.tot[o:o + C].reshape(P, C // P).sum(axis=1)
+        items, sizes = [], []
+        p0, size = 0, 0
+        for p in range(P + 1):
+            if p == P or (size and size + per_part[p] > target):
+                if size:
+                    parts = tuple((g, p0 * (int(self.bins[g]) // P), p * (int(self.bins[g]) // P)) for g in mine)
+                    items.append((a, parts, p0, p - p0, int(size)))
+                    sizes.append(int(size))
+                p0, size = p, 0
+            if p < P:
+                size += int(per_part[p])
+        return items, sizes
+
+    def range_task(self, item, worker):
+        a, parts, p_lo, Pc, cap = item
+        K, nsl, nb, P = self.K, self.nsl, self.nb, self.P
+        loc = self._scratch(worker, "counters", K.range_counter_size(nsl, Pc, nb), zero=True)
+        views = K.range_counter_views(loc, nsl, Pc, nb)
+        ka, kb = self._scratch(worker, "keys", cap), self._scratch(worker, "sorted", cap)
+        hist = self._scratch(worker, "hist", 2048)
+        max_ids, max_uniq = self.limits[a]
+        for g, c0, c1 in parts:
+            _, _, _, _, offset, _, qbits, lbits, cshift, _ = self.groups[g]
+            self.scan_fn(self.binned, self.pre[g], c0, c1, cshift, P, p_lo, Pc, qbits, lbits, offset, nb, self.mode,
+                         K.HIGHWAY_KEY, max_ids, max_uniq, *views, ka, kb, hist)
+        with self.stack_locks[a]:
+            self.add_fn(loc, nsl, p_lo, Pc, P, nb, *K.range_counter_views(self.counters[a], nsl, P, nb))
+
+    def stack_counts(self, a, config, G, S) -> dict:
+        """Stack ``a``'s per-bucket counts once every range task has run, checked, with its own split mask."""
+        return _vocabulary_stack_counts(self.stacks[a], [self.K.range_counter_views(self.counters[a], self.nsl,
+                                                                                     self.P, self.nb)],
+                                        config, self.nb, G, S)
+
+
+def _vocabulary(plan, batch, G, S, nb, mode, config, backend, K, num_threads, split_scope):
+    """The vocabulary strategy's per-stack results and the statistics' arrays ``(M, stack, ...)``."""
+    scan = _VocabularyScan(plan, batch, G, S, nb, mode, config, backend, K, num_threads)
+    _run_tasks(scan.bin_task, scan.bin_items, scan.bin_sizes, num_threads, "slices")
+    items, sizes = scan.range_items()
+    _run_tasks(scan.range_task, items, sizes, num_threads, "ranges")
+    stack_sizes = [_stack_ids(st, batch) for st in plan.stacks]
+    counts = _run_tasks(lambda a, worker: scan.stack_counts(a, config, G, S), list(range(len(plan.stacks))),
+                        stack_sizes, num_threads, "stacks")
+    if split_scope == "batch":
+        # jax-tpu-embedding ORs the split of every stacked table of the batch
+        # (input_preprocessing.cc, SyncMinibatchingSplit): one cut for the
+        # whole input, so every stack loops the same number of times.
+        combined = 0
+        for c in counts:
+            combined |= c["stack_split"]
+        splits = [combined] * len(counts)
+    else:
+        splits = [c["stack_split"] for c in counts]
+    Ms = [bin(s).count("1") + 1 for s in splits]           # mini-batches: the runs between the cuts
+    M = max(Ms, default=1)
+    ns, nsl, P = len(plan.stacks), G * S, scan.P
+    out = {"ids": np.zeros((M, ns, nsl, P), np.int64), "unique": np.zeros((M, ns, nsl, P), np.int64),
+           "kept": np.zeros((M, ns, nsl, P), np.int64), "raw": np.zeros((M, ns, nsl), np.int64),
+           "naive_unique": np.zeros((M, ns, P), np.int64), "dropped": np.zeros((M, ns), np.int64)}
+    sums = K.minibatch_sums if backend == "numba" else K.minibatch_sums_reference
+
+    def one_stack(a, worker):
+        return _vocabulary_minibatches_into(counts[a], splits[a], nb, config, out, a, sums)
+
+    per_stack = _run_tasks(one_stack, list(range(ns)), stack_sizes, num_threads, "minibatches")
+    return per_stack, out
+
+
+def _vocabulary_minibatches_into(counts, split, nb, config, out, a, sums) -> dict:
+    """Stack ``a``'s counters summed per mini-batch of ``split`` into ``out[...][:, a]``; its assignment rows."""
     pairs, distinct = counts["pairs"], counts["distinct"]
     groups = split_to_minibatches(split, nb)
     M = int(groups[-1]) + 1
-    starts = np.flatnonzero(np.r_[True, groups[1:] != groups[:-1]])
-
-    def per_mb(a):   # sum over the buckets of each mini-batch, mini-batch first
-        return np.moveaxis(np.add.reduceat(a, starts, axis=-1), -1, 0)
-
+    nsl, P = pairs.shape[0], pairs.shape[1]
+    rows = nsl * P
+    sums(pairs.reshape(rows, nb), groups, out["ids"][:, a].reshape(-1, rows))
+    sums(distinct.reshape(rows, nb), groups, out["unique"][:, a].reshape(-1, rows))
+    sums((counts["kept"] if config.allow_id_dropping else pairs).reshape(rows, nb), groups,
+         out["kept"][:, a].reshape(-1, rows))
+    sums(counts["raw"].reshape(nsl, nb), groups, out["raw"][:, a])
+    sums(counts["naive"].reshape(P, nb), groups, out["naive_unique"][:, a])
+    sums(counts["dropped"].reshape(1, nb), groups, out["dropped"][:, a:a + 1])
+    flat = pairs.reshape(rows, nb)
     return {
-        "M": M,
-        "ids": per_mb(pairs),                   # (M, nsl, P)
-        "unique": per_mb(distinct),
-        "kept": per_mb(counts["kept"]) if config.allow_id_dropping else per_mb(pairs),
-        "raw": per_mb(counts["raw"]),           # (M, nsl)
-        "naive_unique": per_mb(counts["naive"]),  # (M, P)
-        "dropped": np.add.reduceat(counts["dropped"], starts),
-        "split": split,
-        "stack_split": counts["stack_split"],
-        "groups": groups,
-        "bucket_max_ids": pairs.max(axis=(0, 1)) if pairs.size else np.zeros(nb, np.int64),
-        "bucket_max_unique": distinct.max(axis=(0, 1)) if distinct.size else np.zeros(nb, np.int64),
-        "bucket_ids": pairs.sum(axis=(0, 1)),
+        "M": M, "split": split, "stack_split": counts["stack_split"], "groups": groups,
+        "bucket_max_ids": flat.max(axis=0) if rows else np.zeros(nb, np.int64),
+        "bucket_max_unique": distinct.reshape(rows, nb).max(axis=0) if rows else np.zeros(nb, np.int64),
+        "bucket_ids": flat.sum(axis=0),
     }
-
-
-def _vocabulary_minibatches_all(counts: list[dict], split: int, nb: int, config) -> list[dict]:
-    """:func:`_vocabulary_minibatches` of every stack cut by one ``split`` (split_scope 'batch').
-
-    The stacks of a plan share their shapes (slices, partitions, buckets), so their
-    counts are stacked and summed per mini-batch with one numpy call per kind, not
-    one per stack (some ten calls a stack were most of the call's serial time).
-    """
-    if not counts:
-        return []
-    shapes = {c["pairs"].shape for c in counts}
-    if len(shapes) > 1:                      # not one plan's stacks: one at a time
-        return [_vocabulary_minibatches(c, split, nb, config) for c in counts]
-    groups = split_to_minibatches(split, nb)
-    M = int(groups[-1]) + 1
-    starts = np.flatnonzero(np.r_[True, groups[1:] != groups[:-1]])
-
-    def stacked(key):
-        return np.stack([c[key] for c in counts])
-
-    def per_mb(a):   # (stacks, ..., buckets) -> (stacks, mini-batch, ...)
-        return np.moveaxis(np.add.reduceat(a, starts, axis=-1), -1, 1)
-
-    pairs, distinct = stacked("pairs"), stacked("distinct")
-    ids = per_mb(pairs)
-    unique = per_mb(distinct)
-    kept = per_mb(stacked("kept")) if config.allow_id_dropping else ids
-    raw = per_mb(stacked("raw"))
-    naive = per_mb(stacked("naive"))
-    dropped = np.add.reduceat(stacked("dropped"), starts, axis=-1)
-    if pairs[0].size:
-        bucket_max_ids, bucket_max_unique = pairs.max(axis=(1, 2)), distinct.max(axis=(1, 2))
-    else:
-        bucket_max_ids = bucket_max_unique = np.zeros((len(counts), nb), np.int64)
-    bucket_ids = pairs.sum(axis=(1, 2))
-    return [{"M": M, "ids": ids[i], "unique": unique[i], "kept": kept[i], "raw": raw[i], "naive_unique": naive[i],
-             "dropped": dropped[i], "split": split, "stack_split": c["stack_split"], "groups": groups,
-             "bucket_max_ids": bucket_max_ids[i], "bucket_max_unique": bucket_max_unique[i],
-             "bucket_ids": bucket_ids[i]} for i, c in enumerate(counts)]
 
 
 def _check_buckets(st, pairs, distinct, G, S, nb) -> None:
@@ -897,26 +1031,31 @@ def _minibatch_coords(names: tuple, G: int, S: int, P: int, M: int):
     return ds
 
 
-def _stats_dataset(plan, topology, batch, per_stack, oov_counts):
+def _stats_dataset(plan, topology, batch, per_stack, oov_counts, arrays=None):
+    """The statistics per mini-batch, from ``arrays`` (``(M, stack, ...)``) or each stack's own (``per_stack``)."""
     G, S, P = topology.num_devices, topology.sparsecores_per_device, topology.num_partitions
     B = batch.batch_size
     names = [st.name for st in plan.stacks]
     ns = len(names)
     M = max(r["M"] for r in per_stack)
-    ids = np.zeros((M, ns, G, S, P), np.int64)
-    uniq = np.zeros_like(ids)
-    kept = np.zeros_like(ids)
-    raw = np.zeros((M, ns, G, S), np.int64)
-    naive_u = np.zeros((M, ns, P), np.int64)
-    dropped = np.zeros((M, ns), np.int64)
-    for a, r in enumerate(per_stack):
-        k = r["M"]
-        ids[:k, a] = r["ids"].reshape(k, G, S, P)
-        uniq[:k, a] = r["unique"].reshape(k, G, S, P)
-        kept[:k, a] = r["kept"].reshape(k, G, S, P)
-        raw[:k, a] = r["raw"].reshape(k, G, S)
-        naive_u[:k, a] = r["naive_unique"]
-        dropped[:k, a] = r["dropped"]
+    if arrays is not None:
+        ids, uniq, kept = (arrays[k].reshape(M, ns, G, S, P) for k in ("ids", "unique", "kept"))
+        raw, naive_u, dropped = arrays["raw"].reshape(M, ns, G, S), arrays["naive_unique"], arrays["dropped"]
+    else:
+        ids = np.zeros((M, ns, G, S, P), np.int64)
+        uniq = np.zeros_like(ids)
+        kept = np.zeros_like(ids)
+        raw = np.zeros((M, ns, G, S), np.int64)
+        naive_u = np.zeros((M, ns, P), np.int64)
+        dropped = np.zeros((M, ns), np.int64)
+        for a, r in enumerate(per_stack):
+            k = r["M"]
+            ids[:k, a] = r["ids"].reshape(k, G, S, P)
+            uniq[:k, a] = r["unique"].reshape(k, G, S, P)
+            kept[:k, a] = r["kept"].reshape(k, G, S, P)
+            raw[:k, a] = r["raw"].reshape(k, G, S)
+            naive_u[:k, a] = r["naive_unique"]
+            dropped[:k, a] = r["dropped"]
 
     def var(dims, values, long_name, units):
         return (dims, values, {"long_name": long_name, "units": units})

@@ -212,7 +212,7 @@ def test_scan_group_buckets_equals_reference(seed, nb, mode):
             arrs = [np.zeros(G * S * P * nb, np.int64) for _ in range(3)] + \
                 [np.zeros(G * S * nb, np.int64), np.zeros(P * nb, np.int64), np.zeros(nb, np.int64)]
             for g, keys, m, lbits in E._iter_sorted_group_keys(stk, batch, G, S):
-                fn(keys, m, P, g.qbits, lbits, g.row_offset, nb, mode, K.HIGHWAY_KEY, *limits, *arrs)
+                fn(keys, m, P, 0, P, g.qbits, lbits, g.row_offset, nb, mode, K.HIGHWAY_KEY, *limits, *arrs)
             outs.append(arrs)
         for a, b in zip(*outs):
             assert a.tolist() == b.tolist()
