@@ -486,6 +486,11 @@ def bin_slices(ids, splits, has_w, feat_rows, feat_k, n, s0, s1, vocab, P, col_s
                             lbits, False, scratch, no_w, hist1, 0)
     if oov >= 0:
         return 0, oov
+    if C == 1:                     # one bin: the keys as built
+        out[base:base + m] = scratch[:m]
+        pre[0] = base
+        pre[1] = base + m
+        return m, -1
     for c in range(C + 1):
         pre[c] = 0
     for i in range(m):
@@ -529,18 +534,13 @@ def scan_range(binned, pre, c0, c1, cshift, P, p_lo, Pc, qbits, lbits, row_offse
     """Gather bins ``[c0, c1)`` of every slice task of a group, sort them, :func:`scan_group_buckets` them.
 
     ``pre`` (``chunks x (C + 1)``): each slice task's bin positions in ``binned``
-    (from :func:`bin_slices`, slice tasks in slice order). The keys are gathered into
-    ``a`` (bins of task 0, then task 1, ...: R' order within each u) and sorted by
-    ``u`` with stable LSD passes of at most 11 bits over ``u - (c0 << cshift)``,
-    ping-ponging through ``b`` (``hist``: at least 2048 entries). The counters are
+    (from :func:`bin_slices`, slice tasks in slice order). The keys are sorted by
+    ``u`` with stable LSD passes of at most 11 bits over ``u - (c0 << cshift)``, the
+    first reading the pieces in task order (R' order within each u), then
+    ping-ponging between ``a`` and ``b`` (``hist``: at least 3 * 2048 entries). The counters are
     those of ``scan_group_buckets`` for partitions ``[p_lo, p_lo + Pc)``, which must
     hold the range. Returns the number of keys scanned.
     """
-    m = 0
-    for k in range(pre.shape[0]):
-        for i in range(pre[k, c0], pre[k, c1]):
-            a[m] = binned[i]
-            m += 1
     ubase = np.int64(c0) << cshift
     span = (np.int64(c1 - c0) << cshift) - 1
     width = 0
@@ -549,22 +549,38 @@ def scan_range(binned, pre, c0, c1, cshift, P, p_lo, Pc, qbits, lbits, row_offse
     npass = max(1, (width + 10) // 11)
     dbits = max(1, (width + npass - 1) // npass)
     dmask = (np.int64(1) << dbits) - 1
-    src = a
-    dst = b
+    nbk = dmask + 1
+    # the histograms of every digit in one read of the range's pieces
+    for t in range(npass * nbk):
+        hist[t] = 0
+    m = 0
+    for k in range(pre.shape[0]):
+        for i in range(pre[k, c0], pre[k, c1]):
+            v = ((binned[i] >> 32) & _LOW32) - ubase
+            for ps in range(npass):
+                hist[ps * nbk + ((v >> (ps * dbits)) & dmask)] += 1
+            m += 1
     for ps in range(npass):
-        shift = ps * dbits
-        for t in range(dmask + 1):
-            hist[t] = 0
-        for i in range(m):
-            hist[((((src[i] >> 32) & _LOW32) - ubase) >> shift) & dmask] += 1
         tot = 0
-        for t in range(dmask + 1):
+        for t in range(ps * nbk, (ps + 1) * nbk):
             cnt = hist[t]
             hist[t] = tot
             tot += cnt
+    # pass 0 reads the pieces where the slice tasks left them (no gathering copy)
+    for k in range(pre.shape[0]):
+        for i in range(pre[k, c0], pre[k, c1]):
+            v = binned[i]
+            t = (((v >> 32) & _LOW32) - ubase) & dmask
+            a[hist[t]] = v
+            hist[t] += 1
+    src = a
+    dst = b
+    for ps in range(1, npass):
+        shift = ps * dbits
+        base = ps * nbk
         for i in range(m):
             v = src[i]
-            t = ((((v >> 32) & _LOW32) - ubase) >> shift) & dmask
+            t = base + (((((v >> 32) & _LOW32) - ubase) >> shift) & dmask)
             dst[hist[t]] = v
             hist[t] += 1
         src, dst = dst, src

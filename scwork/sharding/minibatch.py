@@ -678,9 +678,10 @@ class _VocabularyScan:
                 rows = [batch._feature_index(st.features[k].name) for k in ks]
                 vocab = t.table.vocab_size
                 qbits = int((vocab - 1) // P).bit_length()
-                cshift = min(qbits, max(0, pbits + qbits - _COARSE_BITS))
+                # one thread: one bin (the keys as built, sorted whole by their range task)
+                cshift = pbits + qbits if num_threads == 1 else min(qbits, max(0, pbits + qbits - _COARSE_BITS))
                 groups.append((a, np.array(rows, np.int64), np.array(ks, np.int64), t.shard_rotation,
-                               t.row_offset_in_shard, vocab, qbits, lbits, cshift, P << (qbits - cshift)))
+                               t.row_offset_in_shard, vocab, qbits, lbits, cshift, (((P << qbits) - 1) >> cshift) + 1))
                 rows_of.append(rows)
         self.groups = groups
         ng = len(groups)
@@ -770,7 +771,7 @@ class _VocabularyScan:
         qb = np.array([g[6] for g in groups], np.int64)
         cs = np.array([g[8] for g in groups], np.int64)
         p_lo = (c0 << cs[g_of]) >> qb[g_of]
-        p_hi = ((c1 << cs[g_of]) - 1) >> qb[g_of]
+        p_hi = np.minimum(((c1 << cs[g_of]) - 1) >> qb[g_of], self.P - 1)     # one bin: u < P << qbits
         stack_of = np.array([g[0] for g in groups], np.int64)
         sizes = sizes.tolist()
         items = [(a, ((g, lo, hi),), p, q - p + 1, z) for a, g, lo, hi, p, q, z in
@@ -790,13 +791,21 @@ class _VocabularyScan:
         for g in mine:
             C = int(self.bins[g])
             o = int(self.bin_off[g])
-            per_part += self.tot[o:o + C].reshape(P, C // P).sum(axis=1)
+            if C >= P:                          # C = P << (qbits - cshift): whole partitions of bins
+                per_part += self.tot[o:o + C].reshape(P, C // P).sum(axis=1)
+            else:                               # one bin (one thread): one range of every partition
+                per_part[0] += self.tot[o:o + C].sum()
+
+        def bin_of(g, p):
+            C = int(self.bins[g])
+            return p * (C // P) if C >= P else (0 if p == 0 else C)
+
         items, sizes = [], []
         p0, size = 0, 0
         for p in range(P + 1):
-            if p == P or (size and size + per_part[p] > target):
+            if p == P or (size and size + per_part[p] > target and int(self.bins[mine[0]]) >= P):
                 if size:
-                    parts = tuple((g, p0 * (int(self.bins[g]) // P), p * (int(self.bins[g]) // P)) for g in mine)
+                    parts = tuple((g, bin_of(g, p0), bin_of(g, p)) for g in mine)
                     items.append((a, parts, p0, p - p0, int(size)))
                     sizes.append(int(size))
                 p0, size = p, 0
@@ -810,7 +819,7 @@ class _VocabularyScan:
         loc = self._scratch(worker, "counters", K.range_counter_size(nsl, Pc, nb), zero=True)
         views = K.range_counter_views(loc, nsl, Pc, nb)
         ka, kb = self._scratch(worker, "keys", cap), self._scratch(worker, "sorted", cap)
-        hist = self._scratch(worker, "hist", 2048)
+        hist = self._scratch(worker, "hist", 3 * 2048)
         max_ids, max_uniq = self.limits[a]
         for g, c0, c1 in parts:
             _, _, _, _, offset, _, qbits, lbits, cshift, _ = self.groups[g]

@@ -251,7 +251,7 @@ def _binned(fn, batch, stk, topo, g, cuts, cshift, vocab=None):
     """
     grp, n, lbits = _group_inputs(batch, stk, topo, g)
     P = topo.num_partitions
-    C = P << (grp.qbits - cshift)
+    C = (((P << grp.qbits) - 1) >> cshift) + 1
     total = max(1, grp.num_ids)
     binned = np.full(total, -7, np.int64)
     pre = np.zeros((len(cuts) - 1, C + 1), np.int64)
@@ -279,7 +279,9 @@ def test_bin_slices_equals_reference(seed):
     nsl = topo.num_devices * topo.sparsecores_per_device
     for stk in plan.stacks:
         grp, _, _ = _group_inputs(batch, stk, topo, 0)
-        cshift = int(rng.integers(0, grp.qbits + 1))
+        # cshift up to qbits (bins of whole partitions) or every bit of u (one bin, as with one thread)
+        cshift = int(rng.integers(0, grp.qbits + 1)) if rng.random() < 0.8 else (topo.num_partitions - 1).bit_length() \
+            + grp.qbits
         cuts = _random_cuts(rng, nsl)
         # now and then a vocabulary too small: both report the same first out-of-vocabulary id
         vocab = int(rng.integers(1, grp.vocab + 1)) if rng.random() < 0.2 else None
@@ -322,11 +324,15 @@ def test_scan_range_equals_reference_and_ranges_add_up_to_the_whole_scan(seed, n
     limits = (int(rng.integers(1, 6)), int(rng.integers(1, 6))) if cut else (2**62, 2**62)
     for stk in plan.stacks:
         ngroups = len(stk.tables)
+        one_bin = rng.random() < 0.2              # as with one thread: one bin, one range of every partition
+        qbits = [_group_inputs(batch, stk, topo, g)[0].qbits for g in range(ngroups)]
         binned = [_binned(K.bin_slices_reference, batch, stk, topo, g, _random_cuts(rng, nsl),
-                          int(rng.integers(0, _group_inputs(batch, stk, topo, g)[0].qbits + 1)))
+                          (P - 1).bit_length() + qbits[g] if one_bin else int(rng.integers(0, qbits[g] + 1)))
                   for g in range(ngroups)]
         # ranges: with a prefix cut whole partitions (every table in turn), else any cut of the bins
-        if cut:
+        if one_bin:
+            ranges = [[(g, 0, 1) for g in range(ngroups)]]
+        elif cut:
             bounds = _random_cuts(rng, P) if P > 1 else [0, 1]
             ranges = [[(g, p0 * (b[1].shape[1] - 1) // P, p1 * (b[1].shape[1] - 1) // P)
                        for g, b in enumerate(binned)] for p0, p1 in zip(bounds[:-1], bounds[1:])]
@@ -342,7 +348,7 @@ def test_scan_range_equals_reference_and_ranges_add_up_to_the_whole_scan(seed, n
             if all(c0 == c1 for _, c0, c1 in parts):
                 continue
             p_lo = min((c0 << binned[g][5]) >> binned[g][3].qbits for g, c0, c1 in parts if c1 > c0)
-            p_hi = max(((c1 << binned[g][5]) - 1) >> binned[g][3].qbits for g, c0, c1 in parts if c1 > c0)
+            p_hi = min(P - 1, max(((c1 << binned[g][5]) - 1) >> binned[g][3].qbits for g, c0, c1 in parts if c1 > c0))
             Pc = p_hi - p_lo + 1
             got = []
             for fn in (K.scan_range, K.scan_range_reference):
@@ -354,7 +360,7 @@ def test_scan_range_equals_reference_and_ranges_add_up_to_the_whole_scan(seed, n
                         continue
                     fn(bn, pre, c0, c1, cshift, P, p_lo, Pc, grp.qbits, lbits, grp.row_offset, nb, mode,
                        K.HIGHWAY_KEY, *limits, *views, np.empty(bn.size, np.int64), np.empty(bn.size, np.int64),
-                       np.empty(2048, np.int64))
+                       np.empty(3 * 2048, np.int64))
                 got.append(loc)
             assert got[0].tolist() == got[1].tolist()
             K.add_range_counts(got[0], nsl, p_lo, Pc, P, nb, *whole)
