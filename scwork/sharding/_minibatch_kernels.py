@@ -42,7 +42,7 @@ from __future__ import annotations
 import numpy as np
 
 from scwork._jit import jit
-from scwork.sharding._kernels import _build_keys
+from scwork.sharding._kernels import _build_keys, _radix_plan, _radix_scatter
 from scwork.sharding.column_id import column_id
 
 __all__ = [
@@ -470,27 +470,53 @@ def scan_group_buckets_reference(keys, m, P, p_lo, Pc, qbits, lbits, row_offset,
 # of one u are never split, so every count but the prefix cut adds up over ranges.
 @jit(error_model="numpy")
 def bin_slices(ids, splits, has_w, feat_rows, feat_k, n, s0, s1, vocab, P, col_shift, qbits, lbits, cshift, C,
-               scratch, out, base, pre):
+               scratch, out, base, pre, hist):
     """Keys of slices ``[s0, s1)`` of one group, stably sorted by coarse bin ``u >> cshift``.
 
     The keys are those of :func:`scwork.sharding._kernels.sort_group` (built by its
     ``_build_keys``, in increasing ``R'`` order) and land in ``out[base:base + m]``,
-    bin by bin, each bin in ``R'`` order. ``pre[c]`` (``C + 1`` entries) is the
+    bin by bin, each bin in ``R'`` order. With one bin (``C == 1``, what one thread
+    asks for) they are sorted by ``u`` outright, as ``sort_group`` sorts them, so
+    that a range task of the whole group has nothing left to sort; either way the
+    keys of one ``u`` keep their ``R'`` order. ``pre[c]`` (``C + 1`` entries) is the
     position in ``out`` of bin ``c``'s first key, ``pre[C] = base + m``. ``scratch``
-    holds at least ``m`` keys. Returns ``(m, oov)``: ``oov`` the flat position of the
-    first id ``>= vocab`` in build order (-1: none; then nothing is written).
+    holds at least ``m`` keys, ``hist`` at least ``3 * 2048`` entries. Returns
+    ``(m, oov)``: ``oov`` the flat position of the first id ``>= vocab`` in build
+    order (-1: none; then nothing is written).
     """
     no_w = np.empty(0, np.float32)
-    hist1 = np.zeros(1, np.int64)
-    m, oov, _ = _build_keys(ids, splits, no_w, has_w, feat_rows, feat_k, 0, n, s0, s1, vocab, P, col_shift, qbits,
-                            lbits, False, scratch, no_w, hist1, 0)
-    if oov >= 0:
-        return 0, oov
-    if C == 1:                     # one bin: the keys as built
-        out[base:base + m] = scratch[:m]
+    dest = out[base:]
+    if C == 1:
+        # sort_group's passes, for slices [s0, s1): the last one lands in `dest`
+        _, npass, dbits = _radix_plan(P, qbits)
+        dmask = (np.int64(1) << dbits) - 1
+        nbk = dmask + 1
+        for t in range(npass * nbk):
+            hist[t] = 0
+        first = dest if npass % 2 == 0 else scratch
+        other = scratch if npass % 2 == 0 else dest
+        m, oov, _ = _build_keys(ids, splits, no_w, has_w, feat_rows, feat_k, 0, n, s0, s1, vocab, P, col_shift,
+                                qbits, lbits, False, first, no_w, hist, dmask)
+        if oov >= 0:
+            return 0, oov
+        tot = 0
+        for t in range(nbk):
+            cnt = hist[t]
+            hist[t] = tot
+            tot += cnt
+        for ps in range(npass):
+            nbase = (ps + 1) * nbk if ps + 1 < npass else -1
+            if ps % 2 == 0:
+                _radix_scatter(first, no_w, other, no_w, m, hist, ps * nbk, ps * dbits, dmask, nbase, False)
+            else:
+                _radix_scatter(other, no_w, first, no_w, m, hist, ps * nbk, ps * dbits, dmask, nbase, False)
         pre[0] = base
         pre[1] = base + m
         return m, -1
+    m, oov, _ = _build_keys(ids, splits, no_w, has_w, feat_rows, feat_k, 0, n, s0, s1, vocab, P, col_shift, qbits,
+                            lbits, False, scratch, no_w, hist, 2047)
+    if oov >= 0:
+        return 0, oov
     for c in range(C + 1):
         pre[c] = 0
     for i in range(m):
@@ -508,11 +534,11 @@ def bin_slices(ids, splits, has_w, feat_rows, feat_k, n, s0, s1, vocab, P, col_s
 
 
 def bin_slices_reference(ids, splits, has_w, feat_rows, feat_k, n, s0, s1, vocab, P, col_shift, qbits, lbits, cshift,
-                         C, scratch, out, base, pre):
-    """Reference of :func:`bin_slices`: the keys from the engine's reference, a stable argsort by bin."""
+                         C, scratch, out, base, pre, hist):
+    """Reference of :func:`bin_slices`: the keys from the engine's reference, a stable argsort by bin (or by u)."""
     from scwork.sharding._kernels import _keys_reference
 
-    del scratch
+    del scratch, hist
     for sl in range(s0, s1):          # first out-of-vocabulary id in build order
         for f in feat_rows:
             seg = ids[splits[f, sl * n]:splits[f, (sl + 1) * n]]
@@ -521,7 +547,7 @@ def bin_slices_reference(ids, splits, has_w, feat_rows, feat_k, n, s0, s1, vocab
     u, R, _, _ = _keys_reference(ids, splits, np.empty(0, np.float32), np.zeros_like(has_w), feat_rows, feat_k, 0,
                                  n, s1, 0, P, col_shift, qbits, lbits, first_slice=s0)
     coarse = u >> cshift
-    order = np.argsort(coarse, kind="stable")
+    order = np.argsort(u if C == 1 else coarse, kind="stable")
     m = u.size
     out[base:base + m] = ((u[order].astype(np.uint64) << np.uint64(32)) | R[order].astype(np.uint64)).view(np.int64)
     pre[:] = base + np.searchsorted(coarse[order], np.arange(C + 1), side="left")
@@ -534,13 +560,21 @@ def scan_range(binned, pre, c0, c1, cshift, P, p_lo, Pc, qbits, lbits, row_offse
     """Gather bins ``[c0, c1)`` of every slice task of a group, sort them, :func:`scan_group_buckets` them.
 
     ``pre`` (``chunks x (C + 1)``): each slice task's bin positions in ``binned``
-    (from :func:`bin_slices`, slice tasks in slice order). The keys are sorted by
+    (from :func:`bin_slices`, slice tasks in slice order; one task of one bin holds
+    its keys sorted already). The keys are sorted by
     ``u`` with stable LSD passes of at most 11 bits over ``u - (c0 << cshift)``, the
     first reading the pieces in task order (R' order within each u), then
     ping-ponging between ``a`` and ``b`` (``hist``: at least 3 * 2048 entries). The counters are
     those of ``scan_group_buckets`` for partitions ``[p_lo, p_lo + Pc)``, which must
     hold the range. Returns the number of keys scanned.
     """
+    if pre.shape[0] == 1 and pre.shape[1] == 2:
+        # one slice task that sorted its one bin by u (one thread): nothing to sort
+        i0 = pre[0, 0]
+        m = pre[0, 1] - i0
+        scan_group_buckets(binned[i0:], m, P, p_lo, Pc, qbits, lbits, row_offset, NB, mode, key, max_ids, max_uniq,
+                           pairs, distinct, kept, raw, naive_uniq, dropped)
+        return m
     ubase = np.int64(c0) << cshift
     span = (np.int64(c1 - c0) << cshift) - 1
     width = 0

@@ -738,7 +738,7 @@ class _VocabularyScan:
         pre = self.pre[g][k]
         m, oov = self.bin_fn(self.batch._ids, self.batch._splits, self.has_w, rows, ks, self.n, s0, s1, vocab,
                              self.P, shift, qbits, lbits, cshift, C, self._scratch(worker, "build", self.max_chunk),
-                             self.binned, base, pre)
+                             self.binned, base, pre, self._scratch(worker, "hist", 3 * 2048))
         if oov >= 0:
             raise InternalError(f"id {int(self.batch._ids[oov])} at flat position {oov} is out of the vocabulary "
                                 f"({vocab}) of stack {self.stacks[a].name!r} after the vocabulary checks")
