@@ -541,21 +541,27 @@ on_out_of_vocabulary
         # slices (keys built, sorted by the top bits of u), then ranges of u (every
         # slice's keys of the range gathered, sorted, counted); then a task per stack
         # (its checks and split mask) and per stack again (its mini-batch sums).
-        per_stack, arrays = _vocabulary(plan, batch, G, S, nb, mode, config, backend, K, num_threads, split_scope)
+        stats, assignment = _vocabulary(plan, topology, batch, nb, mode, config, backend, K, num_threads,
+                                        split_scope, oov_counts)
+        run_of_sample = {}
     else:
         # stacks are independent: one task each, on the engine's worker threads (the
         # kernels release the GIL); results and errors in stack order
         per_stack = _run_tasks(lambda st, worker: _sample_stack(st, batch, G, S, config, backend, K), plan.stacks,
                                [_stack_ids(st, batch) for st in plan.stacks], num_threads, "stacks")
-        arrays = None
-    run_of_sample = {}
-    if strategy != "vocabulary":
-        for st, res in zip(plan.stacks, per_stack):
-            run_of_sample[st.name] = res.pop("run_of_sample")
-    stats = _stats_dataset(plan, topology, batch, per_stack, oov_counts, arrays)
-    stats.attrs["strategy"] = strategy
-    stats.attrs["split_scope"] = split_scope
-    assignment = _assignment_dataset(plan, topology, per_stack, strategy, nb, batch.batch_size, split_scope)
+        run_of_sample = {st.name: res.pop("run_of_sample") for st, res in zip(plan.stacks, per_stack)}
+        Ms = [r["M"] for r in per_stack]
+        arrays = _stats_arrays(max(Ms), len(per_stack), G, S, topology.num_partitions)
+        for a, r in enumerate(per_stack):
+            k = r["M"]
+            for key in ("ids", "unique", "kept"):
+                arrays[key][:k, a] = r[key].reshape(arrays[key][:k, a].shape)
+            arrays["raw"][:k, a] = r["raw"].reshape(k, G, S)
+            arrays["naive_unique"][:k, a] = r["naive_unique"]
+            arrays["dropped"][:k, a] = r["dropped"]
+            _fill_derived(arrays, a)
+        stats = _stats_dataset(plan, topology, batch, arrays, Ms, oov_counts, strategy, split_scope)
+        assignment = _assignment_dataset(plan, topology, per_stack, strategy, nb, batch.batch_size, split_scope)
     return MiniBatchPlan(strategy=strategy, plan=plan, topology=topology, batch=batch, config=config,
                          num_minibatches=stats["num_minibatches"], stats=stats, assignment=assignment,
                          bucket_hash=bucket_hash, num_buckets=nb, hash_key=K.HIGHWAY_KEY,
@@ -645,10 +651,11 @@ _COARSE_BITS = 10
 class _VocabularyScan:
     """One call's vocabulary scan: its groups (tables of stacks), slice tasks and range tasks.
 
-    Built serially from the plan (a few Python lines per table); the kernels run in
-    :meth:`bin_task` (a group's slices ``[s0, s1)``: keys built and sorted by coarse
-    bin) and :meth:`range_task` (a range of bins of a group, or of every group of a
-    stack with a prefix cut: gathered from every slice task, sorted, scanned, added
+    Built serially from the plan (a few numpy calls for every table at once); the
+    kernels run in :meth:`bin_task` (a group's slices ``[s0, s1)``: keys built and
+    sorted by coarse bin; the group's last slice task to finish cuts its bins into
+    ranges) and :meth:`range_task` (a range of bins of a group, or of every group of
+    a stack with a prefix cut: gathered from every slice task, sorted, scanned, added
     into the stack's counters). Counts do not depend on how the work is cut: ranges
     hold whole ids (all slices of a ``u``), and their counters add up.
     """
@@ -666,11 +673,10 @@ class _VocabularyScan:
         self.cut = [_has_cut(st, config) for st in plan.stacks]
         self.limits = [_limits_of(st) if c else (_NO_LIMIT, _NO_LIMIT) for st, c in zip(plan.stacks, self.cut)]
         self.has_w = _engine._weights_of(batch)[1]
-        slice_counts = _engine._slice_counts(batch, nsl)
         pbits = max(0, P - 1).bit_length()
         # groups: (stack, feature rows, positions in the stack, col shift, row offset, vocab, qbits, lbits,
         # cshift, bins)
-        groups, rows_of = [], []
+        groups, rows_all, first_row = [], [], []
         for a, st in enumerate(plan.stacks):
             lbits = _engine._lbits(len(st.features), n)
             for t in st.tables:
@@ -682,47 +688,50 @@ class _VocabularyScan:
                 cshift = pbits + qbits if num_threads == 1 else min(qbits, max(0, pbits + qbits - _COARSE_BITS))
                 groups.append((a, np.array(rows, np.int64), np.array(ks, np.int64), t.shard_rotation,
                                t.row_offset_in_shard, vocab, qbits, lbits, cshift, (((P << qbits) - 1) >> cshift) + 1))
-                rows_of.append(rows)
+                first_row.append(len(rows_all))
+                rows_all += rows
         self.groups = groups
         ng = len(groups)
         # raw ids per (group, slice) and the slice tasks: runs of slices of at most about
         # `target` ids (one run per group with one thread)
-        per_slice = np.array([slice_counts[r].sum(axis=0) for r in rows_of], np.int64).reshape(ng, nsl)
+        per_slice = (np.add.reduceat(_engine._slice_counts(batch, nsl)[rows_all], first_row, axis=0) if ng
+                     else np.zeros((0, nsl), np.int64))
         total = int(per_slice.sum())
         self.target = target = max(1.0, total / (num_threads * _TASKS_PER_THREAD)) if num_threads > 1 else np.inf
         before = np.cumsum(per_slice, axis=1) - per_slice                   # ids of the group before each slice
-        run = before // target if np.isfinite(target) else np.zeros_like(before)
         first = np.ones((ng, nsl), bool)
-        first[:, 1:] = run[:, 1:] != run[:, :-1]
+        if np.isfinite(target):
+            run = before // target
+            first[:, 1:] = run[:, 1:] != run[:, :-1]
+        else:
+            first[:, 1:] = False
         gi, s0 = np.nonzero(first)
         group_ids = per_slice.sum(axis=1)
         group_base = np.cumsum(group_ids) - group_ids
-        s1 = np.r_[s0[1:], nsl]
-        s1[np.r_[gi[1:] != gi[:-1], True]] = nsl
+        last = np.r_[gi[1:] != gi[:-1], True] if gi.size else np.zeros(0, bool)
+        s1 = np.where(last, nsl, np.r_[s0[1:], nsl])
         chunk_base = group_base[gi] + before[gi, s0]
-        ends = np.where(s1 < nsl, before[gi, np.minimum(s1, nsl - 1)], group_ids[gi])
-        chunk_ids = ends - before[gi, s0]
+        chunk_ids = np.where(last, group_ids[gi], before[gi, np.minimum(s1, nsl - 1)]) - before[gi, s0]
         self.binned = np.empty(max(1, total), np.int64)
         # every slice task's bin positions, group by group ((chunks, bins + 1) each)
-        nchunk = np.bincount(gi, minlength=ng)
-        bins = np.array([g[9] for g in groups], np.int64)
+        self.nchunk = nchunk = np.bincount(gi, minlength=ng)
+        self.bins = bins = np.array([g[9] for g in groups], np.int64)
         pre_size = nchunk * (bins + 1)
-        pre_off = np.cumsum(pre_size) - pre_size
-        self.pre_all = np.zeros(max(1, int(pre_size.sum())), np.int64)
-        self.pre = [self.pre_all[o:o + s].reshape(k, c + 1) for o, s, k, c in
-                    zip(pre_off.tolist(), pre_size.tolist(), nchunk.tolist(), bins.tolist())]
-        bin_off = np.cumsum(bins) - bins
-        self.bin_off, self.bins = bin_off, bins
+        self.pre_off = np.cumsum(pre_size) - pre_size
+        self.pre_all = np.empty(max(1, int(pre_size.sum())), np.int64)
+        self.bin_off = np.cumsum(bins) - bins
         self.tot = np.zeros(max(1, int(bins.sum())), np.int64)        # ids per bin of every group
         self.group_locks = [threading.Lock() for _ in range(ng)]
+        self.left = nchunk.tolist()                                    # slice tasks of each group still to end
+        self.ranges: list = [None] * ng                                # each group's range tasks, once cut
         k_of = np.arange(gi.size) - (np.cumsum(nchunk) - nchunk)[gi]   # the chunk's index in its group
         self.bin_items = list(zip(gi.tolist(), s0.tolist(), s1.tolist(), chunk_base.tolist(), k_of.tolist()))
         self.bin_sizes = chunk_ids.tolist()
         self.max_chunk = int(chunk_ids.max()) if chunk_ids.size else 0
-        # every stack's counters, in one array
-        ns = len(plan.stacks)
-        self.counters = np.zeros((ns, K.range_counter_size(nsl, P, nb)), np.int64)
-        self.stack_locks = [threading.Lock() for _ in range(ns)]
+        # every stack's counters, allocated by its first range task (zeroing them
+        # all here was a tenth of a millisecond of serial time)
+        self.counters: list = [None] * len(plan.stacks)
+        self.stack_locks = [threading.Lock() for _ in range(len(plan.stacks))]
         self.scratch: dict[int, dict] = {}
 
     def _scratch(self, worker, name, size, zero=False):
@@ -732,10 +741,15 @@ class _VocabularyScan:
             buf = mine[name] = np.zeros(max(1, size), np.int64) if zero else np.empty(max(1, size), np.int64)
         return buf
 
+    def pre(self, g):
+        """Group ``g``'s bin positions, one row per slice task."""
+        o, k, c = int(self.pre_off[g]), int(self.nchunk[g]), int(self.bins[g])
+        return self.pre_all[o:o + k * (c + 1)].reshape(k, c + 1)
+
     def bin_task(self, item, worker):
         g, s0, s1, base, k = item
         a, rows, ks, shift, _, vocab, qbits, lbits, cshift, C = self.groups[g]
-        pre = self.pre[g][k]
+        pre = self.pre(g)[k]
         m, oov = self.bin_fn(self.batch._ids, self.batch._splits, self.has_w, rows, ks, self.n, s0, s1, vocab,
                              self.P, shift, qbits, lbits, cshift, C, self._scratch(worker, "build", self.max_chunk),
                              self.binned, base, pre, self._scratch(worker, "hist", 3 * 2048))
@@ -746,42 +760,48 @@ class _VocabularyScan:
         o = int(self.bin_off[g])
         with self.group_locks[g]:
             self.tot[o:o + C] += counts
+            self.left[g] -= 1
+            done = self.left[g] == 0
+        if done and not self.cut[a]:
+            # the group's bins are all counted: cut them into ranges here, in a task
+            self.ranges[g] = self._group_ranges(g)
+
+    def _group_ranges(self, g):
+        """Group ``g``'s range tasks ``(stack, ((g, c0, c1),), p_lo, Pc, ids)``: runs of about ``target`` ids.
+
+        A bin larger than ``target`` (a hot id) runs alone. Ranges hold whole bins,
+        so the keys of one id are never split.
+        """
+        a, _, _, _, _, _, qbits, _, cshift, C = self.groups[g]
+        o = int(self.bin_off[g])
+        tot = self.tot[o:o + C]
+        idx = np.flatnonzero(tot)
+        if not idx.size:
+            return []
+        w = tot[idx]
+        if np.isfinite(self.target):
+            run = (np.cumsum(w) - w) // self.target
+            big = w > self.target
+            start = np.flatnonzero(np.r_[True, (run[1:] != run[:-1]) | big[1:] | big[:-1]])
+        else:
+            start = np.zeros(1, np.int64)
+        stop = np.r_[start[1:], idx.size]
+        c0, c1 = idx[start], idx[stop - 1] + 1
+        sizes = np.add.reduceat(w, start)
+        p_lo = (c0 << cshift) >> qbits
+        p_hi = np.minimum(((c1 << cshift) - 1) >> qbits, self.P - 1)   # one bin: u < P << qbits
+        return [(a, ((g, lo, hi),), p, q - p + 1, z) for lo, hi, p, q, z in
+                zip(c0.tolist(), c1.tolist(), p_lo.tolist(), p_hi.tolist(), sizes.tolist())]
 
     def range_items(self):
         """The range tasks (after every slice task): ``(stack, ((group, c0, c1), ...), p_lo, Pc, ids)``, sizes."""
-        groups, target = self.groups, self.target
-        ng = len(groups)
-        gid = np.repeat(np.arange(ng), self.bins)
-        tot = self.tot[:gid.size]
-        cut_group = np.array([self.cut[g[0]] for g in groups], bool)
-        cum = np.cumsum(tot) - tot
-        within = cum - cum[self.bin_off][gid] if gid.size else cum
-        run = within // target if np.isfinite(target) else np.zeros_like(within)
-        idx = np.flatnonzero((tot > 0) & ~cut_group[gid])     # non-empty bins of groups without a cut
-        key_g, key_r, big = gid[idx], run[idx], tot[idx] > target
-        # a range ends where the group or the run of about `target` ids changes, and
-        # around a bin larger than that (a hot id), which then runs alone
-        start = np.flatnonzero(np.r_[idx.size > 0, (key_g[1:] != key_g[:-1]) | (key_r[1:] != key_r[:-1])
-                                     | big[1:] | big[:-1]])
-        stop = np.r_[start[1:], idx.size] if start.size else start
-        g_of = key_g[start]
-        c0 = idx[start] - self.bin_off[g_of]
-        c1 = idx[stop - 1] + 1 - self.bin_off[g_of]
-        sizes = np.add.reduceat(tot[idx], start) if idx.size else np.zeros(0, np.int64)
-        qb = np.array([g[6] for g in groups], np.int64)
-        cs = np.array([g[8] for g in groups], np.int64)
-        p_lo = (c0 << cs[g_of]) >> qb[g_of]
-        p_hi = np.minimum(((c1 << cs[g_of]) - 1) >> qb[g_of], self.P - 1)     # one bin: u < P << qbits
-        stack_of = np.array([g[0] for g in groups], np.int64)
-        sizes = sizes.tolist()
-        items = [(a, ((g, lo, hi),), p, q - p + 1, z) for a, g, lo, hi, p, q, z in
-                 zip(stack_of[g_of].tolist(), g_of.tolist(), c0.tolist(), c1.tolist(), p_lo.tolist(), p_hi.tolist(),
-                     sizes)]
+        items = []
+        for g, grp in enumerate(self.groups):
+            if not self.cut[grp[0]] and self.ranges[g]:
+                items += self.ranges[g]
         for a in np.flatnonzero(self.cut).tolist():
-            cut_items, cut_sizes = self._cut_stack_items(a)
-            items += cut_items
-            sizes += cut_sizes
-        return items, sizes
+            items += self._cut_stack_items(a)
+        return items, [it[4] for it in items]
 
     def _cut_stack_items(self, a):
         """With a prefix cut a stream's ranks run over the stack's tables in order: ranges of whole partitions."""
@@ -800,18 +820,16 @@ class _VocabularyScan:
             C = int(self.bins[g])
             return p * (C // P) if C >= P else (0 if p == 0 else C)
 
-        items, sizes = [], []
+        items = []
         p0, size = 0, 0
         for p in range(P + 1):
             if p == P or (size and size + per_part[p] > target and int(self.bins[mine[0]]) >= P):
                 if size:
-                    parts = tuple((g, bin_of(g, p0), bin_of(g, p)) for g in mine)
-                    items.append((a, parts, p0, p - p0, int(size)))
-                    sizes.append(int(size))
+                    items.append((a, tuple((g, bin_of(g, p0), bin_of(g, p)) for g in mine), p0, p - p0, int(size)))
                 p0, size = p, 0
             if p < P:
                 size += int(per_part[p])
-        return items, sizes
+        return items
 
     def range_task(self, item, worker):
         a, parts, p_lo, Pc, cap = item
@@ -823,27 +841,34 @@ class _VocabularyScan:
         max_ids, max_uniq = self.limits[a]
         for g, c0, c1 in parts:
             _, _, _, _, offset, _, qbits, lbits, cshift, _ = self.groups[g]
-            self.scan_fn(self.binned, self.pre[g], c0, c1, cshift, P, p_lo, Pc, qbits, lbits, offset, nb, self.mode,
+            self.scan_fn(self.binned, self.pre(g), c0, c1, cshift, P, p_lo, Pc, qbits, lbits, offset, nb, self.mode,
                          K.HIGHWAY_KEY, max_ids, max_uniq, *views, ka, kb, hist)
         with self.stack_locks[a]:
+            if self.counters[a] is None:
+                self.counters[a] = np.zeros(K.range_counter_size(nsl, P, nb), np.int64)
             self.add_fn(loc, nsl, p_lo, Pc, P, nb, *K.range_counter_views(self.counters[a], nsl, P, nb))
 
     def stack_counts(self, a, config, G, S) -> dict:
         """Stack ``a``'s per-bucket counts once every range task has run, checked, with its own split mask."""
-        return _vocabulary_stack_counts(self.stacks[a], [self.K.range_counter_views(self.counters[a], self.nsl,
-                                                                                     self.P, self.nb)],
+        counters = self.counters[a]
+        if counters is None:                    # no ids
+            counters = np.zeros(self.K.range_counter_size(self.nsl, self.P, self.nb), np.int64)
+        return _vocabulary_stack_counts(self.stacks[a], [self.K.range_counter_views(counters, self.nsl, self.P,
+                                                                                     self.nb)],
                                         config, self.nb, G, S)
 
 
-def _vocabulary(plan, batch, G, S, nb, mode, config, backend, K, num_threads, split_scope):
-    """The vocabulary strategy's per-stack results and the statistics' arrays ``(M, stack, ...)``."""
+def _vocabulary(plan, topology, batch, nb, mode, config, backend, K, num_threads, split_scope, oov_counts):
+    """The vocabulary strategy: its statistics and assignment Datasets."""
+    G, S = topology.num_devices, topology.sparsecores_per_device
     scan = _VocabularyScan(plan, batch, G, S, nb, mode, config, backend, K, num_threads)
     _run_tasks(scan.bin_task, scan.bin_items, scan.bin_sizes, num_threads, "slices")
     items, sizes = scan.range_items()
     _run_tasks(scan.range_task, items, sizes, num_threads, "ranges")
+    ns = len(plan.stacks)
     stack_sizes = [_stack_ids(st, batch) for st in plan.stacks]
-    counts = _run_tasks(lambda a, worker: scan.stack_counts(a, config, G, S), list(range(len(plan.stacks))),
-                        stack_sizes, num_threads, "stacks")
+    counts = _run_tasks(lambda a, worker: scan.stack_counts(a, config, G, S), list(range(ns)), stack_sizes,
+                        num_threads, "stacks")
     if split_scope == "batch":
         # jax-tpu-embedding ORs the split of every stacked table of the batch
         # (input_preprocessing.cc, SyncMinibatchingSplit): one cut for the
@@ -851,45 +876,72 @@ def _vocabulary(plan, batch, G, S, nb, mode, config, backend, K, num_threads, sp
         combined = 0
         for c in counts:
             combined |= c["stack_split"]
-        splits = [combined] * len(counts)
+        splits = [combined] * ns
     else:
         splits = [c["stack_split"] for c in counts]
     Ms = [bin(s).count("1") + 1 for s in splits]           # mini-batches: the runs between the cuts
-    M = max(Ms, default=1)
-    ns, nsl, P = len(plan.stacks), G * S, scan.P
-    out = {"ids": np.zeros((M, ns, nsl, P), np.int64), "unique": np.zeros((M, ns, nsl, P), np.int64),
-           "kept": np.zeros((M, ns, nsl, P), np.int64), "raw": np.zeros((M, ns, nsl), np.int64),
-           "naive_unique": np.zeros((M, ns, P), np.int64), "dropped": np.zeros((M, ns), np.int64)}
+    arrays = _stats_arrays(max(Ms, default=1), ns, G, S, scan.P)
+    positions = {s: split_positions(s, nb) for s in set(splits)}
+    assignment = {"groups": np.zeros((ns, nb), np.int64), "bucket_max_ids": np.zeros((ns, nb), np.int64),
+                  "bucket_max_unique": np.zeros((ns, nb), np.int64), "bucket_ids": np.zeros((ns, nb), np.int64),
+                  "split": np.array(splits, np.int64), "stack_split": np.array([c["stack_split"] for c in counts],
+                                                                                np.int64),
+                  "split_positions": np.array([positions[s] for s in splits], np.int64)}
     sums = K.minibatch_sums if backend == "numba" else K.minibatch_sums_reference
 
     def one_stack(a, worker):
-        return _vocabulary_minibatches_into(counts[a], splits[a], nb, config, out, a, sums)
+        _vocabulary_minibatches_into(counts[a], splits[a], nb, config, arrays, assignment, a, sums)
+        _fill_derived(arrays, a)
 
-    per_stack = _run_tasks(one_stack, list(range(ns)), stack_sizes, num_threads, "minibatches")
-    return per_stack, out
+    _run_tasks(one_stack, list(range(ns)), stack_sizes, num_threads, "minibatches")
+    return (_stats_dataset(plan, topology, batch, arrays, Ms, oov_counts, "vocabulary", split_scope),
+            _vocabulary_assignment_dataset(plan, assignment, nb, split_scope))
 
 
-def _vocabulary_minibatches_into(counts, split, nb, config, out, a, sums) -> dict:
+def _vocabulary_minibatches_into(counts, split, nb, config, out, assignment, a, sums) -> None:
     """Stack ``a``'s counters summed per mini-batch of ``split`` into ``out[...][:, a]``; its assignment rows."""
     pairs, distinct = counts["pairs"], counts["distinct"]
     groups = split_to_minibatches(split, nb)
-    M = int(groups[-1]) + 1
     nsl, P = pairs.shape[0], pairs.shape[1]
     rows = nsl * P
-    sums(pairs.reshape(rows, nb), groups, out["ids"][:, a].reshape(-1, rows))
-    sums(distinct.reshape(rows, nb), groups, out["unique"][:, a].reshape(-1, rows))
-    sums((counts["kept"] if config.allow_id_dropping else pairs).reshape(rows, nb), groups,
-         out["kept"][:, a].reshape(-1, rows))
-    sums(counts["raw"].reshape(nsl, nb), groups, out["raw"][:, a])
+    M = out["ids"].shape[0]
+
+    def view(key, width):                    # stack a's rows of out[key], (M, width)
+        return out[key][:, a].reshape(M, width)
+
+    sums(pairs.reshape(rows, nb), groups, view("ids", rows))
+    sums(distinct.reshape(rows, nb), groups, view("unique", rows))
+    sums((counts["kept"] if config.allow_id_dropping else pairs).reshape(rows, nb), groups, view("kept", rows))
+    sums(counts["raw"].reshape(nsl, nb), groups, view("raw", nsl))
     sums(counts["naive"].reshape(P, nb), groups, out["naive_unique"][:, a])
     sums(counts["dropped"].reshape(1, nb), groups, out["dropped"][:, a:a + 1])
     flat = pairs.reshape(rows, nb)
-    return {
-        "M": M, "split": split, "stack_split": counts["stack_split"], "groups": groups,
-        "bucket_max_ids": flat.max(axis=0) if rows else np.zeros(nb, np.int64),
-        "bucket_max_unique": distinct.reshape(rows, nb).max(axis=0) if rows else np.zeros(nb, np.int64),
-        "bucket_ids": flat.sum(axis=0),
-    }
+    assignment["groups"][a] = groups
+    if rows:
+        flat.max(axis=0, out=assignment["bucket_max_ids"][a])
+        distinct.reshape(rows, nb).max(axis=0, out=assignment["bucket_max_unique"][a])
+    flat.sum(axis=0, out=assignment["bucket_ids"][a])
+
+
+def _stats_arrays(M, ns, G, S, P) -> dict:
+    """The statistics' arrays of every mini-batch and stack, zero (filled stack by stack)."""
+    z = np.zeros
+    return {"ids": z((M, ns, G, S, P), np.int64), "unique": z((M, ns, G, S, P), np.int64),
+            "kept": z((M, ns, G, S, P), np.int64), "raw": z((M, ns, G, S), np.int64),
+            "naive_unique": z((M, ns, P), np.int64), "dropped": z((M, ns), np.int64),
+            "max_ids": z((M, ns, G, P), np.int64), "max_unique": z((M, ns, G, P), np.int64),
+            "buffer_sc": z((M, ns, G, S), np.int64), "buffer_device": z((M, ns, G), np.int64),
+            "naive_ids": z((M, ns, P), np.int64)}
+
+
+def _fill_derived(arrays, a) -> None:
+    """Stack ``a``'s variables derived from its ids (maxima over source SparseCores, buffer sizes, naive ids)."""
+    ids, uniq, kept = arrays["ids"][:, a], arrays["unique"][:, a], arrays["kept"][:, a]     # (M, G, S, P)
+    ids.max(axis=2, out=arrays["max_ids"][:, a])
+    uniq.max(axis=2, out=arrays["max_unique"][:, a])
+    round_up(ids, 8).sum(axis=3, out=arrays["buffer_sc"][:, a])
+    round_up(kept, 8).sum(axis=3).sum(axis=2, out=arrays["buffer_device"][:, a])
+    ids.sum(axis=(1, 2), out=arrays["naive_ids"][:, a])
 
 
 def _check_buckets(st, pairs, distinct, G, S, nb) -> None:
@@ -1040,31 +1092,14 @@ def _minibatch_coords(names: tuple, G: int, S: int, P: int, M: int):
     return ds
 
 
-def _stats_dataset(plan, topology, batch, per_stack, oov_counts, arrays=None):
-    """The statistics per mini-batch, from ``arrays`` (``(M, stack, ...)``) or each stack's own (``per_stack``)."""
+def _stats_dataset(plan, topology, batch, arrays, Ms, oov_counts, strategy, split_scope):
+    """The statistics per mini-batch from :func:`_stats_arrays` (filled); ``Ms`` each stack's mini-batches."""
     G, S, P = topology.num_devices, topology.sparsecores_per_device, topology.num_partitions
     B = batch.batch_size
     names = [st.name for st in plan.stacks]
-    ns = len(names)
-    M = max(r["M"] for r in per_stack)
-    if arrays is not None:
-        ids, uniq, kept = (arrays[k].reshape(M, ns, G, S, P) for k in ("ids", "unique", "kept"))
-        raw, naive_u, dropped = arrays["raw"].reshape(M, ns, G, S), arrays["naive_unique"], arrays["dropped"]
-    else:
-        ids = np.zeros((M, ns, G, S, P), np.int64)
-        uniq = np.zeros_like(ids)
-        kept = np.zeros_like(ids)
-        raw = np.zeros((M, ns, G, S), np.int64)
-        naive_u = np.zeros((M, ns, P), np.int64)
-        dropped = np.zeros((M, ns), np.int64)
-        for a, r in enumerate(per_stack):
-            k = r["M"]
-            ids[:k, a] = r["ids"].reshape(k, G, S, P)
-            uniq[:k, a] = r["unique"].reshape(k, G, S, P)
-            kept[:k, a] = r["kept"].reshape(k, G, S, P)
-            raw[:k, a] = r["raw"].reshape(k, G, S)
-            naive_u[:k, a] = r["naive_unique"]
-            dropped[:k, a] = r["dropped"]
+    M = arrays["ids"].shape[0]
+    ids, uniq, kept, raw = arrays["ids"], arrays["unique"], arrays["kept"], arrays["raw"]
+    naive_u, dropped = arrays["naive_unique"], arrays["dropped"]
 
     def var(dims, values, long_name, units):
         return (dims, values, {"long_name": long_name, "units": units})
@@ -1081,27 +1116,27 @@ def _stats_dataset(plan, topology, batch, per_stack, oov_counts, arrays=None):
             "unique_ids": var(MSDSP, uniq, "distinct ids source SparseCore (device, sc) sends to partition in "
                               "the mini-batch", "ids"),
             "kept_ids": var(MSDSP, kept, "ids kept after the limits' prefix cut (per bucket)", "ids"),
-            "max_ids_per_partition": var(("minibatch", "stack", "device", "partition"), ids.max(axis=3),
+            "max_ids_per_partition": var(("minibatch", "stack", "device", "partition"), arrays["max_ids"],
                                          "max over source SparseCores of ids", "ids"),
-            "max_unique_ids_per_partition": var(("minibatch", "stack", "device", "partition"), uniq.max(axis=3),
+            "max_unique_ids_per_partition": var(("minibatch", "stack", "device", "partition"), arrays["max_unique"],
                                                 "max over source SparseCores of distinct ids", "ids"),
             "required_buffer_size_per_sc": var(("minibatch", "stack", "device", "sc"),
-                                               round_up(ids, 8).sum(axis=4),
+                                               arrays["buffer_sc"],
                                                "sum over partitions of round_up(ids, 8)", "CSR entries"),
             "required_buffer_size_per_device": var(("minibatch", "stack", "device"),
-                                                   round_up(kept, 8).sum(axis=4).sum(axis=3),
+                                                   arrays["buffer_device"],
                                                    "CSR entries one device fills after dropping", "CSR entries"),
             "input_ids": var(("minibatch", "stack", "device", "sc"), raw,
                              "raw ids of the slice in the mini-batch, before dedup", "ids"),
             "dropped_ids": var(("minibatch", "stack"), dropped,
                                "raw ids dropped by the per-bucket prefix cut (duplicates included)", "ids"),
-            "naive_ids_per_partition": var(("minibatch", "stack", "partition"), ids.sum(axis=(2, 3)),
+            "naive_ids_per_partition": var(("minibatch", "stack", "partition"), arrays["naive_ids"],
                                            "whole-batch view: ids per destination partition after per-sample "
                                            "dedup", "ids"),
             "naive_unique_ids_per_partition": var(("minibatch", "stack", "partition"), naive_u,
                                                   "whole-batch view: distinct ids per destination partition",
                                                   "ids"),
-            "num_minibatches": var("stack", np.array([r["M"] for r in per_stack], np.int64),
+            "num_minibatches": var("stack", np.array(Ms, np.int64),
                                    "mini-batches of the stack (1: none; split_scope 'batch': the same for "
                                    "every stack)", "mini-batches"),
             "samples_per_device": var("stack", np.array([len(st.features) * B // G for st in plan.stacks],
@@ -1124,6 +1159,8 @@ def _stats_dataset(plan, topology, batch, per_stack, oov_counts, arrays=None):
             "samples_per_sc": B // (G * S),
             "source": ("[jte] preprocess_sparse_dense_matmul_input; [jte] sort_and_group_coo_tensors_impl.h, "
                        "minibatching_splits_impl.h"),
+            "strategy": strategy,
+            "split_scope": split_scope,
         },
     )
     return ds
@@ -1135,42 +1172,42 @@ def _assignment_coords(names: tuple, dims: tuple):
         "stack": np.array(list(names), dtype=object), **{dim: np.arange(size) for dim, size in dims}})
 
 
+def _vocabulary_assignment_dataset(plan, asg, nb, split_scope):
+    """Which buckets form which mini-batch, from the arrays ``asg`` (stack rows filled by the tasks)."""
+    # built directly on cached coordinates (results._dataset: no alignment, no
+    # index building, about 1 ms of the call's serial time with xr.Dataset)
+    return _dataset(
+        {
+            "minibatch_of_bucket": (("stack", "bucket"), asg["groups"],
+                                    {"long_name": "mini-batch of each bucket", "units": "mini-batch"}),
+            "bucket_max_ids": (("stack", "bucket"), asg["bucket_max_ids"],
+                               {"long_name": "largest ids of the bucket over (device, sc, partition) streams",
+                                "units": "ids"}),
+            "bucket_max_unique_ids": (("stack", "bucket"), asg["bucket_max_unique"],
+                                      {"long_name": "largest distinct ids of the bucket over streams",
+                                       "units": "ids"}),
+            "bucket_ids": (("stack", "bucket"), asg["bucket_ids"],
+                           {"long_name": "ids of the bucket in the whole batch after per-sample dedup",
+                            "units": "ids"}),
+            "split_mask": ("stack", asg["split"],
+                           {"long_name": "split bits that cut the stack's buckets (split_scope 'batch': the "
+                                         "OR of every stack's stack_split_mask)", "units": "bit mask"}),
+            "stack_split_mask": ("stack", asg["stack_split"],
+                                 {"long_name": "split bits of the stack's own bucket tree "
+                                               "(ComputeMinibatchingSplit)", "units": "bit mask"}),
+            "split_positions": ("stack", asg["split_positions"],
+                                {"long_name": "bit b set: buckets b and b+1 in different mini-batches",
+                                 "units": "bit mask"}),
+        },
+        _assignment_coords(tuple(st.name for st in plan.stacks), (("bucket", nb),)),
+        {"strategy": "vocabulary", "num_buckets": nb, "split_scope": split_scope},
+    )
+
+
 def _assignment_dataset(plan, topology, per_stack, strategy, nb, B, split_scope):
+    """The sample strategy's runs of every slice."""
     names = tuple(st.name for st in plan.stacks)
     G, S = topology.num_devices, topology.sparsecores_per_device
-    if strategy == "vocabulary":
-        def stackv(key):
-            return np.stack([r[key] for r in per_stack]).astype(np.int64)
-
-        # built directly on cached coordinates (results._dataset: no alignment, no
-        # index building, about 1 ms of the call's serial time with xr.Dataset)
-        return _dataset(
-            {
-                "minibatch_of_bucket": (("stack", "bucket"), stackv("groups"),
-                                        {"long_name": "mini-batch of each bucket", "units": "mini-batch"}),
-                "bucket_max_ids": (("stack", "bucket"), stackv("bucket_max_ids"),
-                                   {"long_name": "largest ids of the bucket over (device, sc, partition) streams",
-                                    "units": "ids"}),
-                "bucket_max_unique_ids": (("stack", "bucket"), stackv("bucket_max_unique"),
-                                          {"long_name": "largest distinct ids of the bucket over streams",
-                                           "units": "ids"}),
-                "bucket_ids": (("stack", "bucket"), stackv("bucket_ids"),
-                               {"long_name": "ids of the bucket in the whole batch after per-sample dedup",
-                                "units": "ids"}),
-                "split_mask": ("stack", np.array([r["split"] for r in per_stack], np.int64),
-                               {"long_name": "split bits that cut the stack's buckets (split_scope 'batch': the "
-                                             "OR of every stack's stack_split_mask)", "units": "bit mask"}),
-                "stack_split_mask": ("stack", np.array([r["stack_split"] for r in per_stack], np.int64),
-                                     {"long_name": "split bits of the stack's own bucket tree "
-                                                   "(ComputeMinibatchingSplit)", "units": "bit mask"}),
-                "split_positions": ("stack", np.array([split_positions(r["split"], nb) for r in per_stack],
-                                                      np.int64),
-                                    {"long_name": "bit b set: buckets b and b+1 in different mini-batches",
-                                     "units": "bit mask"}),
-            },
-            _assignment_coords(names, (("bucket", nb),)),
-            {"strategy": strategy, "num_buckets": nb, "split_scope": split_scope},
-        )
     M = max(r["M"] for r in per_stack)
     rs = np.full((len(per_stack), G, S, M), -1, np.int64)
     re_ = np.full_like(rs, -1)
