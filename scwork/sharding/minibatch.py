@@ -101,10 +101,11 @@ from typing import Any
 import numpy as np
 from scwork._rounding import round_up
 
-from scwork.errors import ConfigError, InternalError, LimitExceededError
+from scwork.errors import ConfigError, LimitExceededError
 from scwork.hardware.topology import Topology
 from scwork.sharding import engine as _engine
 from scwork.sharding import _profile
+from scwork.sharding._scratch import _POOL, SCRATCH_LIMIT_ENV, _carve, scratch_limit_bytes
 from scwork.sharding._threads import _TASKS_PER_THREAD, _run_tasks, resolve_num_threads
 from scwork.sharding.batch import FeatureBatch
 from scwork.sharding.column_id import column_id_of_id
@@ -530,7 +531,8 @@ on_out_of_vocabulary
                          activation_mem_bytes_limit=activation_mem_bytes_limit, config=config,
                          stack_limits=stack_limits)
     num_threads = resolve_num_threads(num_threads)
-    batch, oov_counts = _handle_oov(batch, plan, on_out_of_vocabulary, num_threads)
+    if strategy != "vocabulary":
+        batch, oov_counts = _handle_oov(batch, plan, on_out_of_vocabulary, num_threads)
 
     from scwork.sharding import _minibatch_kernels as K
 
@@ -541,8 +543,16 @@ on_out_of_vocabulary
         # slices (keys built, sorted by the top bits of u), then ranges of u (every
         # slice's keys of the range gathered, sorted, counted); then a task per stack
         # (its checks and split mask) and per stack again (its mini-batch sums).
-        stats, assignment = _vocabulary(plan, topology, batch, nb, mode, config, backend, K, num_threads,
-                                        split_scope, oov_counts)
+        # The slice tasks meet every id: they look for ids out of their vocabulary
+        # (a pass over the batch of its own before); only when one is found does the
+        # batch get checked the slow way (error, or the ids dropped and scanned again).
+        try:
+            stats, assignment = _vocabulary(plan, topology, batch, nb, mode, config, backend, K, num_threads,
+                                            split_scope, {st.name: 0 for st in plan.stacks})
+        except _engine._Oov:
+            batch, oov_counts = _handle_oov(batch, plan, on_out_of_vocabulary, num_threads)
+            stats, assignment = _vocabulary(plan, topology, batch, nb, mode, config, backend, K, num_threads,
+                                            split_scope, oov_counts)
         run_of_sample = {}
     else:
         # stacks are independent: one task each, on the engine's worker threads (the
@@ -712,13 +722,23 @@ class _VocabularyScan:
         s1 = np.where(last, nsl, np.r_[s0[1:], nsl])
         chunk_base = group_base[gi] + before[gi, s0]
         chunk_ids = np.where(last, group_ids[gi], before[gi, np.minimum(s1, nsl - 1)]) - before[gi, s0]
-        self.binned = np.empty(max(1, total), np.int64)
         # every slice task's bin positions, group by group ((chunks, bins + 1) each)
         self.nchunk = nchunk = np.bincount(gi, minlength=ng)
         self.bins = bins = np.array([g[9] for g in groups], np.int64)
         pre_size = nchunk * (bins + 1)
         self.pre_off = np.cumsum(pre_size) - pre_size
-        self.pre_all = np.empty(max(1, int(pre_size.sum())), np.int64)
+        need = 8 * (total + int(pre_size.sum()) + len(plan.stacks) * K.range_counter_size(nsl, P, nb)) \
+            + 8 * num_threads * (3 * int(chunk_ids.max(initial=0)) + K.range_counter_size(nsl, P, nb))
+        if need > scratch_limit_bytes():
+            raise ConfigError(
+                f"vocabulary mini-batching would allocate about {need:,} bytes ({need / 2**30:,.1f} GiB) for "
+                f"{total:,} ids of {len(plan.stacks)} stack(s) on {nsl} SparseCores x {P} partitions, above the "
+                f"limit of {scratch_limit_bytes():,} bytes ({SCRATCH_LIMIT_ENV} or the machine's memory). Use a "
+                f"smaller batch or topology, or raise {SCRATCH_LIMIT_ENV} if the machine has the memory.")
+        # the keys of every group and the bin positions: one buffer of the engine's pool
+        # (fresh pages cost about as much as the kernels that fill them), given back by
+        # release()
+        (self.binned, self.pre_all), self._buffer = _carve([(total, np.int64), (int(pre_size.sum()), np.int64)])
         self.bin_off = np.cumsum(bins) - bins
         self.tot = np.zeros(max(1, int(bins.sum())), np.int64)        # ids per bin of every group
         self.group_locks = [threading.Lock() for _ in range(ng)]
@@ -733,6 +753,11 @@ class _VocabularyScan:
         self.counters: list = [None] * len(plan.stacks)
         self.stack_locks = [threading.Lock() for _ in range(len(plan.stacks))]
         self.scratch: dict[int, dict] = {}
+
+    def release(self) -> None:
+        """Give the key buffer back to the engine's pool (nothing may read it after)."""
+        self.binned = self.pre_all = None
+        _POOL.give(self._buffer)
 
     def _scratch(self, worker, name, size, zero=False):
         mine = self.scratch.setdefault(worker, {})
@@ -753,9 +778,8 @@ class _VocabularyScan:
         m, oov = self.bin_fn(self.batch._ids, self.batch._splits, self.has_w, rows, ks, self.n, s0, s1, vocab,
                              self.P, shift, qbits, lbits, cshift, C, self._scratch(worker, "build", self.max_chunk),
                              self.binned, base, pre, self._scratch(worker, "hist", 3 * 2048))
-        if oov >= 0:
-            raise InternalError(f"id {int(self.batch._ids[oov])} at flat position {oov} is out of the vocabulary "
-                                f"({vocab}) of stack {self.stacks[a].name!r} after the vocabulary checks")
+        if oov >= 0:                 # the caller checks the batch and raises or drops them
+            raise _engine._Oov(int(oov))
         counts = pre[1:] - pre[:-1]
         o = int(self.bin_off[g])
         with self.group_locks[g]:
@@ -862,9 +886,12 @@ def _vocabulary(plan, topology, batch, nb, mode, config, backend, K, num_threads
     """The vocabulary strategy: its statistics and assignment Datasets."""
     G, S = topology.num_devices, topology.sparsecores_per_device
     scan = _VocabularyScan(plan, batch, G, S, nb, mode, config, backend, K, num_threads)
-    _run_tasks(scan.bin_task, scan.bin_items, scan.bin_sizes, num_threads, "slices")
-    items, sizes = scan.range_items()
-    _run_tasks(scan.range_task, items, sizes, num_threads, "ranges")
+    try:
+        _run_tasks(scan.bin_task, scan.bin_items, scan.bin_sizes, num_threads, "slices")
+        items, sizes = scan.range_items()
+        _run_tasks(scan.range_task, items, sizes, num_threads, "ranges")
+    finally:
+        scan.release()
     ns = len(plan.stacks)
     stack_sizes = [_stack_ids(st, batch) for st in plan.stacks]
     counts = _run_tasks(lambda a, worker: scan.stack_counts(a, config, G, S), list(range(ns)), stack_sizes,
