@@ -41,6 +41,14 @@ Reproduces ``SortAndGroupCooTensorsPerLocalDeviceImpl`` and
    scwork raises :class:`~scwork.errors.LimitExceededError` saying which bucket and
    what limit would be needed (or drops and counts, likewise per bucket).
 
+How scwork cuts the work (none of it changes a count): the counts of step 2 come
+from each table's keys sorted by transformed id, as the reference sorts a
+partition's COO tensors. A task of slices builds their keys and sorts them by the
+top bits of the id (partition first); a task of a range of those bins gathers the
+range from every slice task, sorts it and counts it. A range holds every key of
+each of its ids, so the whole-batch distinct ids add up over ranges; with a prefix
+cut (``allow_id_dropping``) a range is whole partitions, its tables in stack order.
+
 The reference first checks whether any stream overflows at all (pass 1) and only
 then buckets (pass 2); the tree gives no split when nothing overflows (every
 carried count is at most its subtree's total), so both give one mini-batch then.
@@ -461,7 +469,10 @@ on_out_of_vocabulary
         Threads of the engine runs the plan makes (:meth:`MiniBatchPlan.preprocess`
         of each mini-batch); None (default): every available core, as for
         :func:`~scwork.sharding.compute_stats`. The bucket assignment runs on as
-        many threads, one stack per task (results do not depend on it).
+        many threads (results do not depend on it): with the vocabulary strategy a
+        table's ids are cut into tasks of slices and then of ranges of ids (so that
+        no task holds much more than ``1 / (8 * num_threads)`` of the ids, unless one
+        id alone does), with the sample strategy one stack per task.
 
     Returns
     -------
