@@ -470,15 +470,15 @@ def scan_group_buckets_reference(keys, m, P, p_lo, Pc, qbits, lbits, row_offset,
 # of one u are never split, so every count but the prefix cut adds up over ranges.
 @jit(error_model="numpy")
 def bin_slices(ids, splits, has_w, feat_rows, feat_k, n, s0, s1, vocab, P, col_shift, qbits, lbits, cshift, C,
-               scratch, out, base, pre, hist):
+               sort_all, scratch, out, base, pre, hist):
     """Keys of slices ``[s0, s1)`` of one group, stably sorted by coarse bin ``u >> cshift``.
 
     The keys are those of :func:`scwork.sharding._kernels.sort_group` (built by its
     ``_build_keys``, in increasing ``R'`` order) and land in ``out[base:base + m]``,
-    bin by bin, each bin in ``R'`` order. With one bin (``C == 1``, what one thread
-    asks for) they are sorted by ``u`` outright, as ``sort_group`` sorts them, so
-    that a range task of the whole group has nothing left to sort; either way the
-    keys of one ``u`` keep their ``R'`` order. ``pre[c]`` (``C + 1`` entries) is the
+    bin by bin, each bin in ``R'`` order. With ``sort_all`` (a group's one slice
+    task) they are sorted by ``u`` outright, as ``sort_group`` sorts them, so that
+    its range tasks have nothing left to sort; either way the keys of one ``u`` keep
+    their ``R'`` order. ``pre[c]`` (``C + 1`` entries) is the
     position in ``out`` of bin ``c``'s first key, ``pre[C] = base + m``. ``scratch``
     holds at least ``m`` keys, ``hist`` at least ``3 * 2048`` entries. Returns
     ``(m, oov)``: ``oov`` the flat position of the first id ``>= vocab`` in build
@@ -486,7 +486,7 @@ def bin_slices(ids, splits, has_w, feat_rows, feat_k, n, s0, s1, vocab, P, col_s
     """
     no_w = np.empty(0, np.float32)
     dest = out[base:]
-    if C == 1:
+    if sort_all:
         # sort_group's passes, for slices [s0, s1): the last one lands in `dest`
         _, npass, dbits = _radix_plan(P, qbits)
         dmask = (np.int64(1) << dbits) - 1
@@ -510,8 +510,14 @@ def bin_slices(ids, splits, has_w, feat_rows, feat_k, n, s0, s1, vocab, P, col_s
                 _radix_scatter(first, no_w, other, no_w, m, hist, ps * nbk, ps * dbits, dmask, nbase, False)
             else:
                 _radix_scatter(other, no_w, first, no_w, m, hist, ps * nbk, ps * dbits, dmask, nbase, False)
+        # the bins' positions in the sorted keys
+        for c in range(C + 1):
+            pre[c] = 0
+        for i in range(m):
+            pre[(((dest[i] >> 32) & _LOW32) >> cshift) + 1] += 1
         pre[0] = base
-        pre[1] = base + m
+        for c in range(C):
+            pre[c + 1] += pre[c]
         return m, -1
     m, oov, _ = _build_keys(ids, splits, no_w, has_w, feat_rows, feat_k, 0, n, s0, s1, vocab, P, col_shift, qbits,
                             lbits, False, scratch, no_w, hist, 2047)
@@ -534,7 +540,7 @@ def bin_slices(ids, splits, has_w, feat_rows, feat_k, n, s0, s1, vocab, P, col_s
 
 
 def bin_slices_reference(ids, splits, has_w, feat_rows, feat_k, n, s0, s1, vocab, P, col_shift, qbits, lbits, cshift,
-                         C, scratch, out, base, pre, hist):
+                         C, sort_all, scratch, out, base, pre, hist):
     """Reference of :func:`bin_slices`: the keys from the engine's reference, a stable argsort by bin (or by u)."""
     from scwork.sharding._kernels import _keys_reference
 
@@ -547,7 +553,7 @@ def bin_slices_reference(ids, splits, has_w, feat_rows, feat_k, n, s0, s1, vocab
     u, R, _, _ = _keys_reference(ids, splits, np.empty(0, np.float32), np.zeros_like(has_w), feat_rows, feat_k, 0,
                                  n, s1, 0, P, col_shift, qbits, lbits, first_slice=s0)
     coarse = u >> cshift
-    order = np.argsort(u if C == 1 else coarse, kind="stable")
+    order = np.argsort(u if sort_all else coarse, kind="stable")
     m = u.size
     out[base:base + m] = ((u[order].astype(np.uint64) << np.uint64(32)) | R[order].astype(np.uint64)).view(np.int64)
     pre[:] = base + np.searchsorted(coarse[order], np.arange(C + 1), side="left")
@@ -556,22 +562,22 @@ def bin_slices_reference(ids, splits, has_w, feat_rows, feat_k, n, s0, s1, vocab
 
 @jit(error_model="numpy")
 def scan_range(binned, pre, c0, c1, cshift, P, p_lo, Pc, qbits, lbits, row_offset, NB, mode, key, max_ids, max_uniq,
-               pairs, distinct, kept, raw, naive_uniq, dropped, a, b, hist):
+               pairs, distinct, kept, raw, naive_uniq, dropped, a, b, hist, is_sorted):
     """Gather bins ``[c0, c1)`` of every slice task of a group, sort them, :func:`scan_group_buckets` them.
 
     ``pre`` (``chunks x (C + 1)``): each slice task's bin positions in ``binned``
-    (from :func:`bin_slices`, slice tasks in slice order; one task of one bin holds
-    its keys sorted already). The keys are sorted by
+    (from :func:`bin_slices`, slice tasks in slice order; ``is_sorted``: one task
+    that sorted its keys outright, ``sort_all``). The keys are sorted by
     ``u`` with stable LSD passes of at most 11 bits over ``u - (c0 << cshift)``, the
     first reading the pieces in task order (R' order within each u), then
     ping-ponging between ``a`` and ``b`` (``hist``: at least 3 * 2048 entries). The counters are
     those of ``scan_group_buckets`` for partitions ``[p_lo, p_lo + Pc)``, which must
     hold the range. Returns the number of keys scanned.
     """
-    if pre.shape[0] == 1 and pre.shape[1] == 2:
-        # one slice task that sorted its one bin by u (one thread): nothing to sort
-        i0 = pre[0, 0]
-        m = pre[0, 1] - i0
+    if is_sorted:
+        # one slice task that sorted its keys by u: the range is a sorted piece
+        i0 = pre[0, c0]
+        m = pre[0, c1] - i0
         scan_group_buckets(binned[i0:], m, P, p_lo, Pc, qbits, lbits, row_offset, NB, mode, key, max_ids, max_uniq,
                            pairs, distinct, kept, raw, naive_uniq, dropped)
         return m
@@ -624,9 +630,9 @@ def scan_range(binned, pre, c0, c1, cshift, P, p_lo, Pc, qbits, lbits, row_offse
 
 
 def scan_range_reference(binned, pre, c0, c1, cshift, P, p_lo, Pc, qbits, lbits, row_offset, NB, mode, key, max_ids,
-                         max_uniq, pairs, distinct, kept, raw, naive_uniq, dropped, a, b, hist):
+                         max_uniq, pairs, distinct, kept, raw, naive_uniq, dropped, a, b, hist, is_sorted):
     """Reference of :func:`scan_range`: numpy concatenation and a stable argsort by u."""
-    del a, b, hist
+    del a, b, hist, is_sorted
     keys = np.concatenate([binned[pre[k, c0]:pre[k, c1]] for k in range(pre.shape[0])] + [np.zeros(0, np.int64)])
     keys = keys[np.argsort((keys >> 32) & _LOW32, kind="stable")]
     scan_group_buckets_reference(keys, keys.size, P, p_lo, Pc, qbits, lbits, row_offset, NB, mode, key, max_ids,
@@ -1039,3 +1045,17 @@ def warmup() -> None:
                  np.empty((8, 4), np.int32), np.zeros(2, np.int64), np.zeros(1, np.int64),
                  np.zeros((8, 5), np.int64), np.zeros(2, np.int64))
     naive_by_run(keys, 3, 2, 1, 0, 1, np.zeros(2, np.int64), np.full(1, -1, np.int64), np.zeros(2, np.int64))
+    # the scan cut by slices and ranges: 2 partitions, qbits 1, lbits 0, 2 bins
+    hist = np.empty(3 * 2048, np.int64)
+    binned = np.empty(4, np.int64)
+    pre = np.empty((1, 3), np.int64)
+    one = np.ones(1, np.int64)
+    for sort_all in (False, True):
+        bin_slices(ids, splits, np.zeros(1, np.int8), np.zeros(1, np.int64), np.zeros(1, np.int64), 2, 0, 1, 4, 2, 0,
+                   1, 0, 1, 2, sort_all, np.empty(4, np.int64), binned, 0, pre[0], hist)
+        loc = np.zeros(range_counter_size(1, 2, 4), np.int64)
+        scan_range(binned, pre, 0, 2, 1, 2, 0, 2, 1, 0, 0, 4, HASH_HIGHWAY, HIGHWAY_KEY, 2, 2,
+                   *range_counter_views(loc, 1, 2, 4), np.empty(4, np.int64), np.empty(4, np.int64), hist, sort_all)
+    add_range_counts(loc, 1, 0, 2, 2, 4, *range_counter_views(np.zeros_like(loc), 1, 2, 4))
+    minibatch_sums(one.reshape(1, 1), np.zeros(1, np.int64), np.zeros((1, 1), np.int64))
+    minibatch_sums(one.reshape(1, 1), np.zeros(1, np.int64), np.zeros((2, 2, 1), np.int64)[:, 0])   # a strided view

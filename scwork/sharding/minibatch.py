@@ -705,7 +705,7 @@ class _VocabularyScan:
                 rows = [batch._feature_index(st.features[k].name) for k in ks]
                 vocab = t.table.vocab_size
                 qbits = int((vocab - 1) // P).bit_length()
-                # one thread: one bin (the keys as built, sorted whole by their range task)
+                # one thread: one bin (the group's keys sorted whole, scanned whole)
                 cshift = pbits + qbits if num_threads == 1 else min(qbits, max(0, pbits + qbits - _COARSE_BITS))
                 groups.append((a, np.array(rows, np.int64), np.array(ks, np.int64), t.shard_rotation,
                                t.row_offset_in_shard, vocab, qbits, lbits, cshift, (((P << qbits) - 1) >> cshift) + 1))
@@ -720,14 +720,18 @@ class _VocabularyScan:
         total = int(per_slice.sum())
         self.target = target = max(1.0, total / (num_threads * _TASKS_PER_THREAD)) if num_threads > 1 else np.inf
         before = np.cumsum(per_slice, axis=1) - per_slice                   # ids of the group before each slice
+        group_ids = per_slice.sum(axis=1)
+        # A group of at most 1 / T of the ids is sorted whole by one task, which its
+        # range tasks then scan piece by piece: cutting it by slices costs two more
+        # passes over its keys (binning, then each range's sort), about a third more
+        # work, which pays only once a table is too large a share for T workers.
+        self.whole = whole = group_ids * num_threads <= total
         first = np.ones((ng, nsl), bool)
         if np.isfinite(target):
             run = before // target
             first[:, 1:] = run[:, 1:] != run[:, :-1]
-        else:
-            first[:, 1:] = False
+        first[whole, 1:] = False
         gi, s0 = np.nonzero(first)
-        group_ids = per_slice.sum(axis=1)
         group_base = np.cumsum(group_ids) - group_ids
         last = np.r_[gi[1:] != gi[:-1], True] if gi.size else np.zeros(0, bool)
         s1 = np.where(last, nsl, np.r_[s0[1:], nsl])
@@ -787,7 +791,8 @@ class _VocabularyScan:
         a, rows, ks, shift, _, vocab, qbits, lbits, cshift, C = self.groups[g]
         pre = self.pre(g)[k]
         m, oov = self.bin_fn(self.batch._ids, self.batch._splits, self.has_w, rows, ks, self.n, s0, s1, vocab,
-                             self.P, shift, qbits, lbits, cshift, C, self._scratch(worker, "build", self.max_chunk),
+                             self.P, shift, qbits, lbits, cshift, C, bool(self.whole[g]),
+                             self._scratch(worker, "build", self.max_chunk),
                              self.binned, base, pre, self._scratch(worker, "hist", 3 * 2048))
         if oov >= 0:                 # the caller checks the batch and raises or drops them
             raise _engine._Oov(int(oov))
@@ -871,13 +876,13 @@ class _VocabularyScan:
         K, nsl, nb, P = self.K, self.nsl, self.nb, self.P
         loc = self._scratch(worker, "counters", K.range_counter_size(nsl, Pc, nb), zero=True)
         views = K.range_counter_views(loc, nsl, Pc, nb)
-        ka, kb = self._scratch(worker, "keys", cap), self._scratch(worker, "sorted", cap)
+        ka, kb = self._scratch(worker, "keys", cap), self._scratch(worker, "sorted", cap)   # untouched if sorted
         hist = self._scratch(worker, "hist", 3 * 2048)
         max_ids, max_uniq = self.limits[a]
         for g, c0, c1 in parts:
             _, _, _, _, offset, _, qbits, lbits, cshift, _ = self.groups[g]
             self.scan_fn(self.binned, self.pre(g), c0, c1, cshift, P, p_lo, Pc, qbits, lbits, offset, nb, self.mode,
-                         K.HIGHWAY_KEY, max_ids, max_uniq, *views, ka, kb, hist)
+                         K.HIGHWAY_KEY, max_ids, max_uniq, *views, ka, kb, hist, bool(self.whole[g]))
         with self.stack_locks[a]:
             if self.counters[a] is None:
                 self.counters[a] = np.zeros(K.range_counter_size(nsl, P, nb), np.int64)

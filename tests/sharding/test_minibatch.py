@@ -244,10 +244,11 @@ def _group_inputs(batch, stk, topo, g):
     return grp, n, E._lbits(len(stk.features), n)
 
 
-def _binned(fn, batch, stk, topo, g, cuts, cshift, vocab=None):
+def _binned(fn, batch, stk, topo, g, cuts, cshift, vocab=None, sort_all=True):
     """Keys of group ``g`` binned by slice tasks ``cuts`` (slice boundaries) with ``fn``.
 
-    Returns ``(binned, pre, results, group, lbits, cshift)``.
+    Returns ``(binned, pre, results, group, lbits, cshift, sorted)``: one slice task sorts its
+    keys outright (``sort_all``, as the driver asks of a group's one task) unless told not to.
     """
     grp, n, lbits = _group_inputs(batch, stk, topo, g)
     P = topo.num_partitions
@@ -260,10 +261,10 @@ def _binned(fn, batch, stk, topo, g, cuts, cshift, vocab=None):
     for k, (s0, s1) in enumerate(zip(cuts[:-1], cuts[1:])):
         m, oov = fn(batch._ids, batch._splits, has_w, grp.feat_rows, grp.feat_k, n, s0, s1,
                     grp.vocab if vocab is None else vocab, P, grp.col_shift, grp.qbits, lbits, cshift, C,
-                    np.empty(total, np.int64), binned, base, pre[k], np.empty(3 * 2048, np.int64))
+                    len(cuts) == 2 and sort_all, np.empty(total, np.int64), binned, base, pre[k], np.empty(3 * 2048, np.int64))
         results.append((m, oov))
         base += m
-    return binned, pre, results, grp, lbits, cshift
+    return binned, pre, results, grp, lbits, cshift, len(cuts) == 2 and sort_all
 
 
 def _random_cuts(rng, nsl):
@@ -285,15 +286,16 @@ def test_bin_slices_equals_reference(seed):
         cuts = _random_cuts(rng, nsl)
         # now and then a vocabulary too small: both report the same first out-of-vocabulary id
         vocab = int(rng.integers(1, grp.vocab + 1)) if rng.random() < 0.2 else None
-        a = _binned(K.bin_slices, batch, stk, topo, 0, cuts, cshift, vocab)
-        b = _binned(K.bin_slices_reference, batch, stk, topo, 0, cuts, cshift, vocab)
+        sort_all = rng.random() < 0.5
+        a = _binned(K.bin_slices, batch, stk, topo, 0, cuts, cshift, vocab, sort_all)
+        b = _binned(K.bin_slices_reference, batch, stk, topo, 0, cuts, cshift, vocab, sort_all)
         assert a[2] == b[2]
         if any(oov >= 0 for _, oov in a[2]):
             continue
         assert a[0].tolist() == b[0].tolist() and a[1].tolist() == b[1].tolist()
-        # every key once, each task's bins in order of u >> cshift (of u with one bin)
+        # every key once, each task's bins in order of u >> cshift (of u when sorted outright)
         assert sum(m for m, _ in a[2]) == grp.num_ids
-        u = (a[0][:grp.num_ids] >> 32) >> (0 if a[1].shape[1] == 2 else cshift)
+        u = (a[0][:grp.num_ids] >> 32) >> (0 if a[6] else cshift)
         for k in range(len(cuts) - 1):
             seg = u[a[1][k, 0]:a[1][k, -1]]
             assert (np.diff(seg) >= 0).all()
@@ -327,7 +329,8 @@ def test_scan_range_equals_reference_and_ranges_add_up_to_the_whole_scan(seed, n
         one_bin = rng.random() < 0.2              # as with one thread: one bin, one range of every partition
         qbits = [_group_inputs(batch, stk, topo, g)[0].qbits for g in range(ngroups)]
         binned = [_binned(K.bin_slices_reference, batch, stk, topo, g, _random_cuts(rng, nsl),
-                          (P - 1).bit_length() + qbits[g] if one_bin else int(rng.integers(0, qbits[g] + 1)))
+                          (P - 1).bit_length() + qbits[g] if one_bin else int(rng.integers(0, qbits[g] + 1)),
+                          sort_all=rng.random() < 0.5)
                   for g in range(ngroups)]
         # ranges: with a prefix cut whole partitions (every table in turn), else any cut of the bins
         if one_bin:
@@ -355,12 +358,12 @@ def test_scan_range_equals_reference_and_ranges_add_up_to_the_whole_scan(seed, n
                 loc = np.zeros(K.range_counter_size(nsl, Pc, nb), np.int64)
                 views = K.range_counter_views(loc, nsl, Pc, nb)
                 for g, c0, c1 in parts:
-                    bn, pre, _, grp, lbits, cshift = binned[g]
+                    bn, pre, _, grp, lbits, cshift, is_sorted = binned[g]
                     if c1 == c0:
                         continue
                     fn(bn, pre, c0, c1, cshift, P, p_lo, Pc, grp.qbits, lbits, grp.row_offset, nb, mode,
                        K.HIGHWAY_KEY, *limits, *views, np.empty(bn.size, np.int64), np.empty(bn.size, np.int64),
-                       np.empty(3 * 2048, np.int64))
+                       np.empty(3 * 2048, np.int64), is_sorted)
                 got.append(loc)
             assert got[0].tolist() == got[1].tolist()
             K.add_range_counts(got[0], nsl, p_lo, Pc, P, nb, *whole)
