@@ -261,7 +261,8 @@ def _binned(fn, batch, stk, topo, g, cuts, cshift, vocab=None, sort_all=True):
     for k, (s0, s1) in enumerate(zip(cuts[:-1], cuts[1:])):
         m, oov = fn(batch._ids, batch._splits, has_w, grp.feat_rows, grp.feat_k, n, s0, s1,
                     grp.vocab if vocab is None else vocab, P, grp.col_shift, grp.qbits, lbits, cshift, C,
-                    len(cuts) == 2 and sort_all, np.empty(total, np.int64), binned, base, pre[k], np.empty(3 * 2048, np.int64))
+                    len(cuts) == 2 and sort_all, np.empty(total, np.int64), binned, base, pre[k],
+                    np.empty(3 * 2048, np.int64))
         results.append((m, oov))
         base += m
     return binned, pre, results, grp, lbits, cshift, len(cuts) == 2 and sort_all
