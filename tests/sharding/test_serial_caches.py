@@ -180,6 +180,33 @@ def test_scenario_without_overrides_runs_a_plan_equal_to_the_one_with_its_own_li
     assert sc.plan.stacks[0].max_ids_per_partition == 7
 
 
+@pytest.mark.parametrize("stacking", [None, "auto"])
+@pytest.mark.parametrize("rotation", [None, 1])
+def test_scenario_without_overrides_lets_the_engine_plan_what_own_plan_plans(stacking, rotation, monkeypatch):
+    """No stack_limits: the scenario hands its stacking and rotation to the engine, which
+    must run a plan with own_plan's stacks and rotation; with an override it runs Scenario.plan."""
+    topo = scwork.Topology(2, 2)
+    batch, features = _batch(9)
+    ran = []
+    plan_of = engine._plan_of
+
+    def recording(*args, **kwargs):
+        ran.append(plan_of(*args, **kwargs))
+        return ran[-1]
+
+    monkeypatch.setattr(engine, "_plan_of", recording)
+    for config in (SparsecoreConfig(), SparsecoreConfig(max_ids_per_table=300)):
+        sc = Scenario(batch, features, topo, stacking, rotation=rotation, config=config)
+        stats = sc.stats
+        assert ran[-1].stacks == sc.own_plan.stacks and ran[-1].rotation == sc.own_plan.rotation
+        assert stats.equals(compute_stats(batch, features, topo, sc.own_plan, config))
+    name = sc.own_plan.stacks[0].name
+    sc = Scenario(batch, features, topo, stacking, rotation=rotation, stack_limits={name: (7, None)},
+                  config=SparsecoreConfig(allow_id_dropping=True))
+    sc.stats
+    assert ran[-1].stacks == sc.plan.stacks and ran[-1].stacks[0].max_ids_per_partition == 7
+
+
 def test_the_last_plan_is_reused_only_for_the_same_arguments():
     """engine._plan_of: the same objects and numbers give the last plan; anything else plans again."""
     topo = scwork.Topology(2, 2)
