@@ -124,6 +124,7 @@ def test_uniform_bulk_steps_links_and_bandwidths():
     assert values(c.link_busy_time) == [5.0, 2.0, 3.0]
     assert values(c.link_utilisation) == pytest.approx([5 / 6, 2 / 6, 3 / 6], rel=1e-15)
     assert values(c.link) == [0, 1, 2] and values(c.step) == [0, 1]
+    assert list(c.coords) == ["step", "link"]
     # Buffers: 5 per direction x 1 color x 1 direction (one-way ring) x largest message 200 B.
     assert c.attrs["buffer_bytes_per_node"] == 1000.0
     assert c.attrs["pipeline_chunks"] == 1 and c.attrs["buffers_per_direction"] == 5
@@ -229,6 +230,18 @@ def test_zero_total_time():
     assert values(c.busy_links) == [2, 2]
 
 
+def test_zero_total_time_with_two_link_classes():
+    net = two_cores(link_latency=0.0, on_chip_latency=0.0)
+    s = hand_schedule(net, [(0, 0, 2, 0, 1), (0, 2, 3, 1, 2), (1, 1, 3, 2, 3)], nbytes=0)
+    c = cost(s, link_summary=True, per_link=True)
+    assert float(c.total_time) == 0.0 and values(c.step_time) == [0.0, 0.0]
+    assert values(c.busy_links) == [2, 1] and values(c.mean_utilisation) == [0.0, 0.0]
+    assert values(c.utilisation) == [[0.0] * 6, [0.0] * 6]
+    assert values(c.link_utilisation) == [0.0] * 6
+    # Every busy link ties at 0 s: the smallest id (step 0: links 0 and 4).
+    assert values(c.busiest_link) == [0, 0]
+
+
 @pytest.mark.parametrize("k", [1, 2])
 def test_empty_schedule_on_one_chip(k):
     c = cost(single_path(Network.line(1)), pipeline_chunks=k, per_link=True, link_summary=True)
@@ -246,6 +259,9 @@ def test_compact_chain_uses_sparse_link_columns():
     assert values(c.step_time) == [5.0] * 6 and float(c.total_time) == 30.0
     assert values(c.busiest_link) == [0, 1, 2, 5, 4, 3]
     assert values(c.link_busy_time) == [5.0] * 6
+    # One busy link per step, busy the whole step.
+    assert values(c.busy_links) == [1] * 6 and values(c.mean_utilisation) == [1.0] * 6
+    assert values(c.link_utilisation) == pytest.approx([1 / 6] * 6, rel=1e-15)     # 5 s of 30 s
     p = cost(s, per_link=True, pipeline_chunks=2)
     # Two segments of 1 + 2 = 3 s: link_time 6 s on the diagonal the chain walks.
     expected = np.zeros((6, 6))
@@ -393,6 +409,14 @@ def test_phase_summary_of_zero_bytes_names_a_link_the_part_uses():
         "phase": ["reduce_scatter", "all_gather"], "dim": [0, 0], "steps": [1, 1], "first_step": [0, 1],
         "last_step": [0, 1], "bytes": [0.0, 0.0], "links": [1, 2], "busiest_link": [0, 1],
         "busiest_link_bytes": [0.0, 0.0]}
+
+
+def test_phase_summary_busiest_link_is_not_the_first_one():
+    # The all-gather part uses link 1 (100 B) and link 2 (200 B): link 2 is the busiest.
+    s = hand_schedule(one_way(), [(0, 0, 1, 0, 1, RS), (1, 1, 2, 1, 2, AG), (1, 2, 0, 2, 4, AG)])
+    ps = phase_summary(s)
+    assert values(ps.busiest_link) == [0, 2] and values(ps.busiest_link_bytes) == [100.0, 200.0]
+    assert values(ps.bytes) == [100.0, 300.0] and values(ps.links) == [1, 2]
 
 
 def test_phase_summary_nbytes_argument():
