@@ -24,6 +24,7 @@ import numpy as np
 import pytest
 
 from scwork.collectives import (
+    SCALING_BOOK_V5E_EXAMPLE,
     Network,
     Schedule,
     bandwidths,
@@ -368,6 +369,14 @@ def test_bad_buffers_per_direction(bad):
         cost(uniform_schedule(), buffers_per_direction=bad)
 
 
+def test_pipeline_chunks_cap_is_int32_max():
+    # The documented cap, 2**31 - 1 segments, written out.
+    assert MAX_PIPELINE_CHUNKS == 2_147_483_647
+    cost(uniform_schedule(), pipeline_chunks=2_147_483_647)
+    with pytest.raises(ConfigError, match="MAX_PIPELINE_CHUNKS=2,147,483,647"):
+        cost(uniform_schedule(), pipeline_chunks=2_147_483_648)
+
+
 def test_pipeline_chunks_at_and_past_the_cap():
     # At the cap every segment pays 1 s: link 0's 2 messages alone take 2 x (2**31 - 1) s.
     c = cost(uniform_schedule(), pipeline_chunks=np.int64(MAX_PIPELINE_CHUNKS), buffers_per_direction=np.int64(1))
@@ -492,6 +501,17 @@ def test_phase_summary_of_a_compact_two_dimensional_torus(monkeypatch, budget):
 
 
 # -- bus_factor, bandwidths, scaling_book_time --------------------------------------
+
+
+def test_scaling_book_example_constants():
+    # jax-ml scaling-book, "Sharded Matrices and How to Multiply Them", pop quiz 2:
+    # bf16[E=2048, F=8192] = 33,554,432 B, AllGather over Y (4) of a v5e {'X': 8, 'Y': 4};
+    # 377 us with wraparound, 560 us without, 680 us measured; 4.5e10 B/s per link.
+    assert SCALING_BOOK_V5E_EXAMPLE == {
+        "shape": (8, 4), "axis": 1, "array_bytes": 33_554_432, "link_bytes_per_s": 45_000_000_000.0,
+        "time_with_wraparound_s": 0.000377, "time_without_wraparound_s": 0.00056, "measured_s": 0.00068,
+        "source": "jax-ml scaling-book, 'Sharded Matrices and How to Multiply Them', pop quiz 2"}
+
 
 
 def test_bus_factor_by_hand():
