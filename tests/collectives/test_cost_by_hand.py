@@ -221,14 +221,18 @@ def test_latency_only_steps_of_a_zero_byte_schedule():
     assert c.attrs["buffer_bytes_per_node"] == 0.0
 
 
-def test_zero_total_time():
-    c = cost(uniform_schedule(latency=0.0), nbytes=0, link_summary=True, per_link=True, pipeline_chunks=2)
+@pytest.mark.parametrize("per_link", [False, True])     # the uniform path, the general path
+@pytest.mark.parametrize("k", [1, 2])
+def test_zero_total_time(per_link, k):
+    c = cost(uniform_schedule(latency=0.0), nbytes=0, link_summary=True, per_link=per_link, pipeline_chunks=k)
     assert float(c.total_time) == 0.0 and values(c.step_time) == [0.0, 0.0]
     assert float(c.algbw) == math.inf and float(c.busbw) == math.inf    # 0 B in 0 s, f = 4/3
     assert values(c.link_utilisation) == [0.0, 0.0, 0.0]
     assert values(c.mean_utilisation) == [0.0, 0.0]
-    assert values(c.utilisation) == [[0.0] * 3, [0.0] * 3]
     assert values(c.busy_links) == [2, 2]
+    assert values(c.busiest_link) == [0, 0]
+    if per_link:
+        assert values(c.utilisation) == [[0.0] * 3, [0.0] * 3]
 
 
 def test_zero_total_time_with_two_link_classes():
@@ -408,6 +412,21 @@ def test_phase_summary_with_on_chip_parts():
         "busiest_link_bytes": [400.0, 300.0, 100.0, 200.0]}
     assert values(ps.part) == [0, 1, 2, 3]
     assert ps.attrs == {"schedule": "by hand", "network": "2 line, 2 cores/chip", "nbytes": 400, "num_steps": 3}
+
+
+def test_phase_summary_on_chip_part_of_a_two_dimensional_grid():
+    # Network.mesh((2, 2), cores_per_chip=2): chips A (0, 0), B (0, 1), C (1, 0), D (1, 1),
+    # nodes 2 per chip. A->C runs along dimension 0, A->B along dimension 1, A.0->A.1 on chip.
+    net = Network.mesh((2, 2), cores_per_chip=2, link_bandwidth=100.0, link_latency=1.0,
+                       on_chip_bandwidth=200.0, on_chip_latency=0.5)
+    a_c, a_b, on_a = (int(net.link_ids([s], [d])[0]) for s, d in ((0, 4), (0, 2), (0, 1)))
+    s = hand_schedule(net, [(0, 0, 4, 0, 1, RS), (0, 0, 2, 1, 3, RS), (1, 0, 1, 0, 4, RS)])
+    ps = phase_summary(s)
+    assert columns(ps) == {
+        "phase": ["reduce_scatter"] * 3, "dim": [0, 1, -1], "steps": [1, 1, 1], "first_step": [0, 0, 1],
+        "last_step": [0, 0, 1], "bytes": [100.0, 200.0, 400.0], "links": [1, 1, 1],
+        "busiest_link": [a_c, a_b, on_a], "busiest_link_bytes": [100.0, 200.0, 400.0]}
+    assert net.link_kind[on_a] == "on_chip" and (net.link_dim[a_c], net.link_dim[a_b]) == (0, 1)
 
 
 def test_phase_summary_of_zero_bytes_names_a_link_the_part_uses():
