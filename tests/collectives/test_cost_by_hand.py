@@ -221,6 +221,23 @@ def test_latency_only_steps_of_a_zero_byte_schedule():
     assert c.attrs["buffer_bytes_per_node"] == 0.0
 
 
+@pytest.mark.parametrize("per_link", [False, True])
+def test_total_time_below_one_second(per_link):
+    # 0 B, 0.25 s per message: every step takes 0.25 s, 0.5 s in all (times below 1 s
+    # are divided like any other).
+    c = cost(uniform_schedule(latency=0.25), nbytes=0, link_summary=True, per_link=per_link)
+    assert float(c.total_time) == 0.5
+    assert float(c.algbw) == 0.0 and float(c.busbw) == 0.0          # 0 B / 0.5 s
+    # link 0 carries a message in both steps: 0.5 s of 0.5 s; links 1 and 2 one each.
+    assert values(c.link_busy_time) == [0.5, 0.25, 0.25]
+    assert values(c.link_utilisation) == [1.0, 0.5, 0.5]
+    assert values(c.mean_utilisation) == [1.0, 1.0]
+    c = cost(uniform_schedule(latency=0.25), nbytes=4, per_link=per_link)    # 1 B chunks, 1 / 100 s per byte
+    # step 0: link 0 0.25 + 2 / 100 = 0.27 s; step 1: link 2 0.27 s. 4 B / 0.54 s.
+    assert float(c.total_time) == pytest.approx(0.54, rel=1e-15)
+    assert float(c.algbw) == pytest.approx(4 / 0.54, rel=1e-15)
+
+
 @pytest.mark.parametrize("per_link", [False, True])     # the uniform path, the general path
 @pytest.mark.parametrize("k", [1, 2])
 def test_zero_total_time(per_link, k):
