@@ -113,17 +113,17 @@ def test_uniform_bulk_steps_links_and_bandwidths():
     assert float(c.total_time) == 6.0
     assert c.total_time.attrs["mode"] == "bulk-synchronous"
     # algbw = 400 B / 6 s; busbw = algbw * 2 (3 - 1) / 3 (all-reduce over 3 nodes).
-    assert float(c.algbw) == pytest.approx(400 / 6, rel=1e-15)
-    assert float(c.busbw) == pytest.approx(400 / 6 * 4 / 3, rel=1e-15)
+    assert float(c.algbw) == pytest.approx(400 / 6, rel=1e-15, abs=0)
+    assert float(c.busbw) == pytest.approx(400 / 6 * 4 / 3, rel=1e-15, abs=0)
     assert c.busbw.attrs["definition"] == "algbw * f, f = 1.333"
     assert values(c.busy_links) == [2, 2]
     # mean utilisation: step 0 (3 + 2) / 3 over 2 links; step 1 (3 + 2) / 3 over 2 links.
-    assert values(c.mean_utilisation) == pytest.approx([5 / 6, 5 / 6], rel=1e-15)
+    assert values(c.mean_utilisation) == pytest.approx([5 / 6, 5 / 6], rel=1e-15, abs=0)
     assert values(c.busiest_link) == [0, 2]
     assert values(c.link_total_bytes) == [300.0, 100.0, 200.0]
     # link 0: two messages (2 s of latency) + 300 B / 100 = 5 s; link 1: 1 + 1; link 2: 1 + 2.
     assert values(c.link_busy_time) == [5.0, 2.0, 3.0]
-    assert values(c.link_utilisation) == pytest.approx([5 / 6, 2 / 6, 3 / 6], rel=1e-15)
+    assert values(c.link_utilisation) == pytest.approx([5 / 6, 2 / 6, 3 / 6], rel=1e-15, abs=0)
     assert values(c.link) == [0, 1, 2] and values(c.step) == [0, 1]
     assert list(c.coords) == ["step", "link"]
     # Buffers: 5 per direction x 1 color x 1 direction (one-way ring) x largest message 200 B.
@@ -169,7 +169,7 @@ def test_uniform_pipelined_two_segments_busiest_link_bound(buffers):
     assert values(c.cumulative_time) == [4.0, 8.0]
     # Busy time over 2 segments: link 0 7 s, link 1 2 x (1 + 0.5) = 3 s, link 2 2 x (1 + 1) = 4 s.
     assert values(c.link_busy_time) == [7.0, 3.0, 4.0]
-    assert values(c.link_utilisation) == pytest.approx([1.0, 3 / 7, 4 / 7], rel=1e-15)
+    assert values(c.link_utilisation) == pytest.approx([1.0, 3 / 7, 4 / 7], rel=1e-15, abs=0)
     # buffers x 1 color x 1 direction x largest segment (200 B / 2).
     assert c.attrs["buffer_bytes_per_node"] == buffers * 100.0
     assert c.attrs["pipeline_chunks"] == 2 and c.attrs["buffers_per_direction"] == buffers
@@ -179,13 +179,13 @@ def test_uniform_three_segments_and_one_buffer():
     c3 = cost(uniform_schedule(), pipeline_chunks=3)
     # Segment time: step 0 link 0 1 + 200 / 300 = 5/3 s; step 1 link 2 the same.
     # Critical path 10/3 + 2 x 5/3 = 20/3 s; link 0: 3 x 2 latencies + 300 / 100 = 9 s.
-    assert float(c3.total_time) == pytest.approx(9.0, rel=1e-14)
-    assert values(c3.step_time) == pytest.approx([5.0, 5.0], rel=1e-14)
+    assert float(c3.total_time) == pytest.approx(9.0, rel=1e-14, abs=0)
+    assert values(c3.step_time) == pytest.approx([5.0, 5.0], rel=1e-14, abs=0)
     one = cost(uniform_schedule(), pipeline_chunks=3, buffers_per_direction=1)
     # No overlap: 3 segments one after the other in each step, 3 x (5/3 + 5/3) = 10 s.
-    assert float(one.total_time) == pytest.approx(10.0, rel=1e-14)
+    assert float(one.total_time) == pytest.approx(10.0, rel=1e-14, abs=0)
     assert one.total_time.attrs["mode"] == "segmented, no overlap (1 buffer)"
-    assert one.attrs["buffer_bytes_per_node"] == pytest.approx(200 / 3, rel=1e-14)   # 1 x 1 x 1 x 200 / 3
+    assert one.attrs["buffer_bytes_per_node"] == pytest.approx(200 / 3, rel=1e-14, abs=0)   # 1 x 1 x 1 x 200 / 3
 
 
 def chain_schedule():
@@ -202,7 +202,7 @@ def test_pipelined_chain_is_bound_by_its_critical_path():
     assert values(c2.step_time) == [5.0, 3.0]
     c3 = cost(chain_schedule(), pipeline_chunks=3)
     # Segments 1 + 1 = 2 s and 1 + 1/3 s: 2 + 4/3 + 2 x 2 = 22/3 s; link 0: 3 + 3 = 6 s.
-    assert float(c3.total_time) == pytest.approx(22 / 3, rel=1e-14)
+    assert float(c3.total_time) == pytest.approx(22 / 3, rel=1e-14, abs=0)
     bulk = cost(chain_schedule())
     assert float(bulk.total_time) == 6.0           # (1 + 3) + (1 + 1)
     # Bidirectional line: buffers count both directions, 5 x 1 x 2 x 150 B.
@@ -234,8 +234,8 @@ def test_total_time_below_one_second(per_link):
     assert values(c.mean_utilisation) == [1.0, 1.0]
     c = cost(uniform_schedule(latency=0.25), nbytes=4, per_link=per_link)    # 1 B chunks, 1 / 100 s per byte
     # step 0: link 0 0.25 + 2 / 100 = 0.27 s; step 1: link 2 0.27 s. 4 B / 0.54 s.
-    assert float(c.total_time) == pytest.approx(0.54, rel=1e-15)
-    assert float(c.algbw) == pytest.approx(4 / 0.54, rel=1e-15)
+    assert float(c.total_time) == pytest.approx(0.54, rel=1e-15, abs=0)
+    assert float(c.algbw) == pytest.approx(4 / 0.54, rel=1e-15, abs=0)
 
 
 @pytest.mark.parametrize("per_link", [False, True])     # the uniform path, the general path
@@ -283,7 +283,7 @@ def test_compact_chain_uses_sparse_link_columns():
     assert values(c.link_busy_time) == [5.0] * 6
     # One busy link per step, busy the whole step.
     assert values(c.busy_links) == [1] * 6 and values(c.mean_utilisation) == [1.0] * 6
-    assert values(c.link_utilisation) == pytest.approx([1 / 6] * 6, rel=1e-15)     # 5 s of 30 s
+    assert values(c.link_utilisation) == pytest.approx([1 / 6] * 6, rel=1e-15, abs=0)     # 5 s of 30 s
     p = cost(s, per_link=True, pipeline_chunks=2)
     # Two segments of 1 + 2 = 3 s: link_time 6 s on the diagonal the chain walks.
     expected = np.zeros((6, 6))
@@ -307,15 +307,15 @@ def test_general_bulk_steps_and_link_summary():
     assert values(c.step_bytes) == [400.0, 200.0, 300.0]
     assert values(c.busy_links) == [2, 2, 2]
     # (7 + 1) / 7 / 2, (1.5 + 2) / 2 / 2, (2 + 2) / 2 / 2.
-    assert values(c.mean_utilisation) == pytest.approx([4 / 7, 0.875, 1.0], rel=1e-15)
+    assert values(c.mean_utilisation) == pytest.approx([4 / 7, 0.875, 1.0], rel=1e-15, abs=0)
     # Step 2's tie goes to the smaller link id (0 with 100 B, not 2 with 300 B).
     assert values(c.busiest_link) == [0, 1, 0]
     assert values(c.link_total_bytes) == [500.0, 100.0, 300.0, 0.0, 100.0, 200.0]
     assert values(c.link_busy_time) == [9.0, 2.0, 2.0, 0.0, 1.0, 1.5]
-    assert values(c.link_utilisation) == pytest.approx([9 / 11, 2 / 11, 2 / 11, 0.0, 1 / 11, 1.5 / 11], rel=1e-15)
+    assert values(c.link_utilisation) == pytest.approx([9 / 11, 2 / 11, 2 / 11, 0.0, 1 / 11, 1.5 / 11], rel=1e-15, abs=0)
     # 400 B in 11 s; all-reduce over 4 nodes: f = 2 x 3 / 4.
-    assert float(c.algbw) == pytest.approx(400 / 11, rel=1e-15)
-    assert float(c.busbw) == pytest.approx(400 / 11 * 1.5, rel=1e-15)
+    assert float(c.algbw) == pytest.approx(400 / 11, rel=1e-15, abs=0)
+    assert float(c.busbw) == pytest.approx(400 / 11 * 1.5, rel=1e-15, abs=0)
     # Largest message 300 B (step 2, link 2; link 0's 400 B are three messages):
     # 5 buffers x 1 color x 2 directions x 300 B.
     assert c.attrs["buffer_bytes_per_node"] == 3000.0
@@ -333,14 +333,14 @@ def test_general_three_segments():
     c = cost(general_schedule(), pipeline_chunks=3, per_link=True, link_summary=True)
     # Segment times: step 0 link 0 3 + 400 / 300 = 13/3 s (link 4 0.5 + 1/6 = 2/3 s);
     # step 1 link 1 1 + 1/3 = 4/3 s (link 5 0.5 + 1/3); step 2 link 0 1 + 1/3 = 4/3 s (link 2 0.5 + 0.5).
-    assert values(c.step_time) == pytest.approx([13.0, 4.0, 4.0], rel=1e-14)
+    assert values(c.step_time) == pytest.approx([13.0, 4.0, 4.0], rel=1e-14, abs=0)
     # Critical path 13/3 + 8/3 + 2 x 13/3 = 47/3 s; link 0 3 x (13/3 + 4/3) = 17 s.
-    assert float(c.total_time) == pytest.approx(17.0, rel=1e-14)
-    assert values(c.link_busy_time) == pytest.approx([17.0, 4.0, 3.0, 0.0, 2.0, 2.5], rel=1e-14)
-    assert values(c.link_time[0]) == pytest.approx([13.0, 0, 0, 0, 2.0, 0], rel=1e-14)
-    assert values(c.utilisation[0]) == pytest.approx([1.0, 0, 0, 0, 2 / 13, 0], rel=1e-14)
+    assert float(c.total_time) == pytest.approx(17.0, rel=1e-14, abs=0)
+    assert values(c.link_busy_time) == pytest.approx([17.0, 4.0, 3.0, 0.0, 2.0, 2.5], rel=1e-14, abs=0)
+    assert values(c.link_time[0]) == pytest.approx([13.0, 0, 0, 0, 2.0, 0], rel=1e-14, abs=0)
+    assert values(c.utilisation[0]) == pytest.approx([1.0, 0, 0, 0, 2 / 13, 0], rel=1e-14, abs=0)
     # Largest segment 300 / 3 B: 5 x 1 x 2 x 100.
-    assert c.attrs["buffer_bytes_per_node"] == pytest.approx(1000.0, rel=1e-14)
+    assert c.attrs["buffer_bytes_per_node"] == pytest.approx(1000.0, rel=1e-14, abs=0)
 
 
 def test_two_cores_with_equal_link_classes_count_each_message():
@@ -402,7 +402,7 @@ def test_pipeline_chunks_at_and_past_the_cap():
     # At the cap every segment pays 1 s: link 0's 2 messages alone take 2 x (2**31 - 1) s.
     c = cost(uniform_schedule(), pipeline_chunks=np.int64(MAX_PIPELINE_CHUNKS), buffers_per_direction=np.int64(1))
     assert c.attrs["pipeline_chunks"] == MAX_PIPELINE_CHUNKS and c.attrs["buffers_per_direction"] == 1
-    assert float(c.total_time) == pytest.approx(2 * MAX_PIPELINE_CHUNKS, rel=1e-9)
+    assert float(c.total_time) == pytest.approx(2 * MAX_PIPELINE_CHUNKS, rel=1e-9, abs=0)
     with pytest.raises(ConfigError, match="MAX_PIPELINE_CHUNKS"):
         cost(uniform_schedule(), pipeline_chunks=MAX_PIPELINE_CHUNKS + 1)
 
@@ -616,7 +616,7 @@ def test_scaling_book_time_without_wraparound_by_hand():
         scaling_book_time("all_gather", 400, [4, 2], wraparound=False)
     # The book's v5e numbers: 3 hops of 8,388,608 B at 4.5e10 B/s = 559.2 us.
     assert scaling_book_time("all_gather", 2048 * 8192 * 2, [4], wraparound=False) == pytest.approx(
-        3 * 8_388_608 / 4.5e10, rel=1e-15)
+        3 * 8_388_608 / 4.5e10, rel=1e-15, abs=0)
 
 
 def test_scaling_book_all_to_all_by_hand():
