@@ -40,7 +40,7 @@ from scwork.collectives.cost import MAX_PIPELINE_CHUNKS
 from scwork.collectives.network import MAX_NODES
 from scwork.errors import ConfigError
 
-RS, AG = 0, 1   # phase codes (scwork.collectives.PHASES)
+RS, AG, A2A = 0, 1, 2   # phase codes (scwork.collectives.PHASES)
 
 
 def hand_schedule(net, transfers, *, num_chunks=4, collective="all_reduce", nbytes=None):
@@ -437,13 +437,28 @@ def test_phase_summary_on_chip_part_of_a_two_dimensional_grid():
     net = Network.mesh((2, 2), cores_per_chip=2, link_bandwidth=100.0, link_latency=1.0,
                        on_chip_bandwidth=200.0, on_chip_latency=0.5)
     a_c, a_b, on_a = (int(net.link_ids([s], [d])[0]) for s, d in ((0, 4), (0, 2), (0, 1)))
-    s = hand_schedule(net, [(0, 0, 4, 0, 1, RS), (0, 0, 2, 1, 3, RS), (1, 0, 1, 0, 4, RS)])
+    # Steps 0-1 reduce-scatter; step 2 an all-to-all (phase code 2) over the same three links.
+    s = hand_schedule(net, [(0, 0, 4, 0, 1, RS), (0, 0, 2, 1, 3, RS), (1, 0, 1, 0, 4, RS),
+                            (2, 0, 4, 0, 2, A2A), (2, 0, 2, 2, 3, A2A), (2, 0, 1, 3, 4, A2A)])
     ps = phase_summary(s)
     assert columns(ps) == {
-        "phase": ["reduce_scatter"] * 3, "dim": [0, 1, -1], "steps": [1, 1, 1], "first_step": [0, 0, 1],
-        "last_step": [0, 0, 1], "bytes": [100.0, 200.0, 400.0], "links": [1, 1, 1],
-        "busiest_link": [a_c, a_b, on_a], "busiest_link_bytes": [100.0, 200.0, 400.0]}
+        "phase": ["reduce_scatter"] * 3 + ["all_to_all"] * 3, "dim": [0, 1, -1, 0, 1, -1],
+        "steps": [1] * 6, "first_step": [0, 0, 1, 2, 2, 2], "last_step": [0, 0, 1, 2, 2, 2],
+        "bytes": [100.0, 200.0, 400.0, 200.0, 100.0, 100.0], "links": [1] * 6,
+        "busiest_link": [a_c, a_b, on_a] * 2, "busiest_link_bytes": [100.0, 200.0, 400.0, 200.0, 100.0, 100.0]}
     assert net.link_kind[on_a] == "on_chip" and (net.link_dim[a_c], net.link_dim[a_b]) == (0, 1)
+
+
+def test_one_link():
+    # Two steps on link 0 of ONE_WAY: 100 B, then 300 B; 1 + 1 s and 1 + 3 s.
+    s = hand_schedule(one_way(), [(0, 0, 1, 0, 1, RS), (1, 0, 1, 1, 4, AG)])
+    c = cost(s, link_summary=True)
+    assert values(c.step_time) == [2.0, 4.0] and values(c.link_busy_time) == [6.0, 0.0, 0.0]
+    assert values(c.busiest_link) == [0, 0]
+    assert columns(phase_summary(s)) == {
+        "phase": ["reduce_scatter", "all_gather"], "dim": [0, 0], "steps": [1, 1], "first_step": [0, 1],
+        "last_step": [0, 1], "bytes": [100.0, 300.0], "links": [1, 1], "busiest_link": [0, 0],
+        "busiest_link_bytes": [100.0, 300.0]}
 
 
 def test_phase_summary_of_zero_bytes_names_a_link_the_part_uses():
