@@ -186,6 +186,10 @@ def test_uniform_three_segments_and_one_buffer():
     assert float(one.total_time) == pytest.approx(10.0, rel=1e-14, abs=0)
     assert one.total_time.attrs["mode"] == "segmented, no overlap (1 buffer)"
     assert one.attrs["buffer_bytes_per_node"] == pytest.approx(200 / 3, rel=1e-14, abs=0)   # 1 x 1 x 1 x 200 / 3
+    # The same through the general path (per_link): segments of 200 / 3 B, not 66.
+    general = cost(uniform_schedule(), pipeline_chunks=3, buffers_per_direction=1, per_link=True)
+    assert general.attrs["buffer_bytes_per_node"] == pytest.approx(200 / 3, rel=1e-14, abs=0)
+    assert float(general.total_time) == pytest.approx(10.0, rel=1e-14, abs=0)
 
 
 def chain_schedule():
