@@ -43,7 +43,7 @@ from scwork.errors import ConfigError
 RS, AG, A2A = 0, 1, 2   # phase codes (scwork.collectives.PHASES)
 
 
-def hand_schedule(net, transfers, *, num_chunks=4, collective="all_reduce", nbytes=None):
+def hand_schedule(net, transfers, *, num_chunks=4, collective="all_reduce", nbytes=None, color=None):
     """An explicit schedule from ``(step, source, destination, start, stop[, phase])`` tuples.
 
     ``itemsize=1`` and, unless given, ``nbytes = 100 * num_chunks``: 100 B per chunk.
@@ -52,8 +52,8 @@ def hand_schedule(net, transfers, *, num_chunks=4, collective="all_reduce", nbyt
     step, src, dst, c0, c1, phase = (list(col) for col in zip(*rows)) if rows else ([],) * 6
     n = len(rows)
     return Schedule(net, name="by hand", collective=collective, num_chunks=num_chunks, step=step, source=src,
-                    destination=dst, start=c0, stop=c1, op=[0] * n, color=[0] * n, phase=phase,
-                    nbytes=100 * num_chunks if nbytes is None else nbytes, itemsize=1)
+                    destination=dst, start=c0, stop=c1, op=[0] * n, color=[0] * n if color is None else color,
+                    phase=phase, nbytes=100 * num_chunks if nbytes is None else nbytes, itemsize=1)
 
 
 def one_way(latency=1.0):
@@ -131,6 +131,17 @@ def test_uniform_bulk_steps_links_and_bandwidths():
     assert c.attrs["pipeline_chunks"] == 1 and c.attrs["buffers_per_direction"] == 5
     assert (c.attrs["nbytes"], c.attrs["itemsize"]) == (400, 1)
     assert (c.attrs["schedule"], c.attrs["collective"], c.attrs["network"]) == ("by hand", "all_reduce", "3 ring")
+
+
+def test_buffers_per_color():
+    # The uniform schedule with its step-1 message in a second color: 2 colors.
+    s = hand_schedule(one_way(), [(0, 0, 1, 0, 2), (0, 1, 2, 2, 3), (1, 2, 0, 0, 1), (1, 2, 0, 1, 2),
+                                  (1, 0, 1, 3, 4)], color=[0, 0, 1, 1, 0])
+    assert s.num_colors == 2
+    # 5 buffers x 2 colors x 1 direction x 200 B; 3 buffers: 3 x 2 x 1 x 200 / 2.
+    assert cost(s).attrs["buffer_bytes_per_node"] == 2000.0
+    assert cost(s, buffers_per_direction=3, pipeline_chunks=2).attrs["buffer_bytes_per_node"] == 600.0
+    assert float(cost(s).total_time) == 6.0          # colors share links: the times do not change
 
 
 def test_uniform_bulk_without_link_columns_has_no_link_dim():
