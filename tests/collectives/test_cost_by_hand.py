@@ -356,6 +356,9 @@ def test_general_three_segments():
     assert values(c.utilisation[0]) == pytest.approx([1.0, 0, 0, 0, 2 / 13, 0], rel=1e-14, abs=0)
     # Largest segment 300 / 3 B: 5 x 1 x 2 x 100.
     assert c.attrs["buffer_bytes_per_node"] == pytest.approx(1000.0, rel=1e-14, abs=0)
+    # 7 segments: 300 / 7 B (not a whole number of bytes): 5 x 1 x 2 x 300 / 7.
+    c7 = cost(general_schedule(), pipeline_chunks=7)
+    assert c7.attrs["buffer_bytes_per_node"] == pytest.approx(3000 / 7, rel=1e-14, abs=0)
 
 
 def test_two_cores_with_equal_link_classes_count_each_message():
