@@ -288,9 +288,13 @@ def test_empty_schedule_on_one_chip(k):
     assert c.attrs["buffer_bytes_per_node"] == 0.0
 
 
-def test_compact_chain_uses_sparse_link_columns():
+@pytest.mark.parametrize("budget", [None, 2, 3])
+def test_compact_chain_uses_sparse_link_columns(monkeypatch, budget):
     # single_path on a line of 4: 6 steps, one 400 B message each, over links
     # 0 (A->B), 1, 2 and back 5 (D->C), 4, 3; 1 + 400 / 100 = 5 s per step.
+    # Batches of 2 or 3 records carry the columns of 1 or 2 of the 6 links only.
+    if budget is not None:
+        monkeypatch.setitem(Schedule.link_loads.__kwdefaults__, "budget", budget)
     s = single_path(Network.line(4, link_bandwidth=100.0, link_latency=1.0), nbytes=400)
     c = cost(s, link_summary=True)
     assert values(c.step_time) == [5.0] * 6 and float(c.total_time) == 30.0
