@@ -647,6 +647,9 @@ def test_scaling_book_time_without_wraparound_by_hand():
     assert scaling_book_time("all_gather", 400, [4], link_bandwidth=100.0, latency=0.5, wraparound=False) == 3.0
     assert scaling_book_time("all_reduce", 400, [4], link_bandwidth=100.0, latency=0.5,
                              wraparound=np.bool_(False)) == 6.0
+    # 402 B: 3 hops of 100.5 B = 3.015 s (not a whole number of bytes per hop).
+    assert scaling_book_time("all_gather", 402, [4], link_bandwidth=100.0, latency=0.5,
+                             wraparound=False) == pytest.approx(3.015, rel=1e-15, abs=0)
     # Latency-bound: 0 B, 3 hops of 2 s.
     assert scaling_book_time("reduce_scatter", 0, [4], link_bandwidth=100.0, latency=2.0, wraparound=False) == 6.0
     with pytest.raises(ConfigError, match="one axis"):
