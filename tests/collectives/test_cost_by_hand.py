@@ -331,7 +331,8 @@ def test_general_bulk_steps_and_link_summary():
     assert values(c.busiest_link) == [0, 1, 0]
     assert values(c.link_total_bytes) == [500.0, 100.0, 300.0, 0.0, 100.0, 200.0]
     assert values(c.link_busy_time) == [9.0, 2.0, 2.0, 0.0, 1.0, 1.5]
-    assert values(c.link_utilisation) == pytest.approx([9 / 11, 2 / 11, 2 / 11, 0.0, 1 / 11, 1.5 / 11], rel=1e-15, abs=0)
+    assert values(c.link_utilisation) == pytest.approx([9 / 11, 2 / 11, 2 / 11, 0.0, 1 / 11, 1.5 / 11],
+                                                       rel=1e-15, abs=0)
     # 400 B in 11 s; all-reduce over 4 nodes: f = 2 x 3 / 4.
     assert float(c.algbw) == pytest.approx(400 / 11, rel=1e-15, abs=0)
     assert float(c.busbw) == pytest.approx(400 / 11 * 1.5, rel=1e-15, abs=0)
