@@ -15,6 +15,8 @@ layout attributes.
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from scwork.errors import LayoutError
@@ -55,6 +57,13 @@ def test_tokens_kinds_texts_offsets_and_values():
     ]
     assert tokenize("") == [Token("end", "", 0)]
     assert tokenize("f32_x9") == [Token("ident", "f32_x9", 0), Token("end", "", 6)]
+
+
+def test_tokens_are_frozen_values():
+    token = Token("int", "3", 4, 3)
+    assert {token, Token("int", "3", 4, 3)} == {token}          # hashable, equal by value
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        token.value = 4  # type: ignore[misc]
 
 
 def test_int64_range_at_both_ends():
