@@ -285,6 +285,44 @@ def test_rejected_texts(text, reason, position, hint):
     assert error_of(text) == (reason, position, hint)
 
 
+# Token kinds are compared as strings; these put a punctuation token that sorts before or
+# after the expected one ('#' < '(' < ')' < '*' < ',' < ':' < '<=' < '[' < ']' ... < '{' < '}'
+# < '~') where another is expected, so a '<' or '>' for '==' or '!=' changes the verdict.
+@pytest.mark.parametrize("text, reason, position", [
+    ("#[3]", "expected an element type such as f32, found '#'", 0),
+    ("f32(3]", "expected '[' after the element type f32, found '('", 3),
+    ("f32[3(4]", "expected ',' or ']' to close the dimension list opened at position 3, found '('", 5),
+    ("f32[3*4]", "expected ',' or ']' to close the dimension list opened at position 3, found '*'", 5),
+    ("f32[3[", "expected ',' or ']' to close the dimension list opened at position 3, found '['", 5),
+    ("f32[3]}", "unexpected '}' after the end of the shape", 6),
+    ("f32[3]~", "unexpected '~' after the end of the shape", 6),
+    ("f32[3]<=", "unexpected '<=' after the end of the shape", 6),
+    ("f32[3](", "unexpected '(' after the end of the shape", 6),
+    ("f32[3,5]{1(0}", "expected '}' to close the layout opened at position 8, found '('", 10),
+    ("f32[3]{0(}", "expected '}' to close the layout opened at position 6, found '('", 8),
+    ("f32[3]{0~", "expected '}' to close the layout opened at position 6, found '~'", 8),
+    ("f32[3]{0:3}", "expected '}' to close the layout opened at position 6, found '3'", 9),
+    ("f32[3]{0:(}", "expected '}' to close the layout opened at position 6, found '('", 9),
+    ("f32[3]{0:T#(u32)}", "expected '(' to start a tile after T, found '#'", 10),
+    ("f32[3,5]{1,0:T(2(2)}", "expected ',' or ')' to close the tile opened at position 14, found '('", 16),
+    ("f32[3,5]{1,0:D(D(C)}", "expected ',' or ')' in D(...), found '('", 16),
+    ("f32[8]{0:SC#(u32)}", "expected '(' to start a split config after SC, found '#'", 11),
+    ("f32[8]{0:SC(0:1)#(u32)}", "layout attribute '#' must come before 'SC'", 16),
+    ("f32[8]{0:SC(0:1(2)}", "expected ',' or ')' in the split config, found '('", 15),
+    ("f32[8]{0:SC(0(1)}", "expected ':' between the split dimension and its split indices, found '('", 13),
+    ("f32[8]{0:L(2(}", "expected ')' to close L(...), found '('", 12),
+    ("f32[8]{0:P(f32[8](}", "expected ')' to close the physical shape P(...), found '('", 17),
+])
+def test_a_punctuation_token_where_another_is_expected(text, reason, position):
+    assert error_of(text)[:2] == (reason, position)
+
+
+def test_attributes_right_after_tiles():
+    assert parse("f32[3]{0:T(2)#(u32)}").index_primitive_type == "u32"
+    assert parse("f32[3]{0:T(2)*(u8)}").pointer_primitive_type == "u8"
+    assert parse("f32[3]{0:SC(0:1)P(f32[3])}").split_configs == (SplitConfig(0, (1,)),)
+
+
 def test_physical_shape_fields():
     s = parse("f32[4]{0:P(f32[4]{0:T(2)})}")
     assert s.layout_physical_shape == Shape("f32", (4,), (0,), tiles=[(2,)])
