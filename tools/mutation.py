@@ -58,6 +58,8 @@ MODULES: dict[str, list[str]] = {
     "scwork/layout/_parser.py": ["tests/layout/test_parse.py", "tests/layout/test_sparse_levels.py",
                                  "tests/layout/test_parser_pinned.py"],
     "scwork/layout/_kernels.py": ["tests/layout/test_kernels_pinned.py", "tests/layout/test_kernels.py"],
+    "scwork/layout/_addressing.py": ["tests/layout/test_addressing_pinned.py", "tests/layout/test_kernels_pinned.py",
+                                     "tests/layout/test_shape.py", "tests/layout/test_fuzz_regressions.py"],
     "scwork/layout/embedding.py": ["tests/layout/test_embedding.py", "tests/layout/test_bad_inputs.py",
                                    "tests/layout/test_fuzz_regressions.py", "tests/layout/test_embedding_pinned.py"],
     "scwork/layout/npu.py": ["tests/layout/test_npu.py", "tests/layout/test_bad_inputs.py",
