@@ -56,6 +56,8 @@ def test_tokens_kinds_texts_offsets_and_values():
         Token("]", "]", 7), Token("end", "", 8),
     ]
     assert tokenize("") == [Token("end", "", 0)]
+    # A negative number as the last two characters of the text.
+    assert tokenize("-3") == [Token("int", "-3", 0, -3), Token("end", "", 2)]
     assert tokenize("f32_x9") == [Token("ident", "f32_x9", 0), Token("end", "", 6)]
 
 
