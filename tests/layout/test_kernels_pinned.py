@@ -78,6 +78,11 @@ PROGRAMS = {
     # Two '*' merge all three dimensions into one run of 30 (32 slots); the coordinates
     # need three entries while the tiled shape has only two.
     "f32[2,3,5]{2,1,0:T(*,*,4)}": ([2, 3, 5], [0, 1, 2], 0, [-1, -1, 4], [0, 3], [2, 3, 5], [0, 3], [4, 1]),
+    # A second tile merging all four dimensions of the first one's (2, 3, 2, 2) into one run
+    # of 24 tiled by 2: the same addresses as T(2,2) alone, but the second level needs four
+    # coordinates where the logical shape and the final tiled shape have two.
+    "f32[3,5]{1,0:T(2,2)(*,*,*,2)}": ([3, 5], [0, 1], 0, [2, 2, -1, -1, -1, 2], [0, 2, 6], [3, 5, 2, 3, 2, 2],
+                                      [0, 2, 6], [2, 1]),
 }
 MAPS = {
     "f32[3,5]{1,0:T(2,2)}": F32_3x5_T22,
@@ -88,6 +93,7 @@ MAPS = {
     "f32[5]{0:T(2,4)}": F32_5_T24,
     "f32[]{:T(256)(4)}": 0,
     "f32[2,3,5]{2,1,0:T(*,*,4)}": np.arange(30).reshape(2, 3, 5).tolist(),
+    "f32[3,5]{1,0:T(2,2)(*,*,*,2)}": F32_3x5_T22,
 }
 # tiled_index_fill_reference's (levels, tiled_shape) of the same layouts, by hand.
 LEVELS = {
@@ -99,6 +105,7 @@ LEVELS = {
     "f32[5]{0:T(2,4)}": ([((1, 5), (2, 4))], (1, 2, 2, 4)),
     "f32[]{:T(256)(4)}": ([((1,), (256,)), ((1, 256), (4,))], (1, 64, 4)),
     "f32[2,3,5]{2,1,0:T(*,*,4)}": ([((2, 3, 5), (-1, -1, 4))], (8, 4)),
+    "f32[3,5]{1,0:T(2,2)(*,*,*,2)}": ([((3, 5), (2, 2)), ((2, 3, 2, 2), (-1, -1, -1, 2))], (12, 2)),
 }
 
 
