@@ -83,6 +83,11 @@ PROGRAMS = {
     # coordinates where the logical shape and the final tiled shape have two.
     "f32[3,5]{1,0:T(2,2)(*,*,*,2)}": ([3, 5], [0, 1], 0, [2, 2, -1, -1, -1, 2], [0, 2, 6], [3, 5, 2, 3, 2, 2],
                                       [0, 2, 6], [2, 1]),
+    # The same on f32[5]{0:T(2,4)}, whose first tile adds a major dimension: the second level
+    # writes a tile count into that dimension's coordinate, which must be 0 again for the
+    # next element.
+    "f32[5]{0:T(2,4)(*,*,*,2)}": ([5], [0], 1, [2, 4, -1, -1, -1, 2], [0, 2, 6], [1, 5, 1, 2, 2, 4], [0, 2, 6],
+                                  [2, 1]),
 }
 MAPS = {
     "f32[3,5]{1,0:T(2,2)}": F32_3x5_T22,
@@ -94,6 +99,7 @@ MAPS = {
     "f32[]{:T(256)(4)}": 0,
     "f32[2,3,5]{2,1,0:T(*,*,4)}": np.arange(30).reshape(2, 3, 5).tolist(),
     "f32[3,5]{1,0:T(2,2)(*,*,*,2)}": F32_3x5_T22,
+    "f32[5]{0:T(2,4)(*,*,*,2)}": F32_5_T24,
 }
 # tiled_index_fill_reference's (levels, tiled_shape) of the same layouts, by hand.
 LEVELS = {
@@ -106,6 +112,7 @@ LEVELS = {
     "f32[]{:T(256)(4)}": ([((1,), (256,)), ((1, 256), (4,))], (1, 64, 4)),
     "f32[2,3,5]{2,1,0:T(*,*,4)}": ([((2, 3, 5), (-1, -1, 4))], (8, 4)),
     "f32[3,5]{1,0:T(2,2)(*,*,*,2)}": ([((3, 5), (2, 2)), ((2, 3, 2, 2), (-1, -1, -1, 2))], (12, 2)),
+    "f32[5]{0:T(2,4)(*,*,*,2)}": ([((1, 5), (2, 4)), ((1, 2, 2, 4), (-1, -1, -1, 2))], (8, 2)),
 }
 
 
