@@ -236,6 +236,7 @@ def test_outer_sum_fill_by_hand(tables, starts, dims, expected):
     np.testing.assert_array_equal(got, np.array(expected).reshape(dims))
 
 
+@pytest.mark.filterwarnings("error")    # as plain Python, numpy only warns on an integer division by zero
 def test_outer_sum_fill_empty_shapes_and_scalars():
     for kernel in (K.outer_sum_fill, python_version(K.outer_sum_fill)):
         # A scalar: one element at address 0; with no room for it, nothing written.
