@@ -245,6 +245,9 @@ def test_outer_sum_fill_empty_shapes_and_scalars():
         # No element: the output stays as it was (and is not indexed).
         assert run_outer_sum(kernel, [], [0, 0], [0, 5]).size == 0
         assert run_outer_sum(kernel, [1, 2, 3], [0, 3], [3, 0]).size == 0
+        # The kernel writes the first prod(dims) slots of out and no other.
+        np.testing.assert_array_equal(run_outer_sum(kernel, [], [], [], size=2), [0, -7])
+        np.testing.assert_array_equal(run_outer_sum(kernel, [9, 4, 7], [0], [3], size=4), [9, 4, 7, -7])
         # A zero-length row with a non-empty output: nothing is written.
         np.testing.assert_array_equal(run_outer_sum(kernel, [1, 2, 3], [0, 3], [3, 0], size=2), [-7, -7])
     assert K.outer_sum_fill_reference(np.zeros(0, I64), np.zeros(0, I64), ()).tolist() == 0
