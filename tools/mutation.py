@@ -102,7 +102,7 @@ MODULES: dict[str, list[str]] = {
                                          "tests/test_advisor_memory_checks.py"],
     "scwork/advisor/_time_checks.py": ["tests/test_advisor_whatifs.py", "tests/test_advisor.py",
                                        "tests/test_advisor_time_checks.py"],
-    "scwork/advisor/findings.py": ["tests/test_advisor_whatifs.py", "tests/test_advisor.py"],
+    "scwork/advisor/findings.py": ["tests/test_advisor_findings.py", "tests/test_advisor.py"],
     "scwork/interop/profile.py": ["tests/interop/test_profile.py", "tests/interop/test_zero_length_events.py",
                                   "tests/interop/test_profile_edges.py"],
     "scwork/pipeline/trace.py": ["tests/pipeline/test_trace.py", "tests/interop/test_zero_length_events.py",
