@@ -343,3 +343,18 @@ def test_no_out_of_memory_diagnosis_no_hbm_finding():
     c = _context(memory=memory)
     check_memory(c)
     assert c.findings == [] and c.skipped == {}
+
+
+def test_categories_missing_at_the_peak_count_zero():
+    # stack part 0 (forward missing) + 5 = 5 >= heap part 0 + 4 + 0 (dense weights and prefetch missing)
+    c = _context(memory=_memory([_diagnosis("hbm_out_of_memory")], {"sc_backward_stack": 5, "constants": 4},
+                                peak=1300, usable=1000))
+    check_memory(c)
+    (f,) = c.findings
+    assert f.id == "hbm_stack_overflow" and f.evidence == _common(5, 4)
+    # heap part 9 (constants only) > stack part 3: the heap's categories each reported, the missing ones as 0
+    c = _context(memory=_memory([_diagnosis("hbm_out_of_memory")], {"constants": 9, "sc_forward_stack": 3},
+                                peak=1300, usable=1000))
+    check_memory(c)
+    (f,) = c.findings
+    assert f.evidence == {**_common(3, 9), "dense_weights": 0, "constants": 9, "prefetch": 0}
