@@ -479,3 +479,14 @@ def test_the_busiest_unit_is_the_one_read():
     c = _context(m)
     check_bandwidth(c)
     assert c.findings == []
+
+
+def test_skew_of_short_phases_is_still_skew():
+    # mean under 1 s (and under 1 id) is no reason to stop: 0.4 and 0.1 x 3 s -> mean 0.175, ratio 2.29
+    c = _context(_skew_model(np.array([0.4, 0.1, 0.1, 0.1]), np.zeros(4), FLAT, step=1.0, even_step=0.5))
+    check_skew(c)
+    assert c.findings[0].evidence["ratio"] == pytest.approx(0.4 / 0.175, rel=1e-12)
+    # statistics: partitions 1, 0, 0 ids -> mean 1/3, max 1 > 1.25 x 1/3
+    c = _context(stats=_partition_stats([[[1, 0, 0], [0, 0, 0]], [[0, 0, 0], [0, 0, 0]]]))
+    check_skew(c)
+    assert [(f.stack, f.evidence["mean_partition_ids"]) for f in c.findings] == [("p", 1 / 3)]
