@@ -338,8 +338,11 @@ def test_a_fix_of_the_other_part_reports_both():
 
 
 def test_no_out_of_memory_diagnosis_no_hbm_finding():
-    memory = _memory([_diagnosis("hbm_near_limit", fixes=[_Fix("serialize", "num_serialized_tables", value=2)])],
-                     AT_PEAK, peak=1300, usable=1000)
+    # codes sorting before and after "hbm_out_of_memory", none of them it
+    serialize = [_Fix("serialize", "num_serialized_tables", value=2)]
+    memory = _memory([_diagnosis("batch_not_divisible", severity="warning", resource="input", fixes=serialize),
+                      _diagnosis("padding_waste", severity="info", fixes=serialize),
+                      _diagnosis("hbm_near_limit", fixes=serialize)], AT_PEAK, peak=1300, usable=1000)
     c = _context(memory=memory)
     check_memory(c)
     assert c.findings == [] and c.skipped == {}
