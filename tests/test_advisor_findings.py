@@ -65,6 +65,9 @@ def test_seconds_change_unit_at_one_second_and_one_millisecond():
     assert _fmt_s(0.9996) == "1 s" and _fmt_s(0.9994) == "999 ms"
     assert _fmt_s(0.0009996) == "1 ms" and _fmt_s(0.0009994) == "999 \u00b5s"
     assert _fmt_s(0.0) == "0 \u00b5s"
+    # exactly a millionth: 123.4999 us prints as 123, 123.5001 as 124 (no other scale may round it)
+    assert _fmt_s(123.4999e-6) == "123 \u00b5s" and _fmt_s(123.5001e-6) == "124 \u00b5s"
+    assert _fmt_s(0.1234999) == "123 ms" and _fmt_s(1.234999) == "1.23 s"
     # losses keep their sign and are sized by magnitude
     assert _fmt_s(-2.0) == "-2 s" and _fmt_s(-0.002) == "-2 ms" and _fmt_s(-5e-6) == "-5 \u00b5s"
 
