@@ -217,6 +217,19 @@ def test_partition_skew_from_the_step_model():
     assert changes["stats"]["ids"].values.tolist() == [[[[4, 4]]]]
 
 
+def test_skew_what_if_drops_the_configured_limits():
+    # the batch's configured limits are not the what-if's (the step model would clip the evened-out
+    # ids to them): the statistics the what-if runs on carry none
+    stats = FLAT.assign(configured_max_ids_per_partition=("stack", [4]),
+                        configured_max_unique_ids_per_partition=("stack", [4]))
+    fw, bw = np.full(16, 0.5), np.full(16, 0.5)
+    fw[6] = 2.0
+    m = _skew_model(fw, bw, stats)
+    check_skew(_context(m))
+    ((_, changes),) = m.calls
+    assert sorted(changes["stats"].data_vars) == ["ids", "unique_ids"]
+
+
 def test_skew_at_exactly_the_ratio_is_not_skew():
     # 4 units: 2.5 and 1.5 x 3 -> mean 1.75, skew_ratio 2.5 / 1.75 exactly: not above it
     fw = np.array([2.5, 1.5, 1.5, 1.5])
