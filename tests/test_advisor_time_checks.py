@@ -197,17 +197,17 @@ FLAT = _ids([[[[5, 3]]]])       # one stack, device, SparseCore; partitions 5 an
 
 
 def test_partition_skew_from_the_step_model():
-    # 16 SparseCores; unit 6 (device 1, SparseCore 2) takes 1 + 1.5 = 2.5 s, the 15 others 1 s:
+    # 16 SparseCores; unit 9 (device 2, SparseCore 1) takes 1 + 1.5 = 2.5 s, the 15 others 1 s:
     # mean 17.5 / 16 = 1.09375, ratio 2.5 / 1.09375
     fw, bw = np.full(16, 0.5), np.full(16, 0.5)
-    fw[6], bw[6] = 1.0, 1.5
+    fw[9], bw[9] = 1.0, 1.5
     m = _skew_model(fw, bw, FLAT)
     c = _context(m)
     check_skew(c)
     (f,) = c.findings
     assert (f.id, f.severity, f.stack) == ("partition_skew", "warning", None)
     assert f.evidence == {"slowest_sc_s": 2.5, "mean_sc_s": 1.09375, "ratio": 2.5 / 1.09375,
-                          "slowest_device": 1, "slowest_sc": 2}
+                          "slowest_device": 2, "slowest_sc": 1}
     assert f.gain_s == 0.5
     assert f.gain_basis == "step model re-run with each source SparseCore's ids spread evenly over the partitions"
     assert f.flags == ("rotation (plan_stacking)", "max_ids_per_partition")
@@ -341,14 +341,15 @@ def test_fp32_finding_from_a_plan_alone_counts_the_bytes_per_chip():
 
 def test_fp32_stacks_from_the_dtype_argument():
     # one dtype for all: f32 names both stacks; bf16 none; no dtype at all means f32
-    for dtype, found in (("f32", ["t", "u"]), (None, ["t", "u"]), ("bf16", []), ({"t": "bf16"}, ["u"])):
+    for dtype, found in (("f32", ["t", "u"]), (None, ["t", "u"]), ("bf16", []), ("s8", []), ("f16", []),
+                         ({"t": "bf16"}, ["u"]), ({"u": "s8"}, ["t"])):
         c = _context(plan=_f32_plan(), dtype=dtype)
         check_precision(c)
         assert [f.evidence["f32_stacks"] for f in c.findings] == ([found] if found else []), dtype
 
 
 def test_fp32_stacks_from_the_memory_model_when_no_dtype_is_given():
-    memory = SimpleNamespace(model=SimpleNamespace(stacks=[SimpleNamespace(name="t", dtype="bf16"),
+    memory = SimpleNamespace(model=SimpleNamespace(stacks=[SimpleNamespace(name="t", dtype="s8"),
                                                            SimpleNamespace(name="u", dtype="f32")]))
     c = _context(plan=_f32_plan(), memory=memory)
     check_precision(c)
@@ -365,11 +366,11 @@ def _precision_model(dtypes, step=2.0, bf16_step=1.5, plan=None):
 
 
 def test_fp32_finding_from_the_step_model():
-    m = _precision_model({"a": "f32", "b": "bf16", "c": "f32"})
+    m = _precision_model({"a": "f32", "b": "bf16", "c": "f32", "d": "s8", "e": "f16"})
     c = _context(m)
     check_precision(c)
     (f,) = c.findings
-    assert m.calls == [("replace", {"dtype": {"a": "bf16", "b": "bf16", "c": "bf16"}})]
+    assert m.calls == [("replace", {"dtype": {"a": "bf16", "b": "bf16", "c": "bf16", "d": "s8", "e": "f16"}})]
     assert f.title == "2 stack(s) stored and gathered in FP32"
     assert f.evidence == {"f32_stacks": ["a", "c"], "step_gain_bf16_s": 0.5, "table_bytes_saved_bf16_per_chip": None,
                           "table_bytes_saved_int8_per_chip": None}
@@ -491,9 +492,10 @@ def _run_bandwidth(min_gain_fraction=0.02, **kw):
 
 
 def test_the_busiest_unit_is_the_one_read():
-    # unit 0 is the busiest now (0.5 + 0.1 against 0.3 + 0.2): its DMA (0) is under its vector time (1)
+    # unit 0 is the busiest now (0.1 + 0.5 against 0.3 + 0.1; forward minus backward would pick unit 1):
+    # its DMA (0) is under its vector time (1)
     m = _bandwidth_model()
-    m.durations = {"sc_forward": np.array([0.5, 0.3]), "sc_backward": np.array([0.1, 0.2])}
+    m.durations = {"sc_forward": np.array([0.1, 0.3]), "sc_backward": np.array([0.5, 0.1])}
     m.detail["vector_time"] = np.array([0.5, 0.0, 0.5, 0.0, 0.0, 0.0, 0.0, 0.0])
     c = _context(m)
     check_bandwidth(c)
