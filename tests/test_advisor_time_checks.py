@@ -231,6 +231,10 @@ def test_skew_what_if_drops_the_configured_limits():
 
 
 def test_skew_at_exactly_the_ratio_is_not_skew():
+    # 2.5, 1.5, 2 and 2 s: mean 2, and 2.5 is exactly the default 1.25 x 2
+    c = _context(_skew_model(np.array([2.5, 1.5, 2.0, 2.0]), np.zeros(4), FLAT))
+    check_skew(c)
+    assert c.findings == []
     # 4 units: 2.5 and 1.5 x 3 -> mean 1.75, skew_ratio 2.5 / 1.75 exactly: not above it
     fw = np.array([2.5, 1.5, 1.5, 1.5])
     c = _context(_skew_model(fw, np.zeros(4), FLAT), skew_ratio=2.5 / 1.75 + 1e-12)
