@@ -179,3 +179,12 @@ def test_advice_as_html():
     assert html.endswith("</table><p><small>Not checked: hbm_stack_overflow (needs a memory report)</small></p>"
                          "</div>")
     assert Advice([], {}, None)._repr_html_().endswith("</tr></table></div>")
+
+
+def test_findings_and_thresholds_are_frozen():
+    import dataclasses
+
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        _finding().gain_s = 1.0
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        AdvisorThresholds().skew_ratio = 2.0
