@@ -18,6 +18,7 @@ import numpy as np
 from scwork._validate import decimal_int
 from scwork._validate import shown as _shown
 from scwork.datasets._checks import _positive_int
+from scwork.datasets._flat import flat_layout, flat_list_table, write_flat_shard
 from scwork.datasets.synthetic import synthetic
 from scwork.errors import ConfigError, InputError
 
@@ -43,6 +44,8 @@ _PARQUET_ENCODINGS = {
 }
 #: ``write_synthetic_parquet(id_type=...)``: the stored integer type of the ids.
 _PARQUET_ID_TYPES = {"auto", "int32", "int64"}
+#: ``write_synthetic_parquet(layout=...)``: flat CSR (scwork.datasets._flat) or one list column per feature.
+_PARQUET_LAYOUTS = {"flat", "lists"}
 
 
 @dataclass(frozen=True, eq=False)
@@ -307,9 +310,23 @@ def _source(path: Path):
 def _read_parquet(path: Path, shown: str, columns: list[str] | None):
     import pyarrow.parquet as pq
 
+    with pq.ParquetFile(_source(path)) as pf:
+        # a flat CSR shard (scwork.datasets._flat) comes back as one list column per feature
+        names = _flat_feature_names(pf, shown)
+        if names is not None:
+            _check_columns(shown, columns, names)
+            return flat_list_table(pf, shown, columns)
     schema = pq.read_schema(_source(path))
     _check_columns(shown, columns, schema.names)
     return pq.read_table(_source(path), columns=columns)
+
+
+def _flat_feature_names(pf, shown: str) -> list[str] | None:
+    """The features a flat CSR shard holds, in order, or None for any other Parquet file."""
+    meta = pf.metadata
+    layout = flat_layout(meta.metadata, pf.schema_arrow,
+                         [meta.row_group(i).num_rows for i in range(meta.num_row_groups)], shown)
+    return None if layout is None else list(layout.features)
 
 
 def _read_delimited(path: Path, shown: str, columns: list[str] | None, delimiter: str):
@@ -469,6 +486,7 @@ def write_synthetic_parquet(
     compression: str = "zstd",
     encoding: str = "delta",
     id_type: str = "auto",
+    layout: str = "flat",
 ) -> list[Path]:
     """Write a synthetic dataset as Parquet shards, one row per sample.
 
@@ -560,6 +578,8 @@ def write_synthetic_parquet(
         raise ConfigError(f"encoding must be one of {sorted(_PARQUET_ENCODINGS)}, got {encoding!r}")
     if not isinstance(id_type, str) or id_type not in _PARQUET_ID_TYPES:
         raise ConfigError(f"id_type must be one of {sorted(_PARQUET_ID_TYPES)}, got {id_type!r}")
+    if not isinstance(layout, str) or layout not in _PARQUET_LAYOUTS:
+        raise ConfigError(f"layout must be one of {sorted(_PARQUET_LAYOUTS)}, got {layout!r}")
     folder = Path(directory)
     if folder.exists() and not folder.is_dir():
         raise ConfigError(f"{folder}: exists and is not a directory; give a directory for the shards")
@@ -574,6 +594,25 @@ def write_synthetic_parquet(
     # Every shard is built before the first byte is written, and written to a temporary
     # name: either all shards appear (renamed at the end) or none (a failure removes
     # the temporaries), never half a data set.
+    if layout == "flat":
+        batches = [data.step(index) for index in range(num_shards)]
+        targets = [folder / f"part-{index:05d}.parquet" for index in range(num_shards)]
+        temporaries = [folder / f".part-{index:05d}.parquet.{os.getpid()}.tmp" for index in range(num_shards)]
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            for batch, temporary in zip(batches, temporaries):
+                write_flat_shard(temporary, {name: (v[0], v[1]) for name, v in batch.items()}, id_types,
+                                 compression=compression,
+                                 data_page_version="2.0", **_PARQUET_ENCODINGS[encoding])
+            for temporary, target in zip(temporaries, targets):
+                os.replace(temporary, target)
+        except (OSError, pa.ArrowException) as exc:
+            for temporary in temporaries:
+                with contextlib.suppress(OSError):
+                    temporary.unlink()
+            raise ConfigError(f"{folder}: cannot write the Parquet shards ({type(exc).__name__}: {exc}); nothing "
+                              "was written") from None
+        return targets
     tables = []
     for index in range(num_shards):
         batch = data.step(index)

@@ -191,6 +191,7 @@ from scwork.sharding.shards import (
     _scan_npz,
     _scan_parquet,
     write_npz_shard,
+    write_parquet_shard,
 )
 from scwork.sharding.specs import SparsecoreConfig
 
@@ -199,6 +200,7 @@ __all__ = [
     "DatasetStats",
     "ShardError",
     "write_npz_shard",
+    "write_parquet_shard",
     "DEFAULT_CHUNK_IDS",
     "PARQUET_SUFFIXES",
     "NPZ_SUFFIXES",
