@@ -491,25 +491,30 @@ def write_synthetic_parquet(
     """Write a synthetic dataset as Parquet shards, one row per sample.
 
     Shard ``i`` is step ``i`` of ``synthetic(rows_per_shard, ...)`` with the same
-    arguments; every feature is a list column of integer ids, neither the lists nor
-    the ids nullable (``list<item: int32 not null> not null``, or ``int64`` ids
-    where the vocabulary needs them), written in Parquet data pages of version 2.
-    Read it back with ``load_table(directory)`` (all shards, in order) or one shard
-    at a time.
+    arguments, written in Parquet data pages of version 2. Read it back with
+    ``load_table(directory)`` (all shards, in order) or one shard at a time, or with
+    :func:`~scwork.sharding.stats_over_dataset`.
 
-    This is the layout :func:`~scwork.sharding.stats_over_dataset` reads fastest among
-    Parquet list columns (any other valid layout reads to the same numbers). Measured
-    with pyarrow 26 on one 16384-sample shard of 26 features x Poisson(20) ids (8.5 M
-    ids, Zipf 1.05 hashed over 10**6, zstd, delta encoding), CPU time of one decode on
-    one core: 69-72 ms as ``list<int64>`` with nullable lists and ids in version 1
-    pages (what this function wrote before), 58-60 ms with neither nullable (a
-    lower maximum definition level: fewer levels to decode), 55-56 ms also in
-    version 2 pages (levels stored apart from the compressed values), 51-52 ms also
-    with int32 ids (half the values to unpack). Most of what is left is pyarrow
-    turning the repetition levels into list offsets: the same ids as a flat column
-    decode in about 35 ms. A flat layout that skips the levels is the NPZ shard
-    (:func:`~scwork.sharding.write_npz_shard`), uncompressed: 4 bytes per int32 id
-    plus the row splits, about 1.5 times these files.
+    ``layout="flat"`` (the default) stores no list columns: one not-null integer
+    column ``csr`` holding, for each feature in turn and in row groups of its own,
+    its ``rows_per_shard`` row lengths and then its ids, and a key-value note
+    (``scwork.flat_csr``) naming the features and their number of ids (the layout
+    of :func:`scwork.sharding.dataset_stats.write_parquet_shard`). Any Parquet reader
+    reads it as one integer column; scwork's readers rebuild the features. It is the
+    Parquet layout :func:`~scwork.sharding.stats_over_dataset` reads fastest, because
+    a list column makes the reader rebuild the list offsets from one repetition and
+    one definition level per id. Measured with pyarrow 26 on one 16384-sample shard
+    of 26 features x Poisson(20) ids (8.5 M ids, Zipf 1.05 hashed over 10**6, zstd,
+    delta encoding), CPU time of one decode on one core: 23-24 ms in this layout
+    (22.1 MiB) against 51-53 ms for the fastest list layout below (23.2 MiB).
+
+    ``layout="lists"``: every feature is a list column of integer ids, neither the
+    lists nor the ids nullable (``list<item: int32 not null> not null``, or
+    ``int64`` ids where the vocabulary needs them): the list layout pyarrow decodes
+    fastest (same shard: 69-72 ms as ``list<int64>`` with nullable lists and ids in
+    version 1 pages, 58-60 ms with neither nullable, 55-56 ms also in version 2
+    pages, 51-52 ms also with int32 ids). Use it for tools that expect one list
+    column per feature.
 
     Parameters
     ----------
@@ -544,6 +549,9 @@ def write_synthetic_parquet(
         vocabulary fits (``vocab_size <= 2**31``), else int64. Readers keep the
         stored width until the ids are copied into the batch the engine reads, so
         int32 ids cost half the bytes to decode and to copy.
+    layout : {"flat", "lists"}, default ``"flat"``
+        ``"flat"``: the flat CSR layout above (one integer column, no list levels);
+        ``"lists"``: one list column per feature.
 
     Returns
     -------

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 import scwork
 from scwork import datasets
-from scwork.errors import InputError, ShardError
+from scwork.errors import InputError, OutOfVocabularyError, ShardError
 from scwork.sharding import FeatureBatch, FeatureSpec, TableSpec, collect_stats, stats_over_dataset
 
 pa = pytest.importorskip("pyarrow")
@@ -314,6 +314,12 @@ def test_fuzz_flat_shards_are_read_exactly_or_refused(tmp_path, shard):
     rows = len(expected["a"][1]) - 1
     if rows < 4:
         with pytest.raises(InputError, match="fewer than one batch"):
+            stats_over_dataset(path, specs, TOPOLOGY, batch_size=4, progress=False, scheduler="sync")
+        return
+    used = rows // 4 * 4       # the short rest is dropped
+    if any(ids[:rs[used]].size and ids[:rs[used]].max() >= 64 for ids, rs in expected.values()):
+        # a flipped byte of the data pages (no page checksums) can make a valid shard with other ids
+        with pytest.raises(OutOfVocabularyError):
             stats_over_dataset(path, specs, TOPOLOGY, batch_size=4, progress=False, scheduler="sync")
         return
     result = stats_over_dataset(path, specs, TOPOLOGY, batch_size=4, progress=False, scheduler="sync")
