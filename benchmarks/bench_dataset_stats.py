@@ -165,7 +165,7 @@ def _writer_layout(layout: str | None = None) -> str:
 
     params = inspect.signature(write_synthetic_parquet).parameters
     if "layout" in params and layout != "lists":
-        return "flat CSR (row lengths and ids in one int32 column), data pages v2"
+        return "flat CSR (row splits and ids in one int32 column), data pages v2"
     if layout == "flat":
         raise SystemExit("this scwork's write_synthetic_parquet has no flat layout (layout=); drop --layout")
     if "id_type" in params:

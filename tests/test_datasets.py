@@ -510,7 +510,7 @@ def test_write_synthetic_parquet_round_trip(tmp_path, layout):
         assert not schema.field("a").nullable and not schema.field("a").type.value_field.nullable
         assert schema.field("a").type.value_type == pa.int32() and schema.field("b").type.value_type == pa.int32()
     else:
-        # the default, flat CSR: one not-null int32 column, each feature's row lengths then ids, in row groups
+        # the default, flat CSR: one not-null int32 column, each feature's row splits then ids, in row groups
         # of its own, and the note that says so
         assert schema.names == ["csr"] and schema.field("csr").type == pa.int32()
         assert not schema.field("csr").nullable
@@ -520,10 +520,10 @@ def test_write_synthetic_parquet_round_trip(tmp_path, layout):
         assert note == {"version": 1, "column": "csr", "num_rows": 40,
                         "features": [["a", len(source0["a"][0])], ["b", len(source0["b"][0])]]}
         assert [meta.row_group(i).num_rows for i in range(meta.num_row_groups)] == \
-            [40 + len(source0["a"][0]), 40 + len(source0["b"][0])]
+            [41 + len(source0["a"][0]), 41 + len(source0["b"][0])]
         column = pq.read_table(files[0]).column("csr").to_numpy()
-        np.testing.assert_array_equal(column[:40], np.diff(source0["a"][1]))
-        np.testing.assert_array_equal(column[40:40 + len(source0["a"][0])], source0["a"][0])
+        np.testing.assert_array_equal(column[:41], source0["a"][1])
+        np.testing.assert_array_equal(column[41:41 + len(source0["a"][0])], source0["a"][0])
     source = datasets.synthetic(40, num_steps=3, **kwargs)
     for i, f in enumerate(files):
         shard = datasets.load_table(f)

@@ -1,21 +1,23 @@
-"""The flat CSR Parquet layout: per feature, row lengths then ids in one integer column, no levels.
+"""The flat CSR Parquet layout: per feature, row splits then ids in one integer column, no levels.
 
 A Parquet list column stores, beside its values, one repetition and one definition level per
 value; a reader rebuilds the list offsets from those levels, which takes pyarrow about 40% of
 the decode of a shard of 8.5 M ids (20 ms of 51 on one core, the same ids as one flat column
 decode in 24). This layout stores no lists: one integer column, ``csr``, that holds for each
-feature in turn its ``num_rows`` row lengths followed by its ids, each feature in its own row
-group(s). The file's key-value metadata (key ``scwork.flat_csr``) says so, as JSON::
+feature in turn its ``num_rows + 1`` row splits (from 0 to its number of ids, non-decreasing:
+sample ``b`` owns ``ids[row_splits[b]:row_splits[b + 1]]``) followed by its ids, each feature in
+its own row group(s). Delta encoding stores the splits as their differences, the row lengths,
+and the reader takes them as they are (no sum to rebuild). The file's key-value metadata (key ``scwork.flat_csr``) says so, as JSON::
 
     {"version": 1, "column": "csr", "num_rows": 16384,
      "features": [["f0", 327104], ["f1", 328611], ...]}
 
 ``features`` lists each feature's name and number of ids in the order they are stored, so
-feature ``k`` takes rows ``sum_{j<k} (num_rows + num_ids_j)`` onwards, ``num_rows + num_ids_k``
-of them, on row-group boundaries. Any Parquet reader reads the file (it is one integer column);
+feature ``k`` takes rows ``sum_{j<k} (num_rows + 1 + num_ids_j)`` onwards, ``num_rows + 1 +
+num_ids_k`` of them, on row-group boundaries. Any Parquet reader reads the file (it is one integer column);
 :func:`scwork.sharding.stats_over_dataset` and :func:`scwork.datasets.load_table` read the
-features back as ragged ids. Every inconsistency (lengths that do not sum to the ids, negative
-lengths, features that do not fall on row groups, a malformed note) is a
+features back as ragged ids. Every inconsistency (row splits that do not run from 0 to the
+number of ids or decrease, features that do not fall on row groups, a malformed note) is a
 :class:`~scwork.errors.ShardError` naming the file and the feature.
 """
 
@@ -33,7 +35,7 @@ __all__ = []
 
 #: Key of the Parquet key-value metadata that marks (and describes) a flat CSR shard.
 FLAT_KEY = b"scwork.flat_csr"
-#: The integer column that holds every feature's row lengths and ids.
+#: The integer column that holds every feature's row splits and ids.
 FLAT_COLUMN = "csr"
 #: Version of the layout this code writes and reads.
 FLAT_VERSION = 1
@@ -84,7 +86,7 @@ def flat_layout(metadata: Mapping[bytes, bytes] | None, schema, row_group_rows: 
                   f"{list(schema.names)[:10]})")
     typ = schema.field(column).type
     if not pa.types.is_integer(typ):
-        raise bad(f"names the column {column!r} of type {typ}; it must hold integers (row lengths and ids)")
+        raise bad(f"names the column {column!r} of type {typ}; it must hold integers (row splits and ids)")
     num_rows = note.get("num_rows")
     if not _is_count(num_rows):
         raise bad(f"has num_rows {str(num_rows)[:40]!r}; expected an integer >= 0")
@@ -102,7 +104,7 @@ def flat_layout(metadata: Mapping[bytes, bytes] | None, schema, row_group_rows: 
         name, num_ids = entry
         if name in features:
             raise bad(f"lists the feature {name!r} twice")
-        stop = at + num_rows + num_ids
+        stop = at + num_rows + 1 + num_ids
         first, last = _row_group_at(starts, at), _row_group_at(starts, stop)
         if first is None or last is None:
             raise ShardError(f"{shown}, feature {name!r}: its rows {at}..{stop - 1} of column {column!r} do not "
@@ -140,7 +142,7 @@ def read_flat_feature(pf, layout: FlatLayout, name: str, shown: str) -> tuple[np
         raise ShardError(f"{shown}: no feature {name!r} in this flat CSR shard; it holds "
                          f"{list(layout.features)[:20]}", path=shown, column=name)
     first, stop, num_ids = layout.features[name]
-    n = layout.num_rows
+    n = layout.num_rows + 1
     try:
         table = pf.read_row_groups(list(range(first, stop)), columns=[layout.column], use_threads=False)
     except (pa.ArrowException, OSError, ValueError) as exc:
@@ -150,9 +152,9 @@ def read_flat_feature(pf, layout: FlatLayout, name: str, shown: str) -> tuple[np
     column = table.column(0)
     if len(column) != n + num_ids:
         raise ShardError(f"{shown}, feature {name!r}: row groups {first}..{stop - 1} hold {len(column)} values, "
-                         f"expected {n} row lengths + {num_ids} ids; {_HOW_TO_FIX}", path=shown, column=name)
+                         f"expected {n} row splits + {num_ids} ids; {_HOW_TO_FIX}", path=shown, column=name)
     if column.null_count:
-        raise ShardError(f"{shown}, feature {name!r}: {column.null_count} null value(s) among its row lengths "
+        raise ShardError(f"{shown}, feature {name!r}: {column.null_count} null value(s) among its row splits "
                          f"and ids; neither may be null; {_HOW_TO_FIX}", path=shown, column=name)
     arr = column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
     values = arr.to_numpy(zero_copy_only=False)
@@ -160,22 +162,18 @@ def read_flat_feature(pf, layout: FlatLayout, name: str, shown: str) -> tuple[np
         if values.size and values.max() > _INT64_MAX:
             raise ShardError(f"{shown}, feature {name!r}: values above the int64 range", path=shown, column=name)
         values = values.view(np.int64)
-    lengths, ids = values[:n], values[n:]
-    if n and lengths.dtype.kind == "i" and lengths.min() < 0:
-        row = int(np.argmax(lengths < 0))
-        raise ShardError(f"{shown}, feature {name!r}: row {row} has length {int(lengths[row])}; row lengths "
-                         f"must be >= 0; {_HOW_TO_FIX}", path=shown, column=name)
-    if n and lengths.max() > num_ids:
-        row = int(np.argmax(lengths > num_ids))
-        raise ShardError(f"{shown}, feature {name!r}: row {row} has length {int(lengths[row])}, more than the "
-                         f"{num_ids} ids stored; {_HOW_TO_FIX}", path=shown, column=name)
-    row_splits = np.empty(n + 1, np.int64)
-    row_splits[0] = 0
-    # Each length is in 0..num_ids, so the sum cannot wrap unless rows x ids exceeds int64.
-    np.cumsum(lengths, dtype=np.int64, out=row_splits[1:])
-    if row_splits[-1] != num_ids or (n * max(num_ids, 1) > _INT64_MAX and np.any(np.diff(row_splits) < 0)):
-        raise ShardError(f"{shown}, feature {name!r}: the row lengths sum to {int(row_splits[-1])}, but "
-                         f"{num_ids} ids are stored; {_HOW_TO_FIX}", path=shown, column=name)
+    splits, ids = values[:n], values[n:]
+    if splits[0] != 0 or splits[-1] != num_ids:
+        raise ShardError(f"{shown}, feature {name!r}: its row splits run from {int(splits[0])} to "
+                         f"{int(splits[-1])}; they must run from 0 to the {num_ids} ids stored; {_HOW_TO_FIX}",
+                         path=shown, column=name)
+    if n > 1 and np.any(splits[1:] < splits[:-1]):
+        row = int(np.argmax(splits[1:] < splits[:-1]))
+        raise ShardError(f"{shown}, feature {name!r}: its row splits decrease at row {row} ({int(splits[row])} "
+                         f"then {int(splits[row + 1])}); they must not decrease; {_HOW_TO_FIX}", path=shown,
+                         column=name)
+    # from 0 to num_ids and non-decreasing: every split lies in 0..num_ids
+    row_splits = splits.astype(np.int64)
     return ids, row_splits
 
 
@@ -202,7 +200,7 @@ def write_flat_shard(path, features: Mapping[str, tuple[np.ndarray, np.ndarray]]
     """Write ``{name: (ids, row_splits)}`` (already validated) as one flat CSR Parquet file at ``path``.
 
     ``id_types`` gives each feature's pyarrow integer type; the one column takes the
-    widest of them (row lengths included). ``write_options`` go to
+    widest of them (row splits included). ``write_options`` go to
     ``pyarrow.parquet.ParquetWriter`` (compression, encodings, page version).
     """
     import pyarrow as pa
@@ -212,8 +210,8 @@ def write_flat_shard(path, features: Mapping[str, tuple[np.ndarray, np.ndarray]]
     if len(num_rows) != 1:
         raise ValueError(f"features with different row counts {sorted(num_rows)}")
     rows = num_rows.pop()
-    longest = max((int(np.max(np.diff(rs))) for _, rs in features.values() if len(rs) > 1), default=0)
-    wide = any(pa.types.is_int64(t) for t in id_types.values()) or longest > np.iinfo(np.int32).max
+    most = max((int(rs[-1] - rs[0]) for _, rs in features.values()), default=0)
+    wide = any(pa.types.is_int64(t) for t in id_types.values()) or most > np.iinfo(np.int32).max
     typ = pa.int64() if wide else pa.int32()
     dtype = np.int64 if wide else np.int32
     note = {"version": FLAT_VERSION, "column": FLAT_COLUMN, "num_rows": rows,
@@ -222,10 +220,9 @@ def write_flat_shard(path, features: Mapping[str, tuple[np.ndarray, np.ndarray]]
                        metadata={FLAT_KEY: json.dumps(note, separators=(",", ":")).encode()})
     with pq.ParquetWriter(path, schema, **write_options) as writer:
         for name, (ids, row_splits) in features.items():
-            values = np.empty(rows + int(row_splits[-1] - row_splits[0]), dtype)
-            np.subtract(row_splits[1:], row_splits[:-1], out=values[:rows], casting="unsafe")
-            values[rows:] = ids[row_splits[0]:row_splits[-1]]
-            if values.size:
-                # one write per feature: its rows start a row group of their own
-                writer.write_table(pa.table({FLAT_COLUMN: pa.array(values, typ)}, schema=schema),
-                                   row_group_size=values.size)
+            values = np.empty(rows + 1 + int(row_splits[-1] - row_splits[0]), dtype)
+            np.subtract(row_splits, row_splits[0], out=values[:rows + 1], casting="unsafe")
+            values[rows + 1:] = ids[row_splits[0]:row_splits[-1]]
+            # one write per feature: its rows start a row group of their own
+            writer.write_table(pa.table({FLAT_COLUMN: pa.array(values, typ)}, schema=schema),
+                               row_group_size=values.size)

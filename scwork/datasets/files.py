@@ -497,7 +497,7 @@ def write_synthetic_parquet(
 
     ``layout="flat"`` (the default) stores no list columns: one not-null integer
     column ``csr`` holding, for each feature in turn and in row groups of its own,
-    its ``rows_per_shard`` row lengths and then its ids, and a key-value note
+    its ``rows_per_shard + 1`` row splits and then its ids, and a key-value note
     (``scwork.flat_csr``) naming the features and their number of ids (the layout
     of :func:`scwork.sharding.dataset_stats.write_parquet_shard`). Any Parquet reader
     reads it as one integer column; scwork's readers rebuild the features. It is the

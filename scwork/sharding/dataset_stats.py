@@ -34,7 +34,7 @@ Sources
 - **Parquet shards** (``.parquet``, ``.pq``) in one of two layouts. *Flat CSR*
   (:func:`write_parquet_shard`, and :func:`scwork.datasets.write_synthetic_parquet`
   by default): one not-null integer column ``csr`` that holds, for each feature in
-  turn and in row groups of its own, its ``num_rows`` row lengths and then its ids,
+  turn and in row groups of its own, its ``num_rows + 1`` row splits and then its ids,
   with a key-value note ``scwork.flat_csr`` (JSON: ``{"version": 1, "column":
   "csr", "num_rows": N, "features": [[name, number of ids], ...]}``) naming the
   features in their stored order; a flat shard is read whole, feature by feature.

@@ -3,7 +3,7 @@
 Shards may be files, folders, globs or dask collections.
 
 A shard is a Parquet file (one list column of ids per feature, or the flat CSR layout of
-:mod:`scwork.datasets._flat`: row lengths and ids in one integer column) or an NPZ file (``<feature>.ids`` and
+:mod:`scwork.datasets._flat`: row splits and ids in one integer column) or an NPZ file (``<feature>.ids`` and
 ``<feature>.row_splits`` members, read without loading whole members). Rows come back as
 ``{feature: (ids int64, row_splits int64 from 0)}``; every problem of a shard is a
 :class:`~scwork.errors.ShardError` naming the file, the column and the row.
@@ -419,7 +419,7 @@ def _read_parquet_rows(piece: _Piece, start: int, stop: int, colmap: dict[str, s
 def _read_flat_rows(piece: _Piece, start: int, stop: int, colmap: dict[str, str]):
     """Rows ``[start, stop)`` of a flat CSR Parquet shard (:mod:`scwork.datasets._flat`): no list levels to decode.
 
-    Each stored feature is read whole (its row groups hold its row lengths, then its
+    Each stored feature is read whole (its row groups hold its row splits, then its
     ids) and then sliced: the chunk planner cuts a flat shard only at its ends.
     """
     import pyarrow as pa
@@ -607,7 +607,7 @@ _PARQUET_CODECS: tuple[str, ...] = ("none", "snappy", "gzip", "brotli", "lz4", "
 
 def write_parquet_shard(path: str | os.PathLike, data: Mapping[str, Any], *, compression: str = "zstd",
                         id_type: str = "auto") -> None:
-    """Write one Parquet shard in the flat CSR layout: per feature, its row lengths then its ids, no list levels.
+    """Write one Parquet shard in the flat CSR layout: per feature, its row splits then its ids, no list levels.
 
     The layout (:mod:`scwork.datasets._flat`) is one not-null integer column ``csr``
     that holds each feature in turn, in row groups of its own, described by the
@@ -634,7 +634,7 @@ def write_parquet_shard(path: str | os.PathLike, data: Mapping[str, Any], *, com
     compression : {"zstd", "lz4", "snappy", "gzip", "brotli", "none"}, default ``"zstd"``
         Parquet codec; the ids are ``DELTA_BINARY_PACKED`` in version 2 data pages.
     id_type : {"auto", "int32", "int64"}, default ``"auto"``
-        Integer type of the column: ``"auto"`` int32 where every id and row length
+        Integer type of the column: ``"auto"`` int32 where every id and row split
         fits (``< 2**31``), else int64.
 
     Examples

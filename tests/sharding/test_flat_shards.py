@@ -118,12 +118,12 @@ def _write_raw(path, values, note, groups=None, typ=None, nulls=()):
 
 
 def _good(rows=4):
-    """Two features over ``rows`` rows: a with lengths 1,0,2,1 and b with one id per row."""
-    a_len, a_ids = [1, 0, 2, 1], [5, 6, 7, 8]
-    b_len, b_ids = [1] * rows, list(range(rows))
-    values = a_len + a_ids + b_len + b_ids
+    """Two features over ``rows`` rows: a with row splits 0,1,1,3,4 and b with one id per row."""
+    a_splits, a_ids = [0, 1, 1, 3, 4], [5, 6, 7, 8]
+    b_splits, b_ids = list(range(rows + 1)), list(range(rows))
+    values = a_splits + a_ids + b_splits + b_ids
     note = {"version": 1, "column": "csr", "num_rows": rows, "features": [["a", 4], ["b", rows]]}
-    return values, note, [8, 2 * rows]
+    return values, note, [9, 2 * rows + 1]
 
 
 def _note(**changes):
@@ -133,13 +133,14 @@ def _note(**changes):
 
 
 BAD_SHARDS = {
-    "lengths sum": (lambda v: v[:3] + [2] + v[4:], None, None, r"feature 'a': the row lengths sum to 5, but 4 ids "
-                    r"are stored; rewrite the shard with .*write_parquet_shard"),
-    "negative length": (lambda v: [-1] + v[1:], None, None, r"feature 'a': row 0 has length -1; row lengths must "
-                        r"be >= 0"),
-    "length over ids": (lambda v: [5, 0, 0, 0] + v[4:], None, None, r"feature 'a': row 0 has length 5, more than "
-                        r"the 4 ids"),
-    "negative id": (lambda v: v[:4] + [-3] + v[5:], None, None, r"column 'a': negative id -3 in row 0"),
+    "splits end": (lambda v: v[:4] + [5] + v[5:], None, None, r"feature 'a': its row splits run from 0 to 5; they "
+                   r"must run from 0 to the 4 ids stored; rewrite the shard with .*write_parquet_shard"),
+    "splits start": (lambda v: [1] + v[1:], None, None, r"feature 'a': its row splits run from 1 to 4"),
+    "splits decrease": (lambda v: [0, 2, 1] + v[3:], None, None, r"feature 'a': its row splits decrease at row 1 "
+                        r"\(2 then 1\); they must not decrease"),
+    "negative b split": (lambda v: v[:9] + [0, -1] + v[11:], None, None, r"feature 'b': its row splits decrease at "
+                         r"row 0 \(0 then -1\)"),
+    "negative id": (lambda v: v[:5] + [-3] + v[6:], None, None, r"column 'a': negative id -3 in row 0"),
     "bad json": (None, b"{not json", None, r"'scwork.flat_csr' note.*is not valid JSON"),
     "not an object": (None, b"[1, 2]", None, r"must be a JSON object"),
     "newer version": (None, _note(version=2), None, r"has version '2'; this scwork reads version 1"),
@@ -151,9 +152,9 @@ BAD_SHARDS = {
     "bad entry": (None, _note(features=[["a", 4], ["b"]]), None, r"feature entry \['b'\]"),
     "twice": (None, _note(features=[["a", 4], ["a", 4]]), None, r"lists the feature 'a' twice"),
     "off the row groups": (None, _note(features=[["a", 3], ["b", 5]]), None,
-                           r"feature 'a': its rows 0..6 of column 'csr' do not start and end on row-group"),
-    "rows left over": (None, _note(features=[["a", 4]]), None, r"accounts for 8 rows of column 'csr', but the row "
-                       r"groups hold 16"),
+                           r"feature 'a': its rows 0..7 of column 'csr' do not start and end on row-group"),
+    "rows left over": (None, _note(features=[["a", 4]]), None, r"accounts for 9 rows of column 'csr', but the row "
+                       r"groups hold 18"),
 }
 
 
@@ -179,7 +180,7 @@ def test_flat_shard_nulls_wide_and_unsigned_values(tmp_path):
     path = _write_raw(tmp_path / "n.parquet", values, note, groups, nulls=[5])
     with pytest.raises(ShardError, match=r"n\.parquet, feature 'a': 1 null value\(s\).*neither may be null"):
         stats_over_dataset(path, specs, TOPOLOGY, batch_size=4, progress=False)
-    huge = _write_raw(tmp_path / "u.parquet", values[:4] + [2**63 + 5] + values[5:], note, groups, typ=pa.uint64())
+    huge = _write_raw(tmp_path / "u.parquet", values[:5] + [2**63 + 5] + values[6:], note, groups, typ=pa.uint64())
     with pytest.raises(ShardError, match=r"u\.parquet, feature 'a': values above the int64 range"):
         stats_over_dataset(huge, specs, TOPOLOGY, batch_size=4, progress=False)
     floats = _write_raw(tmp_path / "f.parquet", values, note, groups, typ=pa.float64())
@@ -188,7 +189,7 @@ def test_flat_shard_nulls_wide_and_unsigned_values(tmp_path):
     # the same shard in int64, uint64 and split row groups: the same statistics
     expected = collect_stats(_in_memory({"a": ([5, 6, 7, 8], [0, 1, 1, 3, 4]), "b": ([0, 1, 2, 3], [0, 1, 2, 3, 4])},
                                         4), specs, TOPOLOGY, progress=False)
-    for i, (typ, split) in enumerate([(pa.int64(), groups), (pa.uint64(), groups), (pa.int32(), [3, 5, 0, 8])]):
+    for i, (typ, split) in enumerate([(pa.int64(), groups), (pa.uint64(), groups), (pa.int32(), [3, 6, 0, 9])]):
         path = _write_raw(tmp_path / f"ok{i}.parquet", values, note, split, typ=typ)
         _assert_same(stats_over_dataset(path, specs, TOPOLOGY, batch_size=4, progress=False), expected)
 
@@ -226,22 +227,21 @@ def _reference_decode(path):
         if not (isinstance(entry, list) and len(entry) == 2 and isinstance(entry[0], str) and count(entry[1])):
             return None
         name, n = entry
-        if name in out or at not in starts or at + rows + n not in starts:
+        if name in out or at not in starts or at + rows + 1 + n not in starts:
             return None
-        lengths, ids = values[at:at + rows], values[at + rows:at + rows + n]
-        if any(x < 0 for x in lengths) or sum(lengths) != n or any(not 0 <= x < 2**63 for x in ids):
+        splits, ids = values[at:at + rows + 1], values[at + rows + 1:at + rows + 1 + n]
+        if splits[0] != 0 or splits[-1] != n or any(x > y for x, y in zip(splits, splits[1:])):
             return None
-        splits = [0]
-        for x in lengths:
-            splits.append(splits[-1] + x)
+        if any(not 0 <= x < 2**63 for x in ids):
+            return None
         out[name] = (np.array(ids, np.int64), np.array(splits, np.int64))
-        at += rows + n
+        at += rows + 1 + n
     if at != starts[-1]:
         return None
     return out
 
 
-MUTATIONS = ["none", "length", "num_rows", "num_ids", "swap", "neg_id", "groups", "wide", "truncate", "flip",
+MUTATIONS = ["none", "split", "num_rows", "num_ids", "swap", "neg_id", "groups", "regroup", "wide", "truncate", "flip",
              "drop_feature"]
 
 
@@ -255,16 +255,16 @@ def flat_shards(draw):
         features[name] = (lengths, ids)
     values = []
     for lengths, ids in features.values():
-        values += lengths + ids
+        values += [int(x) for x in np.cumsum([0] + lengths)] + ids
     note = {"version": 1, "column": "csr", "num_rows": rows,
             "features": [[name, len(ids)] for name, (_, ids) in features.items()]}
-    groups = [rows + len(ids) for _, ids in features.values()]
+    groups = [rows + 1 + len(ids) for _, ids in features.values()]
     mutation = draw(st.sampled_from(MUTATIONS))
     typ = pa.int32()
     at = draw(st.integers(0, len(values) - 1))
     delta = draw(st.sampled_from([-3, -2, -1, 1, 2, 3]))
-    if mutation == "length":
-        values[draw(st.integers(0, rows - 1))] += delta
+    if mutation == "split":
+        values[draw(st.integers(0, rows))] += delta
     elif mutation == "num_rows":
         note["num_rows"] += delta
     elif mutation == "num_ids":
@@ -273,8 +273,12 @@ def flat_shards(draw):
         note["features"].reverse()
     elif mutation == "neg_id":
         values[at] = -1 - abs(delta)
-    elif mutation == "groups":
-        cuts = sorted(draw(st.lists(st.integers(0, len(values)), max_size=3)))
+    elif mutation in ("groups", "regroup"):
+        # "groups": more row groups inside the features (valid); "regroup": cuts anywhere
+        cuts = set(draw(st.lists(st.integers(0, len(values)), max_size=3)))
+        if mutation == "groups":
+            cuts.add(groups[0])
+        cuts = sorted(cuts - {0, len(values)})
         groups = [b - a for a, b in zip([0] + cuts, cuts + [len(values)])]
     elif mutation == "wide":
         typ = draw(st.sampled_from([pa.int64(), pa.uint32(), pa.int16()]))
