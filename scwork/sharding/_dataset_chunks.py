@@ -250,9 +250,8 @@ def _run_chunk(job: _Job, chunk: _Chunk, *partitions):
         # Where this task has cores of its own beyond one (fewer chunks run at once than
         # there are cores), pyarrow decodes the columns on its thread pool: same CPU, less
         # wall time.
-        threads = _engine_threads(job)
-        use_threads = threads is not None and threads > 1
-        parts = [_read_rows(job.pieces[k], data.get(k), start, stop, job.colmap, use_threads)
+        threads = _engine_threads(job) or 1
+        parts = [_read_rows(job.pieces[k], data.get(k), start, stop, job.colmap, threads)
                  for k, start, stop in chunk.segments]
         rows = _concat_rows(parts, names)
         del parts
@@ -316,10 +315,11 @@ def _profiled_read(job: _Job, chunk: _Chunk, data: dict, prof, names: list[str])
 
     Profiled for more than one thread, a chunk of Parquet shards is read column by
     column, each column one task: that is how the chunk decodes when it has several
-    cores (pyarrow's thread pool takes the columns). Otherwise (one thread, or NPZ and
+    cores (pyarrow's thread pool takes the list columns, a pool of threads the
+    features of flat CSR shards). Otherwise (one thread, or NPZ and
     dask pieces, read as a whole) the chunk's read is one task.
     """
-    by_column = (_profile.plan_threads() or 1) > 1 and all(job.pieces[k].kind == "parquet"
+    by_column = (_profile.plan_threads() or 1) > 1 and all(job.pieces[k].kind in ("parquet", "flat")
                                                            for k, _, _ in chunk.segments)
     if not by_column:
         started = _profile.thread_cpu_s()

@@ -416,33 +416,51 @@ def _read_parquet_rows(piece: _Piece, start: int, stop: int, colmap: dict[str, s
     return out
 
 
-def _read_flat_rows(piece: _Piece, start: int, stop: int, colmap: dict[str, str]):
+def _read_flat_rows(piece: _Piece, start: int, stop: int, colmap: dict[str, str], threads: int = 1):
     """Rows ``[start, stop)`` of a flat CSR Parquet shard (:mod:`scwork.datasets._flat`): no list levels to decode.
 
     Each stored feature is read whole (its row groups hold its row splits, then its
-    ids) and then sliced: the chunk planner cuts a flat shard only at its ends.
+    ids) and then sliced: the chunk planner cuts a flat shard only at its ends. With
+    ``threads > 1`` the features are read on that many threads, each with its own
+    open file (pyarrow decodes without the GIL): a chunk that has several cores to
+    itself decodes its columns at once, as pyarrow's pool does for list columns.
     """
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
-    out, read = {}, {}
+    columns = list(dict.fromkeys(colmap.values()))
+    groups = [columns[i::threads] for i in range(min(threads, len(columns)))] if threads > 1 else [columns]
     try:
-        with pq.ParquetFile(piece.path) as pf:
-            for feature, col in colmap.items():
-                if col not in read:
-                    read[col] = read_flat_feature(pf, piece.info, col, piece.path)
-                ids, rs = read[col]
-                split = rs[start:stop + 1]
-                part = ids[split[0]:split[-1]]
-                split = split - split[0]
-                _check_ids(part, split, piece.path, col, start)
-                out[feature] = (part, split)
+        if len(groups) > 1:
+            import concurrent.futures
+
+            with concurrent.futures.ThreadPoolExecutor(len(groups)) as pool:
+                read = {}
+                for part in pool.map(lambda group: _read_flat_features(piece, group), groups):
+                    read.update(part)
+        else:
+            read = _read_flat_features(piece, columns)
     except (pa.ArrowException, OSError, ValueError) as exc:
         if isinstance(exc, ShardError):
             raise
         raise ShardError(f"{piece.path}: cannot read the flat CSR shard ({' '.join(str(exc).split())[:300]}); the "
                          "file is corrupt or changed since it was scanned", path=piece.path) from None
+    out = {}
+    for feature, col in colmap.items():
+        ids, rs = read[col]
+        split = rs[start:stop + 1]
+        part = ids[split[0]:split[-1]]
+        split = split - split[0]
+        _check_ids(part, split, piece.path, col, start)
+        out[feature] = (part, split)
     return out
+
+
+def _read_flat_features(piece: _Piece, columns: list[str]) -> dict:
+    """``{column: (ids, row_splits)}`` of the stored features ``columns`` of a flat shard, read whole."""
+    import pyarrow.parquet as pq
+
+    with pq.ParquetFile(piece.path) as pf:
+        return {col: read_flat_feature(pf, piece.info, col, piece.path) for col in columns}
 
 
 def _read_npz_rows(piece: _Piece, start: int, stop: int, colmap: dict[str, str]):
@@ -514,12 +532,13 @@ def _read_bag_rows(piece: _Piece, records, start: int, stop: int, colmap: dict[s
     return out
 
 
-def _read_rows(piece: _Piece, data, start: int, stop: int, colmap: dict[str, str], use_threads: bool = False):
-    """Rows ``[start, stop)`` of a piece; ``use_threads``: Parquet columns decoded on pyarrow's thread pool."""
+def _read_rows(piece: _Piece, data, start: int, stop: int, colmap: dict[str, str], threads: int = 1):
+    """Rows ``[start, stop)`` of a piece; ``threads > 1``: Parquet columns decoded on pyarrow's thread pool,
+    flat CSR features on that many threads."""
     if piece.kind == "parquet":
-        return _read_parquet_rows(piece, start, stop, colmap, use_threads)
+        return _read_parquet_rows(piece, start, stop, colmap, threads > 1)
     if piece.kind == "flat":
-        return _read_flat_rows(piece, start, stop, colmap)
+        return _read_flat_rows(piece, start, stop, colmap, threads)
     if piece.kind == "npz":
         return _read_npz_rows(piece, start, stop, colmap)
     if piece.kind == "frame":

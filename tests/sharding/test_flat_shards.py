@@ -363,3 +363,36 @@ def test_write_parquet_shard_round_trip_and_checks(tmp_path):
     with pytest.raises(ShardError, match="cannot write the shard.*nothing was written"):
         write_parquet_shard(tmp_path / "no such folder" / "x.parquet", data)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["s.parquet"]
+
+
+def test_flat_shard_features_read_on_several_threads(tmp_path):
+    """A chunk with cores of its own reads the features of a flat shard on several threads: same rows, same
+    statistics, and a bad feature still a ShardError naming it."""
+    from scwork.sharding.shards import _read_rows, _scan_parquet
+
+    kwargs = dict(rows_per_shard=64, features=["a", "b", "c", "d", "e"], vocab_size=500, valency="uniform(0, 5)",
+                  seed=4)
+    files = datasets.write_synthetic_parquet(tmp_path / "flat", 2, **kwargs)
+    colmap = {name: name for name in kwargs["features"]}
+    piece = _scan_parquet(files[0], colmap)
+    one = _read_rows(piece, None, 10, 50, colmap)
+    for threads in (2, 3, 8):
+        several = _read_rows(piece, None, 10, 50, colmap, threads)
+        assert list(several) == list(one)
+        for name in colmap:
+            np.testing.assert_array_equal(several[name][0], one[name][0])
+            np.testing.assert_array_equal(several[name][1], one[name][1])
+    specs = _specs(kwargs["features"], 500)
+    expected = stats_over_dataset(tmp_path / "flat", specs, TOPOLOGY, batch_size=32, num_workers=1, num_threads=1,
+                                  progress=False)
+    threaded = stats_over_dataset(tmp_path / "flat", specs, TOPOLOGY, batch_size=32, num_workers=1, num_threads=3,
+                                  progress=False)
+    for name in COMPARED:
+        np.testing.assert_array_equal(threaded.step_stats[name].values, expected.step_stats[name].values)
+    values, note, groups = _good()
+    note["features"] = [["a", 4], ["b", 4], ["c", 4]]
+    bad = values + [0, 1, 2, 3, 5] + [1, 1, 1, 1]       # c's splits end at 5, past its 4 ids
+    path = _write_raw(tmp_path / "bad.parquet", bad, note, groups + [9])
+    bad_piece = _scan_parquet(path, {"a": "a", "b": "b", "c": "c"})
+    with pytest.raises(ShardError, match=r"bad\.parquet, feature 'c': its row splits run from 0 to 5"):
+        _read_rows(bad_piece, None, 0, 4, {"a": "a", "b": "b", "c": "c"}, 3)
