@@ -282,6 +282,13 @@ def _load_columns(files, names=None):
                 for n in names or sorted(m[:-len("_ids")] for m in z.files if m.endswith("_ids")):
                     cols.setdefault(n, []).append((z[f"{n}_ids"], z[f"{n}_row_splits"]))
             continue
+        if b"scwork.flat_csr" in (pq.ParquetFile(f).metadata.metadata or {}):
+            # the flat CSR layout: scwork's reader rebuilds the features
+            from scwork.datasets import load_table
+
+            for n, (ids, rs) in load_table(f, columns=names).features.items():
+                cols.setdefault(n, []).append((ids, rs))
+            continue
         table = pq.read_table(f, columns=names)
         for n in table.column_names:
             arr = table.column(n).combine_chunks()
