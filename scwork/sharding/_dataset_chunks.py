@@ -347,11 +347,14 @@ def _run_boundary(job: _Job, step: int, *fragment_maps):
 
 def _summarize(ds) -> dict[str, np.ndarray]:
     """Small, exactly mergeable view of a block: per-step summaries, maxima and sums over its steps."""
-    out = {name: ds[name].transpose("step", "stack").values for name in _SUMMARY_VARS}
+    # ds.variables[name]: the same arrays as ds[name] without building a DataArray (its coordinates) for
+    # each, which cost about 0.3 ms a variable, 4 ms a block
+    variables = ds.variables
+    out = {name: variables[name].transpose("step", "stack").values for name in _SUMMARY_VARS}
     for name in ("max_ids_per_partition", "max_unique_ids_per_partition", "required_buffer_size_per_sc"):
-        out["max:" + name] = ds[name].values.max(axis=0)
+        out["max:" + name] = variables[name].values.max(axis=0)
     for name in ("ids", "unique_ids", "input_ids", "naive_ids_per_partition", "out_of_vocabulary_ids"):
-        out["sum:" + name] = ds[name].values.sum(axis=0)
+        out["sum:" + name] = variables[name].values.sum(axis=0)
     return out
 
 
