@@ -7,7 +7,8 @@ decode in 24). This layout stores no lists: one integer column, ``csr``, that ho
 feature in turn its ``num_rows + 1`` row splits (from 0 to its number of ids, non-decreasing:
 sample ``b`` owns ``ids[row_splits[b]:row_splits[b + 1]]``) followed by its ids, each feature in
 its own row group(s). Delta encoding stores the splits as their differences, the row lengths,
-and the reader takes them as they are (no sum to rebuild). The file's key-value metadata (key ``scwork.flat_csr``) says so, as JSON::
+and the reader takes them as they are (no sum to rebuild). The file's key-value metadata
+(key ``scwork.flat_csr``) says so, as JSON::
 
     {"version": 1, "column": "csr", "num_rows": 16384,
      "features": [["f0", 327104], ["f1", 328611], ...]}

@@ -106,7 +106,8 @@ must then be readable at the same path by the caller (which reads the footers an
 headers to plan the chunks) and by every worker.
 
 Memory per worker: one chunk in flight, whose rows are at most ``chunk_rows`` plus
-one row group (partition), or one whole shard for flat CSR Parquet shards; reading them costs about ``2 x 8 B`` per id (Parquet:
+one row group (partition), or one whole shard for flat CSR Parquet shards; reading
+them costs about ``2 x 8 B`` per id (Parquet:
 the decoded column, read in place in its stored integer width, and the step's batch,
 8 B per id in one of two buffers per worker thread that are reused from step to step
 and freed when the run ends), and the one batch inside the engine ``~6 x 8 B`` per id:
