@@ -175,7 +175,13 @@ def cost(schedule: Schedule, nbytes: int | None = None, *, pipeline_chunks: int 
     if per_link:
         _check_matrix(schedule, schedule.network.num_links)
     loads = _step_loads(schedule, k, per_link=per_link, link_summary=link_summary)
-    total, mode = _total_time(loads, k, buffers_per_direction)
+    with np.errstate(over="ignore"):            # an overflow is refused just below, with a typed error
+        total, mode = _total_time(loads, k, buffers_per_direction)
+    if not math.isfinite(total):
+        # Each step's time fits float64 but their sum (or k segments of it) does not.
+        raise ConfigError(f"the total time of {schedule.name} on {schedule.network.name} overflows float64 "
+                          f"({total}): check the network's link bandwidths and latencies (bytes/s and seconds) "
+                          "and pipeline_chunks")
     return _cost_dataset(schedule, loads, total, mode, k, buffers_per_direction,
                          per_link=per_link, link_summary=link_summary)
 
