@@ -106,6 +106,10 @@ def test_write_groups_keeps_the_first_oov_at_position_0_across_slices(backend):
                                _scratch(job))
     assert out["oov"].tolist() == [0, -1]
     assert out["bad"].tolist() == [-1, -1]
+    # the clean group was still written in both slices (its distinct ids per slice)
+    P = job.P
+    t1 = job.distinct_g[1 * job.nsl * P:2 * job.nsl * P].reshape(job.nsl, P).sum(axis=1)
+    assert t1.tolist() == [3, 2]        # slice 0: 4, 5, 6; slice 1: 7, 0
 
 
 # mean combiner: a sample whose weights sum to 0 divides by 0. f1 (feature 1) has such
@@ -131,6 +135,12 @@ def test_write_groups_records_the_first_zero_divisor_sample(backend):
     out = job.run_write_groups(engine._Backend(backend), batch, *engine._weights_of(batch), 0, 2, 0, 2,
                                _scratch(job))
     assert out["bad"].tolist() == [-1, 5]
+    # at position 0 (feature 0, sample 0) and again at sample 2 (position 2): 0 is kept
+    batch = _batch(f0_rows, f1_rows, [[1.0, -1.0], [1.0], [0.0], [1.0]], [[1.0], [1.0, 2.0], [2.0], [1.0]])
+    job = _write_job(batch, stack, backend)
+    out = job.run_write_groups(engine._Backend(backend), batch, *engine._weights_of(batch), 0, 2, 0, 2,
+                               _scratch(job))
+    assert out["bad"].tolist() == [0, -1]
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -186,3 +196,25 @@ def test_warmup_runs_every_split_kernel_on_in_bounds_inputs():
         signatures = getattr(kernel, "signatures", None)
         if signatures is not None:           # compiled (not NUMBA_DISABLE_JIT=1)
             assert len(signatures) >= 1
+
+
+@pytest.mark.parametrize("cut", ["cut_groups", "cut_groups_reference"])
+def test_cut_groups_by_hand(cut):
+    """Runs of contiguous groups per slice, each within the target unless one group alone exceeds it."""
+    from scwork.sharding import _split_kernels as SK
+
+    fn = getattr(SK, cut)
+    # one slice, three groups of 1 id, target 1.5: every group a run of its own
+    units = np.full((3, 4), -9, np.int64)
+    assert fn(np.array([[1], [1], [1]], np.int64), 1.5, units) == 3
+    assert units.tolist() == [[0, 0, 1, 1], [0, 1, 2, 1], [0, 2, 3, 1]]
+    # one slice, groups of 0, 5, 0, 1, 1 ids, target 2: the empty group 0 joins the 5
+    # (a run of empty groups takes the next), the 5 is a run of its own past the target,
+    # the empty group 2 opens the last run, which ends at 2 ids (not over the target)
+    units = np.full((5, 4), -9, np.int64)
+    assert fn(np.array([[0], [5], [0], [1], [1]], np.int64), 2, units) == 2
+    assert units[:2].tolist() == [[0, 0, 2, 5], [0, 2, 5, 2]]
+    # two slices: each cut on its own column
+    units = np.full((4, 4), -9, np.int64)
+    assert fn(np.array([[2, 1], [2, 1]], np.int64), 3, units) == 3
+    assert units[:3].tolist() == [[0, 0, 1, 2], [0, 1, 2, 2], [1, 0, 2, 2]]
