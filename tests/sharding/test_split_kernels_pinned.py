@@ -218,3 +218,28 @@ def test_cut_groups_by_hand(cut):
     units = np.full((4, 4), -9, np.int64)
     assert fn(np.array([[2, 1], [2, 1]], np.int64), 3, units) == 3
     assert units[:3].tolist() == [[0, 0, 1, 2], [0, 1, 2, 2], [1, 0, 2, 2]]
+
+
+@pytest.mark.parametrize("fn", ["slice_pairs", "slice_pairs_reference"])
+def test_slice_pairs_long_first_row_by_hand(fn):
+    """A feature whose first row (offset 0) is the only row past the short-row limit.
+
+    The long row is deduplicated through a sorted copy sized by the longest row; its
+    smallest id is 1 (the sorted walk must not take it for the start marker) and it
+    holds id 8 == vocabulary (skipped: the sorting pass reports it). Table of
+    vocabulary 8 on P = 2 partitions (partition ``x % 2``), two slices of one sample:
+    row 0 (slice 0) = 1, 3, 5 and 8, each 15 times (60 ids, distinct in vocabulary 1,
+    3, 5: all odd, partition 1); row 1 (slice 1) = 2, 2, 8, 4 (short: distinct in
+    vocabulary 2 and 4, partition 0). Each slice is its own call, so the first one
+    scans no row but the long one for its scratch size.
+    """
+    from scwork.sharding import _split_kernels as SK
+
+    ids = np.array([1, 3, 5, 8] * 15 + [2, 2, 8, 4], np.int64)
+    splits = np.array([[0, 60, 64]], np.int64)
+    args = (np.array([0, 1], np.int64), np.zeros(1, np.int64), np.array([8], np.int64), np.zeros(1, np.int64))
+    pairs = np.zeros(4, np.int64)                   # (slice, partition)
+    getattr(SK, fn)(ids, splits, 1, 2, *args, 0, 1, 0, 1, pairs)
+    assert pairs.tolist() == [0, 3, 0, 0]           # slice 0: 1, 3, 5 in partition 1
+    getattr(SK, fn)(ids, splits, 1, 2, *args, 1, 2, 0, 1, pairs)
+    assert pairs.tolist() == [0, 3, 2, 0]           # slice 1: 2, 4 in partition 0
