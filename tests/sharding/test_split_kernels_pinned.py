@@ -226,16 +226,16 @@ def test_slice_pairs_long_first_row_by_hand(fn):
 
     The long row is deduplicated through a sorted copy sized by the longest row; its
     smallest id is 1 (the sorted walk must not take it for the start marker) and it
-    holds id 8 == vocabulary (skipped: the sorting pass reports it). Table of
+    holds ids 8 == vocabulary and 9 (skipped: the sorting pass reports them). Table of
     vocabulary 8 on P = 2 partitions (partition ``x % 2``), two slices of one sample:
-    row 0 (slice 0) = 1, 3, 5 and 8, each 15 times (60 ids, distinct in vocabulary 1,
-    3, 5: all odd, partition 1); row 1 (slice 1) = 2, 2, 8, 4 (short: distinct in
+    row 0 (slice 0) = 1, 3, 5, 8 and 9, each 12 times (60 ids, distinct in vocabulary
+    1, 3, 5: all odd, partition 1; 8 and 9 are not in it); row 1 (slice 1) = 2, 2, 8, 4 (short: distinct in
     vocabulary 2 and 4, partition 0). Each slice is its own call, so the first one
     scans no row but the long one for its scratch size.
     """
     from scwork.sharding import _split_kernels as SK
 
-    ids = np.array([1, 3, 5, 8] * 15 + [2, 2, 8, 4], np.int64)
+    ids = np.array([1, 3, 5, 8, 9] * 12 + [2, 2, 8, 4], np.int64)
     splits = np.array([[0, 60, 64]], np.int64)
     args = (np.array([0, 1], np.int64), np.zeros(1, np.int64), np.array([8], np.int64), np.zeros(1, np.int64))
     pairs = np.zeros(4, np.int64)                   # (slice, partition)
@@ -243,3 +243,19 @@ def test_slice_pairs_long_first_row_by_hand(fn):
     assert pairs.tolist() == [0, 3, 0, 0]           # slice 0: 1, 3, 5 in partition 1
     getattr(SK, fn)(ids, splits, 1, 2, *args, 1, 2, 0, 1, pairs)
     assert pairs.tolist() == [0, 3, 2, 0]           # slice 1: 2, 4 in partition 0
+
+
+LATE_OOV_F0 = [[1, 1], [2], [10], [3]]  # out of vocabulary only at flat position 3 (slice 1)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_an_oov_id_after_position_0_is_recorded_at_its_position(backend):
+    batch = _batch(LATE_OOV_F0, CLEAN_F1)
+    stack, _ = _stack()
+    job = _count_job(batch, stack)
+    out = job.run_groups(engine._Backend(backend), batch, *engine._weights_of(batch), 0, 2, 0, 2, _scratch(job))
+    assert out["oov"].tolist() == [3, -1]
+    job = _write_job(_batch([[1, 1], [2], [2], [3]], CLEAN_F1), stack, backend)
+    out = job.run_write_groups(engine._Backend(backend), batch, *engine._weights_of(batch), 0, 2, 0, 2,
+                               _scratch(job))
+    assert out["oov"].tolist() == [3, -1]
