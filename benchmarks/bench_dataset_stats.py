@@ -105,6 +105,10 @@ def ensure_dataset(folder: Path, cfg: dict) -> dict:
     # "encoding" in the config: the page encoding (write_synthetic_parquet's encoding=, which
     # older versions lack: they write pyarrow's dictionary encoding)
     extra = {k: cfg[k] for k in ("compression", "encoding") if k in cfg}
+    if cfg.get("layout", "").startswith("flat"):
+        extra["layout"] = "flat"
+    elif "layout" in inspect.signature(write_synthetic_parquet).parameters:
+        extra["layout"] = "lists"
     if "encoding" in extra and "encoding" not in inspect.signature(write_synthetic_parquet).parameters:
         if extra.pop("encoding") != "dictionary":
             raise SystemExit(f"this scwork writes only dictionary-encoded shards; generate {folder} with a newer "
@@ -118,6 +122,10 @@ def ensure_dataset(folder: Path, cfg: dict) -> dict:
     num_ids = 0
     for f in files:
         md = pq.ParquetFile(f).metadata
+        note = (md.metadata or {}).get(b"scwork.flat_csr")
+        if note is not None:      # the flat layout: the note gives each feature's ids
+            num_ids += sum(n for _, n in json.loads(note)["features"])
+            continue
         for g in range(md.num_row_groups):
             rg = md.row_group(g)
             num_ids += sum(rg.column(j).num_values for j in range(rg.num_columns))
@@ -146,13 +154,21 @@ def _write_npz_dataset(folder: Path, cfg: dict, files: list[Path], marker: Path,
     return info
 
 
-def _writer_layout() -> str:
-    """How this scwork's write_synthetic_parquet lays out the ids (part of the dataset's config)."""
+def _writer_layout(layout: str | None = None) -> str:
+    """How this scwork's write_synthetic_parquet lays out the ids (part of the dataset's config).
+
+    ``layout``: ``--layout`` ("flat" or "lists"), for a version that has the option.
+    """
     import inspect
 
     from scwork.datasets import write_synthetic_parquet
 
-    if "id_type" in inspect.signature(write_synthetic_parquet).parameters:
+    params = inspect.signature(write_synthetic_parquet).parameters
+    if "layout" in params and layout != "lists":
+        return "flat CSR (row splits and ids in one int32 column), data pages v2"
+    if layout == "flat":
+        raise SystemExit("this scwork's write_synthetic_parquet has no flat layout (layout=); drop --layout")
+    if "id_type" in params:
         return "list<int32 not null> not null, data pages v2"
     return "list<int64>, data pages v1"
 
@@ -265,6 +281,13 @@ def _load_columns(files, names=None):
             with np.load(f) as z:
                 for n in names or sorted(m[:-len("_ids")] for m in z.files if m.endswith("_ids")):
                     cols.setdefault(n, []).append((z[f"{n}_ids"], z[f"{n}_row_splits"]))
+            continue
+        if b"scwork.flat_csr" in (pq.ParquetFile(f).metadata.metadata or {}):
+            # the flat CSR layout: scwork's reader rebuilds the features
+            from scwork.datasets import load_table
+
+            for n, (ids, rs) in load_table(f, columns=names).features.items():
+                cols.setdefault(n, []).append((ids, rs))
             continue
         table = pq.read_table(f, columns=names)
         for n in table.column_names:
@@ -399,6 +422,9 @@ def main(argv=None) -> int:
     parser.add_argument("--format", choices=["parquet", "npz"], default="parquet",
                         help="shard format: Parquet (write_synthetic_parquet) or NPZ (write_npz_shard: flat ids "
                              "and row splits, int64, uncompressed)")
+    parser.add_argument("--layout", choices=["flat", "lists"], default=None,
+                        help="Parquet layout (write_synthetic_parquet's layout=, default flat where the version "
+                             "has it): flat CSR columns or one list column per feature")
     parser.add_argument("--compare", action="store_true",
                         help="only collect_stats in memory vs stats_over_dataset, per thread count (--threads), "
                              "calls alternating")
@@ -425,8 +451,9 @@ def main(argv=None) -> int:
             else "int64 ids"
         tag = "-npz"
     else:
-        cfg["layout"] = _writer_layout()
-        tag = "-i32v2" if cfg["layout"].startswith("list<int32") else ""
+        cfg["layout"] = _writer_layout(args.layout)
+        tag = "-flat" if cfg["layout"].startswith("flat") else "-i32v2" if cfg["layout"].startswith("list<int32") \
+            else ""
     label = "standard" if args.standard else "quick" if args.quick else "full"
     folder = Path(args.dir) if args.dir else Path(tempfile.gettempdir()) / \
         f"scwork-bench-dataset-stats-{label}{'-' + args.encoding if args.encoding else ''}{tag}"

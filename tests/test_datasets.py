@@ -495,17 +495,35 @@ def test_load_table_rejects_bad_arguments(tmp_path):
 # write_synthetic_parquet
 # ======================================================================================
 
-def test_write_synthetic_parquet_round_trip(tmp_path):
+@pytest.mark.parametrize("layout", ["flat", "lists", None])
+def test_write_synthetic_parquet_round_trip(tmp_path, layout):
     pq = pytest.importorskip("pyarrow.parquet")
     pa = pytest.importorskip("pyarrow")
     kwargs = dict(features=["a", "b"], vocab_size={"a": 1000, "b": 50}, valency={"a": 3, "b": "uniform(0, 2)"},
                   seed=5)
-    files = datasets.write_synthetic_parquet(tmp_path / "shards", 3, rows_per_shard=40, **kwargs)
+    files = datasets.write_synthetic_parquet(tmp_path / "shards", 3, rows_per_shard=40,
+                                             **kwargs, **({} if layout is None else {"layout": layout}))
     assert [f.name for f in files] == [f"part-0000{i}.parquet" for i in range(3)]
-    # the layout that decodes fastest: neither lists nor ids nullable, int32 ids where the vocabulary fits
     schema = pq.read_schema(files[0])
-    assert not schema.field("a").nullable and not schema.field("a").type.value_field.nullable
-    assert schema.field("a").type.value_type == pa.int32() and schema.field("b").type.value_type == pa.int32()
+    if layout == "lists":
+        # the fastest list layout: neither lists nor ids nullable, int32 ids where the vocabulary fits
+        assert not schema.field("a").nullable and not schema.field("a").type.value_field.nullable
+        assert schema.field("a").type.value_type == pa.int32() and schema.field("b").type.value_type == pa.int32()
+    else:
+        # the default, flat CSR: one not-null int32 column, each feature's row splits then ids, in row groups
+        # of its own, and the note that says so
+        assert schema.names == ["csr"] and schema.field("csr").type == pa.int32()
+        assert not schema.field("csr").nullable
+        meta = pq.ParquetFile(files[0]).metadata
+        note = json.loads(meta.metadata[b"scwork.flat_csr"])
+        source0 = datasets.synthetic(40, num_steps=3, **kwargs).step(0)
+        assert note == {"version": 1, "column": "csr", "num_rows": 40,
+                        "features": [["a", len(source0["a"][0])], ["b", len(source0["b"][0])]]}
+        assert [meta.row_group(i).num_rows for i in range(meta.num_row_groups)] == \
+            [41 + len(source0["a"][0]), 41 + len(source0["b"][0])]
+        column = pq.read_table(files[0]).column("csr").to_numpy()
+        np.testing.assert_array_equal(column[:41], source0["a"][1])
+        np.testing.assert_array_equal(column[41:41 + len(source0["a"][0])], source0["a"][0])
     source = datasets.synthetic(40, num_steps=3, **kwargs)
     for i, f in enumerate(files):
         shard = datasets.load_table(f)
@@ -522,10 +540,12 @@ def test_write_synthetic_parquet_round_trip(tmp_path):
 
 @pytest.mark.parametrize("encoding, page_encoding", [("delta", "DELTA_BINARY_PACKED"),
                                                      ("dictionary", "RLE_DICTIONARY"), ("plain", "PLAIN")])
-def test_write_synthetic_parquet_encodings_round_trip(tmp_path, encoding, page_encoding):
+@pytest.mark.parametrize("layout", ["flat", "lists"])
+def test_write_synthetic_parquet_encodings_round_trip(tmp_path, encoding, page_encoding, layout):
     pq = pytest.importorskip("pyarrow.parquet")
     kwargs = dict(features=["a"], vocab_size=5000, valency=4, seed=2)
-    files = datasets.write_synthetic_parquet(tmp_path, 2, rows_per_shard=30, encoding=encoding, **kwargs)
+    files = datasets.write_synthetic_parquet(tmp_path, 2, rows_per_shard=30, encoding=encoding, layout=layout,
+                                             **kwargs)
     chunk = pq.ParquetFile(files[0]).metadata.row_group(0).column(0)
     assert page_encoding in chunk.encodings
     if encoding != "dictionary":
@@ -538,11 +558,14 @@ def test_write_synthetic_parquet_encodings_round_trip(tmp_path, encoding, page_e
 
 @pytest.mark.parametrize("id_type, vocab_size, stored", [("auto", 2**31, "int32"), ("auto", 2**31 + 1, "int64"),
                                                           ("int64", 1000, "int64"), ("int32", 1000, "int32")])
-def test_write_synthetic_parquet_id_types(tmp_path, id_type, vocab_size, stored):
+@pytest.mark.parametrize("layout", ["flat", "lists"])
+def test_write_synthetic_parquet_id_types(tmp_path, id_type, vocab_size, stored, layout):
     pq = pytest.importorskip("pyarrow.parquet")
     kwargs = dict(features=["a"], vocab_size=vocab_size, valency=3, seed=7)
-    files = datasets.write_synthetic_parquet(tmp_path, 2, rows_per_shard=20, id_type=id_type, **kwargs)
-    assert str(pq.read_schema(files[0]).field("a").type.value_type) == stored
+    files = datasets.write_synthetic_parquet(tmp_path, 2, rows_per_shard=20, id_type=id_type, layout=layout,
+                                             **kwargs)
+    schema = pq.read_schema(files[0])
+    assert str(schema.field("csr").type if layout == "flat" else schema.field("a").type.value_type) == stored
     source = datasets.synthetic(20, num_steps=2, **kwargs)
     for i, f in enumerate(files):
         for got, expected in zip(datasets.load_table(f).features["a"], source.step(i)["a"]):
@@ -563,6 +586,8 @@ def test_write_synthetic_parquet_rejects_unknown_encoding(tmp_path):
     pytest.importorskip("pyarrow")
     with pytest.raises(ConfigError, match="encoding must be one of"):
         datasets.write_synthetic_parquet(tmp_path, 1, rows_per_shard=4, features=["f"], encoding="bitpacked")
+    with pytest.raises(ConfigError, match="layout must be one of"):
+        datasets.write_synthetic_parquet(tmp_path, 1, rows_per_shard=4, features=["f"], layout="csr")
     assert not any(tmp_path.iterdir())
 
 
@@ -613,29 +638,33 @@ def test_broken_files_are_input_errors(tmp_path, name, content, match):
     assert name in str(info.value)
 
 
-def test_write_synthetic_parquet_is_all_or_nothing(tmp_path, monkeypatch):
+@pytest.mark.parametrize("layout", ["flat", "lists"])
+def test_write_synthetic_parquet_is_all_or_nothing(tmp_path, monkeypatch, layout):
     import pyarrow.parquet as pq
 
+    from scwork.datasets import files as files_module
     from scwork.errors import ConfigError
 
     with pytest.raises(ConfigError, match="compression must be"):
-        datasets.write_synthetic_parquet(tmp_path / "a", 2, rows_per_shard=4, features=["f"], compression="lzma")
+        datasets.write_synthetic_parquet(tmp_path / "a", 2, rows_per_shard=4, features=["f"], compression="lzma",
+                                         layout=layout)
     assert not (tmp_path / "a").exists()
-    real = pq.write_table
+    owner, attribute = (files_module, "write_flat_shard") if layout == "flat" else (pq, "write_table")
+    real = getattr(owner, attribute)
     calls = []
 
-    def failing_second(table, where, **kwargs):
+    def failing_second(table, where, *args, **kwargs):
         calls.append(where)
         if len(calls) == 2:
             raise OSError("disk full")
-        return real(table, where, **kwargs)
+        return real(table, where, *args, **kwargs)
 
-    monkeypatch.setattr(pq, "write_table", failing_second)
+    monkeypatch.setattr(owner, attribute, failing_second)
     with pytest.raises(ConfigError, match="disk full.*nothing was written"):
-        datasets.write_synthetic_parquet(tmp_path / "b", 3, rows_per_shard=4, features=["f"])
+        datasets.write_synthetic_parquet(tmp_path / "b", 3, rows_per_shard=4, features=["f"], layout=layout)
     assert list((tmp_path / "b").iterdir()) == []
-    monkeypatch.setattr(pq, "write_table", real)
-    files = datasets.write_synthetic_parquet(tmp_path / "b", 3, rows_per_shard=4, features=["f"])
+    monkeypatch.setattr(owner, attribute, real)
+    files = datasets.write_synthetic_parquet(tmp_path / "b", 3, rows_per_shard=4, features=["f"], layout=layout)
     assert sorted(p.name for p in (tmp_path / "b").iterdir()) == [p.name for p in files]
 
 

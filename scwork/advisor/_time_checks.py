@@ -99,7 +99,8 @@ def check_skew(c: Context):
         return c.skip("partition_skew", "needs a step model or stats")
     s = collapse(c.stats)
     load = s["ids"].sum(("device", "sc"))                                  # (stack, partition)
-    for stack in load["stack"].values:
+    for stack in map(str, load["stack"].values):
+        # str(): the coordinate's numpy strings would print as np.str_('name') in the title (numpy 2 repr).
         row = load.sel(stack=stack).values.astype(float)
         mean = row.mean()
         if mean > 0 and row.max() > c.t.skew_ratio * mean:
@@ -107,7 +108,7 @@ def check_skew(c: Context):
                   evidence={"max_partition_ids": int(row.max()), "mean_partition_ids": float(mean),
                             "ratio": float(row.max() / mean), "hot_partition": int(row.argmax())},
                   fix="spread hot ids (shuffle during mini-batching, stacking rotation, re-hashing)",
-                  flags=("rotation (plan_stacking)", "max_ids_per_partition"), stack=str(stack),
+                  flags=("rotation (plan_stacking)", "max_ids_per_partition"), stack=stack,
                   gain_basis="no step model: time not estimated")
 
 

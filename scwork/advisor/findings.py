@@ -141,20 +141,26 @@ class Finding:
                 + f"\n  expected gain: {self.expected_gain} - {self.gain_basis}")
 
 
+def _fmt_3(v: float) -> str:
+    """Three significant digits, but whole numbers from 1000 on (1022, not 1.02e+03)."""
+    return f"{v:.3g}" if abs(v) < 999.5 else f"{v:.0f}"
+
+
+# The unit is chosen on the value as printed (3 significant digits): 0.9999 s is "1 s", not
+# "1e+03 ms", and 2**30 - 1 bytes "1 GiB", not "1.02e+03 MiB".
 def _fmt_s(s: float) -> str:
     a = abs(s)
-    if a >= 1:
-        return f"{s:.3g} s"
-    if a >= 1e-3:
-        return f"{s * 1e3:.3g} ms"
-    return f"{s * 1e6:.3g} \u00b5s"
+    for unit, size in (("s", 1.0), ("ms", 1e-3)):
+        if float(f"{a / size:.3g}") >= 1:
+            return f"{_fmt_3(s / size)} {unit}"
+    return f"{_fmt_3(s * 1e6)} \u00b5s"
 
 
 def _fmt_bytes(b: float) -> str:
     a = abs(b)
     for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if a >= size:
-            return f"{b / size:.3g} {unit}"
+        if float(f"{a / size:.3g}") >= 1:
+            return f"{_fmt_3(b / size)} {unit}"
     return f"{int(b)} B"
 
 

@@ -18,6 +18,7 @@ import numpy as np
 from scwork._validate import decimal_int
 from scwork._validate import shown as _shown
 from scwork.datasets._checks import _positive_int
+from scwork.datasets._flat import flat_layout, flat_list_table, write_flat_shard
 from scwork.datasets.synthetic import synthetic
 from scwork.errors import ConfigError, InputError
 
@@ -43,6 +44,8 @@ _PARQUET_ENCODINGS = {
 }
 #: ``write_synthetic_parquet(id_type=...)``: the stored integer type of the ids.
 _PARQUET_ID_TYPES = {"auto", "int32", "int64"}
+#: ``write_synthetic_parquet(layout=...)``: flat CSR (scwork.datasets._flat) or one list column per feature.
+_PARQUET_LAYOUTS = {"flat", "lists"}
 
 
 @dataclass(frozen=True, eq=False)
@@ -307,9 +310,23 @@ def _source(path: Path):
 def _read_parquet(path: Path, shown: str, columns: list[str] | None):
     import pyarrow.parquet as pq
 
+    with pq.ParquetFile(_source(path)) as pf:
+        # a flat CSR shard (scwork.datasets._flat) comes back as one list column per feature
+        names = _flat_feature_names(pf, shown)
+        if names is not None:
+            _check_columns(shown, columns, names)
+            return flat_list_table(pf, shown, columns)
     schema = pq.read_schema(_source(path))
     _check_columns(shown, columns, schema.names)
     return pq.read_table(_source(path), columns=columns)
+
+
+def _flat_feature_names(pf, shown: str) -> list[str] | None:
+    """The features a flat CSR shard holds, in order, or None for any other Parquet file."""
+    meta = pf.metadata
+    layout = flat_layout(meta.metadata, pf.schema_arrow,
+                         [meta.row_group(i).num_rows for i in range(meta.num_row_groups)], shown)
+    return None if layout is None else list(layout.features)
 
 
 def _read_delimited(path: Path, shown: str, columns: list[str] | None, delimiter: str):
@@ -469,29 +486,35 @@ def write_synthetic_parquet(
     compression: str = "zstd",
     encoding: str = "delta",
     id_type: str = "auto",
+    layout: str = "flat",
 ) -> list[Path]:
     """Write a synthetic dataset as Parquet shards, one row per sample.
 
     Shard ``i`` is step ``i`` of ``synthetic(rows_per_shard, ...)`` with the same
-    arguments; every feature is a list column of integer ids, neither the lists nor
-    the ids nullable (``list<item: int32 not null> not null``, or ``int64`` ids
-    where the vocabulary needs them), written in Parquet data pages of version 2.
-    Read it back with ``load_table(directory)`` (all shards, in order) or one shard
-    at a time.
+    arguments, written in Parquet data pages of version 2. Read it back with
+    ``load_table(directory)`` (all shards, in order) or one shard at a time, or with
+    :func:`~scwork.sharding.stats_over_dataset`.
 
-    This is the layout :func:`~scwork.sharding.stats_over_dataset` reads fastest among
-    Parquet list columns (any other valid layout reads to the same numbers). Measured
-    with pyarrow 26 on one 16384-sample shard of 26 features x Poisson(20) ids (8.5 M
-    ids, Zipf 1.05 hashed over 10**6, zstd, delta encoding), CPU time of one decode on
-    one core: 69-72 ms as ``list<int64>`` with nullable lists and ids in version 1
-    pages (what this function wrote before), 58-60 ms with neither nullable (a
-    lower maximum definition level: fewer levels to decode), 55-56 ms also in
-    version 2 pages (levels stored apart from the compressed values), 51-52 ms also
-    with int32 ids (half the values to unpack). Most of what is left is pyarrow
-    turning the repetition levels into list offsets: the same ids as a flat column
-    decode in about 35 ms. A flat layout that skips the levels is the NPZ shard
-    (:func:`~scwork.sharding.write_npz_shard`), uncompressed: 4 bytes per int32 id
-    plus the row splits, about 1.5 times these files.
+    ``layout="flat"`` (the default) stores no list columns: one not-null integer
+    column ``csr`` holding, for each feature in turn and in row groups of its own,
+    its ``rows_per_shard + 1`` row splits and then its ids, and a key-value note
+    (``scwork.flat_csr``) naming the features and their number of ids (the layout
+    of :func:`scwork.sharding.dataset_stats.write_parquet_shard`). Any Parquet reader
+    reads it as one integer column; scwork's readers rebuild the features. It is the
+    Parquet layout :func:`~scwork.sharding.stats_over_dataset` reads fastest, because
+    a list column makes the reader rebuild the list offsets from one repetition and
+    one definition level per id. Measured with pyarrow 26 on one 16384-sample shard
+    of 26 features x Poisson(20) ids (8.5 M ids, Zipf 1.05 hashed over 10**6, zstd,
+    delta encoding), CPU time of one decode on one core: 23-24 ms in this layout
+    (22.1 MiB) against 51-53 ms for the fastest list layout below (23.2 MiB).
+
+    ``layout="lists"``: every feature is a list column of integer ids, neither the
+    lists nor the ids nullable (``list<item: int32 not null> not null``, or
+    ``int64`` ids where the vocabulary needs them): the list layout pyarrow decodes
+    fastest (same shard: 69-72 ms as ``list<int64>`` with nullable lists and ids in
+    version 1 pages, 58-60 ms with neither nullable, 55-56 ms also in version 2
+    pages, 51-52 ms also with int32 ids). Use it for tools that expect one list
+    column per feature.
 
     Parameters
     ----------
@@ -526,6 +549,9 @@ def write_synthetic_parquet(
         vocabulary fits (``vocab_size <= 2**31``), else int64. Readers keep the
         stored width until the ids are copied into the batch the engine reads, so
         int32 ids cost half the bytes to decode and to copy.
+    layout : {"flat", "lists"}, default ``"flat"``
+        ``"flat"``: the flat CSR layout above (one integer column, no list levels);
+        ``"lists"``: one list column per feature.
 
     Returns
     -------
@@ -560,6 +586,8 @@ def write_synthetic_parquet(
         raise ConfigError(f"encoding must be one of {sorted(_PARQUET_ENCODINGS)}, got {encoding!r}")
     if not isinstance(id_type, str) or id_type not in _PARQUET_ID_TYPES:
         raise ConfigError(f"id_type must be one of {sorted(_PARQUET_ID_TYPES)}, got {id_type!r}")
+    if not isinstance(layout, str) or layout not in _PARQUET_LAYOUTS:
+        raise ConfigError(f"layout must be one of {sorted(_PARQUET_LAYOUTS)}, got {layout!r}")
     folder = Path(directory)
     if folder.exists() and not folder.is_dir():
         raise ConfigError(f"{folder}: exists and is not a directory; give a directory for the shards")
@@ -574,6 +602,25 @@ def write_synthetic_parquet(
     # Every shard is built before the first byte is written, and written to a temporary
     # name: either all shards appear (renamed at the end) or none (a failure removes
     # the temporaries), never half a data set.
+    if layout == "flat":
+        batches = [data.step(index) for index in range(num_shards)]
+        targets = [folder / f"part-{index:05d}.parquet" for index in range(num_shards)]
+        temporaries = [folder / f".part-{index:05d}.parquet.{os.getpid()}.tmp" for index in range(num_shards)]
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            for batch, temporary in zip(batches, temporaries):
+                write_flat_shard(temporary, {name: (v[0], v[1]) for name, v in batch.items()}, id_types,
+                                 compression=compression,
+                                 data_page_version="2.0", **_PARQUET_ENCODINGS[encoding])
+            for temporary, target in zip(temporaries, targets):
+                os.replace(temporary, target)
+        except (OSError, pa.ArrowException) as exc:
+            for temporary in temporaries:
+                with contextlib.suppress(OSError):
+                    temporary.unlink()
+            raise ConfigError(f"{folder}: cannot write the Parquet shards ({type(exc).__name__}: {exc}); nothing "
+                              "was written") from None
+        return targets
     tables = []
     for index in range(num_shards):
         batch = data.step(index)

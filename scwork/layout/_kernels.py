@@ -203,7 +203,8 @@ def tiled_index_fill_reference(logical_dims, physical_axes, extra_major, levels,
     position_of_logical = [0] * rank
     for position, axis in enumerate(physical_axes):
         position_of_logical[int(axis)] = position
-    return np.ascontiguousarray(buffer.transpose(position_of_logical))
+    # A C-ordered copy; np.ascontiguousarray would turn a scalar's 0-d map into shape (1,).
+    return buffer.transpose(position_of_logical).copy()
 
 
 # --------------------------------------------------------------------------------------

@@ -37,7 +37,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from scwork._validate import decimal_int
+from scwork._validate import INT64_MAX, decimal_int
 from scwork.errors import LayoutError
 
 __all__ = ["ATTRIBUTE_ORDER", "DIM_LEVEL_TYPES", "ParsedShape", "Token", "parse_shape_text", "tokenize"]
@@ -56,6 +56,9 @@ _ATTRIBUTE_MEANING = {
 }
 
 _PUNCTUATION = set("[]{}(),:*#?+~")
+
+#: The most negative int64, a number the text may hold (a layout integer's lower bound).
+INT64_MIN = -INT64_MAX - 1
 
 
 @dataclass(frozen=True)
@@ -101,9 +104,10 @@ def tokenize(text: str) -> list[Token]:
                 raise LayoutError(f"malformed number {word!r}: expected a whole decimal number",
                                   text, start, hint="write sizes as plain integers such as 128")
             # decimal_int counts the digits (leading zeros dropped) before int(), which refuses
-            # texts over 4,300 digits; None here means the number does not fit in int64.
-            value = decimal_int(word)
-            if value is None:
+            # texts over 4,300 digits. It bounds the magnitude, and int64 reaches one further
+            # below zero than above (XLA's lexer reads -2**63 too), so the top is checked here.
+            value = decimal_int(word, maximum=-INT64_MIN)
+            if value is None or value > INT64_MAX:
                 shown = word if len(word) <= 40 else f"{word[:20]}... ({len(digits)} digits)"
                 raise LayoutError(f"number {shown} does not fit in a signed 64-bit integer", text, start)
             tokens.append(Token("int", word, start, value))

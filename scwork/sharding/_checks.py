@@ -117,7 +117,8 @@ def _compute_stack_rows(stacks: tuple, batch: FeatureBatch) -> tuple:
 
 
 def estimate_scratch_bytes(plan: StackingPlan, batch: FeatureBatch, G: int, S: int, want_csr: bool,
-                           num_threads: int = 1, slice_counts: np.ndarray | None = None) -> int:
+                           num_threads: int = 1, slice_counts: np.ndarray | None = None,
+                           stack_counts: np.ndarray | None = None) -> int:
     """Upper estimate (exact integers) of the bytes one call allocates.
 
     Per stack: the per-(device, SC, partition) counters and their copies in the
@@ -126,7 +127,8 @@ def estimate_scratch_bytes(plan: StackingPlan, batch: FeatureBatch, G: int, S: i
     largest slice), and with CSR the row pointers, the stacked-row gains and the
     ``emb``/``smp``/``gout`` buffers (12 bytes per slot, padding included).
     ``slice_counts``: the raw ids of every feature in every slice, ``(features, G * S)``,
-    if the caller has them already (computed here otherwise).
+    if the caller has them already (computed here otherwise); ``stack_counts`` those of
+    every stack, ``(stacks, G * S)``, likewise.
     """
     nsl = G * S
     n = batch.batch_size // nsl
@@ -137,7 +139,9 @@ def estimate_scratch_bytes(plan: StackingPlan, batch: FeatureBatch, G: int, S: i
     rows, starts, every_stack_has_features, sum_partitions = _stack_rows(plan.stacks, batch)
     splits = batch._splits
     per_feature = splits[:, n::n] - splits[:, :-1:n] if slice_counts is None else slice_counts
-    if rows.size and every_stack_has_features:
+    if stack_counts is not None:
+        per_stack = stack_counts
+    elif rows.size and every_stack_has_features:
         per_stack = np.add.reduceat(per_feature[rows], starts, axis=0)
     else:
         per_stack = np.zeros((len(plan.stacks), nsl), np.int64)
@@ -166,8 +170,9 @@ def estimate_scratch_bytes(plan: StackingPlan, batch: FeatureBatch, G: int, S: i
 
 
 def _check_scratch(plan: StackingPlan, batch: FeatureBatch, G: int, S: int, want_csr: bool,
-                   num_threads: int, slice_counts: np.ndarray | None = None) -> None:
-    need = estimate_scratch_bytes(plan, batch, G, S, want_csr, num_threads, slice_counts)
+                   num_threads: int, slice_counts: np.ndarray | None = None,
+                   stack_counts: np.ndarray | None = None) -> None:
+    need = estimate_scratch_bytes(plan, batch, G, S, want_csr, num_threads, slice_counts, stack_counts)
     limit = scratch_limit_bytes()
     if need > limit:
         P = plan.stacks[0].num_partitions if plan.stacks else 0

@@ -143,16 +143,20 @@ def _concat_local(datasets):
     first = datasets[0]
     steps = sum(d.sizes["step"] for d in datasets)
     data, configured = {}, {}
-    for name, var in first.data_vars.items():
+    # Dataset.variables, not ds[name]: building a DataArray (with its coordinates) for every
+    # variable of every block cost about 20 ms a call on the standard input's 8 blocks.
+    for name in first.data_vars:
+        var = first.variables[name]
         if name in _CONFIGURED_VARS:
-            configured[name] = var.variable
+            configured[name] = var
             continue
         if not var.dims or var.dims[0] != "step":
             raise InternalError(f"{name}: a per-step variable whose first dim is not step ({var.dims})")
-        values = var.values if len(datasets) == 1 else np.concatenate([d[name].values for d in datasets], axis=0)
+        values = var.values if len(datasets) == 1 else \
+            np.concatenate([d.variables[name].values for d in datasets], axis=0)
         data[name] = xr.Variable(var.dims, values, dict(var.attrs))
     data.update(configured)
-    coords = {k: v.variable for k, v in first.coords.items() if "step" not in v.dims}
+    coords = {k: first.variables[k] for k in first.coords if "step" not in first.variables[k].dims}
     coords["step"] = ("step", np.arange(steps), {"long_name": "step index"})
     return xr.Dataset(data, coords=coords, attrs=dict(first.attrs))
 

@@ -20,6 +20,13 @@ scan_group_buckets
     by the prefix cut of [jte] preprocess_sparse_dense_matmul_input *applied per bucket* (as the reference does once
     buckets exist), raw ids per (slice, bucket) and whole-batch distinct ids per
     (partition, bucket).
+bin_slices, scan_range
+    The same scan cut finer than a table: tasks of slices sort their keys by the
+    top bits of ``u`` (coarse bins); tasks of bin ranges gather, sort and scan them.
+add_range_counts
+    A range's counters added into its stack's.
+minibatch_sums
+    Per-bucket counters summed per mini-batch.
 ids_to_buckets
     Bucket of every raw id of a feature (for the per-mini-batch inputs).
 sample_split
@@ -35,6 +42,7 @@ from __future__ import annotations
 import numpy as np
 
 from scwork._jit import jit
+from scwork.sharding._kernels import _build_keys, _radix_plan, _radix_scatter
 from scwork.sharding.column_id import column_id
 
 __all__ = [
@@ -44,6 +52,16 @@ __all__ = [
     "highway_hash_int32_reference",
     "scan_group_buckets",
     "scan_group_buckets_reference",
+    "bin_slices",
+    "bin_slices_reference",
+    "scan_range",
+    "scan_range_reference",
+    "add_range_counts",
+    "add_range_counts_reference",
+    "range_counter_views",
+    "range_counter_size",
+    "minibatch_sums",
+    "minibatch_sums_reference",
     "ids_to_buckets",
     "ids_to_buckets_reference",
     "sample_split",
@@ -321,23 +339,30 @@ def _bucket_of_reference(col_ids, mode, num_buckets, key):
 # scan_group_buckets
 # --------------------------------------------------------------------------------------
 @jit(error_model="numpy")
-def scan_group_buckets(keys, m, P, qbits, lbits, row_offset, NB, mode, key, max_ids, max_uniq, pairs, distinct,
-                       kept, raw, naive_uniq, dropped):
+def scan_group_buckets(keys, m, P, p_lo, Pc, qbits, lbits, row_offset, NB, mode, key, max_ids, max_uniq, pairs,
+                       distinct, kept, raw, naive_uniq, dropped):
     """Count one sorted group per (slice, partition, bucket); apply the per-bucket prefix cut.
 
     ``keys`` are sorted as :func:`scwork.sharding._kernels.sort_group` leaves them
-    (by ``u = p << qbits | q``, then ``R' = sl << lbits | row``). The bucket of an id
+    (by ``u = p << qbits | q``, then ``R' = sl << lbits | row``), all of them of
+    partitions ``p_lo <= p < p_lo + Pc`` (the whole group: ``p_lo = 0, Pc = P``; a
+    range of ``u`` cut out of it by :func:`scan_range`). The bucket of an id
     is ``hash(col_id) & (NB - 1)`` with ``col_id = p + P * (q + row_offset)``
     (jax-tpu-embedding's transformed column id), computed once per distinct id.
-    Counter index ``c = (sl * P + p) * NB + b``:
+    Counter index ``c = (sl * Pc + p - p_lo) * NB + b``:
 
     - ``pairs[c]`` += (sample, id) pairs after per-sample dedup,
     - ``distinct[c]`` += distinct ids,
     - ``kept[c]`` += pairs kept by the prefix cut (``i < max_ids`` and id rank
       ``< max_uniq`` inside the bucket's stream),
     - ``raw[sl * NB + b]`` += raw ids (duplicates included),
-    - ``naive_uniq[p * NB + b]`` += distinct ids of the whole batch,
+    - ``naive_uniq[(p - p_lo) * NB + b]`` += distinct ids of the whole batch,
     - ``dropped[b]`` += raw ids dropped by the cut (duplicates included).
+
+    Every counter but ``raw`` and ``dropped`` sees only its own partition's keys,
+    and the keys of one ``u`` are never split, so disjoint ranges of ``u`` add up to
+    the whole group's counts (without a prefix cut; with one, a stream's ranks need
+    its partition's keys in order, one range per partition).
     """
     qmask = (np.int64(1) << qbits) - 1
     # pass 1: the column id of every distinct id (a new u), then all their buckets at once
@@ -369,11 +394,11 @@ def scan_group_buckets(keys, m, P, qbits, lbits, row_offset, NB, mode, key, max_
         if newx:
             j += 1
             b = bk[j]
-            naive_uniq[p * NB + b] += 1
+            naive_uniq[(p - p_lo) * NB + b] += 1
         news = newx or sl != prev_sl
         newr = news or R != prev_R
         raw[sl * NB + b] += 1
-        c = (sl * P + p) * NB + b
+        c = (sl * Pc + p - p_lo) * NB + b
         if newr:
             if news:
                 distinct[c] += 1
@@ -391,8 +416,8 @@ def scan_group_buckets(keys, m, P, qbits, lbits, row_offset, NB, mode, key, max_
         prev_sl = sl
 
 
-def scan_group_buckets_reference(keys, m, P, qbits, lbits, row_offset, NB, mode, key, max_ids, max_uniq, pairs,
-                                 distinct, kept, raw, naive_uniq, dropped):
+def scan_group_buckets_reference(keys, m, P, p_lo, Pc, qbits, lbits, row_offset, NB, mode, key, max_ids, max_uniq,
+                                 pairs, distinct, kept, raw, naive_uniq, dropped):
     """Reference of :func:`scan_group_buckets`: Python dicts of streams, in the obvious way."""
     k = np.asarray(keys[:m], np.int64)
     u = (k >> 32) & _LOW32
@@ -407,11 +432,11 @@ def scan_group_buckets_reference(keys, m, P, qbits, lbits, row_offset, NB, mode,
     for pp, uu, bb in zip(p.tolist(), u.tolist(), b.tolist()):
         if uu not in seen_naive:
             seen_naive.add(uu)
-            naive_uniq[pp * NB + bb] += 1
+            naive_uniq[(pp - p_lo) * NB + bb] += 1
     # streams of deduplicated pairs, in (u, R) order
     streams: dict[int, list] = {}
     for i in range(m):
-        c = int((sl[i] * P + p[i]) * NB + b[i])
+        c = int((sl[i] * Pc + p[i] - p_lo) * NB + b[i])
         lst = streams.setdefault(c, [])
         if lst and lst[-1][0] == u[i] and lst[-1][1] == R[i]:
             lst[-1][2] += 1
@@ -430,6 +455,266 @@ def scan_group_buckets_reference(keys, m, P, qbits, lbits, row_offset, NB, mode,
                 kept[c] += 1
             else:
                 dropped[c % NB] += count
+
+
+# --------------------------------------------------------------------------------------
+# a group's keys cut by ranges of u: bin_slices (slices -> coarse bins), scan_range
+# --------------------------------------------------------------------------------------
+# The whole-batch view needs every slice's keys of an id in one place, so a table's
+# scan used to sort the whole batch's keys of the table at once: one task per table.
+# Sorting most-significant digit first instead cuts it finer: each task of slices
+# builds its keys (in R' order, as sort_group does) and sorts them stably by the top
+# bits of u only (the *coarse bin* u >> cshift, partition in its high part); a task of
+# a range of bins then gathers those bins of every slice task in slice order, which
+# keeps R' order within each u, sorts them by the rest of u and scans them. The keys
+# of one u are never split, so every count but the prefix cut adds up over ranges.
+@jit(error_model="numpy")
+def bin_slices(ids, splits, has_w, feat_rows, feat_k, n, s0, s1, vocab, P, col_shift, qbits, lbits, cshift, C,
+               sort_all, scratch, out, base, pre, hist):
+    """Keys of slices ``[s0, s1)`` of one group, stably sorted by coarse bin ``u >> cshift``.
+
+    The keys are those of :func:`scwork.sharding._kernels.sort_group` (built by its
+    ``_build_keys``, in increasing ``R'`` order) and land in ``out[base:base + m]``,
+    bin by bin, each bin in ``R'`` order. With ``sort_all`` (a group's one slice
+    task) they are sorted by ``u`` outright, as ``sort_group`` sorts them, so that
+    its range tasks have nothing left to sort; either way the keys of one ``u`` keep
+    their ``R'`` order. ``pre[c]`` (``C + 1`` entries) is the
+    position in ``out`` of bin ``c``'s first key, ``pre[C] = base + m``. ``scratch``
+    holds at least ``m`` keys, ``hist`` at least ``3 * 2048`` entries. Returns
+    ``(m, oov)``: ``oov`` the flat position of the first id ``>= vocab`` in build
+    order (-1: none; then nothing is written).
+    """
+    no_w = np.empty(0, np.float32)
+    dest = out[base:]
+    if sort_all:
+        # sort_group's passes, for slices [s0, s1): the last one lands in `dest`
+        _, npass, dbits = _radix_plan(P, qbits)
+        dmask = (np.int64(1) << dbits) - 1
+        nbk = dmask + 1
+        for t in range(npass * nbk):
+            hist[t] = 0
+        first = dest if npass % 2 == 0 else scratch
+        other = scratch if npass % 2 == 0 else dest
+        m, oov, _ = _build_keys(ids, splits, no_w, has_w, feat_rows, feat_k, 0, n, s0, s1, vocab, P, col_shift,
+                                qbits, lbits, False, first, no_w, hist, dmask)
+        if oov >= 0:
+            return 0, oov
+        tot = 0
+        for t in range(nbk):
+            cnt = hist[t]
+            hist[t] = tot
+            tot += cnt
+        for ps in range(npass):
+            nbase = (ps + 1) * nbk if ps + 1 < npass else -1
+            if ps % 2 == 0:
+                _radix_scatter(first, no_w, other, no_w, m, hist, ps * nbk, ps * dbits, dmask, nbase, False)
+            else:
+                _radix_scatter(other, no_w, first, no_w, m, hist, ps * nbk, ps * dbits, dmask, nbase, False)
+        # the bins' positions in the sorted keys
+        for c in range(C + 1):
+            pre[c] = 0
+        for i in range(m):
+            pre[(((dest[i] >> 32) & _LOW32) >> cshift) + 1] += 1
+        pre[0] = base
+        for c in range(C):
+            pre[c + 1] += pre[c]
+        return m, -1
+    m, oov, _ = _build_keys(ids, splits, no_w, has_w, feat_rows, feat_k, 0, n, s0, s1, vocab, P, col_shift, qbits,
+                            lbits, False, scratch, no_w, hist, 2047)
+    if oov >= 0:
+        return 0, oov
+    for c in range(C + 1):
+        pre[c] = 0
+    for i in range(m):
+        pre[(((scratch[i] >> 32) & _LOW32) >> cshift) + 1] += 1
+    pre[0] = base
+    for c in range(C):
+        pre[c + 1] += pre[c]
+    pos = pre[:C].copy()
+    for i in range(m):
+        v = scratch[i]
+        c = ((v >> 32) & _LOW32) >> cshift
+        out[pos[c]] = v
+        pos[c] += 1
+    return m, -1
+
+
+def bin_slices_reference(ids, splits, has_w, feat_rows, feat_k, n, s0, s1, vocab, P, col_shift, qbits, lbits, cshift,
+                         C, sort_all, scratch, out, base, pre, hist):
+    """Reference of :func:`bin_slices`: the keys from the engine's reference, a stable argsort by bin (or by u)."""
+    from scwork.sharding._kernels import _keys_reference
+
+    del scratch, hist
+    for sl in range(s0, s1):          # first out-of-vocabulary id in build order
+        for f in feat_rows:
+            seg = ids[splits[f, sl * n]:splits[f, (sl + 1) * n]]
+            if seg.size and seg.max() >= vocab:
+                return 0, int(splits[f, sl * n] + np.flatnonzero(seg >= vocab)[0])
+    u, R, _, _ = _keys_reference(ids, splits, np.empty(0, np.float32), np.zeros_like(has_w), feat_rows, feat_k, 0,
+                                 n, s1, 0, P, col_shift, qbits, lbits, first_slice=s0)
+    coarse = u >> cshift
+    order = np.argsort(u if sort_all else coarse, kind="stable")
+    m = u.size
+    out[base:base + m] = ((u[order].astype(np.uint64) << np.uint64(32)) | R[order].astype(np.uint64)).view(np.int64)
+    pre[:] = base + np.searchsorted(coarse[order], np.arange(C + 1), side="left")
+    return m, -1
+
+
+@jit(error_model="numpy")
+def scan_range(binned, pre, c0, c1, cshift, P, p_lo, Pc, qbits, lbits, row_offset, NB, mode, key, max_ids, max_uniq,
+               pairs, distinct, kept, raw, naive_uniq, dropped, a, b, hist, is_sorted):
+    """Gather bins ``[c0, c1)`` of every slice task of a group, sort them, :func:`scan_group_buckets` them.
+
+    ``pre`` (``chunks x (C + 1)``): each slice task's bin positions in ``binned``
+    (from :func:`bin_slices`, slice tasks in slice order; ``is_sorted``: one task
+    that sorted its keys outright, ``sort_all``). The keys are sorted by
+    ``u`` with stable LSD passes of at most 11 bits over ``u - (c0 << cshift)``, the
+    first reading the pieces in task order (R' order within each u), then
+    ping-ponging between ``a`` and ``b`` (``hist``: at least 3 * 2048 entries). The counters are
+    those of ``scan_group_buckets`` for partitions ``[p_lo, p_lo + Pc)``, which must
+    hold the range. Returns the number of keys scanned.
+    """
+    if is_sorted:
+        # one slice task that sorted its keys by u: the range is a sorted piece
+        i0 = pre[0, c0]
+        m = pre[0, c1] - i0
+        scan_group_buckets(binned[i0:], m, P, p_lo, Pc, qbits, lbits, row_offset, NB, mode, key, max_ids, max_uniq,
+                           pairs, distinct, kept, raw, naive_uniq, dropped)
+        return m
+    ubase = np.int64(c0) << cshift
+    span = (np.int64(c1 - c0) << cshift) - 1
+    width = 0
+    while (np.int64(1) << width) <= span:
+        width += 1
+    npass = max(1, (width + 10) // 11)
+    dbits = max(1, (width + npass - 1) // npass)
+    dmask = (np.int64(1) << dbits) - 1
+    nbk = dmask + 1
+    # the histograms of every digit in one read of the range's pieces
+    for t in range(npass * nbk):
+        hist[t] = 0
+    m = 0
+    for k in range(pre.shape[0]):
+        for i in range(pre[k, c0], pre[k, c1]):
+            v = ((binned[i] >> 32) & _LOW32) - ubase
+            for ps in range(npass):
+                hist[ps * nbk + ((v >> (ps * dbits)) & dmask)] += 1
+            m += 1
+    for ps in range(npass):
+        tot = 0
+        for t in range(ps * nbk, (ps + 1) * nbk):
+            cnt = hist[t]
+            hist[t] = tot
+            tot += cnt
+    # pass 0 reads the pieces where the slice tasks left them (no gathering copy)
+    for k in range(pre.shape[0]):
+        for i in range(pre[k, c0], pre[k, c1]):
+            v = binned[i]
+            t = (((v >> 32) & _LOW32) - ubase) & dmask
+            a[hist[t]] = v
+            hist[t] += 1
+    src = a
+    dst = b
+    for ps in range(1, npass):
+        shift = ps * dbits
+        base = ps * nbk
+        for i in range(m):
+            v = src[i]
+            t = base + (((((v >> 32) & _LOW32) - ubase) >> shift) & dmask)
+            dst[hist[t]] = v
+            hist[t] += 1
+        src, dst = dst, src
+    scan_group_buckets(src, m, P, p_lo, Pc, qbits, lbits, row_offset, NB, mode, key, max_ids, max_uniq, pairs,
+                       distinct, kept, raw, naive_uniq, dropped)
+    return m
+
+
+def scan_range_reference(binned, pre, c0, c1, cshift, P, p_lo, Pc, qbits, lbits, row_offset, NB, mode, key, max_ids,
+                         max_uniq, pairs, distinct, kept, raw, naive_uniq, dropped, a, b, hist, is_sorted):
+    """Reference of :func:`scan_range`: numpy concatenation and a stable argsort by u."""
+    del a, b, hist, is_sorted
+    keys = np.concatenate([binned[pre[k, c0]:pre[k, c1]] for k in range(pre.shape[0])] + [np.zeros(0, np.int64)])
+    keys = keys[np.argsort((keys >> 32) & _LOW32, kind="stable")]
+    scan_group_buckets_reference(keys, keys.size, P, p_lo, Pc, qbits, lbits, row_offset, NB, mode, key, max_ids,
+                                 max_uniq, pairs, distinct, kept, raw, naive_uniq, dropped)
+    return keys.size
+
+
+@jit(error_model="numpy")
+def add_range_counts(loc, nsl, p_lo, Pc, P, NB, pairs, distinct, kept, raw, naive_uniq, dropped):
+    """Add a range's counters (``loc``, laid out by :func:`range_counter_views`) to its stack's, zero ``loc``.
+
+    The stack's counters are those of :func:`scan_group_buckets` for every partition
+    (``p_lo = 0``, ``Pc = P``).
+    """
+    w = nsl * Pc * NB
+    for sl in range(nsl):
+        for pc in range(Pc):
+            src = (sl * Pc + pc) * NB
+            dst = (sl * P + p_lo + pc) * NB
+            for bb in range(NB):
+                pairs[dst + bb] += loc[src + bb]
+                distinct[dst + bb] += loc[w + src + bb]
+                kept[dst + bb] += loc[2 * w + src + bb]
+    for i in range(3 * w):
+        loc[i] = 0
+    o = 3 * w
+    for i in range(nsl * NB):
+        raw[i] += loc[o + i]
+        loc[o + i] = 0
+    o += nsl * NB
+    for i in range(Pc * NB):
+        naive_uniq[p_lo * NB + i] += loc[o + i]
+        loc[o + i] = 0
+    o += Pc * NB
+    for i in range(NB):
+        dropped[i] += loc[o + i]
+        loc[o + i] = 0
+
+
+def add_range_counts_reference(loc, nsl, p_lo, Pc, P, NB, pairs, distinct, kept, raw, naive_uniq, dropped):
+    """Reference of :func:`add_range_counts` with numpy views."""
+    views = range_counter_views(loc, nsl, Pc, NB)
+    for whole, part in zip((pairs, distinct, kept), views[:3]):
+        whole.reshape(nsl, P, NB)[:, p_lo:p_lo + Pc] += part.reshape(nsl, Pc, NB)
+    raw += views[3]
+    naive_uniq.reshape(P, NB)[p_lo:p_lo + Pc] += views[4].reshape(Pc, NB)
+    dropped += views[5]
+    loc[:] = 0
+
+
+def range_counter_views(loc, nsl, Pc, NB):
+    """``(pairs, distinct, kept, raw, naive_uniq, dropped)`` of a range, views into one array ``loc``."""
+    w = nsl * Pc * NB
+    o = 3 * w
+    return (loc[:w], loc[w:2 * w], loc[2 * w:o], loc[o:o + nsl * NB], loc[o + nsl * NB:o + nsl * NB + Pc * NB],
+            loc[o + nsl * NB + Pc * NB:o + nsl * NB + Pc * NB + NB])
+
+
+def range_counter_size(nsl, Pc, NB):
+    """Entries of the counters of a range of ``Pc`` partitions (see :func:`range_counter_views`)."""
+    return 3 * nsl * Pc * NB + nsl * NB + Pc * NB + NB
+
+
+# --------------------------------------------------------------------------------------
+# minibatch_sums: counters per bucket -> per mini-batch
+# --------------------------------------------------------------------------------------
+@jit(error_model="numpy")
+def minibatch_sums(counts, groups, out):
+    """``out[groups[b], r] += counts[r, b]``: per-bucket counters summed per mini-batch.
+
+    ``counts`` (rows, buckets); ``groups`` the mini-batch of each bucket; ``out``
+    (mini-batches, rows), possibly a strided view of a larger array.
+    """
+    for r in range(counts.shape[0]):
+        for bb in range(counts.shape[1]):
+            out[groups[bb], r] += counts[r, bb]
+
+
+def minibatch_sums_reference(counts, groups, out):
+    """Reference of :func:`minibatch_sums`, one mini-batch at a time."""
+    for mb in range(out.shape[0]):
+        out[mb] += counts[:, np.asarray(groups) == mb].sum(axis=1)
 
 
 # --------------------------------------------------------------------------------------
@@ -751,7 +1036,7 @@ def warmup() -> None:
     keys = np.array([(1 << 32) | 0, (1 << 32) | 1, (2 << 32) | 1], np.int64)
     z = np.zeros(2 * 2 * 4, np.int64)
     for mode in (HASH_HIGHWAY, HASH_IDENTITY):
-        scan_group_buckets(keys, 3, 2, 1, 0, 0, 4, mode, HIGHWAY_KEY, 1, 1, z.copy(), z.copy(), z.copy(),
+        scan_group_buckets(keys, 3, 2, 0, 2, 1, 0, 0, 4, mode, HIGHWAY_KEY, 1, 1, z.copy(), z.copy(), z.copy(),
                            np.zeros(8, np.int64), np.zeros(8, np.int64), np.zeros(4, np.int64))
         ids_to_buckets(np.array([0, 5], np.int64), 2, 1, 0, 4, mode, HIGHWAY_KEY, np.empty(2, np.int64))
     ids = np.array([0, 1, 1, 2], np.int64)
@@ -760,3 +1045,17 @@ def warmup() -> None:
                  np.empty((8, 4), np.int32), np.zeros(2, np.int64), np.zeros(1, np.int64),
                  np.zeros((8, 5), np.int64), np.zeros(2, np.int64))
     naive_by_run(keys, 3, 2, 1, 0, 1, np.zeros(2, np.int64), np.full(1, -1, np.int64), np.zeros(2, np.int64))
+    # the scan cut by slices and ranges: 2 partitions, qbits 1, lbits 0, 2 bins
+    hist = np.empty(3 * 2048, np.int64)
+    binned = np.empty(4, np.int64)
+    pre = np.empty((1, 3), np.int64)
+    one = np.ones(1, np.int64)
+    for sort_all in (False, True):
+        bin_slices(ids, splits, np.zeros(1, np.int8), np.zeros(1, np.int64), np.zeros(1, np.int64), 2, 0, 1, 4, 2, 0,
+                   1, 0, 1, 2, sort_all, np.empty(4, np.int64), binned, 0, pre[0], hist)
+        loc = np.zeros(range_counter_size(1, 2, 4), np.int64)
+        scan_range(binned, pre, 0, 2, 1, 2, 0, 2, 1, 0, 0, 4, HASH_HIGHWAY, HIGHWAY_KEY, 2, 2,
+                   *range_counter_views(loc, 1, 2, 4), np.empty(4, np.int64), np.empty(4, np.int64), hist, sort_all)
+    add_range_counts(loc, 1, 0, 2, 2, 4, *range_counter_views(np.zeros_like(loc), 1, 2, 4))
+    minibatch_sums(one.reshape(1, 1), np.zeros(1, np.int64), np.zeros((1, 1), np.int64))
+    minibatch_sums(one.reshape(1, 1), np.zeros(1, np.int64), np.zeros((2, 2, 1), np.int64)[:, 0])   # a strided view

@@ -134,12 +134,23 @@ def _layout(specs: list[tuple[int, Any]]) -> tuple[list[int], int]:
     for length, dtype in specs:
         total = round_up(total, 64)
         offsets.append(total)
-        total += max(1, int(length)) * np.dtype(dtype).itemsize
+        total += max(1, int(length)) * _itemsize(dtype)
     return offsets, total
 
 
+def _itemsize(dtype) -> int:
+    """``np.dtype(dtype).itemsize``, kept per dtype (every call lays out a few dozen arrays)."""
+    size = _ITEMSIZES.get(dtype)
+    if size is None:
+        size = _ITEMSIZES[dtype] = np.dtype(dtype).itemsize
+    return size
+
+
+_ITEMSIZES: dict = {}
+
+
 def _views(buf: np.ndarray, specs: list[tuple[int, Any]], offsets: list[int]) -> list[np.ndarray]:
-    return [buf[o:o + max(1, int(n)) * np.dtype(dt).itemsize].view(dt) for (n, dt), o in zip(specs, offsets)]
+    return [buf[o:o + max(1, int(n)) * _itemsize(dt)].view(dt) for (n, dt), o in zip(specs, offsets)]
 
 
 def _carve(specs: list[tuple[int, Any]], zero: bool = False) -> tuple[list[np.ndarray], np.ndarray]:

@@ -31,11 +31,17 @@ and sums (``total_*``) of integers, taken per block and combined.
 
 Sources
 -------
-- **Parquet shards** (``.parquet``, ``.pq``): one row per sample; a feature's column
+- **Parquet shards** (``.parquet``, ``.pq``) in one of two layouts. *Flat CSR*
+  (:func:`write_parquet_shard`, and :func:`scwork.datasets.write_synthetic_parquet`
+  by default): one not-null integer column ``csr`` that holds, for each feature in
+  turn and in row groups of its own, its ``num_rows + 1`` row splits and then its ids,
+  with a key-value note ``scwork.flat_csr`` (JSON: ``{"version": 1, "column":
+  "csr", "num_rows": N, "features": [[name, number of ids], ...]}``) naming the
+  features in their stored order; a flat shard is read whole, feature by feature.
+  *List columns* (any other Parquet file): one row per sample; a feature's column
   is ``list<integer>`` (or ``large_list``/``fixed_size_list``; a null list is a
-  sample without ids), or a plain integer column (one id per sample, null: none).
-  :func:`scwork.datasets.write_synthetic_parquet` writes such shards. Only the row
-  groups a chunk needs are read.
+  sample without ids), or a plain integer column (one id per sample, null: none);
+  only the row groups a chunk needs are read.
 - **NPZ shards** (``.npz``), see :func:`write_npz_shard`: for every feature column
   ``<name>``, the members ``<name>_ids`` (1-D integer array: the ids of all samples,
   sample after sample) and ``<name>_row_splits`` (1-D integer array of
@@ -53,23 +59,21 @@ Sources
 
 Which layouts read fastest: every valid layout above reads to the same statistics;
 what differs is the CPU time of the read, which on one core can take as long as the
-engine. For Parquet, list columns whose lists and ids are both declared not null
-(``list<item: int32 not null> not null``: the definition levels shrink to one bit),
-int32 ids where the vocabulary fits (the ids stay in their stored width until the
-one copy into the engine's batch), in data pages of version 2 (``data_page_version
-="2.0"`` in pyarrow), with ``DELTA_BINARY_PACKED`` encoding: what
-:func:`scwork.datasets.write_synthetic_parquet` writes. Measured with pyarrow 26 on
-one core, on shards of 16384 samples x 26 features x Poisson(20) ids (8.5 M ids,
-zstd), one shard's decode takes 51-52 ms of CPU in that layout against 69-72 ms as
-nullable ``list<int64>`` in version 1 pages, and ``stats_over_dataset`` over 8 such
-shards then reaches about 46% of the throughput per core of ``collect_stats`` over
-the same batches in memory (29-31% with the nullable ``list<int64>`` shards). About
-half of what is left of the decode is pyarrow turning Parquet's repetition levels into
-list offsets, which every Parquet list column pays. Uncompressed NPZ shards
-(:func:`write_npz_shard`: the ids and row splits stored flat, read by seeking) skip
-that step: about 77% with int32 ids (its default where they fit), 65% with int64 ids,
-at 1.5 and 2.9 times the bytes on disk of the delta-encoded Parquet above (4.4 and 8.4
-B per id against 2.9 B).
+engine. Parquet list columns make the reader rebuild the list offsets from one
+repetition and one definition level per id; the flat CSR layout has no levels. On one
+core, with pyarrow 26 and shards of 16384 samples x 26 features x Poisson(20) ids
+(8.5 M ids, zstd, delta encoding, int32 ids), one shard decodes in 23-24 ms of CPU as
+flat CSR against 51-53 ms as ``list<item: int32 not null> not null`` in version 2
+pages (the fastest list layout; ``write_synthetic_parquet(layout="lists")``) and 69-72
+ms as nullable ``list<int64>`` in version 1 pages; ``stats_over_dataset`` over 8 such
+shards then reaches about 58% of the throughput per core of ``collect_stats`` over the
+same batches in memory on the flat shards, 38-46% on the fastest list columns and
+29-31% on the nullable ``list<int64>`` ones. Uncompressed NPZ shards
+(:func:`write_npz_shard`: the ids and row splits stored flat, read by seeking) reach
+about 71-77% with int32 ids, at 1.5 times the bytes on disk of the Parquet shards
+(4.4 against 2.9 B per id). The ids stay in their stored width until the one copy
+into the engine's batch, so int32 ids (where the vocabulary fits) halve what is
+decoded and copied.
 
 ``source`` is a directory (its ``*.parquet``, ``*.pq`` or ``*.npz`` files, in name
 order, not recursive), a glob pattern (matches in name order), a list of files (in
@@ -80,7 +84,8 @@ Execution and memory
 The samples are cut into chunks of about ``chunk_rows`` samples (rounded down to a
 multiple of ``batch_size``; by default about :data:`DEFAULT_CHUNK_IDS` ids, and at
 least four chunks per worker when the data allows). NPZ chunks are exactly that
-many whole batches. Parquet and dask chunks end at the first row-group
+many whole batches. Flat CSR Parquet shards are not cut: their chunks end at a
+shard's end. List-column Parquet and dask chunks end at the first row-group
 (partition) boundary at least ``chunk_rows`` samples after their start, so that
 each row group (partition) is decoded by exactly one task; a chunk then holds its
 inner steps plus *fragments* of the steps crossing its ends (fewer than
@@ -101,7 +106,8 @@ must then be readable at the same path by the caller (which reads the footers an
 headers to plan the chunks) and by every worker.
 
 Memory per worker: one chunk in flight, whose rows are at most ``chunk_rows`` plus
-one row group (partition); reading them costs about ``2 x 8 B`` per id (Parquet:
+one row group (partition), or one whole shard for flat CSR Parquet shards; reading
+them costs about ``2 x 8 B`` per id (Parquet:
 the decoded column, read in place in its stored integer width, and the step's batch,
 8 B per id in one of two buffers per worker thread that are reused from step to step
 and freed when the run ends), and the one batch inside the engine ``~6 x 8 B`` per id:
@@ -191,6 +197,7 @@ from scwork.sharding.shards import (
     _scan_npz,
     _scan_parquet,
     write_npz_shard,
+    write_parquet_shard,
 )
 from scwork.sharding.specs import SparsecoreConfig
 
@@ -199,6 +206,7 @@ __all__ = [
     "DatasetStats",
     "ShardError",
     "write_npz_shard",
+    "write_parquet_shard",
     "DEFAULT_CHUNK_IDS",
     "PARQUET_SUFFIXES",
     "NPZ_SUFFIXES",

@@ -97,6 +97,7 @@ the same for unique ids (no id repeats inside one slice), and
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import math
 import threading
@@ -167,7 +168,13 @@ _NO_LIMIT = 2**62
 # a statistics task's dropped pairs: none (shared, never written)
 _NO_DROPS = np.zeros((0, 4), np.int64)
 _NO_DROP_G = np.zeros(0, np.int64)
+# a job's gains and row pointers when the kernels never read them (never written)
+_NO_GAINS = np.zeros(1, np.float32)
+_NO_ROW_POINTERS = np.zeros(1, np.int32)
 _HIST_SIZE = 3 * 2048
+# the configuration of calls that give none: one shared (frozen) object, so that a call
+# neither builds and checks a new one nor hashes a new one for its plan lookup
+_DEFAULT_CONFIG = SparsecoreConfig()
 
 
 # --------------------------------------------------------------------------------------
@@ -193,6 +200,28 @@ def _check_inputs(batch, features, topology, config, on_out_of_vocabulary):
     if S < 1:
         raise TopologyError(f"topology {topology} has no SparseCore; SparseCore sharding needs "
                             "sparsecores_per_chip >= 1")
+    # the paths built on the engine pass the same feature list with batches of the same
+    # features and size again and again: what passed is kept (specs are frozen)
+    key = (tuple(map(id, features)), batch._names, batch.batch_size, G * S) \
+        if isinstance(features, (list, tuple)) else None
+    passed = _CHECKED_INPUTS.get(key) if key is not None else None
+    if passed is not None:
+        return passed[1]
+    checked = _check_features_and_batch(batch, features, G, S)
+    if key is not None:
+        if len(_CHECKED_INPUTS) >= 64:
+            _CHECKED_INPUTS.clear()       # full: start again (no eviction to race with another thread)
+        _CHECKED_INPUTS[key] = (tuple(features), checked)     # holds the specs: their ids stay theirs
+    return checked
+
+
+# (ids of the feature specs, batch feature names, batch size, slices) -> (the specs, their
+# normalized tuple) of the inputs that passed _check_features_and_batch
+_CHECKED_INPUTS: dict[tuple, tuple] = {}
+
+
+def _check_features_and_batch(batch, features, G: int, S: int) -> tuple:
+    """The checks of :func:`_check_inputs` that depend on the features and the batch's layout."""
     features = normalize_features(features)
     names = {f.name for f in features}
     missing = [f.name for f in features if f.name not in batch]
@@ -353,7 +382,7 @@ class _StackJob:
     def __init__(self, stack: Stack | None = None, batch: FeatureBatch | None = None, G: int = 1, S: int = 1,
                  want_csr: bool = False, config: SparsecoreConfig | None = None, has_w: np.ndarray | None = None,
                  slice_counts: np.ndarray | None = None, count_first: bool = False):
-        """One stack on its own (``_StackJob()``: empty, for :func:`_make_jobs` to fill)."""
+        """One stack on its own (``_StackJob()``: empty, for :class:`_JobTemplate` to fill)."""
         if stack is None:
             return
         if has_w is None:
@@ -364,14 +393,11 @@ class _StackJob:
                             slice_counts, count_first)
         self.__dict__.update(job.__dict__)
 
-    def setup(self, stack: Stack, G: int, S: int, n: int, groups: list[_Group], want_csr: bool,
-              config: SparsecoreConfig, weighted: list[bool], meta: dict, zeros, counts: np.ndarray,
-              sloff: np.ndarray, slice_ids: np.ndarray, slice_list: list[int], group_slice_max: int,
-              count_first: bool) -> None:
-        """Fill the job from the per-call tables of :func:`_make_jobs` (views of shared arrays).
+    def setup_shape(self, stack: Stack, G: int, S: int, n: int, groups: list[_Group], want_csr: bool,
+                    config: SparsecoreConfig, weighted: list[bool], meta: dict, zeros, count_first: bool) -> None:
+        """What depends on the stack and the call's shape, not on its counts (:class:`_JobTemplate` keeps it).
 
-        ``meta``: this stack's int64 rows (``gptr``, ``feat_rows``...) as views;
-        ``zeros(length)``: a fresh zero-filled int64 view of the call's block.
+        Every counter is a ``zeros`` view; arrays set here other than those are only read.
         """
         P = stack.num_partitions
         nsl = G * S
@@ -388,12 +414,6 @@ class _StackJob:
         self.combiner = _COMBINER_CODE[stack.combiner] if want_csr else 0
         self.any_gains = want_csr and any(weighted)
 
-        self.slice_ids = slice_ids                              # raw ids of the stack per slice
-        self.slice_list = slice_list
-        self.num_ids = sum(slice_list)
-        self.group_slice_max = group_slice_max
-        self.stack_slice_max = max(slice_list) if nsl else 0
-        self.counts = counts                                    # (ng, nsl) raw ids per group and slice
         self.gptr = meta["gptr"]
         self.feat_rows = meta["feat_rows"]
         self.feat_k = meta["feat_k"]
@@ -402,14 +422,10 @@ class _StackJob:
         self.g_qbits = meta["g_qbits"]
         self.g_rowoff = meta["g_rowoff"]
         self.g_mode = meta["g_mode"]
-        self.g_uloff = meta["g_uloff"]
-        self.g_sloff = sloff
         # naive view: every (group, slice) run appends its sorted distinct ids to
         # ulist (carved by _execute); tasks over partition ranges merge them
         self.g_bitmap = meta["bitmap"]
         self.g_bmoff = zeros(ng)
-        self.ulist_size = max(1, self.num_ids)
-        self.ulist = None
         self.ul_cnt = zeros(ng * nsl)
         # statistics-only stacks count each (group, slice) run into its group's
         # counters, so that tasks may split a slice by groups
@@ -417,7 +433,6 @@ class _StackJob:
         self.pairs_g = zeros(ng * nsl * P if self.by_group else 1)
         self.distinct_g = zeros(ng * nsl * P if self.by_group else 1)
         self.naive_g = zeros(ng * P).reshape(ng, P)
-        self.naive_starts = None
         self.g_qbits_list = [g.qbits for g in groups]
 
         self.pairs = zeros(nsl * P)
@@ -425,29 +440,16 @@ class _StackJob:
         self.kept = zeros(nsl * P)
         self.dropped = zeros(nsl)
         self.used = zeros(nsl)
-        # (kernels read rowgain only with a combiner; without CSR they never touch row_pointers)
-        self.rowgain = (_row_gains(stack, meta["batch"], nsl, n, self.lbits) if want_csr and self.combiner
-                        else meta["no_gains"])
         self.R = max(P, _ALIGN)
-        self.row_pointers = np.empty(nsl * self.R, np.int32) if want_csr else meta["no_row_pointers"]
         self.C = None
         self.cap = -1
         self.base = meta["zeros_nsl"]                            # read-only zeros until set below
         self.out_size = 1                                        # entries of emb / smp / gout
-        if want_csr:
-            if stack.max_ids_per_partition is not None:
-                # C is known: the tasks write every slice in place, padding included
-                self.C = self.cap = round_up(stack.max_ids_per_partition, _ALIGN) * P
-                self.base = np.arange(nsl, dtype=np.int64) * self.C
-                self.out_size = nsl * self.C
-            else:
-                # C = the longest slice, known only at the end: slice sl is written at
-                # sl * stride, stride bounding every slice (raw ids + 7 padding slots per
-                # partition), then compact_slices moves it left to sl * C in place (no
-                # second buffer: fresh memory is what costs most here)
-                self.stride = max(_ALIGN, self.stack_slice_max + (_ALIGN - 1) * P)
-                self.base = np.arange(nsl, dtype=np.int64) * self.stride
-                self.out_size = nsl * self.stride
+        if want_csr and stack.max_ids_per_partition is not None:
+            # C is known: the tasks write every slice in place, padding included
+            self.C = self.cap = round_up(stack.max_ids_per_partition, _ALIGN) * P
+            self.base = np.arange(nsl, dtype=np.int64) * self.C
+            self.out_size = nsl * self.C
         # Without a configured C, with many threads (count_first), C (the longest
         # slice) is counted first (slice_pairs, no sort) so that slices are written
         # in place at once, by tasks as small as one table of one slice. Else slices
@@ -463,12 +465,43 @@ class _StackJob:
         if self.split_csr:
             self.distinct_g = zeros(ng * nsl * P)
         self.staged = want_csr and self.C is None and not self.counted
+        self.no_bad = np.full(ng, -1, np.int64)                 # statistics tasks: never a zero divisor
+
+    def setup_counts(self, uloff: np.ndarray, counts: np.ndarray, sloff: np.ndarray, slice_ids: np.ndarray,
+                     slice_list: list[int], group_slice_max: int) -> None:
+        """What depends on the call's per-slice counts (after :meth:`setup_shape`)."""
+        nsl = self.nsl
+        self.g_uloff = uloff
+        self.g_sloff = sloff
+        self.slice_ids = slice_ids                              # raw ids of the stack per slice
+        self.slice_list = slice_list
+        self.num_ids = sum(slice_list)
+        self.group_slice_max = group_slice_max
+        self.stack_slice_max = max(slice_list) if nsl else 0
+        self.counts = counts                                    # (ng, nsl) raw ids per group and slice
+        self.ulist_size = max(1, self.num_ids)
+        # (a counted job's C, base and size come from its counts: _set_counted_sizes)
+        if self.staged:
+            # C = the longest slice, known only at the end: slice sl is written at
+            # sl * stride, stride bounding every slice (raw ids + 7 padding slots per
+            # partition), then compact_slices moves it left to sl * C in place (no
+            # second buffer: fresh memory is what costs most here)
+            self.stride = max(_ALIGN, self.stack_slice_max + (_ALIGN - 1) * self.P)
+            self.base = np.arange(nsl, dtype=np.int64) * self.stride
+            self.out_size = nsl * self.stride
+
+    def setup_fresh(self, batch: FeatureBatch) -> None:
+        """What each call's job has of its own (written, or handed to the caller), whatever its counts."""
+        # (kernels read rowgain only with a combiner; without CSR they never touch row_pointers)
+        self.rowgain = (_row_gains(self.stack, batch, self.nsl, self.n, self.lbits)
+                        if self.want_csr and self.combiner else _NO_GAINS)
+        self.row_pointers = np.empty(self.nsl * self.R, np.int32) if self.want_csr else _NO_ROW_POINTERS
+        self.ulist = None
+        self.naive_starts = None
         self.emb = self.smp = self.gout = None
         self.tasks: list[dict] = []
-        self.no_bad = np.full(ng, -1, np.int64)                 # statistics tasks: never a zero divisor
         self.lock = threading.Lock()
         self.naive_counts: np.ndarray | None = None
-
 
     def set_counted_size(self) -> None:
         """``C`` from the counted pairs (:func:`~scwork.sharding._split_kernels.slice_pairs`): slices in place.
@@ -511,20 +544,29 @@ class _StackJob:
         CSR without limits, or the count of a CSR size) a slice larger than
         ``target`` is cut further into ranges of its groups (tables).
         """
+        items, sizes = self.tasks_of(target, by_group)
+        return [tuple(item[1:]) for item in items], sizes
+
+    def tasks_of(self, target: float, by_group: bool) -> tuple[Any, list[int]]:
+        """:meth:`work_units` as the dispatcher takes them, ``(job, s0, s1, g0, g1)`` items, and their sizes.
+
+        The items are a list, or for a cut by groups a :class:`_GroupCut` that makes
+        each item when a worker takes it (hundreds of tuples made, and freed after
+        the call, were a tenth of a statistics call's serial time).
+        """
         ng = len(self.groups)
         if not math.isfinite(target) or not by_group or ng == 1 or self.stack_slice_max <= target:
             # plain Python on the per-slice counts: a few numpy calls per stack cost
             # more than these lists (nsl is the number of SparseCores, tens)
             cum = [0, *itertools.accumulate(self.slice_list)]
-            units = [(s0, s1, 0, ng) for s0, s1 in self.ranges(target)]
-            return units, [cum[s1] - cum[s0] for s0, s1, _, _ in units]
+            ranges = self.ranges(target)
+            return [(self, s0, s1, 0, ng) for s0, s1 in ranges], [cum[s1] - cum[s0] for s0, s1 in ranges]
         # a slice larger than target: runs of its groups (compiled greedy cut, one call for all slices)
         from scwork.sharding._split_kernels import cut_groups
 
         cut = np.empty((ng * self.nsl, 4), np.int64)
         k = cut_groups(self.counts, float(target), cut)
-        sl, g0, g1, size = cut[:k].T.tolist()
-        return [(s, s + 1, a, b) for s, a, b in zip(sl, g0, g1)], size
+        return _GroupCut(self, cut[:k]), cut[:k, 3].tolist()
 
     def naive_units(self, target: float) -> list[tuple[int, int, int]]:
         """Naive-view tasks ``(group, p0, p1)``: partition ranges of about ``target`` ids."""
@@ -536,6 +578,15 @@ class _StackJob:
         Group ``g`` gets ``round(ids / target)`` ranges (1 to ``P``), cut at
         ``P * k // parts``: strictly increasing edges, as ``parts <= P``.
         """
+        items, sizes = self.naive_items(target)
+        return [unit for _, unit in items], sizes
+
+    def naive_items(self, target: float) -> tuple[Any, list[int]]:
+        """:meth:`naive_tasks` as the finish batch takes them, ``(job, (g, p0, p1))`` items, and their sizes.
+
+        The items are a list, or with many groups a :class:`_NaiveCut` that makes each
+        item when a worker takes it (no tuples to make and free on the calling thread).
+        """
         P, ng = self.P, len(self.groups)
         if ng <= 4:
             # few groups (a stack of its own: preprocess has one job per stack): plain
@@ -544,12 +595,12 @@ class _StackJob:
             for g, num in enumerate(self.g_sloff[:, -1].tolist()):
                 parts = 1 if not math.isfinite(target) else min(P, max(1, round(num / max(target, 1.0))))
                 edges = [P * k // parts for k in range(parts + 1)]
-                units += [(g, a, b) for a, b in itertools.pairwise(edges)]
+                units += [(self, (g, a, b)) for a, b in itertools.pairwise(edges)]
                 sizes += [num * (b - a) // P for a, b in itertools.pairwise(edges)]
             return units, sizes
         nums = self.counts.sum(axis=1)
         if not math.isfinite(target):
-            return [(i, 0, P) for i in range(ng)], nums.tolist()
+            return [(self, (i, 0, P)) for i in range(ng)], nums.tolist()
         parts = np.clip(np.rint(nums / max(target, 1.0)), 1, P).astype(np.int64)
         group = np.repeat(np.arange(ng, dtype=np.int64), parts)
         k = np.arange(group.size, dtype=np.int64) - np.repeat(np.cumsum(parts) - parts, parts)
@@ -557,7 +608,7 @@ class _StackJob:
         p0 = P * k // per
         p1 = P * (k + 1) // per
         sizes = nums[group] * (p1 - p0) // P
-        return list(zip(group.tolist(), p0.tolist(), p1.tolist())), sizes.tolist()
+        return _NaiveCut(self, np.stack([group, p0, p1], axis=1)), sizes.tolist()
 
     def naive_task(self, kern: _Backend, g: int, p0: int, p1: int) -> None:
         """Task: the naive view of group ``g`` over partitions ``[p0, p1)``."""
@@ -926,7 +977,7 @@ class _StaticTables:
 
     Per stack, its groups (tables) and the small int64 rows the kernels read
     (``gptr``, ``feat_rows``, ``feat_k``, ``g_vocab``...) as views of one array, all
-    of it kept between calls by :func:`_derived`: those arrays are only read. The
+    of it kept between calls with the :class:`_JobTemplate`: those arrays are only read. The
     rows that depend on the counts (``g_uloff``) are made per call.
     """
 
@@ -975,27 +1026,109 @@ class _StaticTables:
         # g_uloff (each group's first place in its stack's naive-view list: the ids of
         # the stack's earlier groups) = exclusive running sum over all groups minus
         # that at the stack's first group
-        self.first_group = np.repeat(np.array(stack_groups[:-1], np.int64), self.ng_of) if total else \
-            np.zeros(0, np.int64)
+        self.stack_starts = np.array(stack_groups[:-1], np.int64)
+        # the first group of each stack before merging (None: one group each)
+        parts = [p for st in stacks for p in getattr(st, "parts", (st,))]
+        self.parts_are_stacks = len(parts) == len(stacks)
+        part_groups = [len(p.tables) for p in parts]
+        self.part_starts = None if part_groups == [1] * total else \
+            np.array([0, *itertools.accumulate(part_groups)][:-1], np.int64)
+        self.first_group = np.repeat(self.stack_starts, self.ng_of) if total else np.zeros(0, np.int64)
         self.all_counted = bool(total) and all(self.ng_of)
 
 
+class _JobTemplate:
+    """The jobs of a plan's stacks for one shape of call, before any count: kept by :func:`_make_jobs`.
+
+    A job's attributes but its counts', its counters' content and what each call has
+    of its own (:meth:`_StackJob.setup_fresh`) depend on the plan, the batch's layout
+    (feature names, batch size, weighted features), the topology, the config's
+    ``allow_id_dropping``, the threads (``count_first``) and whether CSR is written,
+    nothing else (:meth:`_StackJob.setup_shape`). They are made once and every call's
+    job starts as a copy of them, its counters views of its own zeroed block at the
+    places the template's had in the template's block: setting some sixty attributes
+    and a dozen views per stack anew was most of what a call did before its first task.
+    """
+
+    def __init__(self, stacks, tables: _StaticTables, batch: FeatureBatch, G: int, S: int, want_csr: bool,
+                 config: SparsecoreConfig, count_first: bool):
+        nsl = G * S
+        n = batch.batch_size // nsl
+        self.tables = tables
+        # read-only zeros and, the engine's naive view always using lists (no bitmap), one
+        # zero flag per group: read by the kernels, never written, shared by every call
+        zeros_nsl = np.zeros(nsl, np.int64)
+        zeros_nsl.flags.writeable = False
+        bitmaps = np.zeros(max(1, tables.total_groups), np.int8)
+        block_len = 0
+        for si, st in enumerate(stacks):
+            ng, P = tables.ng_of[si], st.num_partitions
+            block_len += ng + ng * nsl + 4 * ng * nsl * P + ng * P + 3 * nsl * P + 2 * nsl + 2
+        block = np.zeros(max(1, block_len), np.int64)
+        pos = [0]
+
+        def zeros(length: int) -> np.ndarray:
+            start = pos[0]
+            pos[0] = start + length
+            if pos[0] > block.size:                      # sized above; a miscount must not alias
+                raise RuntimeError("engine job layout: zero block too small")
+            return block[start:start + length]
+
+        self.kinds, self.statics, self.counters = [], [], []
+        stack_groups = tables.stack_groups
+        for si, st in enumerate(stacks):
+            g0, g1 = stack_groups[si], stack_groups[si + 1]
+            _, weighted, _ = tables.layout[si]
+            meta = dict(tables.metas[si], zeros_nsl=zeros_nsl, bitmap=bitmaps[g0:g1])
+            kind = _StackJobOfMerged if isinstance(st, _MergedStacks) else _StackJob
+            job = kind()
+            job.setup_shape(st, G, S, n, tables.groups[si], want_csr, config, weighted, meta, zeros, count_first)
+            # the counters (views of the block) are placed anew per call; the rest is shared
+            counters = []
+            for name, value in list(job.__dict__.items()):
+                if isinstance(value, np.ndarray) and value.base is block:
+                    offset = (value.ctypes.data - block.ctypes.data) // block.itemsize
+                    counters.append((name, offset, offset + value.size, value.shape))
+                    del job.__dict__[name]
+            self.kinds.append(kind)
+            self.statics.append(job.__dict__)
+            self.counters.append(counters)
+        # what the views use of the bound above (about half: a statistics-only job has no
+        # CSR counters): each call zeroes that much
+        self.block_len = max(1, pos[0])
+
+    def job(self, si: int, block: np.ndarray) -> _StackJob:
+        """Stack ``si``'s job for one call, its counters views of ``block`` (zeroed, :attr:`block_len`)."""
+        job = self.kinds[si]()
+        attrs = job.__dict__
+        attrs.update(self.statics[si])
+        for name, a, b, shape in self.counters[si]:
+            view = block[a:b]
+            attrs[name] = view if len(shape) == 1 else view.reshape(shape)
+        return job
+
+
 def _make_jobs(plan: StackingPlan, batch: FeatureBatch, G: int, S: int, want_csr: bool, config: SparsecoreConfig,
-               has_w: np.ndarray, slice_counts: np.ndarray, count_first: bool) -> list[_StackJob]:
+               has_w: np.ndarray, slice_counts: np.ndarray, count_first: bool, before_counters=None) -> list[_StackJob]:
     """Every stack's :class:`_StackJob`, their tables built in one pass over all stacks.
 
     The same tables as building each stack on its own (:func:`_groups` per stack),
     but the per-(group, slice) counts, their offsets and maxima are computed for all
     groups of all stacks with a few numpy calls, the small per-group rows come from
-    one int64 array kept for the plan (:class:`_StaticTables`) and every
-    zero-filled counter is a view of one zeroed block.
+    one int64 array kept for the plan (:class:`_StaticTables`), each job starts as a
+    copy of its :class:`_JobTemplate` (kept for the plan and the call's shape) and
+    every zero-filled counter is a view of one zeroed block.
+
+    ``before_counters(part_counts)``: called before anything the size of the
+    topology is allocated (the scratch check), with the raw ids of each of
+    ``plan.parts`` (the stacks before merging; ``plan.stacks`` if it has none) in
+    each slice, ``(parts, slices)``, or None where a stack has no table.
     """
     nsl = G * S
-    n = batch.batch_size // nsl
     stacks = plan.stacks
     has_w_list = has_w.tolist()
-    tables = plan_derived("tables", stacks, (batch._names, bool(want_csr), tuple(has_w_list)),
-                      lambda: _StaticTables(stacks, batch, want_csr, has_w_list))
+    layout = (batch._names, bool(want_csr), tuple(has_w_list))
+    tables = plan_derived("tables", stacks, layout, lambda: _StaticTables(stacks, batch, want_csr, has_w_list))
     stack_groups = tables.stack_groups
     total_groups = tables.total_groups
     if total_groups == 0 or not tables.rows.size:
@@ -1007,52 +1140,37 @@ def _make_jobs(plan: StackingPlan, batch: FeatureBatch, G: int, S: int, want_csr
     np.cumsum(gcounts, axis=1, out=sloff_all[:, 1:])
     totals = sloff_all[:, -1]
     before = np.cumsum(totals) - totals
-    uloff_all = before - before[tables.first_group] if total_groups else np.zeros(0, np.int64)
+    if len(stacks) == 1:                  # one job (a statistics call on one P): its offsets as they are
+        uloff_all = before
+    else:
+        uloff_all = before - before[tables.first_group] if total_groups else np.zeros(0, np.int64)
     group_max = gcounts.max(axis=1).tolist() if nsl else [0] * total_groups
-    zeros_nsl = np.zeros(nsl, np.int64)
-    zeros_nsl.flags.writeable = False
-    # the engine's naive view always uses lists (no bitmap): one zero flag per group
-    bitmaps = np.zeros(max(1, total_groups), np.int8)
-    no_gains = np.zeros(1, np.float32)
-    no_row_pointers = np.zeros(1, np.int32)
-
-    # one zeroed block for every counter of every job: sizes first, then views
-    ng_of = tables.ng_of
-    block_len = 0
-    for si, st in enumerate(stacks):
-        ng, P = ng_of[si], st.num_partitions
-        block_len += ng + ng * nsl + 4 * ng * nsl * P + ng * P + 3 * nsl * P + 2 * nsl + 2
-    block = np.zeros(max(1, block_len), np.int64)
-    pos = [0]
-
-    def zeros(length: int) -> np.ndarray:
-        start = pos[0]
-        pos[0] = start + length
-        if pos[0] > block.size:                      # sized above; a miscount must not alias
-            raise RuntimeError("engine job layout: zero block too small")
-        return block[start:start + length]
-
-    stack_slices_all = np.add.reduceat(gcounts, np.array(stack_groups[:-1], np.int64), axis=0) \
-        if tables.all_counted else None
+    stack_slices_all = np.add.reduceat(gcounts, tables.stack_starts, axis=0) if tables.all_counted else None
+    if before_counters is not None:
+        if not tables.all_counted:
+            before_counters(None)
+        elif tables.part_starts is None:        # every part one group (no stacking): its rows
+            before_counters(gcounts)
+        elif tables.parts_are_stacks:
+            before_counters(stack_slices_all)
+        else:
+            before_counters(np.add.reduceat(gcounts, tables.part_starts, axis=0))
+    shape = (batch.batch_size, G, S, bool(config.allow_id_dropping), bool(count_first))
+    template = plan_derived("jobs", stacks, layout + shape,
+                            lambda: _JobTemplate(stacks, tables, batch, G, S, want_csr, config, count_first))
+    # one zeroed block for every counter of every job
+    block = np.zeros(template.block_len, np.int64)
     jobs = []
-    for si, st in enumerate(stacks):
+    for si in range(len(stacks)):
         g0, g1 = stack_groups[si], stack_groups[si + 1]
-        _, weighted, _ = tables.layout[si]
-        meta = dict(tables.metas[si])
-        meta["g_uloff"] = uloff_all[g0:g1]
-        meta["batch"] = batch
-        meta["zeros_nsl"] = zeros_nsl
-        meta["bitmap"] = bitmaps[g0:g1]
-        meta["no_gains"] = no_gains
-        meta["no_row_pointers"] = no_row_pointers
         if stack_slices_all is not None:
             slice_ids = stack_slices_all[si]
         else:
             slice_ids = gcounts[g0:g1].sum(axis=0)
-        slice_list = slice_ids.tolist()
-        job = _StackJobOfMerged() if isinstance(st, _MergedStacks) else _StackJob()
-        job.setup(st, G, S, n, tables.groups[si], want_csr, config, weighted, meta, zeros, gcounts[g0:g1],
-                  sloff_all[g0:g1], slice_ids, slice_list, max(group_max[g0:g1], default=0), count_first)
+        job = template.job(si, block)
+        job.setup_counts(uloff_all[g0:g1], gcounts[g0:g1], sloff_all[g0:g1], slice_ids, slice_ids.tolist(),
+                         max(group_max[g0:g1], default=0))
+        job.setup_fresh(batch)
         jobs.append(job)
     return jobs
 
@@ -1231,9 +1349,9 @@ def _execute(plan: StackingPlan, batch: FeatureBatch, G: int, S: int, kern: _Bac
         staged = any(j.staged for j in jobs)      # results read the compacted CSR: after it
         if not staged:
             # first in the batch (the largest size): what follows the batch waits for it
-            finish.append((None, after))
+            finish.append([(None, after)])
             finish_sizes.append(max(finish_sizes, default=0) + 1)
-        _run_tasks(_finish_task(kern), finish, finish_sizes, num_threads, "finish")
+        _run_tasks(_finish_task(kern), _Chain(finish), finish_sizes, num_threads, "finish")
         if staged:
             after()
         naive = [j.naive_rows() for j in jobs]
@@ -1247,28 +1365,31 @@ def _execute(plan: StackingPlan, batch: FeatureBatch, G: int, S: int, kern: _Bac
 
 
 def _finish_list_steps(jobs, target: float, finish: list, finish_sizes: list) -> list:
-    """Steps that append the finish batch's tasks (naive view, compaction) and sizes to
-    ``finish`` and ``finish_sizes``: one per job, so that the calling thread, making them
-    while the slices run, lets a worker take the GIL between two."""
+    """Steps that append the finish batch's tasks (naive view, compaction) to ``finish``, as
+    sequences of items (read as one by :class:`_Chain`), and their sizes to ``finish_sizes``:
+    one per job, so that the calling thread, making them while the slices run, lets a
+    worker take the GIL between two."""
     def naive_list(j):
         def make():
-            units, unit_sizes = j.naive_tasks(target)
-            finish.extend([(j, u) for u in units])
-            finish_sizes.extend(unit_sizes)
+            items, item_sizes = j.naive_items(target)
+            finish.append(items)
+            finish_sizes.extend(item_sizes)
         return make
 
     def staged_list():
-        for j in jobs:
-            if j.staged:
-                finish.append((j, None))
-                finish_sizes.append(4 * j.num_ids)
+        staged = [j for j in jobs if j.staged]
+        finish.append([(j, None) for j in staged])
+        finish_sizes.extend(4 * j.num_ids for j in staged)
 
     return [naive_list(j) for j in jobs] + [staged_list]
 
 
 def _jobs_of(plan: StackingPlan, batch: FeatureBatch, G: int, S: int, want_csr: bool, config: SparsecoreConfig,
-             num_threads: int, counts: np.ndarray | None = None) -> list[_StackJob]:
-    """The jobs :func:`_execute` runs: statistics-only stacks merged, tables and zeroed counters made."""
+             num_threads: int, counts: np.ndarray | None = None, before_counters=None) -> list[_StackJob]:
+    """The jobs :func:`_execute` runs: statistics-only stacks merged, tables and zeroed counters made.
+
+    ``before_counters``: as :func:`_make_jobs`' (the raw ids of each of ``plan.stacks``).
+    """
     _, has_w = _weights_of(batch)
     if counts is None:
         counts = _slice_counts(batch, G * S)
@@ -1277,16 +1398,81 @@ def _jobs_of(plan: StackingPlan, batch: FeatureBatch, G: int, S: int, want_csr: 
         stacks = plan.stacks
         plan = plan_derived("merged", stacks, (bool(config.allow_id_dropping), batch.batch_size),
                             lambda: _OneStack(tuple(_merge_statistics_stacks(stacks, config, batch.batch_size))))
-    return _make_jobs(plan, batch, G, S, want_csr, config, has_w, counts, count_first)
+    return _make_jobs(plan, batch, G, S, want_csr, config, has_w, counts, count_first, before_counters)
 
 
-def _units(jobs, target: float, by_group) -> tuple[list, list[int]]:
-    """``(job, s0, s1, g0, g1)`` tasks of every job and their sizes (raw ids)."""
+class _GroupCut:
+    """The tasks of one job cut by groups, rows ``(slice, g0, g1, size)`` of
+    :func:`~scwork.sharding._split_kernels.cut_groups`: item ``i`` is the task
+    ``(job, slice, slice + 1, g0, g1)``, made when it is taken."""
+
+    __slots__ = ("job", "rows")
+
+    def __init__(self, job, rows: np.ndarray):
+        self.job, self.rows = job, rows
+
+    def __len__(self) -> int:
+        return self.rows.shape[0]
+
+    def __getitem__(self, i: int) -> tuple:
+        sl, g0, g1, _ = self.rows[i].tolist()
+        return self.job, sl, sl + 1, g0, g1
+
+    def __iter__(self):
+        return (self[i] for i in range(len(self)))
+
+
+class _NaiveCut:
+    """The naive-view tasks of one job, rows ``(g, p0, p1)``: item ``i`` is ``(job, (g, p0, p1))``,
+    made when it is taken."""
+
+    __slots__ = ("job", "rows")
+
+    def __init__(self, job, rows: np.ndarray):
+        self.job, self.rows = job, rows
+
+    def __len__(self) -> int:
+        return self.rows.shape[0]
+
+    def __getitem__(self, i: int) -> tuple:
+        return self.job, tuple(self.rows[i].tolist())
+
+    def __iter__(self):
+        return (self[i] for i in range(len(self)))
+
+
+class _Chain:
+    """Item sequences read as one (the finish batch: each job's naive-view tasks, compactions,
+    the checks): item ``i`` is found by a bisection over the parts' ends."""
+
+    __slots__ = ("parts", "ends")
+
+    def __init__(self, parts: list):
+        self.parts = [p for p in parts if len(p)]
+        self.ends = list(itertools.accumulate(len(p) for p in self.parts))
+
+    def __len__(self) -> int:
+        return self.ends[-1] if self.ends else 0
+
+    def __getitem__(self, i: int):
+        k = bisect.bisect_right(self.ends, i)
+        if not 0 <= i < len(self):
+            raise IndexError(i)
+        return self.parts[k][i - (self.ends[k - 1] if k else 0)]
+
+    def __iter__(self):
+        return (item for part in self.parts for item in part)
+
+
+def _units(jobs, target: float, by_group) -> tuple[Any, list[int]]:
+    """``(job, s0, s1, g0, g1)`` tasks of every job (a sequence) and their sizes (raw ids)."""
+    if len(jobs) == 1:                    # one job (every statistics call on one P): its own items
+        return jobs[0].tasks_of(target, by_group(jobs[0]))
     work, sizes = [], []
     for j in jobs:
-        units, unit_sizes = j.work_units(target, by_group(j))
-        work += [(j, *u) for u in units]
-        sizes += unit_sizes
+        items, item_sizes = j.tasks_of(target, by_group(j))
+        work += items
+        sizes += item_sizes
     return work, sizes
 
 
@@ -1346,6 +1532,35 @@ def _run_call(batch, features, topology, stacking, config, on_out_of_vocabulary,
                                         want_csr), dataset)
 
 
+def _plan_of(features: tuple, topology, stacking, batch_size: int, rotation, activation_mem_bytes_limit, config,
+             stack_limits) -> StackingPlan:
+    """:func:`plan_stacking` for a call, the last call's plan when its arguments are the same objects.
+
+    ``features`` is the tuple :func:`_check_inputs` keeps, so the calls of a path built
+    on the engine pass the same objects each time; comparing them by identity costs
+    less than building and hashing the plan cache's key (the topology's and config's
+    dataclass hashes, twice).
+    """
+    last = _LAST_PLAN[0]          # one read: another thread may replace it meanwhile
+    args = (features, topology, stacking, config)
+    if (stack_limits is None and last is not None and all(a is b for a, b in zip(args, last[0]))
+            and last[1] == (batch_size, rotation, activation_mem_bytes_limit)
+            and last[2] == (type(batch_size), type(rotation), type(activation_mem_bytes_limit))):
+        return last[3]
+    plan = plan_stacking(features, topology, stacking, batch_size=batch_size, rotation=rotation,
+                         activation_mem_bytes_limit=activation_mem_bytes_limit, config=config,
+                         stack_limits=stack_limits)
+    if stack_limits is None:
+        scalars = (batch_size, rotation, activation_mem_bytes_limit)
+        _LAST_PLAN[0] = (args, scalars, tuple(map(type, scalars)), plan)
+    return plan
+
+
+# [(the arguments compared by identity, the numbers, their types, plan)] of the last call
+# without stack_limits (the arguments are held, so their ids stay theirs)
+_LAST_PLAN: list = [None]
+
+
 @dataclass
 class _PreparedCall:
     """An engine call up to its first task: inputs checked, plan made, jobs built (:func:`_prepare_call`)."""
@@ -1375,9 +1590,8 @@ def _prepare_call(batch, features, topology, stacking, config, on_out_of_vocabul
     if stack_limits is not None and not isinstance(stack_limits, Mapping):
         raise ConfigError(f"stack_limits must be a dict stack name -> (max_ids_per_partition, "
                           f"max_unique_ids_per_partition), got {type(stack_limits).__name__} {stack_limits!r}"[:300])
-    plan = plan_stacking(features, topology, stacking, batch_size=batch.batch_size, rotation=rotation,
-                         activation_mem_bytes_limit=activation_mem_bytes_limit, config=config,
-                         stack_limits=stack_limits)
+    plan = _plan_of(features, topology, stacking, batch.batch_size, rotation, activation_mem_bytes_limit, config,
+                    stack_limits)
     kern = _backend(backend)
     widest = plan_derived("widest", plan.stacks, (), lambda: max((len(st.features) for st in plan.stacks), default=0))
     if widest * batch.batch_size > 2**31 - 1:         # (one multiplication per call: the plan's widest stack)
@@ -1389,8 +1603,12 @@ def _prepare_call(batch, features, topology, stacking, config, on_out_of_vocabul
     # raw ids of every feature in every slice: the scratch estimate's and the jobs' (the
     # retry without out-of-vocabulary ids counts again)
     slice_counts = _slice_counts(batch, G * S)
-    _check_scratch(plan, batch, G, S, want_csr, num_threads, slice_counts)
-    jobs = _jobs_of(plan, batch, G, S, want_csr, config, num_threads, slice_counts)
+
+    def check_scratch(stack_counts):
+        # between the jobs' counts and their counters: from the counts the jobs make anyway
+        _check_scratch(plan, batch, G, S, want_csr, num_threads, slice_counts, stack_counts)
+
+    jobs = _jobs_of(plan, batch, G, S, want_csr, config, num_threads, slice_counts, check_scratch)
     return _PreparedCall(batch, topology, config, on_out_of_vocabulary, plan, kern, num_threads, want_csr,
                          slice_counts, jobs)
 
@@ -1572,7 +1790,7 @@ def compute_stats(batch: FeatureBatch, features: Any, topology: Topology, stacki
     >>> ds["input_ids"].sel(stack="t").values.ravel().tolist()
     [4, 5]
     """
-    config = SparsecoreConfig() if config is None else config
+    config = _DEFAULT_CONFIG if config is None else config
     _, stats, _ = _run(batch, features, topology, stacking, config, on_out_of_vocabulary, stack_limits, rotation,
                        activation_mem_bytes_limit, num_threads, backend, want_csr=False)
     return stats
@@ -1611,7 +1829,7 @@ def preprocess(batch: FeatureBatch, features: Any, topology: Topology, stacking:
     >>> int(buf.for_sc(0, 1)["embedding_ids"][3])    # padding
     2147483647
     """
-    config = SparsecoreConfig() if config is None else config
+    config = _DEFAULT_CONFIG if config is None else config
     plan, stats, results = _run(batch, features, topology, stacking, config, on_out_of_vocabulary, stack_limits,
                                 rotation, activation_mem_bytes_limit, num_threads, backend, want_csr=True)
     csr = {st.name: r["csr"] for st, r in zip(plan.stacks, results)}

@@ -41,6 +41,14 @@ Reproduces ``SortAndGroupCooTensorsPerLocalDeviceImpl`` and
    scwork raises :class:`~scwork.errors.LimitExceededError` saying which bucket and
    what limit would be needed (or drops and counts, likewise per bucket).
 
+How scwork cuts the work (none of it changes a count): the counts of step 2 come
+from each table's keys sorted by transformed id, as the reference sorts a
+partition's COO tensors. A task of slices builds their keys and sorts them by the
+top bits of the id (partition first); a task of a range of those bins gathers the
+range from every slice task, sorts it and counts it. A range holds every key of
+each of its ids, so the whole-batch distinct ids add up over ranges; with a prefix
+cut (``allow_id_dropping``) a range is whole partitions, its tables in stack order.
+
 The reference first checks whether any stream overflows at all (pass 1) and only
 then buckets (pass 2); the tree gives no split when nothing overflows (every
 carried count is at most its subtree's total), so both give one mini-batch then.
@@ -94,6 +102,7 @@ batch, as the library does); ``split_scope="stack"`` leaves it whole:
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -104,7 +113,8 @@ from scwork.errors import ConfigError, LimitExceededError
 from scwork.hardware.topology import Topology
 from scwork.sharding import engine as _engine
 from scwork.sharding import _profile
-from scwork.sharding._threads import _run_tasks, resolve_num_threads
+from scwork.sharding._scratch import _POOL, SCRATCH_LIMIT_ENV, _carve, scratch_limit_bytes
+from scwork.sharding._threads import _TASKS_PER_THREAD, _run_tasks, resolve_num_threads
 from scwork.sharding.batch import FeatureBatch
 from scwork.sharding.column_id import column_id_of_id
 from scwork.sharding.results import _dataset, cached_coords, stats_coords
@@ -459,7 +469,10 @@ on_out_of_vocabulary
         Threads of the engine runs the plan makes (:meth:`MiniBatchPlan.preprocess`
         of each mini-batch); None (default): every available core, as for
         :func:`~scwork.sharding.compute_stats`. The bucket assignment runs on as
-        many threads, one stack per task (results do not depend on it).
+        many threads (results do not depend on it): with the vocabulary strategy a
+        table's ids are cut into tasks of slices and then of ranges of ids (so that
+        no task holds much more than ``1 / (8 * num_threads)`` of the ids, unless one
+        id alone does), with the sample strategy one stack per task.
 
     Returns
     -------
@@ -529,62 +542,47 @@ on_out_of_vocabulary
                          activation_mem_bytes_limit=activation_mem_bytes_limit, config=config,
                          stack_limits=stack_limits)
     num_threads = resolve_num_threads(num_threads)
-    batch, oov_counts = _handle_oov(batch, plan, on_out_of_vocabulary, num_threads)
+    if strategy != "vocabulary":
+        batch, oov_counts = _handle_oov(batch, plan, on_out_of_vocabulary, num_threads)
 
     from scwork.sharding import _minibatch_kernels as K
 
     G, S = topology.num_devices, topology.sparsecores_per_device
 
-    # Stacks are independent, and so are the tables of a stack whose counts add up
-    # (vocabulary strategy without a prefix cut): one task each, on the engine's
-    # worker threads (the kernels release the GIL); results and errors in stack order.
-    units = []
-    for i, st in enumerate(plan.stacks):
-        if strategy == "vocabulary" and len(st.tables) > 1 and not _has_cut(st, config):
-            units += [(i, g) for g in range(len(st.tables))]
-        else:
-            units.append((i, None))
-
-    def one_unit(unit, worker):
-        st = plan.stacks[unit[0]]
-        if strategy == "vocabulary":
-            part = _vocabulary_counts(st, batch, G, S, nb, mode, config, backend, K, unit[1])
-            if unit[1] is None:
-                # the stack's whole scan: its counts, checks and split mask here, in the
-                # task (a few numpy calls beside a kernel that holds no GIL), not after
-                # every task in turn; errors still come in stack order (_run_tasks)
-                return _vocabulary_stack_counts(st, [part], config, nb, G, S)
-            return part
-        return _sample_stack(st, batch, G, S, config, backend, K)
-
-    parts = _run_tasks(one_unit, units, [_stack_ids(plan.stacks[i], batch, g) for i, g in units], num_threads,
-                       "stacks")
     if strategy == "vocabulary":
-        whole = {i: k for k, (i, g) in enumerate(units) if g is None}      # stacks counted in their task
-        counts = [parts[whole[a]] if a in whole else
-                  _vocabulary_stack_counts(st, [part for (i, _), part in zip(units, parts) if i == a], config, nb,
-                                           G, S)
-                  for a, st in enumerate(plan.stacks)]
-        if split_scope == "batch":
-            # jax-tpu-embedding ORs the split of every stacked table of the batch
-            # (input_preprocessing.cc, SyncMinibatchingSplit): one cut for the
-            # whole input, so every stack loops the same number of times.
-            combined = 0
-            for c in counts:
-                combined |= c["stack_split"]
-            per_stack = _vocabulary_minibatches_all(counts, combined, nb, config)
-        else:
-            per_stack = [_vocabulary_minibatches(c, c["stack_split"], nb, config) for c in counts]
+        # A table's scan is cut in two batches of tasks finer than a table: its
+        # slices (keys built, sorted by the top bits of u), then ranges of u (every
+        # slice's keys of the range gathered, sorted, counted); then a task per stack
+        # (its checks and split mask) and per stack again (its mini-batch sums).
+        # The slice tasks meet every id: they look for ids out of their vocabulary
+        # (a pass over the batch of its own before); only when one is found does the
+        # batch get checked the slow way (error, or the ids dropped and scanned again).
+        try:
+            stats, assignment = _vocabulary(plan, topology, batch, nb, mode, config, backend, K, num_threads,
+                                            split_scope, {st.name: 0 for st in plan.stacks})
+        except _engine._Oov:
+            batch, oov_counts = _handle_oov(batch, plan, on_out_of_vocabulary, num_threads)
+            stats, assignment = _vocabulary(plan, topology, batch, nb, mode, config, backend, K, num_threads,
+                                            split_scope, oov_counts)
+        run_of_sample = {}
     else:
-        per_stack = parts
-    run_of_sample = {}
-    if strategy != "vocabulary":
-        for st, res in zip(plan.stacks, per_stack):
-            run_of_sample[st.name] = res.pop("run_of_sample")
-    stats = _stats_dataset(plan, topology, batch, per_stack, oov_counts)
-    stats.attrs["strategy"] = strategy
-    stats.attrs["split_scope"] = split_scope
-    assignment = _assignment_dataset(plan, topology, per_stack, strategy, nb, batch.batch_size, split_scope)
+        # stacks are independent: one task each, on the engine's worker threads (the
+        # kernels release the GIL); results and errors in stack order
+        per_stack = _run_tasks(lambda st, worker: _sample_stack(st, batch, G, S, config, backend, K), plan.stacks,
+                               [_stack_ids(st, batch) for st in plan.stacks], num_threads, "stacks")
+        run_of_sample = {st.name: res.pop("run_of_sample") for st, res in zip(plan.stacks, per_stack)}
+        Ms = [r["M"] for r in per_stack]
+        arrays = _stats_arrays(max(Ms), len(per_stack), G, S, topology.num_partitions)
+        for a, r in enumerate(per_stack):
+            k = r["M"]
+            for key in ("ids", "unique", "kept"):
+                arrays[key][:k, a] = r[key].reshape(arrays[key][:k, a].shape)
+            arrays["raw"][:k, a] = r["raw"].reshape(k, G, S)
+            arrays["naive_unique"][:k, a] = r["naive_unique"]
+            arrays["dropped"][:k, a] = r["dropped"]
+            _fill_derived(arrays, a)
+        stats = _stats_dataset(plan, topology, batch, arrays, Ms, oov_counts, strategy, split_scope)
+        assignment = _assignment_dataset(plan, topology, per_stack, strategy, nb, batch.batch_size, split_scope)
     return MiniBatchPlan(strategy=strategy, plan=plan, topology=topology, batch=batch, config=config,
                          num_minibatches=stats["num_minibatches"], stats=stats, assignment=assignment,
                          bucket_hash=bucket_hash, num_buckets=nb, hash_key=K.HIGHWAY_KEY,
@@ -646,26 +644,6 @@ def _limits_of(st) -> tuple[int, int]:
     return a, b
 
 
-def _vocabulary_counts(st, batch, G, S, nb, mode, config, backend, K, table: int | None) -> tuple:
-    """Per-bucket counts of a stack's tables (every table, or only the ``table``-th), as the scan adds them."""
-    P = st.num_partitions
-    nsl = G * S
-    max_ids, max_uniq = _limits_of(st)
-    allow = config.allow_id_dropping
-    cut_ids, cut_uniq = (max_ids, max_uniq) if allow else (_NO_LIMIT, _NO_LIMIT)
-    scan = K.scan_group_buckets if backend == "numba" else K.scan_group_buckets_reference
-    pairs = np.zeros(nsl * P * nb, np.int64)
-    distinct = np.zeros_like(pairs)
-    kept = np.zeros_like(pairs)
-    raw = np.zeros(nsl * nb, np.int64)
-    naive = np.zeros(P * nb, np.int64)
-    dropped = np.zeros(nb, np.int64)
-    for g, keys, m, lbits in _engine._iter_sorted_group_keys(st, batch, G, S, backend, only=table):
-        scan(keys, m, P, g.qbits, lbits, g.row_offset, nb, mode, K.HIGHWAY_KEY, cut_ids, cut_uniq, pairs, distinct,
-             kept, raw, naive, dropped)
-    return pairs, distinct, kept, raw, naive, dropped
-
-
 def _vocabulary_stack_counts(st, parts, config, nb, G, S) -> dict:
     """A stack's per-bucket counts (``parts``: one tuple per task, added up) and its own split mask."""
     P = st.num_partitions
@@ -682,71 +660,331 @@ def _vocabulary_stack_counts(st, parts, config, nb, G, S) -> dict:
             "naive": naive.reshape(P, nb), "dropped": dropped, "stack_split": split}
 
 
-def _vocabulary_minibatches(counts, split, nb, config) -> dict:
-    """A stack's mini-batches when its buckets are cut by ``split`` (its own mask or the batch's)."""
+# --------------------------------------------------------------------------------------
+# the vocabulary strategy: a table's scan cut by slices, then by ranges of u
+# --------------------------------------------------------------------------------------
+# Coarse bins of u (u >> cshift) per group: at most about this many, so that a slice
+# task's bin positions stay small beside its keys while a range can still isolate a
+# hot id (under Zipf 1.05 a table's hottest id holds some 9% of its ids).
+_COARSE_BITS = 10
+
+
+class _VocabularyScan:
+    """One call's vocabulary scan: its groups (tables of stacks), slice tasks and range tasks.
+
+    Built serially from the plan (a few numpy calls for every table at once); the
+    kernels run in :meth:`bin_task` (a group's slices ``[s0, s1)``: keys built and
+    sorted by coarse bin; the group's last slice task to finish cuts its bins into
+    ranges) and :meth:`range_task` (a range of bins of a group, or of every group of
+    a stack with a prefix cut: gathered from every slice task, sorted, scanned, added
+    into the stack's counters). Counts do not depend on how the work is cut: ranges
+    hold whole ids (all slices of a ``u``), and their counters add up.
+    """
+
+    def __init__(self, plan, batch, G, S, nb, mode, config, backend, K, num_threads):
+        self.K = K
+        self.bin_fn = K.bin_slices if backend == "numba" else K.bin_slices_reference
+        self.scan_fn = K.scan_range if backend == "numba" else K.scan_range_reference
+        self.add_fn = K.add_range_counts if backend == "numba" else K.add_range_counts_reference
+        self.batch, self.nb, self.mode = batch, nb, mode
+        self.nsl = nsl = G * S
+        self.n = n = batch.batch_size // nsl
+        self.P = P = plan.stacks[0].num_partitions if plan.stacks else 1
+        self.stacks = plan.stacks
+        self.cut = [_has_cut(st, config) for st in plan.stacks]
+        self.limits = [_limits_of(st) if c else (_NO_LIMIT, _NO_LIMIT) for st, c in zip(plan.stacks, self.cut)]
+        self.has_w = _engine._weights_of(batch)[1]
+        pbits = max(0, P - 1).bit_length()
+        # groups: (stack, feature rows, positions in the stack, col shift, row offset, vocab, qbits, lbits,
+        # cshift, bins)
+        groups, rows_all, first_row = [], [], []
+        for a, st in enumerate(plan.stacks):
+            lbits = _engine._lbits(len(st.features), n)
+            for t in st.tables:
+                ks = [k for k, f in enumerate(st.features) if f.table.name == t.table.name]
+                rows = [batch._feature_index(st.features[k].name) for k in ks]
+                vocab = t.table.vocab_size
+                qbits = int((vocab - 1) // P).bit_length()
+                # one thread: one bin (the group's keys sorted whole, scanned whole)
+                cshift = pbits + qbits if num_threads == 1 else min(qbits, max(0, pbits + qbits - _COARSE_BITS))
+                groups.append((a, np.array(rows, np.int64), np.array(ks, np.int64), t.shard_rotation,
+                               t.row_offset_in_shard, vocab, qbits, lbits, cshift, (((P << qbits) - 1) >> cshift) + 1))
+                first_row.append(len(rows_all))
+                rows_all += rows
+        self.groups = groups
+        ng = len(groups)
+        # raw ids per (group, slice) and the slice tasks: runs of slices of at most about
+        # `target` ids (one run per group with one thread)
+        per_slice = (np.add.reduceat(_engine._slice_counts(batch, nsl)[rows_all], first_row, axis=0) if ng
+                     else np.zeros((0, nsl), np.int64))
+        total = int(per_slice.sum())
+        self.target = target = max(1.0, total / (num_threads * _TASKS_PER_THREAD)) if num_threads > 1 else np.inf
+        before = np.cumsum(per_slice, axis=1) - per_slice                   # ids of the group before each slice
+        group_ids = per_slice.sum(axis=1)
+        # A group of at most 1 / T of the ids is sorted whole by one task, which its
+        # range tasks then scan piece by piece: cutting it by slices costs two more
+        # passes over its keys (binning, then each range's sort), about a third more
+        # work, which pays only once a table is too large a share for T workers.
+        self.whole = whole = group_ids * num_threads <= total
+        first = np.ones((ng, nsl), bool)
+        if np.isfinite(target):
+            run = before // target
+            first[:, 1:] = run[:, 1:] != run[:, :-1]
+        first[whole, 1:] = False
+        gi, s0 = np.nonzero(first)
+        group_base = np.cumsum(group_ids) - group_ids
+        last = np.r_[gi[1:] != gi[:-1], True] if gi.size else np.zeros(0, bool)
+        s1 = np.where(last, nsl, np.r_[s0[1:], nsl])
+        chunk_base = group_base[gi] + before[gi, s0]
+        chunk_ids = np.where(last, group_ids[gi], before[gi, np.minimum(s1, nsl - 1)]) - before[gi, s0]
+        # every slice task's bin positions, group by group ((chunks, bins + 1) each)
+        self.nchunk = nchunk = np.bincount(gi, minlength=ng)
+        self.bins = bins = np.array([g[9] for g in groups], np.int64)
+        pre_size = nchunk * (bins + 1)
+        self.pre_off = np.cumsum(pre_size) - pre_size
+        need = 8 * (total + int(pre_size.sum()) + len(plan.stacks) * K.range_counter_size(nsl, P, nb)) \
+            + 8 * num_threads * (3 * int(chunk_ids.max(initial=0)) + K.range_counter_size(nsl, P, nb))
+        if need > scratch_limit_bytes():
+            raise ConfigError(
+                f"vocabulary mini-batching would allocate about {need:,} bytes ({need / 2**30:,.1f} GiB) for "
+                f"{total:,} ids of {len(plan.stacks)} stack(s) on {nsl} SparseCores x {P} partitions, above the "
+                f"limit of {scratch_limit_bytes():,} bytes ({SCRATCH_LIMIT_ENV} or the machine's memory). Use a "
+                f"smaller batch or topology, or raise {SCRATCH_LIMIT_ENV} if the machine has the memory.")
+        # the keys of every group and the bin positions: one buffer of the engine's pool
+        # (fresh pages cost about as much as the kernels that fill them), given back by
+        # release()
+        (self.binned, self.pre_all), self._buffer = _carve([(total, np.int64), (int(pre_size.sum()), np.int64)])
+        self.bin_off = np.cumsum(bins) - bins
+        self.tot = np.zeros(max(1, int(bins.sum())), np.int64)        # ids per bin of every group
+        self.group_locks = [threading.Lock() for _ in range(ng)]
+        self.left = nchunk.tolist()                                    # slice tasks of each group still to end
+        self.ranges: list = [None] * ng                                # each group's range tasks, once cut
+        k_of = np.arange(gi.size) - (np.cumsum(nchunk) - nchunk)[gi]   # the chunk's index in its group
+        self.bin_items = list(zip(gi.tolist(), s0.tolist(), s1.tolist(), chunk_base.tolist(), k_of.tolist()))
+        self.bin_sizes = chunk_ids.tolist()
+        self.max_chunk = int(chunk_ids.max()) if chunk_ids.size else 0
+        # every stack's counters, allocated by its first range task (zeroing them
+        # all here was a tenth of a millisecond of serial time)
+        self.counters: list = [None] * len(plan.stacks)
+        self.stack_locks = [threading.Lock() for _ in range(len(plan.stacks))]
+        self.scratch: dict[int, dict] = {}
+
+    def release(self) -> None:
+        """Give the key buffer back to the engine's pool (nothing may read it after)."""
+        self.binned = self.pre_all = None
+        _POOL.give(self._buffer)
+
+    def _scratch(self, worker, name, size, zero=False):
+        mine = self.scratch.setdefault(worker, {})
+        buf = mine.get(name)
+        if buf is None or buf.size < size:
+            buf = mine[name] = np.zeros(max(1, size), np.int64) if zero else np.empty(max(1, size), np.int64)
+        return buf
+
+    def pre(self, g):
+        """Group ``g``'s bin positions, one row per slice task."""
+        o, k, c = int(self.pre_off[g]), int(self.nchunk[g]), int(self.bins[g])
+        return self.pre_all[o:o + k * (c + 1)].reshape(k, c + 1)
+
+    def bin_task(self, item, worker):
+        g, s0, s1, base, k = item
+        a, rows, ks, shift, _, vocab, qbits, lbits, cshift, C = self.groups[g]
+        pre = self.pre(g)[k]
+        m, oov = self.bin_fn(self.batch._ids, self.batch._splits, self.has_w, rows, ks, self.n, s0, s1, vocab,
+                             self.P, shift, qbits, lbits, cshift, C, bool(self.whole[g]),
+                             self._scratch(worker, "build", self.max_chunk),
+                             self.binned, base, pre, self._scratch(worker, "hist", 3 * 2048))
+        if oov >= 0:                 # the caller checks the batch and raises or drops them
+            raise _engine._Oov(int(oov))
+        counts = pre[1:] - pre[:-1]
+        o = int(self.bin_off[g])
+        with self.group_locks[g]:
+            self.tot[o:o + C] += counts
+            self.left[g] -= 1
+            done = self.left[g] == 0
+        if done and not self.cut[a]:
+            # the group's bins are all counted: cut them into ranges here, in a task
+            self.ranges[g] = self._group_ranges(g)
+
+    def _group_ranges(self, g):
+        """Group ``g``'s range tasks ``(stack, ((g, c0, c1),), p_lo, Pc, ids)``: runs of about ``target`` ids.
+
+        A bin larger than ``target`` (a hot id) runs alone. Ranges hold whole bins,
+        so the keys of one id are never split.
+        """
+        a, _, _, _, _, _, qbits, _, cshift, C = self.groups[g]
+        o = int(self.bin_off[g])
+        tot = self.tot[o:o + C]
+        idx = np.flatnonzero(tot)
+        if not idx.size:
+            return []
+        w = tot[idx]
+        if np.isfinite(self.target):
+            run = (np.cumsum(w) - w) // self.target
+            big = w > self.target
+            start = np.flatnonzero(np.r_[True, (run[1:] != run[:-1]) | big[1:] | big[:-1]])
+        else:
+            start = np.zeros(1, np.int64)
+        stop = np.r_[start[1:], idx.size]
+        c0, c1 = idx[start], idx[stop - 1] + 1
+        sizes = np.add.reduceat(w, start)
+        p_lo = (c0 << cshift) >> qbits
+        p_hi = np.minimum(((c1 << cshift) - 1) >> qbits, self.P - 1)   # one bin: u < P << qbits
+        return [(a, ((g, lo, hi),), p, q - p + 1, z) for lo, hi, p, q, z in
+                zip(c0.tolist(), c1.tolist(), p_lo.tolist(), p_hi.tolist(), sizes.tolist())]
+
+    def range_items(self):
+        """The range tasks (after every slice task): ``(stack, ((group, c0, c1), ...), p_lo, Pc, ids)``, sizes."""
+        items = []
+        for g, grp in enumerate(self.groups):
+            if not self.cut[grp[0]] and self.ranges[g]:
+                items += self.ranges[g]
+        for a in np.flatnonzero(self.cut).tolist():
+            items += self._cut_stack_items(a)
+        return items, [it[4] for it in items]
+
+    def _cut_stack_items(self, a):
+        """With a prefix cut a stream's ranks run over the stack's tables in order: ranges of whole partitions."""
+        P, target = self.P, self.target
+        mine = [g for g, grp in enumerate(self.groups) if grp[0] == a]
+        per_part = np.zeros(P, np.int64)
+        for g in mine:
+            C = int(self.bins[g])
+            o = int(self.bin_off[g])
+            if C >= P:                          # C = P << (qbits - cshift): whole partitions of bins
+                per_part += self.tot[o:o + C].reshape(P, C // P).sum(axis=1)
+            else:                               # one bin (one thread): one range of every partition
+                per_part[0] += self.tot[o:o + C].sum()
+
+        def bin_of(g, p):
+            C = int(self.bins[g])
+            return p * (C // P) if C >= P else (0 if p == 0 else C)
+
+        items = []
+        p0, size = 0, 0
+        for p in range(P + 1):
+            if p == P or (size and size + per_part[p] > target and int(self.bins[mine[0]]) >= P):
+                if size:
+                    items.append((a, tuple((g, bin_of(g, p0), bin_of(g, p)) for g in mine), p0, p - p0, int(size)))
+                p0, size = p, 0
+            if p < P:
+                size += int(per_part[p])
+        return items
+
+    def range_task(self, item, worker):
+        a, parts, p_lo, Pc, cap = item
+        K, nsl, nb, P = self.K, self.nsl, self.nb, self.P
+        loc = self._scratch(worker, "counters", K.range_counter_size(nsl, Pc, nb), zero=True)
+        views = K.range_counter_views(loc, nsl, Pc, nb)
+        ka, kb = self._scratch(worker, "keys", cap), self._scratch(worker, "sorted", cap)   # untouched if sorted
+        hist = self._scratch(worker, "hist", 3 * 2048)
+        max_ids, max_uniq = self.limits[a]
+        for g, c0, c1 in parts:
+            _, _, _, _, offset, _, qbits, lbits, cshift, _ = self.groups[g]
+            self.scan_fn(self.binned, self.pre(g), c0, c1, cshift, P, p_lo, Pc, qbits, lbits, offset, nb, self.mode,
+                         K.HIGHWAY_KEY, max_ids, max_uniq, *views, ka, kb, hist, bool(self.whole[g]))
+        with self.stack_locks[a]:
+            if self.counters[a] is None:
+                self.counters[a] = np.zeros(K.range_counter_size(nsl, P, nb), np.int64)
+            self.add_fn(loc, nsl, p_lo, Pc, P, nb, *K.range_counter_views(self.counters[a], nsl, P, nb))
+
+    def stack_counts(self, a, config, G, S) -> dict:
+        """Stack ``a``'s per-bucket counts once every range task has run, checked, with its own split mask."""
+        counters = self.counters[a]
+        if counters is None:                    # no ids
+            counters = np.zeros(self.K.range_counter_size(self.nsl, self.P, self.nb), np.int64)
+        return _vocabulary_stack_counts(self.stacks[a], [self.K.range_counter_views(counters, self.nsl, self.P,
+                                                                                     self.nb)],
+                                        config, self.nb, G, S)
+
+
+def _vocabulary(plan, topology, batch, nb, mode, config, backend, K, num_threads, split_scope, oov_counts):
+    """The vocabulary strategy: its statistics and assignment Datasets."""
+    G, S = topology.num_devices, topology.sparsecores_per_device
+    scan = _VocabularyScan(plan, batch, G, S, nb, mode, config, backend, K, num_threads)
+    try:
+        _run_tasks(scan.bin_task, scan.bin_items, scan.bin_sizes, num_threads, "slices")
+        items, sizes = scan.range_items()
+        _run_tasks(scan.range_task, items, sizes, num_threads, "ranges")
+    finally:
+        scan.release()
+    ns = len(plan.stacks)
+    stack_sizes = [_stack_ids(st, batch) for st in plan.stacks]
+    counts = _run_tasks(lambda a, worker: scan.stack_counts(a, config, G, S), list(range(ns)), stack_sizes,
+                        num_threads, "stacks")
+    if split_scope == "batch":
+        # jax-tpu-embedding ORs the split of every stacked table of the batch
+        # (input_preprocessing.cc, SyncMinibatchingSplit): one cut for the
+        # whole input, so every stack loops the same number of times.
+        combined = 0
+        for c in counts:
+            combined |= c["stack_split"]
+        splits = [combined] * ns
+    else:
+        splits = [c["stack_split"] for c in counts]
+    Ms = [bin(s).count("1") + 1 for s in splits]           # mini-batches: the runs between the cuts
+    arrays = _stats_arrays(max(Ms, default=1), ns, G, S, scan.P)
+    positions = {s: split_positions(s, nb) for s in set(splits)}
+    assignment = {"groups": np.zeros((ns, nb), np.int64), "bucket_max_ids": np.zeros((ns, nb), np.int64),
+                  "bucket_max_unique": np.zeros((ns, nb), np.int64), "bucket_ids": np.zeros((ns, nb), np.int64),
+                  "split": np.array(splits, np.int64), "stack_split": np.array([c["stack_split"] for c in counts],
+                                                                                np.int64),
+                  "split_positions": np.array([positions[s] for s in splits], np.int64)}
+    sums = K.minibatch_sums if backend == "numba" else K.minibatch_sums_reference
+
+    def one_stack(a, worker):
+        _vocabulary_minibatches_into(counts[a], splits[a], nb, config, arrays, assignment, a, sums)
+        _fill_derived(arrays, a)
+
+    _run_tasks(one_stack, list(range(ns)), stack_sizes, num_threads, "minibatches")
+    return (_stats_dataset(plan, topology, batch, arrays, Ms, oov_counts, "vocabulary", split_scope),
+            _vocabulary_assignment_dataset(plan, assignment, nb, split_scope))
+
+
+def _vocabulary_minibatches_into(counts, split, nb, config, out, assignment, a, sums) -> None:
+    """Stack ``a``'s counters summed per mini-batch of ``split`` into ``out[...][:, a]``; its assignment rows."""
     pairs, distinct = counts["pairs"], counts["distinct"]
     groups = split_to_minibatches(split, nb)
-    M = int(groups[-1]) + 1
-    starts = np.flatnonzero(np.r_[True, groups[1:] != groups[:-1]])
+    nsl, P = pairs.shape[0], pairs.shape[1]
+    rows = nsl * P
+    M = out["ids"].shape[0]
 
-    def per_mb(a):   # sum over the buckets of each mini-batch, mini-batch first
-        return np.moveaxis(np.add.reduceat(a, starts, axis=-1), -1, 0)
+    def view(key, width):                    # stack a's rows of out[key], (M, width)
+        return out[key][:, a].reshape(M, width)
 
-    return {
-        "M": M,
-        "ids": per_mb(pairs),                   # (M, nsl, P)
-        "unique": per_mb(distinct),
-        "kept": per_mb(counts["kept"]) if config.allow_id_dropping else per_mb(pairs),
-        "raw": per_mb(counts["raw"]),           # (M, nsl)
-        "naive_unique": per_mb(counts["naive"]),  # (M, P)
-        "dropped": np.add.reduceat(counts["dropped"], starts),
-        "split": split,
-        "stack_split": counts["stack_split"],
-        "groups": groups,
-        "bucket_max_ids": pairs.max(axis=(0, 1)) if pairs.size else np.zeros(nb, np.int64),
-        "bucket_max_unique": distinct.max(axis=(0, 1)) if distinct.size else np.zeros(nb, np.int64),
-        "bucket_ids": pairs.sum(axis=(0, 1)),
-    }
+    sums(pairs.reshape(rows, nb), groups, view("ids", rows))
+    sums(distinct.reshape(rows, nb), groups, view("unique", rows))
+    sums((counts["kept"] if config.allow_id_dropping else pairs).reshape(rows, nb), groups, view("kept", rows))
+    sums(counts["raw"].reshape(nsl, nb), groups, view("raw", nsl))
+    sums(counts["naive"].reshape(P, nb), groups, out["naive_unique"][:, a])
+    sums(counts["dropped"].reshape(1, nb), groups, out["dropped"][:, a:a + 1])
+    flat = pairs.reshape(rows, nb)
+    assignment["groups"][a] = groups
+    if rows:
+        flat.max(axis=0, out=assignment["bucket_max_ids"][a])
+        distinct.reshape(rows, nb).max(axis=0, out=assignment["bucket_max_unique"][a])
+    flat.sum(axis=0, out=assignment["bucket_ids"][a])
 
 
-def _vocabulary_minibatches_all(counts: list[dict], split: int, nb: int, config) -> list[dict]:
-    """:func:`_vocabulary_minibatches` of every stack cut by one ``split`` (split_scope 'batch').
+def _stats_arrays(M, ns, G, S, P) -> dict:
+    """The statistics' arrays of every mini-batch and stack, zero (filled stack by stack)."""
+    z = np.zeros
+    return {"ids": z((M, ns, G, S, P), np.int64), "unique": z((M, ns, G, S, P), np.int64),
+            "kept": z((M, ns, G, S, P), np.int64), "raw": z((M, ns, G, S), np.int64),
+            "naive_unique": z((M, ns, P), np.int64), "dropped": z((M, ns), np.int64),
+            "max_ids": z((M, ns, G, P), np.int64), "max_unique": z((M, ns, G, P), np.int64),
+            "buffer_sc": z((M, ns, G, S), np.int64), "buffer_device": z((M, ns, G), np.int64),
+            "naive_ids": z((M, ns, P), np.int64)}
 
-    The stacks of a plan share their shapes (slices, partitions, buckets), so their
-    counts are stacked and summed per mini-batch with one numpy call per kind, not
-    one per stack (some ten calls a stack were most of the call's serial time).
-    """
-    if not counts:
-        return []
-    shapes = {c["pairs"].shape for c in counts}
-    if len(shapes) > 1:                      # not one plan's stacks: one at a time
-        return [_vocabulary_minibatches(c, split, nb, config) for c in counts]
-    groups = split_to_minibatches(split, nb)
-    M = int(groups[-1]) + 1
-    starts = np.flatnonzero(np.r_[True, groups[1:] != groups[:-1]])
 
-    def stacked(key):
-        return np.stack([c[key] for c in counts])
-
-    def per_mb(a):   # (stacks, ..., buckets) -> (stacks, mini-batch, ...)
-        return np.moveaxis(np.add.reduceat(a, starts, axis=-1), -1, 1)
-
-    pairs, distinct = stacked("pairs"), stacked("distinct")
-    ids = per_mb(pairs)
-    unique = per_mb(distinct)
-    kept = per_mb(stacked("kept")) if config.allow_id_dropping else ids
-    raw = per_mb(stacked("raw"))
-    naive = per_mb(stacked("naive"))
-    dropped = np.add.reduceat(stacked("dropped"), starts, axis=-1)
-    if pairs[0].size:
-        bucket_max_ids, bucket_max_unique = pairs.max(axis=(1, 2)), distinct.max(axis=(1, 2))
-    else:
-        bucket_max_ids = bucket_max_unique = np.zeros((len(counts), nb), np.int64)
-    bucket_ids = pairs.sum(axis=(1, 2))
-    return [{"M": M, "ids": ids[i], "unique": unique[i], "kept": kept[i], "raw": raw[i], "naive_unique": naive[i],
-             "dropped": dropped[i], "split": split, "stack_split": c["stack_split"], "groups": groups,
-             "bucket_max_ids": bucket_max_ids[i], "bucket_max_unique": bucket_max_unique[i],
-             "bucket_ids": bucket_ids[i]} for i, c in enumerate(counts)]
+def _fill_derived(arrays, a) -> None:
+    """Stack ``a``'s variables derived from its ids (maxima over source SparseCores, buffer sizes, naive ids)."""
+    ids, uniq, kept = arrays["ids"][:, a], arrays["unique"][:, a], arrays["kept"][:, a]     # (M, G, S, P)
+    ids.max(axis=2, out=arrays["max_ids"][:, a])
+    uniq.max(axis=2, out=arrays["max_unique"][:, a])
+    round_up(ids, 8).sum(axis=3, out=arrays["buffer_sc"][:, a])
+    round_up(kept, 8).sum(axis=3).sum(axis=2, out=arrays["buffer_device"][:, a])
+    ids.sum(axis=(1, 2), out=arrays["naive_ids"][:, a])
 
 
 def _check_buckets(st, pairs, distinct, G, S, nb) -> None:
@@ -897,26 +1135,14 @@ def _minibatch_coords(names: tuple, G: int, S: int, P: int, M: int):
     return ds
 
 
-def _stats_dataset(plan, topology, batch, per_stack, oov_counts):
+def _stats_dataset(plan, topology, batch, arrays, Ms, oov_counts, strategy, split_scope):
+    """The statistics per mini-batch from :func:`_stats_arrays` (filled); ``Ms`` each stack's mini-batches."""
     G, S, P = topology.num_devices, topology.sparsecores_per_device, topology.num_partitions
     B = batch.batch_size
     names = [st.name for st in plan.stacks]
-    ns = len(names)
-    M = max(r["M"] for r in per_stack)
-    ids = np.zeros((M, ns, G, S, P), np.int64)
-    uniq = np.zeros_like(ids)
-    kept = np.zeros_like(ids)
-    raw = np.zeros((M, ns, G, S), np.int64)
-    naive_u = np.zeros((M, ns, P), np.int64)
-    dropped = np.zeros((M, ns), np.int64)
-    for a, r in enumerate(per_stack):
-        k = r["M"]
-        ids[:k, a] = r["ids"].reshape(k, G, S, P)
-        uniq[:k, a] = r["unique"].reshape(k, G, S, P)
-        kept[:k, a] = r["kept"].reshape(k, G, S, P)
-        raw[:k, a] = r["raw"].reshape(k, G, S)
-        naive_u[:k, a] = r["naive_unique"]
-        dropped[:k, a] = r["dropped"]
+    M = arrays["ids"].shape[0]
+    ids, uniq, kept, raw = arrays["ids"], arrays["unique"], arrays["kept"], arrays["raw"]
+    naive_u, dropped = arrays["naive_unique"], arrays["dropped"]
 
     def var(dims, values, long_name, units):
         return (dims, values, {"long_name": long_name, "units": units})
@@ -933,27 +1159,27 @@ def _stats_dataset(plan, topology, batch, per_stack, oov_counts):
             "unique_ids": var(MSDSP, uniq, "distinct ids source SparseCore (device, sc) sends to partition in "
                               "the mini-batch", "ids"),
             "kept_ids": var(MSDSP, kept, "ids kept after the limits' prefix cut (per bucket)", "ids"),
-            "max_ids_per_partition": var(("minibatch", "stack", "device", "partition"), ids.max(axis=3),
+            "max_ids_per_partition": var(("minibatch", "stack", "device", "partition"), arrays["max_ids"],
                                          "max over source SparseCores of ids", "ids"),
-            "max_unique_ids_per_partition": var(("minibatch", "stack", "device", "partition"), uniq.max(axis=3),
+            "max_unique_ids_per_partition": var(("minibatch", "stack", "device", "partition"), arrays["max_unique"],
                                                 "max over source SparseCores of distinct ids", "ids"),
             "required_buffer_size_per_sc": var(("minibatch", "stack", "device", "sc"),
-                                               round_up(ids, 8).sum(axis=4),
+                                               arrays["buffer_sc"],
                                                "sum over partitions of round_up(ids, 8)", "CSR entries"),
             "required_buffer_size_per_device": var(("minibatch", "stack", "device"),
-                                                   round_up(kept, 8).sum(axis=4).sum(axis=3),
+                                                   arrays["buffer_device"],
                                                    "CSR entries one device fills after dropping", "CSR entries"),
             "input_ids": var(("minibatch", "stack", "device", "sc"), raw,
                              "raw ids of the slice in the mini-batch, before dedup", "ids"),
             "dropped_ids": var(("minibatch", "stack"), dropped,
                                "raw ids dropped by the per-bucket prefix cut (duplicates included)", "ids"),
-            "naive_ids_per_partition": var(("minibatch", "stack", "partition"), ids.sum(axis=(2, 3)),
+            "naive_ids_per_partition": var(("minibatch", "stack", "partition"), arrays["naive_ids"],
                                            "whole-batch view: ids per destination partition after per-sample "
                                            "dedup", "ids"),
             "naive_unique_ids_per_partition": var(("minibatch", "stack", "partition"), naive_u,
                                                   "whole-batch view: distinct ids per destination partition",
                                                   "ids"),
-            "num_minibatches": var("stack", np.array([r["M"] for r in per_stack], np.int64),
+            "num_minibatches": var("stack", np.array(Ms, np.int64),
                                    "mini-batches of the stack (1: none; split_scope 'batch': the same for "
                                    "every stack)", "mini-batches"),
             "samples_per_device": var("stack", np.array([len(st.features) * B // G for st in plan.stacks],
@@ -976,6 +1202,8 @@ def _stats_dataset(plan, topology, batch, per_stack, oov_counts):
             "samples_per_sc": B // (G * S),
             "source": ("[jte] preprocess_sparse_dense_matmul_input; [jte] sort_and_group_coo_tensors_impl.h, "
                        "minibatching_splits_impl.h"),
+            "strategy": strategy,
+            "split_scope": split_scope,
         },
     )
     return ds
@@ -987,42 +1215,42 @@ def _assignment_coords(names: tuple, dims: tuple):
         "stack": np.array(list(names), dtype=object), **{dim: np.arange(size) for dim, size in dims}})
 
 
+def _vocabulary_assignment_dataset(plan, asg, nb, split_scope):
+    """Which buckets form which mini-batch, from the arrays ``asg`` (stack rows filled by the tasks)."""
+    # built directly on cached coordinates (results._dataset: no alignment, no
+    # index building, about 1 ms of the call's serial time with xr.Dataset)
+    return _dataset(
+        {
+            "minibatch_of_bucket": (("stack", "bucket"), asg["groups"],
+                                    {"long_name": "mini-batch of each bucket", "units": "mini-batch"}),
+            "bucket_max_ids": (("stack", "bucket"), asg["bucket_max_ids"],
+                               {"long_name": "largest ids of the bucket over (device, sc, partition) streams",
+                                "units": "ids"}),
+            "bucket_max_unique_ids": (("stack", "bucket"), asg["bucket_max_unique"],
+                                      {"long_name": "largest distinct ids of the bucket over streams",
+                                       "units": "ids"}),
+            "bucket_ids": (("stack", "bucket"), asg["bucket_ids"],
+                           {"long_name": "ids of the bucket in the whole batch after per-sample dedup",
+                            "units": "ids"}),
+            "split_mask": ("stack", asg["split"],
+                           {"long_name": "split bits that cut the stack's buckets (split_scope 'batch': the "
+                                         "OR of every stack's stack_split_mask)", "units": "bit mask"}),
+            "stack_split_mask": ("stack", asg["stack_split"],
+                                 {"long_name": "split bits of the stack's own bucket tree "
+                                               "(ComputeMinibatchingSplit)", "units": "bit mask"}),
+            "split_positions": ("stack", asg["split_positions"],
+                                {"long_name": "bit b set: buckets b and b+1 in different mini-batches",
+                                 "units": "bit mask"}),
+        },
+        _assignment_coords(tuple(st.name for st in plan.stacks), (("bucket", nb),)),
+        {"strategy": "vocabulary", "num_buckets": nb, "split_scope": split_scope},
+    )
+
+
 def _assignment_dataset(plan, topology, per_stack, strategy, nb, B, split_scope):
+    """The sample strategy's runs of every slice."""
     names = tuple(st.name for st in plan.stacks)
     G, S = topology.num_devices, topology.sparsecores_per_device
-    if strategy == "vocabulary":
-        def stackv(key):
-            return np.stack([r[key] for r in per_stack]).astype(np.int64)
-
-        # built directly on cached coordinates (results._dataset: no alignment, no
-        # index building, about 1 ms of the call's serial time with xr.Dataset)
-        return _dataset(
-            {
-                "minibatch_of_bucket": (("stack", "bucket"), stackv("groups"),
-                                        {"long_name": "mini-batch of each bucket", "units": "mini-batch"}),
-                "bucket_max_ids": (("stack", "bucket"), stackv("bucket_max_ids"),
-                                   {"long_name": "largest ids of the bucket over (device, sc, partition) streams",
-                                    "units": "ids"}),
-                "bucket_max_unique_ids": (("stack", "bucket"), stackv("bucket_max_unique"),
-                                          {"long_name": "largest distinct ids of the bucket over streams",
-                                           "units": "ids"}),
-                "bucket_ids": (("stack", "bucket"), stackv("bucket_ids"),
-                               {"long_name": "ids of the bucket in the whole batch after per-sample dedup",
-                                "units": "ids"}),
-                "split_mask": ("stack", np.array([r["split"] for r in per_stack], np.int64),
-                               {"long_name": "split bits that cut the stack's buckets (split_scope 'batch': the "
-                                             "OR of every stack's stack_split_mask)", "units": "bit mask"}),
-                "stack_split_mask": ("stack", np.array([r["stack_split"] for r in per_stack], np.int64),
-                                     {"long_name": "split bits of the stack's own bucket tree "
-                                                   "(ComputeMinibatchingSplit)", "units": "bit mask"}),
-                "split_positions": ("stack", np.array([split_positions(r["split"], nb) for r in per_stack],
-                                                      np.int64),
-                                    {"long_name": "bit b set: buckets b and b+1 in different mini-batches",
-                                     "units": "bit mask"}),
-            },
-            _assignment_coords(names, (("bucket", nb),)),
-            {"strategy": strategy, "num_buckets": nb, "split_scope": split_scope},
-        )
     M = max(r["M"] for r in per_stack)
     rs = np.full((len(per_stack), G, S, M), -1, np.int64)
     re_ = np.full_like(rs, -1)

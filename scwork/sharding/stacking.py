@@ -239,7 +239,8 @@ def normalize_features(features: Any) -> tuple[FeatureSpec, ...]:
             raise ConfigError(f"feature name {f.name!r} appears twice")
         seen.add(f.name)
         other = tables.setdefault(f.table.name, f.table)
-        if other != f.table:
+        # identity first: a dataclass compares every field even with itself
+        if other is not f.table and other != f.table:
             raise ConfigError(
                 f"two different tables are named {f.table.name!r}: {other} and {f.table}; "
                 "table names must be unique"
@@ -518,7 +519,7 @@ def _features_key(features) -> _FeaturesKey:
     """
     ids = tuple(map(id, features))
     key = _FEATURES_KEYS.get(ids)
-    if key is not None and len(key.items) == len(features) and all(a is b for a, b in zip(key.items, features)):
+    if key is not None:              # its items are alive (the key holds them): the ids are theirs
         return key
     key = _FeaturesKey(tuple(features))
     if len(_FEATURES_KEYS) >= 64:
@@ -529,7 +530,8 @@ def _features_key(features) -> _FeaturesKey:
 
 def _plan_key(features, topology, stacking, batch_size, rotation, activation_mem_bytes_limit, config, stack_limits,
               stack_limit_rule) -> tuple | None:
-    """A hashable key of :func:`plan_stacking`'s arguments, or None when they have none.
+    """A key of :func:`plan_stacking`'s arguments, or None when they have none (one that does
+    not hash, e.g. a list given for a number, is found out by the lookup: not kept).
 
     Every engine call plans its stacks, and the paths built on it (``collect_stats``
     over many steps, the explorers' scenarios) plan the same ones again and again:
@@ -543,8 +545,13 @@ def _plan_key(features, topology, stacking, batch_size, rotation, activation_mem
     """
     from scwork.sharding.specs import FeatureSpec
 
-    if not isinstance(features, (list, tuple)) or not all(type(f) is FeatureSpec for f in features):
+    if not isinstance(features, (list, tuple)):
         return None
+    features_key = _FEATURES_KEYS.get(tuple(map(id, features)))
+    if features_key is None:         # not seen: every item must be a FeatureSpec to be keyed
+        if not all(type(f) is FeatureSpec for f in features):
+            return None
+        features_key = _features_key(features)
     if not (stacking is None or isinstance(stacking, (str, StackingPlan))):
         return None
     limits_key = None                       # an empty stack_limits plans as None does
@@ -562,13 +569,10 @@ def _plan_key(features, topology, stacking, batch_size, rotation, activation_mem
         limits_key = tuple(limits_key) or None
     scalars = (batch_size, rotation, activation_mem_bytes_limit)
     # a StackingPlan compares by identity: the key holds the plan itself, never an id of a dead one
-    key = (_features_key(features), topology, stacking, scalars, tuple(type(v) for v in scalars), config,
-           stack_limit_rule, limits_key)
-    try:
-        hash(key)
-    except TypeError:
-        return None
-    return key
+    # (whether it hashes is found out by the cache lookup: hashing it here too doubled the
+    # topology's and config's dataclass hashes of every call)
+    return (features_key, topology, stacking, scalars, (type(batch_size), type(rotation),
+            type(activation_mem_bytes_limit)), config, stack_limit_rule, limits_key)
 
 
 def plan_stacking(features: Any, topology: Topology, stacking: StackingArg = "auto", *,
@@ -639,7 +643,10 @@ def plan_stacking(features: Any, topology: Topology, stacking: StackingArg = "au
     key = _plan_key(features, topology, stacking, batch_size, rotation, activation_mem_bytes_limit, config,
                     stack_limits, stack_limit_rule)
     if key is not None:
-        plan = _PLAN_CACHE.get(key)
+        try:
+            plan = _PLAN_CACHE.get(key)
+        except TypeError:                   # an unhashable argument: not kept
+            key = plan = None
         if plan is not None:
             return plan
     plan = _plan_stacking(features, topology, stacking, batch_size=batch_size, rotation=rotation,

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import importlib.util
 import os
 from collections import Counter
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -212,7 +214,7 @@ def test_scan_group_buckets_equals_reference(seed, nb, mode):
             arrs = [np.zeros(G * S * P * nb, np.int64) for _ in range(3)] + \
                 [np.zeros(G * S * nb, np.int64), np.zeros(P * nb, np.int64), np.zeros(nb, np.int64)]
             for g, keys, m, lbits in E._iter_sorted_group_keys(stk, batch, G, S):
-                fn(keys, m, P, g.qbits, lbits, g.row_offset, nb, mode, K.HIGHWAY_KEY, *limits, *arrs)
+                fn(keys, m, P, 0, P, g.qbits, lbits, g.row_offset, nb, mode, K.HIGHWAY_KEY, *limits, *arrs)
             outs.append(arrs)
         for a, b in zip(*outs):
             assert a.tolist() == b.tolist()
@@ -227,6 +229,183 @@ def test_ids_to_buckets_equals_reference(ids, P, shift, offset, nb, mode):
     K.ids_to_buckets(x, P, shift % P, offset, nb, mode, K.HIGHWAY_KEY, a)
     K.ids_to_buckets_reference(x, P, shift % P, offset, nb, mode, K.HIGHWAY_KEY, b)
     assert a.tolist() == b.tolist()
+
+
+# --------------------------------------------------------------------------------------
+# the scan cut finer than a table: slices sorted by coarse bins, ranges of u
+# --------------------------------------------------------------------------------------
+def _group_inputs(batch, stk, topo, g):
+    """The arguments of bin_slices for group ``g`` of ``stk``: (rows, ks, shift, offset, vocab, qbits, lbits, n)."""
+    from scwork.sharding import engine as E
+
+    G, S, P = topo.num_devices, topo.sparsecores_per_device, topo.num_partitions
+    n = batch.batch_size // (G * S)
+    grp = E._groups(stk, batch, G * S)[g]
+    return grp, n, E._lbits(len(stk.features), n)
+
+
+def _binned(fn, batch, stk, topo, g, cuts, cshift, vocab=None, sort_all=True):
+    """Keys of group ``g`` binned by slice tasks ``cuts`` (slice boundaries) with ``fn``.
+
+    Returns ``(binned, pre, results, group, lbits, cshift, sorted)``: one slice task sorts its
+    keys outright (``sort_all``, as the driver asks of a group's one task) unless told not to.
+    """
+    grp, n, lbits = _group_inputs(batch, stk, topo, g)
+    P = topo.num_partitions
+    C = (((P << grp.qbits) - 1) >> cshift) + 1
+    total = max(1, grp.num_ids)
+    binned = np.full(total, -7, np.int64)
+    pre = np.zeros((len(cuts) - 1, C + 1), np.int64)
+    base, results = 0, []
+    has_w = np.zeros(len(batch), np.int8)
+    for k, (s0, s1) in enumerate(zip(cuts[:-1], cuts[1:])):
+        m, oov = fn(batch._ids, batch._splits, has_w, grp.feat_rows, grp.feat_k, n, s0, s1,
+                    grp.vocab if vocab is None else vocab, P, grp.col_shift, grp.qbits, lbits, cshift, C,
+                    len(cuts) == 2 and sort_all, np.empty(total, np.int64), binned, base, pre[k],
+                    np.empty(3 * 2048, np.int64))
+        results.append((m, oov))
+        base += m
+    return binned, pre, results, grp, lbits, cshift, len(cuts) == 2 and sort_all
+
+
+def _random_cuts(rng, nsl):
+    inner = sorted(set(rng.integers(1, nsl, int(rng.integers(0, nsl))).tolist())) if nsl > 1 else []
+    return [0, *inner, nsl]
+
+
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(st.integers(0, 2**32 - 1))
+def test_bin_slices_equals_reference(seed):
+    batch, feats, topo, rng = _random_case(seed)
+    plan = scwork.sharding.plan_stacking(feats, topo, stacking=None)
+    nsl = topo.num_devices * topo.sparsecores_per_device
+    for stk in plan.stacks:
+        grp, _, _ = _group_inputs(batch, stk, topo, 0)
+        # cshift up to qbits (bins of whole partitions) or every bit of u (one bin, as with one thread)
+        cshift = int(rng.integers(0, grp.qbits + 1)) if rng.random() < 0.8 else (topo.num_partitions - 1).bit_length() \
+            + grp.qbits
+        cuts = _random_cuts(rng, nsl)
+        # now and then a vocabulary too small: both report the same first out-of-vocabulary id
+        vocab = int(rng.integers(1, grp.vocab + 1)) if rng.random() < 0.2 else None
+        sort_all = rng.random() < 0.5
+        a = _binned(K.bin_slices, batch, stk, topo, 0, cuts, cshift, vocab, sort_all)
+        b = _binned(K.bin_slices_reference, batch, stk, topo, 0, cuts, cshift, vocab, sort_all)
+        assert a[2] == b[2]
+        if any(oov >= 0 for _, oov in a[2]):
+            continue
+        assert a[0].tolist() == b[0].tolist() and a[1].tolist() == b[1].tolist()
+        # every key once, each task's bins in order of u >> cshift (of u when sorted outright)
+        assert sum(m for m, _ in a[2]) == grp.num_ids
+        u = (a[0][:grp.num_ids] >> 32) >> (0 if a[6] else cshift)
+        for k in range(len(cuts) - 1):
+            seg = u[a[1][k, 0]:a[1][k, -1]]
+            assert (np.diff(seg) >= 0).all()
+
+
+def _whole_group_counts(batch, stk, topo, nb, mode, limits):
+    """The stack's counters the old way: each table's keys sorted at once, scanned whole (the reference)."""
+    from scwork.sharding import engine as E
+
+    G, S, P = topo.num_devices, topo.sparsecores_per_device, topo.num_partitions
+    arrs = [np.zeros(G * S * P * nb, np.int64) for _ in range(3)] + \
+        [np.zeros(G * S * nb, np.int64), np.zeros(P * nb, np.int64), np.zeros(nb, np.int64)]
+    for g, keys, m, lbits in E._iter_sorted_group_keys(stk, batch, G, S, backend="numpy"):
+        K.scan_group_buckets_reference(keys, m, P, 0, P, g.qbits, lbits, g.row_offset, nb, mode, K.HIGHWAY_KEY,
+                                       *limits, *arrs)
+    return arrs
+
+
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.sampled_from([1, 8, 64]), st.sampled_from([0, 1]))
+def test_scan_range_equals_reference_and_ranges_add_up_to_the_whole_scan(seed, nb, mode):
+    batch, feats, topo, rng = _random_case(seed)
+    two = len({f.table.name for f in feats}) == 2
+    plan = scwork.sharding.plan_stacking(feats, topo, stacking=[["ta", "tb"]] if two else None)
+    G, S, P = topo.num_devices, topo.sparsecores_per_device, topo.num_partitions
+    nsl = G * S
+    cut = rng.random() < 0.5
+    limits = (int(rng.integers(1, 6)), int(rng.integers(1, 6))) if cut else (2**62, 2**62)
+    for stk in plan.stacks:
+        ngroups = len(stk.tables)
+        one_bin = rng.random() < 0.2              # as with one thread: one bin, one range of every partition
+        qbits = [_group_inputs(batch, stk, topo, g)[0].qbits for g in range(ngroups)]
+        binned = [_binned(K.bin_slices_reference, batch, stk, topo, g, _random_cuts(rng, nsl),
+                          (P - 1).bit_length() + qbits[g] if one_bin else int(rng.integers(0, qbits[g] + 1)),
+                          sort_all=rng.random() < 0.5)
+                  for g in range(ngroups)]
+        # ranges: with a prefix cut whole partitions (every table in turn), else any cut of the bins
+        if one_bin:
+            ranges = [[(g, 0, 1) for g in range(ngroups)]]
+        elif cut:
+            bounds = _random_cuts(rng, P) if P > 1 else [0, 1]
+            ranges = [[(g, p0 * (b[1].shape[1] - 1) // P, p1 * (b[1].shape[1] - 1) // P)
+                       for g, b in enumerate(binned)] for p0, p1 in zip(bounds[:-1], bounds[1:])]
+        else:
+            ranges = []
+            for g, b in enumerate(binned):
+                C = b[1].shape[1] - 1
+                bounds = sorted({0, C, *rng.integers(0, C + 1, int(rng.integers(0, 6))).tolist()})
+                ranges += [[(g, c0, c1)] for c0, c1 in zip(bounds[:-1], bounds[1:])]
+        whole = [np.zeros(G * S * P * nb, np.int64) for _ in range(3)] + \
+            [np.zeros(G * S * nb, np.int64), np.zeros(P * nb, np.int64), np.zeros(nb, np.int64)]
+        for parts in ranges:
+            if all(c0 == c1 for _, c0, c1 in parts):
+                continue
+            p_lo = min((c0 << binned[g][5]) >> binned[g][3].qbits for g, c0, c1 in parts if c1 > c0)
+            p_hi = min(P - 1, max(((c1 << binned[g][5]) - 1) >> binned[g][3].qbits for g, c0, c1 in parts if c1 > c0))
+            Pc = p_hi - p_lo + 1
+            got = []
+            for fn in (K.scan_range, K.scan_range_reference):
+                loc = np.zeros(K.range_counter_size(nsl, Pc, nb), np.int64)
+                views = K.range_counter_views(loc, nsl, Pc, nb)
+                for g, c0, c1 in parts:
+                    bn, pre, _, grp, lbits, cshift, is_sorted = binned[g]
+                    if c1 == c0:
+                        continue
+                    fn(bn, pre, c0, c1, cshift, P, p_lo, Pc, grp.qbits, lbits, grp.row_offset, nb, mode,
+                       K.HIGHWAY_KEY, *limits, *views, np.empty(bn.size, np.int64), np.empty(bn.size, np.int64),
+                       np.empty(3 * 2048, np.int64), is_sorted)
+                got.append(loc)
+            assert got[0].tolist() == got[1].tolist()
+            K.add_range_counts(got[0], nsl, p_lo, Pc, P, nb, *whole)
+            assert not got[0].any()                  # zeroed for the next range
+        ref = _whole_group_counts(batch, stk, topo, nb, mode, limits)
+        for a, b in zip(whole, ref):
+            assert a.tolist() == b.tolist()
+
+
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(st.integers(0, 2**32 - 1))
+def test_add_range_counts_equals_reference(seed):
+    rng = np.random.default_rng(seed)
+    nsl, P, nb = int(rng.integers(1, 5)), int(rng.integers(1, 6)), int(rng.choice([1, 4, 64]))
+    p_lo = int(rng.integers(0, P))
+    Pc = int(rng.integers(1, P - p_lo + 1))
+    size = K.range_counter_size(nsl, P, nb)
+    whole = rng.integers(0, 100, size)
+    loc = rng.integers(0, 100, K.range_counter_size(nsl, Pc, nb))
+    a, b = whole.copy(), whole.copy()
+    la, lb = loc.copy(), loc.copy()
+    K.add_range_counts(la, nsl, p_lo, Pc, P, nb, *K.range_counter_views(a, nsl, P, nb))
+    K.add_range_counts_reference(lb, nsl, p_lo, Pc, P, nb, *K.range_counter_views(b, nsl, P, nb))
+    assert a.tolist() == b.tolist() and not la.any() and not lb.any()
+    assert int(a.sum() - whole.sum()) == int(loc.sum())
+
+
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(st.integers(0, 2**32 - 1))
+def test_minibatch_sums_equals_reference(seed):
+    rng = np.random.default_rng(seed)
+    rows, nb = int(rng.integers(0, 6)), int(rng.choice([1, 2, 8, 64]))
+    split = int(rng.integers(0, 2 ** (nb - 1))) if nb > 1 else 0
+    groups = mbmod.split_to_minibatches(split, nb)
+    M = int(groups[-1]) + 1
+    counts = rng.integers(0, 50, (rows, nb))
+    big_a, big_b = np.zeros((M, 3, rows), np.int64), np.zeros((M, 3, rows), np.int64)
+    K.minibatch_sums(counts, groups, big_a[:, 1])            # a strided view, as the driver writes
+    K.minibatch_sums_reference(counts, groups, big_b[:, 1])
+    assert big_a.tolist() == big_b.tolist()
+    assert big_a[:, 1].sum(axis=0).tolist() == counts.sum(axis=1).tolist()
 
 
 def _sample_args(batch, stk, topo, max_ids, max_uniq):
@@ -500,6 +679,49 @@ def test_numpy_backend_equals_numba(seed, strategy):
         return
     b = minibatch(batch, feats, topo, backend="numpy", **kw)
     assert a.stats.equals(b.stats) and a.assignment.equals(b.assignment)
+
+
+THREADS = (1, 2, 3, 16)
+
+
+@settings(max_examples=EXAMPLES // 2, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.sampled_from([8, 64]), st.sampled_from(["batch", "stack"]), st.booleans())
+def test_vocabulary_results_do_not_depend_on_threads(seed, nb, scope, allow):
+    """The scan is cut by slices and ranges as the thread count asks; every count adds up the same."""
+    batch, feats, topo, stacking, limits, _ = _model(seed)
+    cfg = SparsecoreConfig(allow_id_dropping=allow, max_ids_per_chip_per_sample=None)
+    kw = dict(stacking=stacking, stack_limits=limits, num_buckets=nb, split_scope=scope, config=cfg)
+    outcomes = []
+    for threads in THREADS:
+        try:
+            mb = minibatch(batch, feats, topo, num_threads=threads, **kw)
+            outcomes.append((mb.stats, mb.assignment))
+        except LimitExceededError as err:
+            outcomes.append(str(err))
+    first = outcomes[0]
+    for other in outcomes[1:]:
+        if isinstance(first, str):
+            assert other == first
+        else:
+            assert first[0].equals(other[0]) and first[1].equals(other[1])
+
+
+@pytest.mark.parametrize("threads", THREADS)
+def test_golden_cases_at_every_thread_count(threads, monkeypatch):
+    """The hand-computed cases of test_minibatch_golden, with the work cut for 1, 2, 3 and 16 threads."""
+    spec = importlib.util.spec_from_file_location("minibatch_golden_cases",
+                                                  Path(__file__).with_name("test_minibatch_golden.py"))
+    golden = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(golden)
+    monkeypatch.setattr(mbmod, "resolve_num_threads", lambda n: threads)
+    ran = 0
+    for name in dir(golden):
+        fn = getattr(golden, name)
+        if name.startswith("test_vocabulary") and callable(fn):
+            for backend in ("numba", "numpy"):
+                fn(backend)
+                ran += 1
+    assert ran >= 4
 
 
 # --------------------------------------------------------------------------------------

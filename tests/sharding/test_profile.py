@@ -37,8 +37,12 @@ def test_profiled_calls_give_the_same_results_and_record_their_tasks():
     names = [[n for n, _ in p.batches] for p in profiles]
     assert names[0] == ["slices", "finish"]
     assert names[1] == ["count", "slices", "finish"]     # 16 threads: CSR sizes counted first
-    # minibatch: each feature's largest id (the out-of-vocabulary check), then the stacks
-    assert names[2] == ["oov", "stacks"] and [len(ts) for _, ts in profiles[2].batches] == [6, 6]
+    # minibatch: each table's keys by slices, then by ranges of ids (every id in one task of
+    # each), then the stacks' checks and their mini-batch sums
+    assert names[2] == ["slices", "ranges", "stacks", "minibatches"]
+    assert [len(ts) for _, ts in profiles[2].batches][2:] == [6, 6]
+    assert [sum(sz) for sz in profiles[2].sizes[:2]] == [batch.num_ids, batch.num_ids]
+    assert len(profiles[2].sizes[1]) > 6                 # tables cut finer than one task each
     for p in profiles:
         assert p.plan_threads == 16 and 0 <= p.task_s <= p.total_s
         assert p.serial_s <= p.total_s
