@@ -148,7 +148,9 @@ def test_normalize_features_forms():
     assert normalize_features({"b": fb, "a": fa}) == (fa, fb)      # sorted keys, as jax.tree.leaves
     assert normalize_features([fb, fa]) == (fb, fa)
     with pytest.raises(ConfigError, match="keys must match"):
-        normalize_features({"x": fa})
+        normalize_features({"x": fa})           # the key after the name
+    with pytest.raises(ConfigError, match="keys must match"):
+        normalize_features({"0": fa})           # the key before the name
     with pytest.raises(ConfigError, match="list of FeatureSpec"):
         normalize_features(42)
     with pytest.raises(ConfigError, match="empty"):
