@@ -6,7 +6,9 @@ example): padded to 4 x 6, 2 x 3 tiles of 2 x 2, so element (i, j) sits in slot
 every element's slot through ``linear_index``, each index check at its bounds with its
 message, which engine ``index_map`` and ``address_map`` take on either side of the
 4096-element threshold and which kernel a layout with or without '*' runs, the buffer
-``to_physical`` writes slot by slot, and which fill values it stores exactly.
+``to_physical`` writes slot by slot, and which fill values it stores exactly. Beside it:
+rank-3 and implicit-major-dimension contribution tables, the numpy map's peak memory,
+and NaT fills.
 """
 
 from __future__ import annotations
@@ -307,6 +309,9 @@ def test_fill_must_be_one_value_and_object_arrays_take_any():
     nan = float("nan")
     buffer = parse("f32[3]{0:T(2)}").to_physical(np.array(["a", 1, None], dtype=object), fill=nan)
     assert buffer[3] is nan
+
+
+def test_nat_fills_are_stored_into_their_own_kind():
     # A datetime fill of the array's own dtype is stored.
     dates = np.array(["2020-01-01", "2020-01-02", "2020-01-03"], dtype="datetime64[D]")
     buffer = parse("f32[3]{0:T(2)}").to_physical(dates, fill=np.datetime64("NaT", "D"))
