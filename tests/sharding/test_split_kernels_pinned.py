@@ -239,7 +239,7 @@ def test_slice_pairs_long_first_row_by_hand(fn):
     """
     from scwork.sharding import _split_kernels as SK
 
-    ids = np.array([1, 3, 5, 8, 9] * 12 + [2, 2, 8, 4], np.int64)
+    ids = np.array([1, 3, 5, 8, 9] * 12 + [2, 9, 8, 4], np.int64)
     splits = np.array([[0, 60, 64]], np.int64)
     args = (np.array([0, 1], np.int64), np.zeros(1, np.int64), np.array([8], np.int64), np.zeros(1, np.int64))
     pairs = np.zeros(4, np.int64)                   # (slice, partition)
@@ -263,3 +263,53 @@ def test_an_oov_id_after_position_0_is_recorded_at_its_position(backend):
     out = job.run_write_groups(engine._Backend(backend), batch, *engine._weights_of(batch), 0, 2, 0, 2,
                                _scratch(job))
     assert out["oov"].tolist() == [3, -1]
+
+
+@pytest.mark.parametrize("fn", ["slice_pairs", "slice_pairs_reference"])
+def test_slice_pairs_with_a_rotation_on_a_power_of_two(fn):
+    """P = 4 (the mask path), the table rotated by 1: id x goes to partition (x + 1) % 4.
+
+    One row 0, 1, 2, 3, 5: partitions 1, 2, 3, 0, 2, so counts [1, 1, 2, 1]. (A shift
+    subtracted instead would give [2, 1, 1, 1].)
+    """
+    from scwork.sharding import _split_kernels as SK
+
+    ids = np.array([0, 1, 2, 3, 5], np.int64)
+    pairs = np.zeros(4, np.int64)
+    getattr(SK, fn)(ids, np.array([[0, 5]], np.int64), 1, 4, np.array([0, 1], np.int64), np.zeros(1, np.int64),
+                    np.array([8], np.int64), np.array([1], np.int64), 0, 1, 0, 1, pairs)
+    assert pairs.tolist() == [1, 1, 2, 1]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_after_an_oov_id_a_task_skips_the_group_in_its_later_slices(backend):
+    """Out of vocabulary at flat positions 1 (slice 0) and 3 (slice 1): 1 is kept, not replaced by 3."""
+    batch = _batch([[1, 9], [2], [10], [3]], CLEAN_F1)
+    stack, _ = _stack()
+    job = _count_job(batch, stack)
+    out = job.run_groups(engine._Backend(backend), batch, *engine._weights_of(batch), 0, 2, 0, 2, _scratch(job))
+    assert out["oov"].tolist() == [1, -1]
+    job = _write_job(_batch([[1, 1], [2], [2], [3]], CLEAN_F1), stack, backend)
+    out = job.run_write_groups(engine._Backend(backend), batch, *engine._weights_of(batch), 0, 2, 0, 2,
+                               _scratch(job))
+    assert out["oov"].tolist() == [1, -1]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_write_task_of_one_slice_leaves_the_other_slices_tail_padding(backend):
+    """Slice 1 holds 11 entries, 10 of them in partition 0, so its slice size C exceeds
+    slice 0's entries and slice 0 ends in padding of its own (the range after its last
+    partition): slice 1's task must not write it.
+
+    f0 (t0): samples 2 and 3 = 0, 2, 4, 6 each (8 pairs, all even: partition 0);
+    f1 (t1, rotation 2 on P = 2: shift 0): sample 2 = 0, 2 (partition 0), sample 3 = 1.
+    """
+    batch = _batch([[1], [3], [0, 2, 4, 6], [0, 2, 4, 6]], [[5], [7], [0, 2], [1]])
+    stack, _ = _stack()
+    job = _write_job(batch, stack, backend)
+    job.run_write_groups(engine._Backend(backend), batch, *engine._weights_of(batch), 1, 2, 0, 2, _scratch(job))
+    from scwork.sharding._kernels import PAD_ID
+
+    C = job.out_size // job.nsl
+    assert (job.emb[:C] == -3).all() and (job.smp[:C] == -3).all()
+    assert int((job.emb[C:] != PAD_ID).sum()) == 11 and (job.emb[C:] != -3).all()
