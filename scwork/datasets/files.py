@@ -599,28 +599,13 @@ def write_synthetic_parquet(
                           "use id_type='auto' or 'int64'")
     id_types = {name: pa.int32() if id_type == "int32" or (id_type == "auto" and vocab <= 2**31) else pa.int64()
                 for name, vocab in data.vocab_sizes.items()}
-    # Every shard is built before the first byte is written, and written to a temporary
-    # name: either all shards appear (renamed at the end) or none (a failure removes
-    # the temporaries), never half a data set.
+    # Every shard's data is made before the first byte is written (an error there leaves
+    # nothing behind); _write_shards then writes all shards or none.
     if layout == "flat":
         batches = [data.step(index) for index in range(num_shards)]
-        targets = [folder / f"part-{index:05d}.parquet" for index in range(num_shards)]
-        temporaries = [folder / f".part-{index:05d}.parquet.{os.getpid()}.tmp" for index in range(num_shards)]
-        try:
-            folder.mkdir(parents=True, exist_ok=True)
-            for batch, temporary in zip(batches, temporaries):
-                write_flat_shard(temporary, {name: (v[0], v[1]) for name, v in batch.items()}, id_types,
-                                 compression=compression,
-                                 data_page_version="2.0", **_PARQUET_ENCODINGS[encoding])
-            for temporary, target in zip(temporaries, targets):
-                os.replace(temporary, target)
-        except (OSError, pa.ArrowException) as exc:
-            for temporary in temporaries:
-                with contextlib.suppress(OSError):
-                    temporary.unlink()
-            raise ConfigError(f"{folder}: cannot write the Parquet shards ({type(exc).__name__}: {exc}); nothing "
-                              "was written") from None
-        return targets
+        return _write_shards(folder, num_shards, lambda index, path: write_flat_shard(
+            path, {name: (v[0], v[1]) for name, v in batches[index].items()}, id_types,
+            compression=compression, data_page_version="2.0", **_PARQUET_ENCODINGS[encoding]))
     tables = []
     for index in range(num_shards):
         batch = data.step(index)
@@ -635,13 +620,24 @@ def write_synthetic_parquet(
                 arrays.append(pa.LargeListArray.from_arrays(pa.array(row_splits), values, type=pa.large_list(item)))
             fields.append(pa.field(name, arrays[-1].type, nullable=False))
         tables.append(pa.Table.from_arrays(arrays, schema=pa.schema(fields)))
+    return _write_shards(folder, num_shards, lambda index, path: pq.write_table(
+        tables[index], path, compression=compression, data_page_version="2.0", **_PARQUET_ENCODINGS[encoding]))
+
+
+def _write_shards(folder: Path, num_shards: int, write) -> list[Path]:
+    """``write(index, path)`` for every shard, each to a temporary name, renamed at the end.
+
+    Either all shards appear or none (a failure removes the temporaries), never half a
+    data set; a failure is a ``ConfigError`` that says nothing was written.
+    """
+    import pyarrow as pa
+
     targets = [folder / f"part-{index:05d}.parquet" for index in range(num_shards)]
     temporaries = [folder / f".part-{index:05d}.parquet.{os.getpid()}.tmp" for index in range(num_shards)]
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        for table, temporary in zip(tables, temporaries):
-            pq.write_table(table, temporary, compression=compression, data_page_version="2.0",
-                           **_PARQUET_ENCODINGS[encoding])
+        for index, temporary in enumerate(temporaries):
+            write(index, temporary)
         for temporary, target in zip(temporaries, targets):
             os.replace(temporary, target)
     except (OSError, pa.ArrowException) as exc:
