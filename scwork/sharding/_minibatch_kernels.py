@@ -469,6 +469,19 @@ def scan_group_buckets_reference(keys, m, P, p_lo, Pc, qbits, lbits, row_offset,
 # keeps R' order within each u, sorts them by the rest of u and scans them. The keys
 # of one u are never split, so every count but the prefix cut adds up over ranges.
 @jit(error_model="numpy")
+def _bin_positions(keys, m, cshift, C, base, pre):
+    """``pre[c]``: where bin ``c`` (``u >> cshift``) of ``keys[:m]`` starts once the keys sit
+    at ``base`` bin by bin; ``pre[C] = base + m``."""
+    for c in range(C + 1):
+        pre[c] = 0
+    for i in range(m):
+        pre[(((keys[i] >> 32) & _LOW32) >> cshift) + 1] += 1
+    pre[0] = base
+    for c in range(C):
+        pre[c + 1] += pre[c]
+
+
+@jit(error_model="numpy")
 def bin_slices(ids, splits, has_w, feat_rows, feat_k, n, s0, s1, vocab, P, col_shift, qbits, lbits, cshift, C,
                sort_all, scratch, out, base, pre, hist):
     """Keys of slices ``[s0, s1)`` of one group, stably sorted by coarse bin ``u >> cshift``.
@@ -510,26 +523,13 @@ def bin_slices(ids, splits, has_w, feat_rows, feat_k, n, s0, s1, vocab, P, col_s
                 _radix_scatter(first, no_w, other, no_w, m, hist, ps * nbk, ps * dbits, dmask, nbase, False)
             else:
                 _radix_scatter(other, no_w, first, no_w, m, hist, ps * nbk, ps * dbits, dmask, nbase, False)
-        # the bins' positions in the sorted keys
-        for c in range(C + 1):
-            pre[c] = 0
-        for i in range(m):
-            pre[(((dest[i] >> 32) & _LOW32) >> cshift) + 1] += 1
-        pre[0] = base
-        for c in range(C):
-            pre[c + 1] += pre[c]
+        _bin_positions(dest, m, cshift, C, base, pre)   # the bins' positions in the sorted keys
         return m, -1
     m, oov, _ = _build_keys(ids, splits, no_w, has_w, feat_rows, feat_k, 0, n, s0, s1, vocab, P, col_shift, qbits,
                             lbits, False, scratch, no_w, hist, 2047)
     if oov >= 0:
         return 0, oov
-    for c in range(C + 1):
-        pre[c] = 0
-    for i in range(m):
-        pre[(((scratch[i] >> 32) & _LOW32) >> cshift) + 1] += 1
-    pre[0] = base
-    for c in range(C):
-        pre[c + 1] += pre[c]
+    _bin_positions(scratch, m, cshift, C, base, pre)
     pos = pre[:C].copy()
     for i in range(m):
         v = scratch[i]

@@ -1401,10 +1401,9 @@ def _jobs_of(plan: StackingPlan, batch: FeatureBatch, G: int, S: int, want_csr: 
     return _make_jobs(plan, batch, G, S, want_csr, config, has_w, counts, count_first, before_counters)
 
 
-class _GroupCut:
-    """The tasks of one job cut by groups, rows ``(slice, g0, g1, size)`` of
-    :func:`~scwork.sharding._split_kernels.cut_groups`: item ``i`` is the task
-    ``(job, slice, slice + 1, g0, g1)``, made when it is taken."""
+class _LazyRows:
+    """Tasks of one job as rows of an int array, each turned into its task tuple only when
+    taken (``__getitem__``): the calling thread builds no list of hundreds of tuples."""
 
     __slots__ = ("job", "rows")
 
@@ -1413,32 +1412,29 @@ class _GroupCut:
 
     def __len__(self) -> int:
         return self.rows.shape[0]
+
+    def __iter__(self):
+        return (self[i] for i in range(len(self)))
+
+
+class _GroupCut(_LazyRows):
+    """Rows ``(slice, g0, g1, size)`` of :func:`~scwork.sharding._split_kernels.cut_groups`:
+    item ``i`` is the task ``(job, slice, slice + 1, g0, g1)``."""
+
+    __slots__ = ()
 
     def __getitem__(self, i: int) -> tuple:
         sl, g0, g1, _ = self.rows[i].tolist()
         return self.job, sl, sl + 1, g0, g1
 
-    def __iter__(self):
-        return (self[i] for i in range(len(self)))
 
+class _NaiveCut(_LazyRows):
+    """The naive-view tasks, rows ``(g, p0, p1)``: item ``i`` is ``(job, (g, p0, p1))``."""
 
-class _NaiveCut:
-    """The naive-view tasks of one job, rows ``(g, p0, p1)``: item ``i`` is ``(job, (g, p0, p1))``,
-    made when it is taken."""
-
-    __slots__ = ("job", "rows")
-
-    def __init__(self, job, rows: np.ndarray):
-        self.job, self.rows = job, rows
-
-    def __len__(self) -> int:
-        return self.rows.shape[0]
+    __slots__ = ()
 
     def __getitem__(self, i: int) -> tuple:
         return self.job, tuple(self.rows[i].tolist())
-
-    def __iter__(self):
-        return (self[i] for i in range(len(self)))
 
 
 class _Chain:
