@@ -1116,23 +1116,12 @@ def _largest_sample_count(st, batch, n, nsl, which) -> int:
 # --------------------------------------------------------------------------------------
 # datasets
 # --------------------------------------------------------------------------------------
-_COORDS_CACHE: dict[tuple, Any] = {}
-
-
 def _minibatch_coords(names: tuple, G: int, S: int, P: int, M: int):
     """The coordinates of the mini-batch statistics as a Dataset (cached: building indexes is most of the cost)."""
-    import xarray as xr
-
-    key = (names, G, S, P, M)
-    ds = _COORDS_CACHE.get(key)
-    if ds is None:
-        if len(_COORDS_CACHE) > 64:
-            _COORDS_CACHE.clear()
-        ds = _COORDS_CACHE[key] = xr.Dataset(coords={
-            "minibatch": ("minibatch", np.arange(M), {"long_name": "mini-batch index"}),
-            **stats_coords(names, G, S, P),
-        })
-    return ds
+    return cached_coords(("minibatch", names, G, S, P, M), lambda: {
+        "minibatch": ("minibatch", np.arange(M), {"long_name": "mini-batch index"}),
+        **stats_coords(names, G, S, P),
+    })
 
 
 def _stats_dataset(plan, topology, batch, arrays, Ms, oov_counts, strategy, split_scope):
