@@ -71,7 +71,8 @@ MODULES: dict[str, list[str]] = {
     "scwork/sharding/_reference.py": ["tests/sharding/test_kernels.py", "tests/sharding/test_preprocess.py",
                                       "tests/sharding/test_reference_by_hand.py"],
     "scwork/sharding/_minibatch_kernels.py": ["tests/sharding/test_minibatch_golden.py",
-                                              "tests/sharding/test_minibatch.py"],
+                                              "tests/sharding/test_minibatch.py",
+                                              "tests/sharding/test_minibatch_kernels_pinned.py"],
     "scwork/sharding/minibatch.py": ["tests/sharding/test_minibatch_golden.py", "tests/sharding/test_minibatch.py"],
     # The engine's own kernels: each is compared with _reference.py in test_kernels.py and
     # test_split_kernels.py; the by-hand and boundary files pin values neither computed.

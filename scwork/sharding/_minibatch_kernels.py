@@ -1045,16 +1045,17 @@ def warmup() -> None:
                  np.empty((8, 4), np.int32), np.zeros(2, np.int64), np.zeros(1, np.int64),
                  np.zeros((8, 5), np.int64), np.zeros(2, np.int64))
     naive_by_run(keys, 3, 2, 1, 0, 1, np.zeros(2, np.int64), np.full(1, -1, np.int64), np.zeros(2, np.int64))
-    # the scan cut by slices and ranges: 2 partitions, qbits 1, lbits 0, 2 bins
+    # the scan cut by slices and ranges: 2 partitions, qbits 1, 2 bins, one slice of 2 samples
+    # (rows 0 and 1 of R' = slice << lbits | row need lbits 1)
     hist = np.empty(3 * 2048, np.int64)
     binned = np.empty(4, np.int64)
     pre = np.empty((1, 3), np.int64)
     one = np.ones(1, np.int64)
     for sort_all in (False, True):
         bin_slices(ids, splits, np.zeros(1, np.int8), np.zeros(1, np.int64), np.zeros(1, np.int64), 2, 0, 1, 4, 2, 0,
-                   1, 0, 1, 2, sort_all, np.empty(4, np.int64), binned, 0, pre[0], hist)
+                   1, 1, 1, 2, sort_all, np.empty(4, np.int64), binned, 0, pre[0], hist)
         loc = np.zeros(range_counter_size(1, 2, 4), np.int64)
-        scan_range(binned, pre, 0, 2, 1, 2, 0, 2, 1, 0, 0, 4, HASH_HIGHWAY, HIGHWAY_KEY, 2, 2,
+        scan_range(binned, pre, 0, 2, 1, 2, 0, 2, 1, 1, 0, 4, HASH_HIGHWAY, HIGHWAY_KEY, 2, 2,
                    *range_counter_views(loc, 1, 2, 4), np.empty(4, np.int64), np.empty(4, np.int64), hist, sort_all)
     add_range_counts(loc, 1, 0, 2, 2, 4, *range_counter_views(np.zeros_like(loc), 1, 2, 4))
     minibatch_sums(one.reshape(1, 1), np.zeros(1, np.int64), np.zeros((1, 1), np.int64))
