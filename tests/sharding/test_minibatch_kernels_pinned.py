@@ -255,6 +255,36 @@ def test_bin_slices_two_radix_passes(fn, sort_all):
     assert pre.tolist() == [0, 4, 4, 9, 9]
 
 
+# qbits 22: u takes 23 bits, three LSD passes of 8 bits. One slice of five samples, one id each,
+# P = 2 without rotation (p = id % 2, q = id // 2):
+#   sample (R')  id       p  q                     u
+#   0            262662   0  0x020103 = 131331     131331
+#   1            132102   0  0x010203 = 66051      66051
+#   2            11       1  5                     4194309 (1 << 22 | 5)
+#   3            261632   0  0x01FF00 = 130816     130816
+#   4            1546     0  0x000305 = 773        773
+# Each of the three 8-bit digits of q orders some pair: 0x0305 < 0x010203 by the top digit,
+# 0x010203 < 0x01FF00 by the middle one, 0x020103 last by the top one again.
+THREE_PASS_IDS = np.array([262662, 132102, 11, 261632, 1546], np.int64)
+
+
+@pytest.mark.parametrize("fn", [K.bin_slices, K.bin_slices_reference])
+@pytest.mark.parametrize("sort_all", [False, True])
+def test_bin_slices_three_radix_passes(fn, sort_all):
+    out = np.full(5, -7, np.int64)
+    pre = np.full(5, -7, np.int64)
+    res = fn(THREE_PASS_IDS, np.array([[0, 1, 2, 3, 4, 5]], np.int64), np.zeros(1, np.int8), np.zeros(1, np.int64),
+             np.zeros(1, np.int64), 5, 0, 1, 262663, 2, 0, 22, 3, 21, 4, sort_all, np.empty(5, np.int64), out, 0, pre,
+             np.empty(3 * 2048, np.int64))
+    assert tuple(int(x) for x in res) == (5, -1)
+    if sort_all:
+        expected = [(773, 4), (66051, 1), (130816, 3), (131331, 0), (4194309, 2)]
+    else:                 # bins of u >> 21: partition 0 is bin 0, partition 1 bin 2
+        expected = [(131331, 0), (66051, 1), (130816, 3), (773, 4), (4194309, 2)]
+    assert out.tolist() == [_key(u, R) for u, R in expected]
+    assert pre.tolist() == [0, 4, 4, 5, 5]
+
+
 @pytest.mark.parametrize("fn", [K.bin_slices, K.bin_slices_reference])
 @pytest.mark.parametrize("sort_all", [False, True])
 @pytest.mark.parametrize("vocab, s0, expected", [
@@ -380,6 +410,22 @@ def test_scan_range_wide_partition_1_with_a_prefix_cut(fn):
     m, (pairs, distinct, kept, raw, naive, dropped) = _scan_range(fn, WIDE, WIDE_PRE, 1, 2, 12, 1, 1, 12, 1, 1,
                                                                   False)
     assert (pairs, distinct, kept, raw, naive, dropped) == ([1, 2], [1, 2], [1, 1], [1, 2], [2], [1])
+
+
+@pytest.mark.parametrize("fn", [K.scan_range, K.scan_range_reference])
+def test_scan_range_of_three_radix_passes(fn):
+    # The u of THREE_PASS_IDS, one slice task, keys in R' order within each bin of u >> 21;
+    # u131331 has three raw ids (a sample's duplicates). The range is every bin: 23 bits, three
+    # passes of 8. One bucket (NB = 1), max_uniq 2: slice 0's partition-0 stream is, sorted,
+    # u773, u66051 (kept), u130816, u131331 (dropped: 1 + 3 raw ids). Unsorted, u131331 would
+    # be kept and 2 raw ids dropped. u4194309 (partition 1) is in slice 1 (R' 5).
+    binned = np.array([_key(131331, 0)] * 3 + [_key(66051, 1), _key(130816, 2), _key(773, 3), _key(4194309, 5)],
+                      np.int64)
+    pre = np.array([[0, 6, 6, 7, 7]], np.int64)
+    m, (pairs, distinct, kept, raw, naive, dropped) = _scan_range(fn, binned, pre, 0, 4, 21, 0, 2, 22, 1, 2, False)
+    assert m == 7
+    assert (pairs, distinct, kept) == ([4, 0, 0, 1], [4, 0, 0, 1], [2, 0, 0, 1])
+    assert (raw, naive, dropped) == ([6, 1], [4, 1], [4])
 
 
 # --------------------------------------------------------------------------------------
