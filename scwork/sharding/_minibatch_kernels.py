@@ -762,7 +762,8 @@ def sample_split(ids, splits, feat_rows, col_shifts, row_offsets, n, nsl, P, max
 
     Ids are identified by ``col_id = p + P * (id // P + row_offset)`` in an
     open-addressing table (``table``: int32 ``(capacity, 4)``, capacity a power of
-    two, one 16-byte row per slot) cleared per slice; a slot holds the col id (-1:
+    two and at least twice the raw ids of any slice, one 16-byte row per slot)
+    cleared per slice; a slot holds the col id (-1:
     empty), the run (its first sample) the id was last seen in, the last row code
     (pair dedup) and the last sample (distinct ids inside one sample).
 

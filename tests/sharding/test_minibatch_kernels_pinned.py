@@ -428,6 +428,20 @@ def test_scan_range_of_three_radix_passes(fn):
     assert (raw, naive, dropped) == ([6, 1], [4, 1], [4])
 
 
+@pytest.mark.parametrize("fn", [K.scan_range, K.scan_range_reference])
+def test_scan_range_of_two_radix_passes_of_11_bits(fn):
+    # Bins 0 and 1 of the keys above (partition 0, u < 2**22): a span of 22 bits, two passes of
+    # 11 bits, whose histograms fill 2 * 2048 of the 3 * 2048 entries given. Low 11 bits of q:
+    # 259 (u131331), 515 (u66051), 1792 (u130816), 773 (u773): the high digit decides.
+    binned = np.array([_key(131331, 0)] * 3 + [_key(66051, 1), _key(130816, 2), _key(773, 3), _key(4194309, 5)],
+                      np.int64)
+    pre = np.array([[0, 6, 6, 7, 7]], np.int64)
+    m, (pairs, distinct, kept, raw, naive, dropped) = _scan_range(fn, binned, pre, 0, 2, 21, 0, 1, 22, 1, 2, False)
+    assert m == 6
+    assert (pairs, distinct, kept) == ([4, 0], [4, 0], [2, 0])
+    assert (raw, naive, dropped) == ([6, 0], [4], [4])
+
+
 # --------------------------------------------------------------------------------------
 # add_range_counts, range_counter_views, range_counter_size
 # --------------------------------------------------------------------------------------
