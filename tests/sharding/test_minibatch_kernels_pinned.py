@@ -364,6 +364,18 @@ def test_scan_range_of_one_bin(fn):
     assert naive == [1, 0, 0, 0]
 
 
+@pytest.mark.parametrize("fn", [K.scan_range, K.scan_range_reference])
+def test_scan_range_of_three_single_u_bins(fn):
+    # cshift 0: each bin one u. Bins [0, 3) span u - 0 in {0, 1, 2}: 2 bits (sorting by the low
+    # bit alone gives u0, u2, u1). One bucket, max_uniq 2: u0 and u1 kept, u2's two raw ids dropped.
+    binned = np.array([_key(0, 0), _key(1, 1), _key(2, 2), _key(2, 2)], np.int64)
+    pre = np.array([[0, 1, 2, 4, 4, 4, 4, 4, 4]], np.int64)
+    m, (pairs, distinct, kept, raw, naive, dropped) = _scan_range(fn, binned, pre, 0, 3, 0, 0, 1, 2, 1, 2, False)
+    assert m == 4
+    assert (pairs, distinct, kept) == ([3, 0], [3, 0], [2, 0])
+    assert (raw, naive, dropped) == ([4, 0], [3], [2])
+
+
 # Ranges wider than 11 bits: P = 2, qbits 12, bins of u >> 12 (one per partition), 8 identity
 # buckets, col = p + 2 q:
 #   u 2 -> col 4 (b4); 5 -> 10 (b2); 300 -> 600 (b0); 4096+129 -> 259 (b3); 4096+130 -> 261 (b5)
