@@ -287,6 +287,25 @@ def test_bin_slices_three_radix_passes(fn, sort_all):
 
 @pytest.mark.parametrize("fn", [K.bin_slices, K.bin_slices_reference])
 @pytest.mark.parametrize("sort_all", [False, True])
+def test_bin_slices_of_31_bit_u(fn, sort_all):
+    # qbits 30, P = 2 without rotation: u = p << 30 | id // 2 takes 31 bits, three passes of 11
+    # bits whose histograms fill all 3 * 2048 entries given.
+    #   sample (R')  id           p  q            u            bin (u >> 29)
+    #   0            2147483646   0  2**30 - 1    1073741823   1
+    #   1            11           1  5            1073741829   2
+    #   2            2097152      0  2**20        1048576      0
+    out = np.full(3, -7, np.int64)
+    pre = np.full(5, -7, np.int64)
+    res = fn(np.array([2147483646, 11, 2097152], np.int64), np.array([[0, 1, 2, 3]], np.int64), np.zeros(1, np.int8),
+             np.zeros(1, np.int64), np.zeros(1, np.int64), 3, 0, 1, 2147483647, 2, 0, 30, 2, 29, 4, sort_all,
+             np.empty(3, np.int64), out, 0, pre, np.empty(3 * 2048, np.int64))
+    assert tuple(int(x) for x in res) == (3, -1)
+    assert out.tolist() == [_key(1048576, 2), _key(1073741823, 0), _key(1073741829, 1)]
+    assert pre.tolist() == [0, 1, 2, 3, 3]
+
+
+@pytest.mark.parametrize("fn", [K.bin_slices, K.bin_slices_reference])
+@pytest.mark.parametrize("sort_all", [False, True])
 @pytest.mark.parametrize("vocab, s0, expected", [
     (6, 0, (0, 4)),      # id 6 (== vocab) at flat position 4 is the first out of the vocabulary
     (4, 0, (0, 2)),      # id 4 at position 2 comes before it in build order
