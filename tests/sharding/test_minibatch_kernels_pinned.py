@@ -395,6 +395,27 @@ def test_scan_range_of_three_single_u_bins(fn):
     assert (raw, naive, dropped) == ([4, 0], [3], [2])
 
 
+@pytest.mark.parametrize("fn", [K.scan_range, K.scan_range_reference])
+def test_scan_range_of_u_past_2_to_the_31(fn):
+    # P = 3 (not a power of two) and qbits 30, as for ids up to 2**31 - 1: partition 2's u is
+    # 2 << 30 | q, past 2**31, so its keys are negative int64. Bins of u >> 30 (one per
+    # partition). u5 (p0) and u 2**31 + 5 (p2) each have a key in slice 0 (R' 0) and slice 1 (R' 4):
+    #   task 0: bin 0 (5, 0) | bin 2 (2**31 + 5, 0)     task 1: bin 0 (5, 4) | bin 2 (2**31 + 5, 4)
+    # Sorted by u: (5, 0) (5, 4) (2**31 + 5, 0) (2**31 + 5, 4): each id's keys together, one
+    # whole-batch distinct id per partition. One bucket; counters at slice * 3 + p.
+    big = (2 << 30) | 5
+    binned = np.array([(5 << 32) | 0, (big << 32) | 0, (5 << 32) | 4, (big << 32) | 4], np.uint64).view(np.int64)
+    pre = np.array([[0, 1, 1, 2], [2, 3, 3, 4]], np.int64)
+    arrs = _counters(2, 3, 1)
+    m = fn(binned, pre, 0, 3, 30, 3, 0, 3, 30, 2, 0, 1, K.HASH_IDENTITY, K.HIGHWAY_KEY, NO_LIMIT, NO_LIMIT, *arrs,
+           np.empty(4, np.int64), np.empty(4, np.int64), np.empty(3 * 2048, np.int64), False)
+    pairs, distinct, kept, raw, naive, dropped = (a.tolist() for a in arrs)
+    assert int(m) == 4
+    assert pairs == [1, 0, 1, 1, 0, 1] and distinct == pairs and kept == pairs
+    assert raw == [2, 2]
+    assert naive == [1, 0, 1]
+
+
 # Ranges wider than 11 bits: P = 2, qbits 12, bins of u >> 12 (one per partition), 8 identity
 # buckets, col = p + 2 q:
 #   u 2 -> col 4 (b4); 5 -> 10 (b2); 300 -> 600 (b0); 4096+129 -> 259 (b3); 4096+130 -> 261 (b5)
@@ -596,6 +617,7 @@ def test_sample_split_column_ids_of_two_tables(fn):
 @pytest.mark.parametrize("ids, max_ids, max_uniq, expected", [
     ([0, 0, 2, 4], 2, 5, [0, 1, 0, 3, 0]),           # sample 1 sends 3 pairs to partition 0
     ([0, 0, 2, 4], 5, 2, [0, 1, 0, 3, 1]),           # ... and 3 distinct ids
+    ([0, 0, 2, 4], 3, 2, [0, 1, 0, 3, 1]),           # pairs == max_ids fit: only the distinct ids are over
     ([0, 1, 0, 3, 2, 5, 4], 5, 2, [0, 1, 1, 3, 1]),  # both partitions over: the first seen (1) is reported
 ])
 def test_sample_split_one_sample_over_the_limits(fn, ids, max_ids, max_uniq, expected):
