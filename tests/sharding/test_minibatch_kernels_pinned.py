@@ -416,6 +416,20 @@ def test_scan_range_of_u_past_2_to_the_31(fn):
     assert naive == [1, 0, 1]
 
 
+@pytest.mark.parametrize("fn", [K.scan_range, K.scan_range_reference])
+def test_scan_range_second_pass_starts_at_the_first_digit_bit(fn):
+    # qbits 11, bins of u >> 11 (one per partition), bins [0, 2): 12 bits, two passes of 6.
+    # u64 (bit 6 alone: low digit 0, high digit 1) has two raw ids in one pair, u1 (low digit 1)
+    # one. Sorted: u1, u64. One bucket, max_uniq 1: u1 kept, u64's 2 raw ids dropped. (A second
+    # pass reading bits 7 and up would leave the low digit's order: u64 kept, u1 dropped.)
+    binned = np.array([_key(64, 0), _key(64, 0), _key(1, 1)], np.int64)
+    pre = np.array([[0, 3, 3]], np.int64)
+    m, (pairs, distinct, kept, raw, naive, dropped) = _scan_range(fn, binned, pre, 0, 2, 11, 0, 2, 11, 1, 1, False)
+    assert m == 3
+    assert (pairs, distinct, kept) == ([2, 0, 0, 0], [2, 0, 0, 0], [1, 0, 0, 0])
+    assert (raw, naive, dropped) == ([3, 0], [2, 0], [2])
+
+
 # Ranges wider than 11 bits: P = 2, qbits 12, bins of u >> 12 (one per partition), 8 identity
 # buckets, col = p + 2 q:
 #   u 2 -> col 4 (b4); 5 -> 10 (b2); 300 -> 600 (b0); 4096+129 -> 259 (b3); 4096+130 -> 261 (b5)
