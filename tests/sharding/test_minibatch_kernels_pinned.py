@@ -78,6 +78,19 @@ def test_highway_bucket_of_an_id(fn, nb, expected):
     assert out.tolist() == [expected]
 
 
+def test_public_highway_buckets_are_the_library_hash():
+    # minibatch.bucket_of(..., bucket_hash="highway") goes through the kernel's hash mode with
+    # the library key; with P = 1 and no rotation or offset the bucket is
+    # HighwayHash64(4 bytes of the id, kHighwayHashKey) & 63, the hash pinned above by the
+    # upstream test vectors and the key by coo_format.h.
+    from scwork.sharding.minibatch import bucket_of
+
+    ids = [0, 1, 2, 1000, 0x03020100, 2**31 - 1]
+    expected = [K.highway_hash64_reference(x.to_bytes(4, "little"), K.HIGHWAY_KEY) & 63 for x in ids]
+    assert bucket_of(np.array(ids, np.int64), 1, 0, 0, num_buckets=64, bucket_hash="highway").tolist() == expected
+    assert expected != [x & 63 for x in ids]                   # not the identity hash
+
+
 @pytest.mark.parametrize("fn", [K.ids_to_buckets, K.ids_to_buckets_reference])
 def test_identity_buckets_of_a_rotated_shifted_table(fn):
     # P = 3, col_shift 2, row_offset 5:
