@@ -1148,7 +1148,8 @@ def _make_jobs(plan: StackingPlan, batch: FeatureBatch, G: int, S: int, want_csr
 
     The same tables as building each stack on its own (:func:`_groups` per stack),
     but the per-(group, slice) counts, their offsets and maxima are computed for all
-    groups of all stacks in one compiled pass (:func:`~scwork.sharding._kernels.group_tables`), the small per-group rows come from
+    groups of all stacks in one compiled pass (:func:`~scwork.sharding._kernels.group_tables`),
+    the small per-group rows come from
     one int64 array kept for the plan (:class:`_StaticTables`), each job starts as a
     copy of its :class:`_JobTemplate` (kept for the plan and the call's shape) and
     every zero-filled counter is a view of one zeroed block.
