@@ -251,6 +251,8 @@ def run_module(module: str, timeout: float, resume: bool = False) -> str:
 def recheck(module: str, timeout: float) -> int:
     """Run every survivor of ``module``'s last run again against the checkout's current tests.
 
+    Survivors listed in ``mutation_equivalents.toml`` are left out (they cannot be killed).
+
     For killing survivors without a whole new run: the work copy gets the current
     tests (and test data), each surviving mutation is applied alone with ``cosmic-ray
     apply`` and the module's tests run; a mutant they now kill is recorded as killed.
@@ -276,6 +278,7 @@ def recheck(module: str, timeout: float) -> int:
         if "left out" in line:
             print(line, flush=True)
     command = [sys.executable, "tools/_mutant_tests.py", "run"]
+    equivalents = _equivalents().get(module, [])
     killed = 0
     with use_db(str(path), WorkDB.Mode.open) as db, _fork_server(work):
         done = {item.job_id: result for item, result in db.completed_work_items}
@@ -284,6 +287,10 @@ def recheck(module: str, timeout: float) -> int:
             if result is None or result.worker_outcome == WorkerOutcome.SKIPPED \
                     or result.test_outcome != TestOutcome.SURVIVED:
                 continue
+            mutation = item.mutations[0]
+            if any(_is(e, (mutation.operator_name, _source_line(module, mutation.start_pos[0])), result)
+                   for e in equivalents):
+                continue                  # listed as equivalent, with the reason: no test can kill it
             _apply(work, module, pristine, item.mutations[0])
             try:
                 failed = _killed(command, work, timeout)

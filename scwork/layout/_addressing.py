@@ -245,7 +245,10 @@ def _fill_value(fill: Any, dtype: np.dtype) -> Any:
             converted = given.astype(dtype)
             # Real numbers into a float slot round to the nearest value (0.1 in float32) and
             # keep NaN; a cast that overflows warns above. Everything else must be exact.
-            same = (dtype.kind in "fc" and given.dtype.kind in "biuf") or bool(converted == given)
+            # NaT, like NaN, equals nothing, yet it is the usual padding of datetime and
+            # timedelta arrays: a NaT of the array's own kind (any unit) is stored as NaT.
+            same = ((dtype.kind in "fc" and given.dtype.kind in "biuf") or bool(converted == given)
+                    or (dtype.kind in "mM" and given.dtype.kind == dtype.kind and bool(np.isnat(given))))
     except LayoutError:
         raise
     except (ValueError, TypeError, OverflowError, ArithmeticError, Warning):

@@ -301,13 +301,7 @@ def _record_read(prof, seconds: float, num_ids: int) -> None:
     the GIL) is recorded the same way, one task per step: it runs inside the chunk
     task too, at the same time as the other chunks' work, not between them.
     """
-    for name, times in prof.batches:
-        if name == READ_BATCH:
-            times.append(seconds)
-            prof.sizes[[n for n, _ in prof.batches].index(name)].append(float(num_ids))
-            return
-    prof.batches.append((READ_BATCH, [seconds]))
-    prof.sizes.append([float(num_ids)])
+    _profile.record_task(prof, READ_BATCH, seconds, num_ids)
 
 
 def _profiled_read(job: _Job, chunk: _Chunk, data: dict, prof, names: list[str]) -> dict:

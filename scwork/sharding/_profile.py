@@ -52,7 +52,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-__all__ = ["CallProfile", "lpt_makespan", "profiled", "thread_cpu_s"]
+__all__ = ["CallProfile", "lpt_makespan", "profiled", "record_task", "thread_cpu_s"]
 
 
 def thread_cpu_s() -> float:
@@ -106,6 +106,10 @@ class CallProfile:
     overlaps: list[float] = field(default_factory=list)
     """Per batch, seconds of serial work the calling thread did while that batch's
     tasks ran (0 for none): the ``overlap`` of :func:`~scwork.sharding._threads._run_tasks`."""
+    recorded_s: float = 0.0
+    """Seconds recorded as tasks by the caller itself (:func:`record_task`), wherever
+    they ran: an overlap step or a task that contains such work has it taken out of
+    its own time, so it is counted once."""
 
     @property
     def task_s(self) -> float:
@@ -244,6 +248,25 @@ def one_call(fn):
     return wrapper
 
 
+def record_task(prof: CallProfile, batch: str, seconds: float, size: float) -> None:
+    """Add ``seconds`` of work done outside the engine's dispatch as one task of ``batch``.
+
+    For work a caller knows runs in parallel with its like although this thread did it
+    in line (a dataset chunk's read, see ``_dataset_chunks._record_read``). If it ran
+    inside an overlap step or a task, :func:`run_serially` takes it out of that step's
+    or task's time, so it is counted once.
+    """
+    names = [n for n, _ in prof.batches]
+    if batch in names:
+        b = names.index(batch)
+        prof.batches[b][1].append(seconds)
+        prof.sizes[b].append(float(size))
+    else:
+        prof.batches.append((batch, [seconds]))
+        prof.sizes.append([float(size)])
+    prof.recorded_s += seconds
+
+
 def run_serially(prof: CallProfile, name: str, fn, items, sizes, overlap=None) -> list:
     """Run ``fn(item, 0)`` for every item on this thread, in dispatch order, timing each.
 
@@ -259,11 +282,12 @@ def run_serially(prof: CallProfile, name: str, fn, items, sizes, overlap=None) -
     """
     overlap_s = 0.0
     if overlap is not None:
-        start = thread_cpu_s()
+        start, recorded = thread_cpu_s(), prof.recorded_s
         try:
             overlap()
         finally:
-            overlap_s = thread_cpu_s() - start
+            # work inside the overlap that was recorded as a task (record_task) is that task's
+            overlap_s = thread_cpu_s() - start - (prof.recorded_s - recorded)
             if not items:                     # nothing else records this batch
                 prof.batches.append((name, []))
                 prof.sizes.append([])
@@ -274,12 +298,12 @@ def run_serially(prof: CallProfile, name: str, fn, items, sizes, overlap=None) -
     times = [0.0] * len(items)
     errors: dict[int, Exception] = {}
     for i in order:
-        start = thread_cpu_s()
+        start, recorded = thread_cpu_s(), prof.recorded_s
         try:
             results[i] = fn(items[i], 0)
         except Exception as err:  # noqa: BLE001 - re-raised below, as _run_tasks does
             errors[i] = err
-        times[i] = thread_cpu_s() - start
+        times[i] = thread_cpu_s() - start - (prof.recorded_s - recorded)
     if overlap is None or items:
         prof.batches.append((name, times))
         prof.sizes.append([float(x) for x in sizes])

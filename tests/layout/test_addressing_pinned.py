@@ -6,7 +6,9 @@ example): padded to 4 x 6, 2 x 3 tiles of 2 x 2, so element (i, j) sits in slot
 every element's slot through ``linear_index``, each index check at its bounds with its
 message, which engine ``index_map`` and ``address_map`` take on either side of the
 4096-element threshold and which kernel a layout with or without '*' runs, the buffer
-``to_physical`` writes slot by slot, and which fill values it stores exactly.
+``to_physical`` writes slot by slot, and which fill values it stores exactly. Beside it:
+rank-3 and implicit-major-dimension contribution tables, the numpy map's peak memory,
+and NaT fills.
 """
 
 from __future__ import annotations
@@ -55,6 +57,9 @@ def test_linear_index_of_every_element():
     ((3, 0), "index 3 is out of range for dimension 0 of size 3 (valid: 0..2)"),
     ((0, 5), "index 5 is out of range for dimension 1 of size 5 (valid: 0..4)"),
     ((0, -1), "index -1 is out of range for dimension 1 of size 5 (valid: 0..4)"),
+    # Past the size, not only at it: 4 and 6 are neither below the size nor equal to it.
+    ((4, 0), "index 4 is out of range for dimension 0 of size 3 (valid: 0..2)"),
+    ((0, 6), "index 6 is out of range for dimension 1 of size 5 (valid: 0..4)"),
     ((True, 0), "index entry 0 must be an integer, got True"),
     ((0, 1.0), "index entry 1 must be an integer, got 1.0"),
 ])
@@ -77,6 +82,13 @@ def test_index_map_arguments():
     assert reason_and_hint(lambda: s.index_map(engine=3)) == ("unknown engine 3", ENGINE_HINT)
     assert reason_and_hint(lambda: s.index_map(engine="NUMPY")) == ("unknown engine 'NUMPY'", ENGINE_HINT)
     assert reason_and_hint(lambda: s.index_map(max_elements=True))[0] == "max_elements must be an integer, got True"
+    # The engine is checked before anything else: on a shape without elements (which
+    # returns early) and before max_elements, whatever the string sorts next to.
+    for engine in ("aaa", "zzz", "numbb", "autp", b"numpy"):
+        assert reason_and_hint(lambda: parse("f32[0,3]").index_map(engine)) == (
+            f"unknown engine {engine!r}", ENGINE_HINT)
+        assert reason_and_hint(lambda: s.index_map(engine, max_elements=True)) == (
+            f"unknown engine {engine!r}", ENGINE_HINT)
     # max_elements bounds the element count inclusively.
     np.testing.assert_array_equal(s.index_map(max_elements=15), SLOTS)
     assert "more than max_elements=14" in reason_and_hint(lambda: s.index_map(max_elements=14))[0]
@@ -115,6 +127,8 @@ class EngineSpy:
 
 @pytest.mark.parametrize("text, engine, expected", [
     # "auto" takes numba above NUMBA_MIN_ELEMENTS = 4096 elements, numpy up to it.
+    ("f32[3,5]{1,0:T(2,2)}", "auto", ["_index_map_numpy"]),
+    ("f32[4095]{0:T(128)}", "auto", ["_index_map_numpy"]),
     ("f32[4096]{0:T(128)}", "auto", ["_index_map_numpy"]),
     ("f32[4097]{0:T(128)}", "auto", ["_index_map_numba", "outer_sum_fill"]),
     ("f32[64,65]{1,0:T(8,128)}", "auto", ["_index_map_numba", "outer_sum_fill"]),
@@ -152,6 +166,51 @@ def test_contribution_tables_of_the_worked_example():
     assert empty_tables.size == 0 and empty_starts.size == 0 and empty_tables.dtype == np.int64
 
 
+@pytest.mark.parametrize("text, tables, addresses", [
+    # Row-major 2 x 3 x 4, no tile: strides 12, 4, 1.
+    ("f32[2,3,4]{2,1,0}", [0, 12, 0, 4, 8, 0, 1, 2, 3], lambda i, j, k: 12 * i + 4 * j + k),
+    # Column-major: dimension 0 minor, strides 1, 2, 6. A rank-3 shape tells a
+    # dimension's physical position apart from its mirror image (rank - position).
+    ("f32[2,3,4]{0,1,2}", [0, 1, 0, 2, 4, 0, 6, 12, 18], lambda i, j, k: i + 2 * j + 6 * k),
+])
+def test_contribution_tables_and_numba_map_of_rank_3(text, tables, addresses):
+    shape = parse(text)
+    got_tables, starts = shape._contribution_tables()
+    assert got_tables.tolist() == tables and starts.tolist() == [0, 2, 5]
+    expected = addresses(*np.indices((2, 3, 4)))
+    for engine in ("numba", "numpy"):
+        np.testing.assert_array_equal(shape.index_map(engine), expected)
+
+
+def test_contribution_tables_with_an_implicit_major_dimension():
+    # T(2,2,2) on a rank-2 shape adds one implicit size-1 major dimension (extra_major = 1),
+    # padded to 2: the shape is 1 x 3 x 5 padded to 2 x 4 x 6, tiles of 8 slots, 1 x 2 x 3
+    # of them. Element (i, j) sits in tile (i // 2) * 3 + j // 2 at (i % 2) * 2 + j % 2.
+    shape = parse("f32[3,5]{1,0:T(2,2,2)}")
+    tables, starts = shape._contribution_tables()
+    assert tables.tolist() == [0, 2, 24, 0, 1, 8, 9, 16] and starts.tolist() == [0, 3]
+    expected = [[0, 1, 8, 9, 16], [2, 3, 10, 11, 18], [24, 25, 32, 33, 40]]
+    for engine in ("numba", "numpy"):
+        assert shape.index_map(engine).tolist() == expected
+
+
+def test_numpy_index_map_keeps_coordinates_sparse():
+    # 16**4 elements: dense coordinates would hold four int64 arrays of the full shape
+    # at once (about ten times the map's bytes at the peak); sparse ones are 4 x 16
+    # entries, so the peak stays near the result plus one temporary.
+    import tracemalloc
+
+    shape = parse("f32[16,16,16,16]{3,2,1,0:T(8,128)}")
+    tracemalloc.start()
+    try:
+        result = shape.index_map("numpy")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert result.shape == (16, 16, 16, 16) and result[0, 0, 1, 0] == 16 * 8
+    assert peak < 4 * result.nbytes
+
+
 # --------------------------------------------------------------------------------------
 # address_map
 # --------------------------------------------------------------------------------------
@@ -160,14 +219,17 @@ def test_address_map_of_the_worked_example():
                                                     -1, -1, 14, -1, -1, -1]
 
 
-@pytest.mark.parametrize("text, kernel_runs", [("f32[4096]{0:T(128)}", False), ("f32[4097]{0:T(128)}", True)])
+@pytest.mark.parametrize("text, kernel_runs", [("f32[3,5]{1,0:T(2,2)}", False), ("f32[4095]{0:T(128)}", False),
+                                               ("f32[4096]{0:T(128)}", False), ("f32[4097]{0:T(128)}", True)])
 def test_address_map_inverts_with_the_kernel_above_4096_elements(monkeypatch, text, kernel_runs):
     shape = parse(text)
     spy = EngineSpy(monkeypatch)
     slots = shape.address_map()
     assert ("invert_index_map" in spy.calls) == kernel_runs
     n = shape.num_elements
-    assert slots[:n].tolist() == list(range(n)) and (slots[n:] == -1).all() and slots.size == shape.padded_elements
+    if shape.rank == 1:
+        assert slots[:n].tolist() == list(range(n)) and (slots[n:] == -1).all()
+    assert slots.size == shape.padded_elements and sorted(slots[slots >= 0].tolist()) == list(range(n))
 
 
 def test_address_map_refuses_an_index_map_outside_the_buffer(monkeypatch):
@@ -194,8 +256,11 @@ def test_buffer_of_the_worked_example_slot_by_slot():
 
 def test_buffer_shapes_are_checked():
     s = parse(SHAPE)
-    assert reason_and_hint(lambda: s.to_physical(np.zeros((5, 3))))[0] == (
-        f"array has shape (5, 3) but {SHAPE} has logical shape (3, 5)")
+    # Larger or smaller in either dimension, and (1, 15), which has the right number of
+    # elements and sorts before (3, 5), are all refused.
+    for wrong in ((5, 3), (4, 5), (2, 5), (3, 6), (3, 4), (1, 15), (15,), (3, 5, 1)):
+        assert reason_and_hint(lambda: s.to_physical(np.zeros(wrong)))[0] == (
+            f"array has shape {wrong} but {SHAPE} has logical shape (3, 5)")
     for shape in ((23,), (25,), (24, 1)):
         assert reason_and_hint(lambda: s.from_physical(np.zeros(shape)))[0] == (
             f"buffer has shape {shape} but {SHAPE} needs a 1-D buffer of 24 slots")
@@ -221,6 +286,8 @@ def test_fills_stored_exactly(dtype, fill, stored):
 @pytest.mark.parametrize("dtype, fill", [
     (np.int64, 1.5), (np.uint8, -1), (np.uint8, 256), (np.int8, 128), (np.float64, 1 + 2j), (np.int64, "a"),
     (np.bool_, 2), (np.float32, 1e300),
+    # datetime64 (kind "M", which sorts before "O"): an integer would become a day count.
+    ("datetime64[D]", 3), ("datetime64[D]", 1.5),
 ])
 def test_fills_that_cannot_be_stored(dtype, fill):
     name = np.dtype(dtype).name
@@ -233,6 +300,26 @@ def test_fill_must_be_one_value_and_object_arrays_take_any():
     reason, hint = reason_and_hint(lambda: parse("f32[3]{0:T(2)}").to_physical(np.zeros(3), fill=[1, 2]))
     assert reason == "fill must be one value, got an array of shape (2,)"
     assert hint == "pass a fill value of the array's type (float64), or convert the array first"
+    # A 0-d fill is one value: a 0-d array of the array's dtype is stored.
+    assert parse("f32[3]{0:T(2)}").to_physical(np.zeros(3), fill=np.array(-2.0)).tolist() == [0, 0, 0, -2.0]
     marker = object()
     buffer = parse("f32[3]{0:T(2)}").to_physical(np.array(["a", 1, None], dtype=object), fill=marker)
     assert buffer.dtype == object and buffer[3] is marker and buffer[:3].tolist() == ["a", 1, None]
+    # Object slots store the fill as given, even NaN, which equals nothing (not even itself).
+    nan = float("nan")
+    buffer = parse("f32[3]{0:T(2)}").to_physical(np.array(["a", 1, None], dtype=object), fill=nan)
+    assert buffer[3] is nan
+
+
+def test_nat_fills_are_stored_into_their_own_kind():
+    # A datetime fill of the array's own dtype is stored.
+    dates = np.array(["2020-01-01", "2020-01-02", "2020-01-03"], dtype="datetime64[D]")
+    buffer = parse("f32[3]{0:T(2)}").to_physical(dates, fill=np.datetime64("NaT", "D"))
+    assert buffer[:3].tolist() == dates.tolist() and np.isnat(buffer[3]) and buffer.dtype == dates.dtype
+    # NaT, like NaN, equals nothing; it is stored into its own kind (any unit), not across kinds.
+    gaps = parse("f32[3]{0:T(2)}").to_physical(np.zeros(3, "timedelta64[s]"), fill=np.timedelta64("NaT", "ms"))
+    assert np.isnat(gaps[3]) and not np.isnat(gaps[:3]).any() and gaps.dtype == np.dtype("timedelta64[s]")
+    for array, fill in ((dates, np.timedelta64("NaT", "D")), (np.zeros(3, np.int64), np.datetime64("NaT", "D")),
+                        (np.zeros(3), np.datetime64("NaT", "D"))):
+        assert reason_and_hint(lambda: parse("f32[3]{0:T(2)}").to_physical(array, fill=fill))[0] == (
+            f"fill {fill!r} cannot be stored exactly in the array's dtype {array.dtype}")

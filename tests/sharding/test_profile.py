@@ -111,3 +111,33 @@ def test_overlap_is_timed_apart_from_tasks_and_serial_time():
     # worker 0 takes tasks only after 20 ms: the three tiny tasks go to the other workers
     assert p.critical_path_s(4) == pytest.approx(p.serial_s + p.overlap_s, rel=0.05)
     assert p.critical_path_s(1) == pytest.approx(p.serial_s + p.overlap_s + p.task_s)
+
+
+def test_work_recorded_as_a_task_inside_an_overlap_or_a_task_is_counted_once():
+    """A dataset chunk's batch copy done inside collect_stats' read-ahead step (an overlap)
+    is recorded as a read task: the overlap's own time must not hold it too, or the call's
+    serial time goes negative (and is shown as 0)."""
+    from scwork.sharding import _profile
+
+    prof = _profile.CallProfile(4)
+    spent = []
+
+    def copy_recorded_as_a_task():
+        start = _profile.thread_cpu_s()
+        while _profile.thread_cpu_s() - start < 0.02:      # 20 ms of this thread's CPU
+            pass
+        seconds = _profile.thread_cpu_s() - start
+        spent.append(seconds)
+        _profile.record_task(prof, "reads", seconds, 10)
+
+    _profile.run_serially(prof, "slices", lambda item, worker: copy_recorded_as_a_task(), [0], [1.0],
+                          overlap=copy_recorded_as_a_task)
+    names = [name for name, _ in prof.batches]
+    assert names == ["reads", "slices"]
+    assert prof.batches[0][1] == spent and prof.sizes[0] == [10.0, 10.0]
+    assert prof.recorded_s == sum(spent)
+    # what is left of the overlap and of the task around the recorded copies: bookkeeping only
+    assert 0 <= prof.overlaps[1] < 0.5 * spent[0]
+    assert 0 <= prof.batches[1][1][0] < 0.5 * spent[1]
+    # the recorded tasks are counted once: as tasks
+    assert prof.task_s == pytest.approx(sum(spent) + prof.batches[1][1][0], abs=0)

@@ -214,6 +214,10 @@ def test_cut_groups_by_hand(cut):
     units = np.full((5, 4), -9, np.int64)
     assert fn(np.array([[0], [5], [0], [1], [1]], np.int64), 2, units) == 2
     assert units[:2].tolist() == [[0, 0, 2, 5], [0, 2, 5, 2]]
+    # a run of exactly the target is not cut: groups of 1 and 1 id, target 2
+    units = np.full((2, 4), -9, np.int64)
+    assert fn(np.array([[1], [1]], np.int64), 2, units) == 1
+    assert units[0].tolist() == [0, 0, 2, 2]
     # two slices: each cut on its own column
     units = np.full((4, 4), -9, np.int64)
     assert fn(np.array([[2, 1], [2, 1]], np.int64), 3, units) == 3
