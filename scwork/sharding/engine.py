@@ -1108,13 +1108,48 @@ class _JobTemplate:
         return job
 
 
+# (writable, as the plan's part starts: a read-only array is another type to numba, another compilation)
+_NO_PARTS = np.zeros(0, np.int64)
+
+
+def _group_tables_numpy(tables: _StaticTables, stacks, slice_counts: np.ndarray, nsl: int, before_counters):
+    """The jobs' tables with numpy, where some stack has no group (or no slice): what
+    :func:`~scwork.sharding._kernels.group_tables` computes otherwise."""
+    total_groups = tables.total_groups
+    if total_groups == 0 or not tables.rows.size:
+        gcounts = np.zeros((total_groups, nsl), np.int64)
+    else:
+        gcounts = np.add.reduceat(slice_counts[tables.rows], tables.starts, axis=0).astype(np.int64, copy=False)
+    # a group without features (cannot happen for a checked plan) counts nothing
+    sloff_all = np.zeros((total_groups, nsl + 1), np.int64)
+    np.cumsum(gcounts, axis=1, out=sloff_all[:, 1:])
+    totals = sloff_all[:, -1]
+    before = np.cumsum(totals) - totals
+    if len(stacks) == 1:                  # one job (a statistics call on one P): its offsets as they are
+        uloff_all = before
+    else:
+        uloff_all = before - before[tables.first_group] if total_groups else np.zeros(0, np.int64)
+    stack_slices_all = np.add.reduceat(gcounts, tables.stack_starts, axis=0) if tables.all_counted else None
+    if before_counters is not None:
+        if not tables.all_counted:
+            before_counters(None)
+        elif tables.part_starts is None:
+            before_counters(gcounts)
+        elif tables.parts_are_stacks:
+            before_counters(stack_slices_all)
+        else:
+            before_counters(np.add.reduceat(gcounts, tables.part_starts, axis=0))
+    return gcounts, sloff_all, uloff_all, stack_slices_all
+
+
 def _make_jobs(plan: StackingPlan, batch: FeatureBatch, G: int, S: int, want_csr: bool, config: SparsecoreConfig,
                has_w: np.ndarray, slice_counts: np.ndarray, count_first: bool, before_counters=None) -> list[_StackJob]:
     """Every stack's :class:`_StackJob`, their tables built in one pass over all stacks.
 
     The same tables as building each stack on its own (:func:`_groups` per stack),
     but the per-(group, slice) counts, their offsets and maxima are computed for all
-    groups of all stacks with a few numpy calls, the small per-group rows come from
+    groups of all stacks in one compiled pass (:func:`~scwork.sharding._kernels.group_tables`),
+    the small per-group rows come from
     one int64 array kept for the plan (:class:`_StaticTables`), each job starts as a
     copy of its :class:`_JobTemplate` (kept for the plan and the call's shape) and
     every zero-filled counter is a view of one zeroed block.
@@ -1131,30 +1166,30 @@ def _make_jobs(plan: StackingPlan, batch: FeatureBatch, G: int, S: int, want_csr
     tables = plan_derived("tables", stacks, layout, lambda: _StaticTables(stacks, batch, want_csr, has_w_list))
     stack_groups = tables.stack_groups
     total_groups = tables.total_groups
-    if total_groups == 0 or not tables.rows.size:
-        gcounts = np.zeros((total_groups, nsl), np.int64)
+    if tables.all_counted and tables.rows.size and nsl:
+        # every stack has a group (every engine call on a checked plan): the tables in
+        # one compiled pass (a dozen numpy calls on these small arrays, cold after the
+        # previous call's tasks, were a third of the call's serial time before its first task)
+        from scwork.sharding._kernels import group_tables
+
+        part_starts = tables.part_starts if tables.part_starts is not None and not tables.parts_are_stacks \
+            else _NO_PARTS
+        gcounts, sloff_all, uloff_all, group_max_all, stack_slices_all, stack_max_all, part_slices = group_tables(
+            slice_counts, tables.rows, tables.starts, tables.first_group, tables.stack_starts, part_starts,
+            len(stacks) == 1)
+        stack_max = stack_max_all.tolist()
+        slice_lists = stack_slices_all.tolist()
+        if before_counters is not None:
+            if tables.part_starts is None:          # every part one group (no stacking): its rows
+                before_counters(gcounts)
+            elif tables.parts_are_stacks:
+                before_counters(stack_slices_all)
+            else:
+                before_counters(part_slices)
     else:
-        gcounts = np.add.reduceat(slice_counts[tables.rows], tables.starts, axis=0).astype(np.int64, copy=False)
-    # a group without features (cannot happen for a checked plan) counts nothing
-    sloff_all = np.zeros((total_groups, nsl + 1), np.int64)
-    np.cumsum(gcounts, axis=1, out=sloff_all[:, 1:])
-    totals = sloff_all[:, -1]
-    before = np.cumsum(totals) - totals
-    if len(stacks) == 1:                  # one job (a statistics call on one P): its offsets as they are
-        uloff_all = before
-    else:
-        uloff_all = before - before[tables.first_group] if total_groups else np.zeros(0, np.int64)
-    group_max = gcounts.max(axis=1).tolist() if nsl else [0] * total_groups
-    stack_slices_all = np.add.reduceat(gcounts, tables.stack_starts, axis=0) if tables.all_counted else None
-    if before_counters is not None:
-        if not tables.all_counted:
-            before_counters(None)
-        elif tables.part_starts is None:        # every part one group (no stacking): its rows
-            before_counters(gcounts)
-        elif tables.parts_are_stacks:
-            before_counters(stack_slices_all)
-        else:
-            before_counters(np.add.reduceat(gcounts, tables.part_starts, axis=0))
+        gcounts, sloff_all, uloff_all, stack_slices_all = _group_tables_numpy(tables, stacks, slice_counts, nsl,
+                                                                                before_counters)
+        stack_max = slice_lists = None
     shape = (batch.batch_size, G, S, bool(config.allow_id_dropping), bool(count_first))
     template = plan_derived("jobs", stacks, layout + shape,
                             lambda: _JobTemplate(stacks, tables, batch, G, S, want_csr, config, count_first))
@@ -1163,13 +1198,14 @@ def _make_jobs(plan: StackingPlan, batch: FeatureBatch, G: int, S: int, want_csr
     jobs = []
     for si in range(len(stacks)):
         g0, g1 = stack_groups[si], stack_groups[si + 1]
-        if stack_slices_all is not None:
-            slice_ids = stack_slices_all[si]
+        job = template.job(si, block)
+        if stack_max is not None:
+            job.setup_counts(uloff_all[g0:g1], gcounts[g0:g1], sloff_all[g0:g1], stack_slices_all[si],
+                             slice_lists[si], stack_max[si])
         else:
             slice_ids = gcounts[g0:g1].sum(axis=0)
-        job = template.job(si, block)
-        job.setup_counts(uloff_all[g0:g1], gcounts[g0:g1], sloff_all[g0:g1], slice_ids, slice_ids.tolist(),
-                         max(group_max[g0:g1], default=0))
+            job.setup_counts(uloff_all[g0:g1], gcounts[g0:g1], sloff_all[g0:g1], slice_ids, slice_ids.tolist(),
+                             int(gcounts[g0:g1].max(initial=0)) if g1 > g0 and nsl else 0)
         job.setup_fresh(batch)
         jobs.append(job)
     return jobs
