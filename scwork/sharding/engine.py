@@ -1554,10 +1554,13 @@ def _run(*args, **kwargs):
 
 def _run_call(batch, features, topology, stacking, config, on_out_of_vocabulary, stack_limits, rotation,
               activation_mem_bytes_limit, num_threads, backend, want_csr, dataset=True):
-    """One engine call: ``(plan, statistics, per-stack results)``.
+    """One engine call: ``(plan, statistics, per-stack results, any id dropped)``.
 
     The statistics are a Dataset, or with ``dataset=False`` its parts (variables,
-    coordinates, attributes: :func:`~scwork.sharding.results._stats_parts`).
+    coordinates, attributes: :func:`~scwork.sharding.results._stats_parts`). The
+    per-stack results are those of :func:`_check_jobs` with CSR; a statistics-only
+    call's list is empty (they are in the statistics, and were freed in a task).
+    "Any id dropped": whether ``dropped_ids`` has a non-zero entry.
     """
     return _complete_call(_prepare_call(batch, features, topology, stacking, config, on_out_of_vocabulary,
                                         stack_limits, rotation, activation_mem_bytes_limit, num_threads, backend,
@@ -1646,7 +1649,7 @@ def _prepare_call(batch, features, topology, stacking, config, on_out_of_vocabul
 
 
 def _complete_call(call: _PreparedCall, dataset: bool = True, overlap=None):
-    """Run a prepared call: ``(plan, statistics, per-stack results)`` as :func:`_run_call`.
+    """Run a prepared call: ``(plan, statistics, per-stack results, any id dropped)`` as :func:`_run_call`.
 
     ``overlap``: more serial work (a callable or a list of them) for the calling
     thread while the slices run (``collect_stats``: the next step's
@@ -1674,6 +1677,10 @@ def _complete_call(call: _PreparedCall, dataset: bool = True, overlap=None):
     if overlap is not None:
         prepare += list(overlap) if isinstance(overlap, (list, tuple)) else [overlap]
 
+    # what the serial end of the call needs of the results, found by the checks' task:
+    # the stacks that dropped ids past a static buffer (warned about), whether any id was dropped
+    found = {"static": (), "dropped": False}
+
     def after_slices(results):
         # checks and statistics (all but the naive view), a task beside the naive view's
         if not want_csr:
@@ -1684,7 +1691,14 @@ def _complete_call(call: _PreparedCall, dataset: bool = True, overlap=None):
             # float32 gains of a rejected sample are never returned)
             _check_gain_inputs(batch_used, plan)
         let_workers_run()
-        built[0].fill(results, naive=False)
+        builder = built[0]
+        builder.fill(results, naive=False)
+        found["static"] = [i for i, res in enumerate(results) if res["static_dropped"]]
+        found["dropped"] = bool(np.count_nonzero(builder.dropped))
+        if not want_csr:
+            # a statistics call's per-stack results are in the statistics now and nobody
+            # reads them after: freed here, in a task, not on the calling thread at the end
+            results.clear()
 
     for attempt in range(2):
         try:
@@ -1705,17 +1719,17 @@ def _complete_call(call: _PreparedCall, dataset: bool = True, overlap=None):
     stats_builder.fill_naive(naive)
     parts = stats_builder.parts
     stats = stats_builder.dataset if dataset else parts
-    for i, (st, res) in enumerate(zip(plan.stacks, results)):
-        if res["static_dropped"]:
-            # The library drops these with a log line whatever allow_id_dropping says;
-            # scwork does the same, counts them, and says so.
-            warnings.warn(StaticBufferWarning(
-                f"stack {st.name!r}: {res['static_dropped']} ids did not fit the static CSR buffer of "
-                f"{st.suggested_coo_buffer_size_per_device} entries per device "
-                f"(suggested_coo_buffer_size_per_device) and were dropped; the batch needs "
-                f"{int(parts[0]['required_buffer_size_per_device'][1][i].max())} entries on its "
-                f"fullest device: raise the suggestion or leave it unset"), stacklevel=3)
-    return plan, stats, results
+    for i in found["static"]:
+        st = plan.stacks[i]
+        # The library drops these with a log line whatever allow_id_dropping says;
+        # scwork does the same, counts them, and says so.
+        warnings.warn(StaticBufferWarning(
+            f"stack {st.name!r}: {int(stats_builder.static_dropped[i])} ids did not fit the static CSR buffer of "
+            f"{st.suggested_coo_buffer_size_per_device} entries per device "
+            f"(suggested_coo_buffer_size_per_device) and were dropped; the batch needs "
+            f"{int(parts[0]['required_buffer_size_per_device'][1][i].max())} entries on its "
+            f"fullest device: raise the suggestion or leave it unset"), stacklevel=3)
+    return plan, stats, results, found["dropped"]
 
 
 def _statistics_parts(batch: FeatureBatch, features: Any, topology: Topology, stacking: Any,
@@ -1725,7 +1739,7 @@ def _statistics_parts(batch: FeatureBatch, features: Any, topology: Topology, st
     For ``collect_stats``, which stacks the variables of its steps into one Dataset
     (a Dataset per step was a third of its serial time).
     """
-    _, parts, _ = _run(batch, features, topology, stacking, config, on_out_of_vocabulary, None, None,
+    _, parts, _, _ = _run(batch, features, topology, stacking, config, on_out_of_vocabulary, None, None,
                        DEFAULT_ACTIVATION_MEM_BYTES_LIMIT, num_threads, backend, want_csr=False, dataset=False)
     return parts
 
@@ -1745,7 +1759,7 @@ def _statistics_of_prepared(call: _PreparedCall, overlap=None):
     step's preparation), independent of this call's results.
     """
     with _profile.call():
-        _, parts, _ = _complete_call(call, False, overlap)
+        _, parts, _, _ = _complete_call(call, False, overlap)
     return parts
 
 
@@ -1823,9 +1837,22 @@ def compute_stats(batch: FeatureBatch, features: Any, topology: Topology, stacki
     [4, 5]
     """
     config = _DEFAULT_CONFIG if config is None else config
-    _, stats, _ = _run(batch, features, topology, stacking, config, on_out_of_vocabulary, stack_limits, rotation,
-                       activation_mem_bytes_limit, num_threads, backend, want_csr=False)
+    _, stats, _, _ = _run(batch, features, topology, stacking, config, on_out_of_vocabulary, stack_limits, rotation,
+                          activation_mem_bytes_limit, num_threads, backend, want_csr=False)
     return stats
+
+
+def _statistics_and_drops(batch: FeatureBatch, features: Any, topology: Topology, stacking: Any,
+                          config: SparsecoreConfig, *, rotation: int | None = None, num_threads: int | None = None):
+    """:func:`compute_stats` (``on_out_of_vocabulary="error"``, default memory limit) and whether
+    any id was dropped (a non-zero ``dropped_ids``), found by the call's checks task.
+
+    For :class:`~scwork.sharding.Scenario` (``over_limits``): reading the Dataset's
+    variable after the call was a tenth of what the scenario adds to its serial time.
+    """
+    _, stats, _, dropped = _run(batch, features, topology, stacking, config, "error", None, rotation,
+                                DEFAULT_ACTIVATION_MEM_BYTES_LIMIT, num_threads, "numba", want_csr=False)
+    return stats, dropped
 
 
 def preprocess(batch: FeatureBatch, features: Any, topology: Topology, stacking: Any = "auto",
@@ -1862,7 +1889,7 @@ def preprocess(batch: FeatureBatch, features: Any, topology: Topology, stacking:
     2147483647
     """
     config = _DEFAULT_CONFIG if config is None else config
-    plan, stats, results = _run(batch, features, topology, stacking, config, on_out_of_vocabulary, stack_limits,
+    plan, stats, results, _ = _run(batch, features, topology, stacking, config, on_out_of_vocabulary, stack_limits,
                                 rotation, activation_mem_bytes_limit, num_threads, backend, want_csr=True)
     csr = {st.name: r["csr"] for st, r in zip(plan.stacks, results)}
     drops = {st.name: r["drops"] for st, r in zip(plan.stacks, results)}
