@@ -52,7 +52,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-__all__ = ["CallProfile", "lpt_makespan", "profiled", "record_task", "thread_cpu_s"]
+__all__ = ["CallProfile", "lpt_makespan", "profiled", "record_task", "recording", "thread_cpu_s"]
 
 
 def thread_cpu_s() -> float:
@@ -215,6 +215,15 @@ def profiled(plan_threads: int):
 def plan_threads() -> int | None:
     """The thread count to cut work for while :func:`profiled` is active, else None."""
     return getattr(_STATE, "plan_threads", None)
+
+
+def recording() -> bool:
+    """True inside :func:`profiled` with no call recorded yet: a :func:`call` would start one.
+
+    A plain function (one attribute read each), so that an engine call outside a profile,
+    or nested in a recorded one, skips the context manager of :func:`call` altogether.
+    """
+    return getattr(_STATE, "sink", None) is not None and getattr(_STATE, "profile", None) is None
 
 
 @contextlib.contextmanager

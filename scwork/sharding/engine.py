@@ -1154,10 +1154,11 @@ def _make_jobs(plan: StackingPlan, batch: FeatureBatch, G: int, S: int, want_csr
     copy of its :class:`_JobTemplate` (kept for the plan and the call's shape) and
     every zero-filled counter is a view of one zeroed block.
 
-    ``before_counters(part_counts)``: called before anything the size of the
+    ``before_counters(part_counts, part_sums)``: called before anything the size of the
     topology is allocated (the scratch check), with the raw ids of each of
     ``plan.parts`` (the stacks before merging; ``plan.stacks`` if it has none) in
-    each slice, ``(parts, slices)``, or None where a stack has no table.
+    each slice, ``(parts, slices)``, or None where a stack has no table; and
+    ``(their total, the sum of each part's largest slice)`` or None.
     """
     nsl = G * S
     stacks = plan.stacks
@@ -1180,12 +1181,16 @@ def _make_jobs(plan: StackingPlan, batch: FeatureBatch, G: int, S: int, want_csr
         stack_max = stack_max_all.tolist()
         slice_lists = stack_slices_all.tolist()
         if before_counters is not None:
+            # with the parts' raw ids in all and the sum of their largest slices (what a
+            # statistics call's estimate takes), from what is at hand: no reduction of the
+            # parts' counts for it
+            total = sum(map(sum, slice_lists))
             if tables.part_starts is None:          # every part one group (no stacking): its rows
-                before_counters(gcounts)
+                before_counters(gcounts, (total, int(group_max_all.sum())))
             elif tables.parts_are_stacks:
-                before_counters(stack_slices_all)
+                before_counters(stack_slices_all, (total, sum(map(max, slice_lists))))
             else:
-                before_counters(part_slices)
+                before_counters(part_slices, (total, sum(map(max, part_slices.tolist()))))
     else:
         gcounts, sloff_all, uloff_all, stack_slices_all = _group_tables_numpy(tables, stacks, slice_counts, nsl,
                                                                                 before_counters)
@@ -1357,8 +1362,8 @@ def _execute(plan: StackingPlan, batch: FeatureBatch, G: int, S: int, kern: _Bac
 
         # naive view (per group and partition range) and the compaction of staged stacks:
         # the task list depends on the counts alone, so it is made while the slices run
-        finish, finish_sizes = [], []
-        overlap = _finish_list_steps(jobs, target, finish, finish_sizes)
+        finish, finish_sizes, largest = [], [], [0]
+        overlap = _finish_list_steps(jobs, target, finish, finish_sizes, largest)
         if prepare is not None:
             overlap += list(prepare) if isinstance(prepare, (list, tuple)) else [prepare]
         _run_tasks(slices, work, sizes, num_threads, "slices", overlap=overlap)
@@ -1386,7 +1391,7 @@ def _execute(plan: StackingPlan, batch: FeatureBatch, G: int, S: int, kern: _Bac
         if not staged:
             # first in the batch (the largest size): what follows the batch waits for it
             finish.append([(None, after)])
-            finish_sizes.append(max(finish_sizes, default=0) + 1)
+            finish_sizes.append(largest[0] + 1)     # (the largest, found while the slices ran)
         _run_tasks(_finish_task(kern), _Chain(finish), finish_sizes, num_threads, "finish")
         if staged:
             after()
@@ -1400,22 +1405,24 @@ def _execute(plan: StackingPlan, batch: FeatureBatch, G: int, S: int, kern: _Bac
         _POOL.give(ulist_buf)
 
 
-def _finish_list_steps(jobs, target: float, finish: list, finish_sizes: list) -> list:
+def _finish_list_steps(jobs, target: float, finish: list, finish_sizes: list, largest: list) -> list:
     """Steps that append the finish batch's tasks (naive view, compaction) to ``finish``, as
     sequences of items (read as one by :class:`_Chain`), and their sizes to ``finish_sizes``:
     one per job, so that the calling thread, making them while the slices run, lets a
-    worker take the GIL between two."""
+    worker take the GIL between two. ``largest[0]`` becomes the largest size (from 0)."""
     def naive_list(j):
         def make():
             items, item_sizes = j.naive_items(target)
             finish.append(items)
             finish_sizes.extend(item_sizes)
+            largest[0] = max(largest[0], max(item_sizes, default=0))
         return make
 
     def staged_list():
         staged = [j for j in jobs if j.staged]
         finish.append([(j, None) for j in staged])
         finish_sizes.extend(4 * j.num_ids for j in staged)
+        largest[0] = max([largest[0], *(4 * j.num_ids for j in staged)])
 
     return [naive_list(j) for j in jobs] + [staged_list]
 
@@ -1548,6 +1555,8 @@ def _check_jobs(jobs, batch, G, S, config, want_csr):
 
 def _run(*args, **kwargs):
     """:func:`_run_call`, recorded as one call while profiling (:mod:`scwork.sharding._profile`)."""
+    if not _profile.recording():          # not profiling, or nested in a recorded call
+        return _run_call(*args, **kwargs)
     with _profile.call():
         return _run_call(*args, **kwargs)
 
@@ -1639,9 +1648,9 @@ def _prepare_call(batch, features, topology, stacking, config, on_out_of_vocabul
     # retry without out-of-vocabulary ids counts again)
     slice_counts = _slice_counts(batch, G * S)
 
-    def check_scratch(stack_counts):
+    def check_scratch(stack_counts, stack_sums=None):
         # between the jobs' counts and their counters: from the counts the jobs make anyway
-        _check_scratch(plan, batch, G, S, want_csr, num_threads, slice_counts, stack_counts)
+        _check_scratch(plan, batch, G, S, want_csr, num_threads, slice_counts, stack_counts, stack_sums)
 
     jobs = _jobs_of(plan, batch, G, S, want_csr, config, num_threads, slice_counts, check_scratch)
     return _PreparedCall(batch, topology, config, on_out_of_vocabulary, plan, kern, num_threads, want_csr,
@@ -1758,6 +1767,8 @@ def _statistics_of_prepared(call: _PreparedCall, overlap=None):
     ``overlap``: serial work for the calling thread while the slices run (the next
     step's preparation), independent of this call's results.
     """
+    if not _profile.recording():
+        return _complete_call(call, False, overlap)[1]
     with _profile.call():
         _, parts, _, _ = _complete_call(call, False, overlap)
     return parts
