@@ -131,6 +131,8 @@ from scwork.sharding._scratch import (
     _carve_owned,
     _layout,
     _views,
+    free_leftovers,
+    keep_until_next_call,
     release_buffers,
 )
 from scwork.sharding._plan_cache import plan_derived
@@ -1396,6 +1398,10 @@ def _execute(plan: StackingPlan, batch: FeatureBatch, G: int, S: int, kern: _Bac
         if staged:
             after()
         naive = [j.naive_rows() for j in jobs]
+        if not want_csr:
+            # nobody reads a statistics call's jobs and task lists any more (their counters
+            # are in the results): the next call frees them while its slices run
+            keep_until_next_call((jobs, work, sizes, finish, finish_sizes))
         return done[0], (naive[0] if len(naive) == 1 else np.concatenate(naive))
     finally:
         del scratch, ulists
@@ -1682,7 +1688,7 @@ def _complete_call(call: _PreparedCall, dataset: bool = True, overlap=None):
         if dataset:
             built[0].build_dataset()
 
-    prepare = [prepare_arrays, prepare_dataset]
+    prepare = [prepare_arrays, prepare_dataset, free_leftovers]
     if overlap is not None:
         prepare += list(overlap) if isinstance(overlap, (list, tuple)) else [overlap]
 
@@ -1719,7 +1725,7 @@ def _complete_call(call: _PreparedCall, dataset: bool = True, overlap=None):
             if on_out_of_vocabulary == "error" or attempt == 1:
                 _raise_oov(batch_used, plan, err.position)
             # the caller's overlap ran with the first attempt's slices: not again
-            prepare = prepare[:2]
+            prepare = prepare[:3]
             masks = _oov_masks(batch, plan)
             for st in plan.stacks:
                 oov_counts[st.name] = int(sum(masks[f.name].sum() for f in st.features))
