@@ -891,12 +891,26 @@ class _MergedJob:
     def finish_sums(self) -> None:
         """Nothing: each part's counters are its groups' sums, made in :meth:`results`."""
 
+    naive_out = None
+
+    def naive_into(self, out: np.ndarray) -> None:
+        """Make :meth:`naive_rows` the caller's ``out``, ``(parts, P)`` int64 (before the naive-view tasks).
+
+        With one table per part the naive-view tasks add straight into ``out`` (zeroed
+        here); else the groups' rows are summed into it: no copy of the rows after the
+        tasks (the statistics' array is ``out``).
+        """
+        if len(self.stack.group_starts) - 1 == len(self.groups):
+            out[...] = 0
+            self.naive_g = out
+        self.naive_out = out
+
     def naive_rows(self) -> np.ndarray:
         """``(parts, P)``: each part's naive view, the sum of its groups' (after the naive-view tasks)."""
         starts = self.stack.group_starts[:-1]
         if len(starts) == len(self.groups):
             return self.naive_g
-        return np.add.reduceat(self.naive_g, np.array(starts, np.int64), axis=0)
+        return np.add.reduceat(self.naive_g, np.array(starts, np.int64), axis=0, out=self.naive_out)
 
     def results(self, naive: bool = True) -> list[dict]:
         """One result per stack of the run, as each stack's own job gives it.
@@ -1688,7 +1702,14 @@ def _complete_call(call: _PreparedCall, dataset: bool = True, overlap=None):
         if dataset:
             built[0].build_dataset()
 
-    prepare = [prepare_arrays, prepare_dataset, free_leftovers]
+    def place_naive():
+        # a statistics call's one job (every stack merged) writes its naive view into the
+        # statistics' array itself: no copy after the last task (a retry has other jobs)
+        jobs = call.jobs
+        if batch_used is batch and len(jobs) == 1 and isinstance(jobs[0], _MergedJob):
+            jobs[0].naive_into(built[0].naive_unique)
+
+    prepare = [prepare_arrays, place_naive, prepare_dataset, free_leftovers]
     if overlap is not None:
         prepare += list(overlap) if isinstance(overlap, (list, tuple)) else [overlap]
 
@@ -1725,7 +1746,7 @@ def _complete_call(call: _PreparedCall, dataset: bool = True, overlap=None):
             if on_out_of_vocabulary == "error" or attempt == 1:
                 _raise_oov(batch_used, plan, err.position)
             # the caller's overlap ran with the first attempt's slices: not again
-            prepare = prepare[:3]
+            prepare = prepare[:4]
             masks = _oov_masks(batch, plan)
             for st in plan.stacks:
                 oov_counts[st.name] = int(sum(masks[f.name].sum() for f in st.features))
