@@ -318,9 +318,20 @@ class _Oov(Exception):
 
 
 def _weights_of(batch: FeatureBatch):
+    """``(weights, has_w)`` as the kernels read them (float32 weights of every id, one int8
+    flag per feature); for a batch without weights, arrays shared by every call with as
+    many features (the kernels only read them)."""
     if batch._weights is None:
-        return np.zeros(0, np.float32), np.zeros(len(batch), np.int8)
+        nf = len(batch)
+        shared = _UNWEIGHTED.get(nf)
+        if shared is None:
+            shared = _UNWEIGHTED[nf] = (np.zeros(0, np.float32), np.zeros(nf, np.int8))
+        return shared
     return batch._weights, np.array(batch._has_weights, np.int8)
+
+
+# feature count -> (no weights, all-zero flags): a call made them twice (two allocations each)
+_UNWEIGHTED: dict[int, tuple[np.ndarray, np.ndarray]] = {}
 
 
 # --------------------------------------------------------------------------------------
@@ -1202,7 +1213,7 @@ def _make_jobs(plan: StackingPlan, batch: FeatureBatch, G: int, S: int, want_csr
             # parts' counts for it
             total = sum(map(sum, slice_lists))
             if tables.part_starts is None:          # every part one group (no stacking): its rows
-                before_counters(gcounts, (total, int(group_max_all.sum())))
+                before_counters(gcounts, (total, sum(group_max_all.tolist())))
             elif tables.parts_are_stacks:
                 before_counters(stack_slices_all, (total, sum(map(max, slice_lists))))
             else:
