@@ -52,7 +52,8 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-__all__ = ["CallProfile", "lpt_makespan", "profiled", "record_task", "recording", "thread_cpu_s"]
+__all__ = ["CallProfile", "lpt_makespan", "own_work_mark", "profiled", "record_own_work", "record_task", "recording",
+           "thread_cpu_s"]
 
 
 def thread_cpu_s() -> float:
@@ -274,6 +275,35 @@ def record_task(prof: CallProfile, batch: str, seconds: float, size: float) -> N
         prof.batches.append((batch, [seconds]))
         prof.sizes.append([float(size)])
     prof.recorded_s += seconds
+
+
+def _counted_s(prof: CallProfile) -> float:
+    """Seconds of the call so far held by tasks, overlaps and the profiler itself."""
+    return prof.task_s + prof.overlap_s + prof.profiler_s
+
+
+def own_work_mark(prof: CallProfile) -> tuple[float, float]:
+    """Where a piece of work starts, for :func:`record_own_work`: ``(CPU seconds, counted seconds)``."""
+    entry = thread_cpu_s()
+    counted = _counted_s(prof)
+    start = thread_cpu_s()
+    prof.profiler_s += start - entry          # (summing the batches is the profiler's time)
+    return start, counted
+
+
+def record_own_work(prof: CallProfile, batch: str, mark: tuple[float, float], size: float = 0.0) -> float:
+    """Record what this thread did since ``mark`` (:func:`own_work_mark`) as one task of ``batch``,
+    less what tasks, overlaps and the profiler recorded meanwhile (the engine calls and
+    reads inside it are counted once, as theirs). For work that runs inside a task of its
+    own beside its like (a dataset chunk task's Python around its engine calls). Returns
+    the seconds recorded.
+    """
+    end = thread_cpu_s()
+    counted = _counted_s(prof)
+    seconds = max(0.0, (end - mark[0]) - (counted - mark[1]))
+    record_task(prof, batch, seconds, size)
+    prof.profiler_s += thread_cpu_s() - end
+    return seconds
 
 
 def run_serially(prof: CallProfile, name: str, fn, items, sizes, overlap=None) -> list:

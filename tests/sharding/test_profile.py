@@ -141,3 +141,55 @@ def test_work_recorded_as_a_task_inside_an_overlap_or_a_task_is_counted_once():
     assert 0 <= prof.batches[1][1][0] < 0.5 * spent[1]
     # the recorded tasks are counted once: as tasks
     assert prof.task_s == pytest.approx(sum(spent) + prof.batches[1][1][0], abs=0)
+
+
+def _spin(seconds: float) -> float:
+    """Burn ``seconds`` of this thread's CPU; the seconds burnt."""
+    from scwork.sharding import _profile
+
+    start = _profile.thread_cpu_s()
+    while _profile.thread_cpu_s() - start < seconds:
+        pass
+    return _profile.thread_cpu_s() - start
+
+
+def test_own_work_around_tasks_is_recorded_once_as_a_task_of_its_own():
+    """A dataset chunk task's own Python (record_own_work) is recorded as one task, less the
+    engine tasks, overlaps and reads recorded inside it: each second counted once."""
+    from scwork.sharding import _profile
+
+    prof = _profile.CallProfile(4)
+    mark = _profile.own_work_mark(prof)
+    own = _spin(0.01)
+    inside = []
+    _profile.run_serially(prof, "slices", lambda item, worker: inside.append(_spin(0.02)), [0, 1], [1.0, 1.0],
+                          overlap=lambda: _spin(0.01))
+    _profile.record_task(prof, "reads", _spin(0.015), 5)
+    own += _spin(0.01)
+    recorded = _profile.record_own_work(prof, "chunks", mark)
+    names = [name for name, _ in prof.batches]
+    assert names == ["slices", "reads", "chunks"]
+    assert prof.batches[2][1] == [recorded] and prof.sizes[2] == [0.0]
+    # the own work only (clock reads and bookkeeping add a little; the 50 ms inside do not)
+    assert own <= recorded < own + 0.005
+    # what was serial before is a task now: a second chunk's like it would run beside it
+    total = own + sum(inside) + prof.overlaps[0] + 0.015
+    prof.total_s = total + prof.profiler_s
+    assert prof.serial_s < 0.005
+
+
+def test_record_own_work_inside_an_overlap_is_taken_out_of_it():
+    """Own work recorded inside an overlap (a chunk task run by a read-ahead step) leaves the overlap."""
+    from scwork.sharding import _profile
+
+    prof = _profile.CallProfile(2)
+    seconds = []
+
+    def step():
+        mark = _profile.own_work_mark(prof)
+        _spin(0.02)
+        seconds.append(_profile.record_own_work(prof, "chunks", mark))
+
+    _profile.run_serially(prof, "slices", lambda item, worker: None, [0], [1.0], overlap=step)
+    assert [n for n, _ in prof.batches] == ["chunks", "slices"]
+    assert 0 <= prof.overlaps[1] < 0.5 * seconds[0]
