@@ -1599,7 +1599,7 @@ def _run_call(batch, features, topology, stacking, config, on_out_of_vocabulary,
     The statistics are a Dataset, or with ``dataset=False`` its parts (variables,
     coordinates, attributes: :func:`~scwork.sharding.results._stats_parts`). The
     per-stack results are those of :func:`_check_jobs` with CSR; a statistics-only
-    call's list is empty (they are in the statistics, and were freed in a task).
+    call's list is empty (they are in the statistics; the next call frees them).
     "Any id dropped": whether ``dropped_ids`` has a non-zero entry.
     """
     return _complete_call(_prepare_call(batch, features, topology, stacking, config, on_out_of_vocabulary,
@@ -1744,8 +1744,9 @@ def _complete_call(call: _PreparedCall, dataset: bool = True, overlap=None):
         found["dropped"] = bool(np.count_nonzero(builder.dropped))
         if not want_csr:
             # a statistics call's per-stack results are in the statistics now and nobody
-            # reads them after: freed here, in a task, not on the calling thread at the end
-            results.clear()
+            # reads them after: freed by the next call while its slices run (not here: this
+            # task is the finish batch's longest at 64 threads; not at the end of the call)
+            keep_until_next_call(results)
 
     for attempt in range(2):
         try:
@@ -1776,7 +1777,7 @@ def _complete_call(call: _PreparedCall, dataset: bool = True, overlap=None):
             f"(suggested_coo_buffer_size_per_device) and were dropped; the batch needs "
             f"{int(parts[0]['required_buffer_size_per_device'][1][i].max())} entries on its "
             f"fullest device: raise the suggestion or leave it unset"), stacklevel=3)
-    return plan, stats, results, found["dropped"]
+    return plan, stats, (results if want_csr else []), found["dropped"]
 
 
 def _statistics_parts(batch: FeatureBatch, features: Any, topology: Topology, stacking: Any,
