@@ -136,6 +136,7 @@ from scwork.sharding._scratch import (
     release_buffers,
 )
 from scwork.sharding._plan_cache import plan_derived
+from scwork.sharding._profile import dispatch_order
 from scwork.sharding._threads import _TASKS_PER_THREAD, _run_tasks, let_workers_run, resolve_num_threads
 from scwork.sharding.batch import FeatureBatch, _check_gains
 from scwork.sharding.results import (
@@ -558,14 +559,15 @@ class _StackJob:
         ``target`` is cut further into ranges of its groups (tables).
         """
         items, sizes = self.tasks_of(target, by_group)
-        return [tuple(item[1:]) for item in items], sizes
+        return [tuple(item[1:]) for item in items], (sizes.tolist() if isinstance(sizes, np.ndarray) else sizes)
 
     def tasks_of(self, target: float, by_group: bool) -> tuple[Any, list[int]]:
         """:meth:`work_units` as the dispatcher takes them, ``(job, s0, s1, g0, g1)`` items, and their sizes.
 
         The items are a list, or for a cut by groups a :class:`_GroupCut` that makes
         each item when a worker takes it (hundreds of tuples made, and freed after
-        the call, were a tenth of a statistics call's serial time).
+        the call, were a tenth of a statistics call's serial time), its sizes an int64
+        array (the dispatcher argsorts them: no list of Python ints to make and sort).
         """
         ng = len(self.groups)
         if not math.isfinite(target) or not by_group or ng == 1 or self.stack_slice_max <= target:
@@ -579,7 +581,7 @@ class _StackJob:
 
         cut = np.empty((ng * self.nsl, 4), np.int64)
         k = cut_groups(self.counts, float(target), cut)
-        return _GroupCut(self, cut[:k]), cut[:k, 3].tolist()
+        return _GroupCut(self, cut[:k]), cut[:k, 3]          # (sizes as an array: the dispatcher argsorts them)
 
     def naive_units(self, target: float) -> list[tuple[int, int, int]]:
         """Naive-view tasks ``(group, p0, p1)``: partition ranges of about ``target`` ids."""
@@ -1389,8 +1391,8 @@ def _execute(plan: StackingPlan, batch: FeatureBatch, G: int, S: int, kern: _Bac
 
         # naive view (per group and partition range) and the compaction of staged stacks:
         # the task list depends on the counts alone, so it is made while the slices run
-        finish, finish_sizes, largest = [], [], [0]
-        overlap = _finish_list_steps(jobs, target, finish, finish_sizes, largest)
+        finish, finish_sizes, largest, order = [], [], [0], []
+        overlap = _finish_list_steps(jobs, target, finish, finish_sizes, largest, order)
         if prepare is not None:
             overlap += list(prepare) if isinstance(prepare, (list, tuple)) else [prepare]
         _run_tasks(slices, work, sizes, num_threads, "slices", overlap=overlap)
@@ -1419,7 +1421,8 @@ def _execute(plan: StackingPlan, batch: FeatureBatch, G: int, S: int, kern: _Bac
             # first in the batch (the largest size): what follows the batch waits for it
             finish.append([(None, after)])
             finish_sizes.append(largest[0] + 1)     # (the largest, found while the slices ran)
-        _run_tasks(_finish_task(kern), _Chain(finish), finish_sizes, num_threads, "finish")
+            order.insert(0, len(finish_sizes) - 1)   # (its index: the chain's last item)
+        _run_tasks(_finish_task(kern), _Chain(finish), finish_sizes, num_threads, "finish", order=order)
         if staged:
             after()
         naive = [j.naive_rows() for j in jobs]
@@ -1436,11 +1439,12 @@ def _execute(plan: StackingPlan, batch: FeatureBatch, G: int, S: int, kern: _Bac
         _POOL.give(ulist_buf)
 
 
-def _finish_list_steps(jobs, target: float, finish: list, finish_sizes: list, largest: list) -> list:
+def _finish_list_steps(jobs, target: float, finish: list, finish_sizes: list, largest: list, order: list) -> list:
     """Steps that append the finish batch's tasks (naive view, compaction) to ``finish``, as
     sequences of items (read as one by :class:`_Chain`), and their sizes to ``finish_sizes``:
     one per job, so that the calling thread, making them while the slices run, lets a
-    worker take the GIL between two. ``largest[0]`` becomes the largest size (from 0)."""
+    worker take the GIL between two. ``largest[0]`` becomes the largest size (from 0),
+    ``order`` the items' dispatch order (:func:`~scwork.sharding._profile.dispatch_order`)."""
     def naive_list(j):
         def make():
             items, item_sizes = j.naive_items(target)
@@ -1454,6 +1458,8 @@ def _finish_list_steps(jobs, target: float, finish: list, finish_sizes: list, la
         finish.append([(j, None) for j in staged])
         finish_sizes.extend(4 * j.num_ids for j in staged)
         largest[0] = max([largest[0], *(4 * j.num_ids for j in staged)])
+        # and their dispatch order (the dispatcher's serial work, done here instead)
+        order[:] = dispatch_order(finish_sizes)
 
     return [naive_list(j) for j in jobs] + [staged_list]
 
@@ -1542,7 +1548,7 @@ def _units(jobs, target: float, by_group) -> tuple[Any, list[int]]:
     for j in jobs:
         items, item_sizes = j.tasks_of(target, by_group(j))
         work += items
-        sizes += item_sizes
+        sizes.extend(item_sizes)          # (not +=: a list += an array is numpy's addition)
     return work, sizes
 
 

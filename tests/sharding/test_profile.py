@@ -193,3 +193,39 @@ def test_record_own_work_inside_an_overlap_is_taken_out_of_it():
     _profile.run_serially(prof, "slices", lambda item, worker: None, [0], [1.0], overlap=step)
     assert [n for n, _ in prof.batches] == ["chunks", "slices"]
     assert 0 <= prof.overlaps[1] < 0.5 * seconds[0]
+
+
+@pytest.mark.parametrize("n", [0, 1, 5, 32, 33, 500])
+def test_dispatch_order_is_largest_first_ties_in_item_order(n):
+    """The dispatcher's order (an argsort beyond 32 items) equals the stable sort by descending size."""
+    from scwork.sharding._profile import dispatch_order
+
+    rng = np.random.default_rng(n)
+    for sizes in (rng.integers(0, 5, n).tolist(), rng.integers(0, 10**9, n), rng.random(n).tolist()):
+        expected = sorted(range(n), key=lambda i: -sizes[i])
+        assert dispatch_order(sizes) == expected
+
+
+def test_the_dispatch_order_is_counted_as_serial_time_not_the_profilers():
+    """Ordering the tasks is what the threaded dispatcher does on the calling thread before any
+    task: the profile counts it as the call's serial time."""
+    from scwork.sharding import _profile
+
+    prof = _profile.CallProfile(4)
+    calls = []
+    real = _profile.dispatch_order
+
+    def slow_order(sizes):
+        calls.append(_spin(0.02))
+        return real(sizes)
+
+    try:
+        _profile.dispatch_order = slow_order
+        start = _profile.thread_cpu_s()
+        _profile.run_serially(prof, "slices", lambda item, worker: None, [0, 1], [1.0, 2.0])
+        prof.total_s = _profile.thread_cpu_s() - start
+    finally:
+        _profile.dispatch_order = real
+    assert len(calls) == 1
+    assert prof.profiler_s < 0.5 * calls[0]
+    assert prof.serial_s >= calls[0]
