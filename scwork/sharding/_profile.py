@@ -54,8 +54,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-__all__ = ["CallProfile", "dispatch_order", "lpt_makespan", "own_work_mark", "profiled", "record_own_work", "record_task", "recording",
-           "thread_cpu_s"]
+__all__ = ["CallProfile", "dispatch_order", "lpt_makespan", "own_work_mark", "profiled", "record_own_work",
+           "record_task", "recording", "thread_cpu_s"]
 
 
 def thread_cpu_s() -> float:

@@ -1794,7 +1794,7 @@ def _statistics_parts(batch: FeatureBatch, features: Any, topology: Topology, st
     (a Dataset per step was a third of its serial time).
     """
     _, parts, _, _ = _run(batch, features, topology, stacking, config, on_out_of_vocabulary, None, None,
-                       DEFAULT_ACTIVATION_MEM_BYTES_LIMIT, num_threads, backend, want_csr=False, dataset=False)
+                          DEFAULT_ACTIVATION_MEM_BYTES_LIMIT, num_threads, backend, want_csr=False, dataset=False)
     return parts
 
 
@@ -1946,7 +1946,7 @@ def preprocess(batch: FeatureBatch, features: Any, topology: Topology, stacking:
     """
     config = _DEFAULT_CONFIG if config is None else config
     plan, stats, results, _ = _run(batch, features, topology, stacking, config, on_out_of_vocabulary, stack_limits,
-                                rotation, activation_mem_bytes_limit, num_threads, backend, want_csr=True)
+                                   rotation, activation_mem_bytes_limit, num_threads, backend, want_csr=True)
     csr = {st.name: r["csr"] for st, r in zip(plan.stacks, results)}
     drops = {st.name: r["drops"] for st, r in zip(plan.stacks, results)}
     return PreprocessResult(stats, csr, plan, drops)
