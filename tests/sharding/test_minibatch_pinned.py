@@ -1,0 +1,367 @@
+"""Mini-batching plans whose every expected value is worked out by hand (issue 21).
+
+tests/sharding/test_minibatch.py checks properties and the kernels against their
+references, test_minibatch_golden.py two small stacks, tests/oracle the real
+jax-tpu-embedding. Here each number is written out with its arithmetic from the
+definitions: jax-tpu-embedding's ``ComputeMinibatchingSplit`` (a tree node is split
+when its two children's counts add up *above* the limit; the larger child is carried
+up then, else the sum) and ``GetSplitPos``; the identity bucket hash
+(``col_id & (num_buckets - 1)``, the hash the library's own tests use) with
+``col_id = p + P * (id // P + row_offset_in_shard)``, ``p = (id + col_shift) % P``;
+the greedy sample runs of the sample strategy; and how the vocabulary scan cuts its
+work into tasks (visible through :func:`scwork.sharding._profile.profiled`, which
+records every task's size, and through the scratch estimate of the memory check).
+
+``Topology(d, s)`` has ``G = d`` devices, ``S = s`` SparseCores per device and
+``P = d * s`` partitions; a slice is the ``n = B / (G * S)`` samples of one source
+SparseCore, slice ``d * S + s``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import scwork
+from scwork.errors import ConfigError, LimitExceededError, OutOfVocabularyError
+from scwork.sharding import FeatureBatch, FeatureSpec, SparsecoreConfig, TableSpec, minibatch
+from scwork.sharding._profile import profiled
+from scwork.sharding.minibatch import (
+    bucket_of,
+    compute_minibatching_split,
+    split_positions,
+    split_to_minibatches,
+)
+
+IDENTITY = dict(stacking=None, bucket_hash="identity")
+
+
+# --------------------------------------------------------------------------------------
+# the split tree
+# --------------------------------------------------------------------------------------
+def test_a_node_is_split_only_above_the_limit():
+    # 2 buckets: one node (the root); 3 + 2 = 5 fits 5, not 4
+    assert compute_minibatching_split([3, 2], 5) == 0
+    assert compute_minibatching_split([3, 2], 4) == 0b1
+    # 4 buckets, limit 5: level 1 nodes 0 (3 + 2 = 5, fits, carries 5) and 1 (0 + 1 = 1,
+    # carries 1); root (node 2): 5 + 1 = 6 > 5, split
+    assert compute_minibatching_split([3, 2, 0, 1], 5) == 0b100
+    # 4 buckets, limit 4: node 0 splits (5 > 4) and carries max(3, 2) = 3; root 3 + 1 = 4 fits
+    assert compute_minibatching_split([3, 2, 0, 1], 4) == 0b1
+    # no limit: never split; one bucket: no node at all
+    assert compute_minibatching_split([9, 9], None) == 0
+    assert compute_minibatching_split([100], 1) == 0
+    assert compute_minibatching_split(np.zeros((0, 8), np.int64), 1) == 0
+
+
+def test_the_masks_of_several_rows_are_ored_and_any_shape_is_rows():
+    # row 0 [1, 1, 0, 0] limit 2: node 0 carries 2, node 1 carries 0, root 2 fits: no bit.
+    # row 1 [0, 0, 1, 2]: node 1 splits (3 > 2) and carries 2, root 0 + 2 fits: bit 1.
+    rows = np.array([[[1, 1, 0, 0]], [[0, 0, 1, 2]]])            # (2, 1, 4): two rows of 4
+    assert compute_minibatching_split(rows, 2) == 0b10
+    assert compute_minibatching_split(rows[0], 2) == 0
+    # the input is not modified (the tree works on a copy)
+    assert rows.tolist() == [[[1, 1, 0, 0]], [[0, 0, 1, 2]]]
+
+
+def test_the_carried_count_is_the_larger_child_after_a_split():
+    # 8 buckets, limit 10: level 1: node 0 (9 + 0) carries 9, node 1 (0 + 0) 0, node 2
+    # (6 + 6 = 12 > 10) splits and carries 6, node 3 carries 0. level 2: node 4 (9 + 0)
+    # carries 9, node 5 (6 + 0) carries 6. root (node 6): 15 > 10 splits.
+    # (Carrying the sum 12 would give the same root; the smaller 6 of [6, 7] shows it:)
+    assert compute_minibatching_split([9, 0, 0, 0, 6, 6, 0, 0], 10) == (1 << 2) | (1 << 6)
+    # [4, 7, 0, 0, 0, 0, 0, 0], limit 10: node 0 splits (11), carries 7 (not 4, not 11);
+    # node 4: 7 + 0 fits; root 7 + 0 fits.
+    assert compute_minibatching_split([4, 7, 0, 0, 0, 0, 0, 0], 10) == 0b1
+    # [4, 7, 4, 0, ...], limit 10: node 0 splits, carries 7; node 4: 7 + 4 = 11 splits
+    assert compute_minibatching_split([4, 7, 4, 0, 0, 0, 0, 0], 10) == 0b10001
+    # were the smaller child (4) carried, node 4 would hold 4 + 4 = 8 and fit
+    assert compute_minibatching_split([7, 4, 4, 0, 0, 0, 0, 0], 10) == 0b10001
+
+
+@pytest.mark.parametrize("bad", [0, -2, 3, 6, 65, 96, 128, True, 2.0, "8", None])
+def test_num_buckets_is_a_power_of_two_up_to_64(bad):
+    with pytest.raises(ConfigError, match=r"num_buckets must be a power of two between 1 and 64 .* got "):
+        split_to_minibatches(0, bad)
+
+
+def test_split_positions_and_minibatches_at_every_size():
+    # 1 bucket: no node, one mini-batch
+    assert split_positions(0, 1) == 0
+    assert split_to_minibatches(0, 1).tolist() == [0]
+    # 2 buckets: node 0 is the root, cut after bucket 0
+    assert split_positions(1, 2) == 1
+    assert split_to_minibatches(1, 2).tolist() == [0, 1]
+    assert split_to_minibatches(np.int64(1), np.int64(2)).tolist() == [0, 1]
+    # 4 buckets: nodes 0, 1 (level 1) cut after buckets 0 and 2; node 2 (root) after 1
+    assert [split_positions(1 << k, 4) for k in range(3)] == [0b1, 0b100, 0b10]
+    assert split_to_minibatches(0b101, 4).tolist() == [0, 1, 2, 2]
+    # 64 buckets: node 31 is the last of level 1 (cut after bucket 62), node 32 the first
+    # of level 2 (after bucket 1), node 62 the root (after bucket 31)
+    assert split_positions(1 << 31, 64) == 1 << 62
+    assert split_positions(1 << 32, 64) == 1 << 1
+    assert split_positions(1 << 62, 64) == 1 << 31
+    groups = split_to_minibatches((1 << 62) | (1 << 31), 64)
+    assert groups.tolist() == [0] * 32 + [1] * 31 + [2]
+    # bits past the tree's nodes are not read
+    assert split_positions(1 << 7, 8) == 0 and split_to_minibatches(1 << 7, 8).tolist() == [0] * 8
+
+
+# --------------------------------------------------------------------------------------
+# buckets
+# --------------------------------------------------------------------------------------
+def test_bucket_of_uses_shift_and_row_offset_and_any_array_shape():
+    # P = 4, col_shift 1, row offset 2: id 6 -> p = 7 % 4 = 3, col = 3 + 4 * (1 + 2) = 15;
+    # id 3 -> p = 0, col = 0 + 4 * (0 + 2) = 8; 16 buckets: 15 and 8
+    assert bucket_of([[6], [3]], 4, 1, 2, num_buckets=16, bucket_hash="identity").tolist() == [15, 8]
+    # 4 buckets: 15 & 3 = 3, 8 & 3 = 0
+    assert bucket_of(np.array([6, 3]), 4, 1, 2, num_buckets=4, bucket_hash="identity").tolist() == [3, 0]
+    assert bucket_of([], 4, bucket_hash="identity").tolist() == []
+    with pytest.raises(ConfigError, match="bucket_hash must be one of"):
+        bucket_of([1], 4, bucket_hash="md5")
+    with pytest.raises(ConfigError, match="num_buckets"):
+        bucket_of([1], 4, num_buckets=128)
+
+
+# --------------------------------------------------------------------------------------
+# the plan object
+# --------------------------------------------------------------------------------------
+def _two_stacks(split_scope):
+    # P = 1, 8 buckets, identity hash. t: ids 0..7 in two samples of four, limits 4: its
+    # root splits (4 + 4 > 4), buckets 0..3 | 4..7. u: 4 ids, limit 64: fits.
+    batch = FeatureBatch.from_ragged({"f": ([0, 1, 2, 3, 4, 5, 6, 7], [0, 4, 8]), "g": ([0, 5, 1, 6], [0, 2, 4])})
+    t = TableSpec("t", 64, 8, max_ids_per_partition=4, max_unique_ids_per_partition=4)
+    u = TableSpec("u", 64, 8, max_ids_per_partition=64)
+    return minibatch(batch, [FeatureSpec("f", t), FeatureSpec("g", u)], scwork.Topology(1, 1), num_buckets=8,
+                     split_scope=split_scope, **IDENTITY)
+
+
+def test_repr_names_every_stack_and_the_largest_count():
+    mb = _two_stacks("stack")           # t: 2 mini-batches, u: 1
+    assert mb.max_minibatches == 2
+    assert repr(mb) == (
+        "MiniBatchPlan(strategy='vocabulary', split_scope='stack', 2 stacks, max 2 mini-batches)\n"
+        "  t: 2 mini-batches (max_ids_per_partition=4, max_unique_ids_per_partition=4)\n"
+        "  u: 1 mini-batches (max_ids_per_partition=64, max_unique_ids_per_partition=None)")
+    html = mb._repr_html_()
+    assert "MiniBatchPlan (strategy vocabulary, split per stack): at most 2 mini-batches per step on 1 chip" in html
+    cells = [row.split("</td>")[:4] for row in html.split("<tr>")[2:]]
+    assert [[c.rsplit(">", 1)[1] for c in row] for row in cells] == [["t", "2", "4", "4"], ["u", "1", "64", ""]]   # None: an empty cell
+
+
+def test_batch_for_takes_an_index_below_the_largest_count():
+    mb = _two_stacks("stack")
+    for bad in (-1, 2, True, 1.0, "1"):
+        with pytest.raises(ConfigError, match=r"mini-batch index must be an int in 0\.\.1, got "):
+            mb.batch_for(bad)
+    # the last index: t's ids 4..7 (buckets 4..7), nothing of u (one mini-batch only)
+    last = mb.batch_for(np.int64(1))
+    assert last.ids("f").tolist() == [4, 5, 6, 7] and last.ids("g").tolist() == []
+    assert [b.ids("g").tolist() for b in mb.batches()] == [[0, 5, 1, 6], []]
+    # the same array every call (cached), aligned with the batch's ids
+    assert mb.minibatch_of("f") is mb.minibatch_of("f")
+    assert mb.minibatch_of("f").tolist() == [0, 0, 0, 0, 1, 1, 1, 1]
+    # with one split for the batch u is cut at t's boundary: g's 0, 1 | 5, 6
+    both = _two_stacks(None)
+    assert [b.ids("g").tolist() for b in both.batches()] == [[0, 1], [5, 6]]
+    # preprocess of a mini-batch: its CSR, 4 ids of t (one 8-entry segment), 2 of u
+    res = both.preprocess(1, num_threads=1)
+    assert res.csr["t"].buffer_size_per_sc == 8 and int(res.stats["ids"].sel(stack="t").sum()) == 4
+    assert int(res.stats["ids"].sel(stack="u").sum()) == 2
+
+
+# --------------------------------------------------------------------------------------
+# out-of-vocabulary ids
+# --------------------------------------------------------------------------------------
+def _oov_case():
+    # g (table u, vocab 8) first in the batch: sample 1 holds 12; f (table t, vocab 8):
+    # 7 (the last id of the vocabulary, kept), then 8 and 9 in sample 1
+    batch = FeatureBatch.from_ragged({"g": ([1, 12], [0, 1, 2]), "f": ([7, 8, 9], [0, 1, 3])})
+    feats = [FeatureSpec("f", TableSpec("t", 8, 8, max_ids_per_partition=2)), FeatureSpec("g", TableSpec("u", 8, 8))]
+    return batch, feats
+
+
+@pytest.mark.parametrize("strategy", ["vocabulary", "sample"])
+def test_out_of_vocabulary_ids_are_reported_from_the_first_feature_of_the_batch(strategy):
+    batch, feats = _oov_case()
+    with pytest.raises(OutOfVocabularyError) as info:
+        minibatch(batch, feats, scwork.Topology(1, 1), strategy=strategy, **IDENTITY)
+    err = info.value
+    assert (err.feature, err.sample, err.id, err.vocab_size, err.count) == ("g", 1, 12, 8, 3)
+
+
+@pytest.mark.parametrize("strategy", ["vocabulary", "sample"])
+def test_out_of_vocabulary_ids_are_dropped_and_counted_per_stack(strategy):
+    batch, feats = _oov_case()
+    mb = minibatch(batch, feats, scwork.Topology(1, 1), strategy=strategy, on_out_of_vocabulary="drop",
+                   num_buckets=8, **IDENTITY)
+    assert mb.stats["out_of_vocabulary_ids"].values.tolist() == [2, 1]        # stacks t, u
+    assert mb.batch.ids("f").tolist() == [7] and mb.batch.ids("g").tolist() == [1]
+    assert mb.num_minibatches.values.tolist() == [1, 1]
+    assert mb.stats["ids"].sel(minibatch=0).values.ravel().tolist() == [1, 1]
+    # every id within its vocabulary (7 of 8): nothing dropped, nothing counted
+    fine = FeatureBatch.from_ragged({"g": ([1, 7], [0, 1, 2]), "f": ([7, 0, 6], [0, 1, 3])})
+    mb = minibatch(fine, feats, scwork.Topology(1, 1), strategy=strategy, on_out_of_vocabulary="drop",
+                   num_buckets=8, **IDENTITY)
+    assert mb.stats["out_of_vocabulary_ids"].values.tolist() == [0, 0]
+    assert mb.batch is fine
+
+
+# --------------------------------------------------------------------------------------
+# backends
+# --------------------------------------------------------------------------------------
+KERNELS = ("bin_slices", "scan_range", "add_range_counts", "minibatch_sums", "sample_split", "naive_by_run")
+
+
+@pytest.mark.parametrize("backend", ["numba", "numpy"])
+@pytest.mark.parametrize("strategy", ["vocabulary", "sample"])
+def test_the_backend_picks_the_kernels_or_their_references(backend, strategy, monkeypatch):
+    """``backend="numpy"`` runs the slow references only, ``"numba"`` the kernels only."""
+    from scwork.sharding import _minibatch_kernels as K
+
+    calls = []
+    for name in KERNELS:
+        for full in (name, name + "_reference"):
+            def spy(*args, _fn=getattr(K, full), _name=full):
+                calls.append(_name)
+                return _fn(*args)
+            monkeypatch.setattr(K, full, spy)
+    batch = FeatureBatch.from_ragged({"f": ([0, 1, 2, 3, 4, 5, 6, 7], [0, 4, 8])})
+    t = TableSpec("t", 64, 8, max_ids_per_partition=4)
+    mb = minibatch(batch, [FeatureSpec("f", t)], scwork.Topology(1, 1), strategy=strategy, backend=backend,
+                   num_buckets=8, num_threads=2, **IDENTITY)
+    assert mb.max_minibatches == 2
+    used = set(calls)
+    expected = {"vocabulary": {"bin_slices", "scan_range", "add_range_counts", "minibatch_sums"},
+                "sample": {"sample_split", "naive_by_run"}}[strategy]
+    assert used == {name if backend == "numba" else name + "_reference" for name in expected}
+
+
+# --------------------------------------------------------------------------------------
+# how the vocabulary scan cuts its work (task sizes as profiled) and what it allocates
+# --------------------------------------------------------------------------------------
+# The scan's tasks for T threads: a table's ids are cut by slices into runs of about
+# target = total / (8 T) ids (one task for the whole table when it holds at most 1 / T
+# of the ids, one per table with T = 1), then into ranges of u = p << qbits | q
+# (q = id // P, qbits = bit_length((vocab - 1) // P)), whole bins of u >> cshift,
+# cshift = min(qbits, max(0, pbits + qbits - 10)) for T > 1, pbits + qbits for T = 1
+# (one bin), pbits = bit_length(P - 1). A range is a run of bins whose first ids (the
+# ids before it in the table) fall in one multiple of target, and a bin above target
+# runs alone. With a prefix cut (allow_id_dropping and a limit) a range is whole
+# partitions instead: partitions are added while the range stays within target.
+# The scan allocates 8 bytes per key, per bin position (bins + 1 per slice task) and per
+# counter of every stack (3 S P B + S B + P B + B for S slices, P partitions, B
+# buckets), and per thread the scratch of the largest slice task (3 per id) and one
+# counter set; above SCWORK_MAX_SCRATCH_BYTES it refuses.
+def _profile_sizes(batch, feats, topo, threads, **kw):
+    with profiled(threads) as profiles:
+        minibatch(batch, feats, topo, **kw)
+    (profile,) = profiles
+    assert [name for name, _ in profile.batches] == ["slices", "ranges", "stacks", "minibatches"]
+    return [[int(s) for s in sizes] for sizes in profile.sizes]
+
+
+def _scratch_needed(batch, feats, topo, threads, monkeypatch, **kw):
+    """The bytes of the refusal message; the call passes with exactly that many."""
+    monkeypatch.setenv("SCWORK_MAX_SCRATCH_BYTES", "1")
+    with pytest.raises(ConfigError, match=r"vocabulary mini-batching would allocate about [\d,]+ bytes") as info:
+        minibatch(batch, feats, topo, num_threads=threads, **kw)
+    need = int(str(info.value).split("about ")[1].split(" bytes")[0].replace(",", ""))
+    for limit, ok in ((need - 1, False), (need, True)):
+        monkeypatch.setenv("SCWORK_MAX_SCRATCH_BYTES", str(limit))
+        if ok:
+            minibatch(batch, feats, topo, num_threads=threads, **kw)
+        else:
+            with pytest.raises(ConfigError, match=f"above the limit of {limit:,} bytes"):
+                minibatch(batch, feats, topo, num_threads=threads, **kw)
+    monkeypatch.delenv("SCWORK_MAX_SCRATCH_BYTES")
+    return need
+
+
+def test_scratch_of_one_table_on_one_and_two_threads(monkeypatch):
+    # Topology(1, 2): 2 slices, P = 2 (pbits 1); vocab 64: qbits = bit_length(31) = 5.
+    # Slice 0 holds ids 0, 1, 2, slice 1 holds 3: 4 ids. Counters of 8 buckets:
+    # 3 * 2 * 2 * 8 + 2 * 8 + 2 * 8 + 8 = 136.
+    batch = FeatureBatch.from_ragged({"f": ([0, 1, 2, 3], [0, 3, 4])})
+    feats = [FeatureSpec("f", TableSpec("t", 64, 8, max_ids_per_partition=1))]
+    topo = scwork.Topology(1, 2)
+    kw = dict(num_buckets=8, **IDENTITY)
+    # T = 1: one slice task of 4 ids, one bin (2 positions):
+    # 8 * (4 + 2 + 136) + 1 * 8 * (3 * 4 + 136) = 1136 + 1184
+    assert _scratch_needed(batch, feats, topo, 1, monkeypatch, **kw) == 2320
+    # T = 2: target max(1, 4 / 16) = 1; the table (4 ids) is more than 1 / 2 of the ids,
+    # so it is cut by slices: first ids 0 and 3 are in runs 0 and 3, two tasks (3 and 1
+    # ids); cshift = min(5, max(0, 1 + 5 - 10)) = 0: 64 bins, 2 * 65 positions:
+    # 8 * (4 + 130 + 136) + 2 * 8 * (3 * 3 + 136) = 2160 + 2320
+    assert _scratch_needed(batch, feats, topo, 2, monkeypatch, **kw) == 4480
+    # u of ids 0, 1, 2, 3: (0, 0) -> 0, (1, 0) -> 32, (0, 1) -> 1, (1, 1) -> 33: four bins of
+    # one id each, each its own run of target 1: four ranges
+    assert _profile_sizes(batch, feats, topo, 2, **kw) == [[3, 1], [1, 1, 1, 1], [4], [4]]
+    assert _profile_sizes(batch, feats, topo, 1, **kw) == [[4], [4], [4], [4]]
+
+
+def test_slice_tasks_of_two_tables(monkeypatch):
+    # Topology(1, 4): 4 slices (one sample each), P = 4 (pbits 2), vocab 64: qbits 4.
+    # f (table t): one id per slice, 4; g (table u): 10, 1, 1, 10 ids, 22. 26 in all.
+    batch = FeatureBatch.from_ragged({"f": ([0, 1, 2, 3], [0, 1, 2, 3, 4]),
+                                      "g": (list(range(22)), [0, 10, 11, 12, 22])})
+    feats = [FeatureSpec("f", TableSpec("t", 64, 8, max_ids_per_partition=8)),
+             FeatureSpec("g", TableSpec("u", 64, 8, max_ids_per_partition=8))]
+    topo = scwork.Topology(1, 4)
+    kw = dict(num_buckets=8, **IDENTITY)
+    # T = 2, target 26 / 16 = 1.625. t: 4 * 2 <= 26, one task. u: ids before its slices
+    # 0, 10, 11, 12 -> runs 0, 6, 6, 7: tasks of slices [0], [1, 2], [3]: 10, 2, 10 ids.
+    assert _profile_sizes(batch, feats, topo, 2, **kw)[0] == [4, 10, 2, 10]
+    # counters (S = 4, P = 4, 8 buckets): 3 * 4 * 4 * 8 + 4 * 8 + 4 * 8 + 8 = 456 per stack.
+    # T = 2: 64 bins (cshift 0), 1 + 3 slice tasks: 4 * 65 positions, largest task 10:
+    # 8 * (26 + 260 + 2 * 456) + 2 * 8 * (3 * 10 + 456) = 9584 + 7776
+    assert _scratch_needed(batch, feats, topo, 2, monkeypatch, **kw) == 17360
+    # T = 1: one bin per table, a task each (4 and 22 ids): 8 * (26 + 4 + 912) + 8 * (66 + 456)
+    assert _scratch_needed(batch, feats, topo, 1, monkeypatch, **kw) == 11712
+    # two tables of exactly half the ids each (4 * 2 <= 8): each one task, not cut by slices
+    half = FeatureBatch.from_ragged({"f": ([0, 1, 2, 3], [0, 3, 3, 3, 4]), "g": ([0, 1, 2, 3], [0, 1, 1, 1, 4])})
+    assert _profile_sizes(half, feats, topo, 2, **kw)[0] == [4, 4]
+
+
+def test_range_tasks_are_runs_of_about_target_ids_and_a_hot_bin_alone():
+    # Topology(1, 2): P = 2, vocab 64 (qbits 5), T = 2: 64 bins, one per u = p << 5 | q.
+    # slice 0: id 0 six times (u 0), 2 (u 1), 4 twice (u 2), 6, 8, 10, 12, 14 (u 3..7): 14;
+    # slice 1: the odd ids 1..35 (u 32..49, one each): 18. 32 ids, target 32 / 16 = 2.
+    slice0 = [0] * 6 + [2, 4, 4, 6, 8, 10, 12, 14]
+    slice1 = list(range(1, 36, 2))
+    batch = FeatureBatch.from_ragged({"f": (slice0 + slice1, [0, 14, 32])})
+    feats = [FeatureSpec("f", TableSpec("t", 64, 8, max_ids_per_partition=64))]
+    sizes = _profile_sizes(batch, feats, scwork.Topology(1, 2), 2, num_buckets=8, **IDENTITY)
+    # slices: ids before them 0 and 14, runs 0 and 7: two tasks
+    assert sizes[0] == [14, 18]
+    # ranges: bins with ids 6, 1, 2, 1, 1, 1, 1, 1 | 1 x 18, ids before them 0, 6, 7, 9,
+    # 10, 11, 12, 13 | 14, 15, ..., 31 in runs 0, 3, 3, 4, 5, 5, 6, 6 | 7, 7, 8, 8, ...:
+    # u 0 (6 > 2, alone), u 1-2 (the 2 of u 2 equals target: not alone), u 3, u 4-5, u 6-7,
+    # then pairs.
+    assert sizes[1] == [6, 3, 1, 2, 2] + [2] * 9
+    assert sizes[2] == sizes[3] == [32]
+
+
+def test_with_a_prefix_cut_ranges_are_whole_partitions():
+    # Topology(1, 4): P = 4; vocab 4: qbits = bit_length(3 // 4) = 0, so with T = 2 the
+    # bins are the partitions (cshift 0, 4 bins). ids 0, 1, 2, 3 (partition = id) 2, 2,
+    # 30 and 30 times: 64 ids, target 4. Partitions 0 and 1 (2 + 2 = 4, within target)
+    # make one range, 2 and 3 one each.
+    samples = [[0, 1] + [2] * 8 + [3] * 8] * 2 + [[2] * 7 + [3] * 7] * 2
+    ids = [x for s in samples for x in s]
+    batch = FeatureBatch.from_ragged({"f": (ids, np.cumsum([0] + [len(s) for s in samples]).tolist())})
+    feats = [FeatureSpec("f", TableSpec("t", 4, 8, max_ids_per_partition=100))]
+    topo = scwork.Topology(1, 4)
+    kw = dict(num_buckets=8, config=SparsecoreConfig(allow_id_dropping=True), **IDENTITY)
+    assert _profile_sizes(batch, feats, topo, 2, **kw)[1] == [4, 30, 30]
+    # T = 1: one bin (cshift 2 + 0), one range of every partition
+    assert _profile_sizes(batch, feats, topo, 1, **kw)[1] == [64]
+    # without id dropping, ranges of bins as above: ids before the bins 0, 2, 4, 34 in runs
+    # 0, 0, 1, 8: partitions 0-1, then 2 and 3 alone (30 > 4)
+    assert _profile_sizes(batch, feats, topo, 2, num_buckets=8, **IDENTITY)[1] == [4, 30, 30]
+    # the counts do not depend on the cut: per partition, ids each slice sends
+    one = minibatch(batch, feats, topo, num_threads=1, **kw)
+    two = minibatch(batch, feats, topo, num_threads=2, **kw)
+    assert one.stats.equals(two.stats) and one.assignment.equals(two.assignment)
+    assert one.stats["ids"].sel(minibatch=0, stack="t", device=0).values.tolist() == \
+        [[1, 1, 1, 1], [1, 1, 1, 1], [0, 0, 1, 1], [0, 0, 1, 1]]
