@@ -68,7 +68,6 @@ def test_the_carried_count_is_the_larger_child_after_a_split():
     # 8 buckets, limit 10: level 1: node 0 (9 + 0) carries 9, node 1 (0 + 0) 0, node 2
     # (6 + 6 = 12 > 10) splits and carries 6, node 3 carries 0. level 2: node 4 (9 + 0)
     # carries 9, node 5 (6 + 0) carries 6. root (node 6): 15 > 10 splits.
-    # (Carrying the sum 12 would give the same root; the smaller 6 of [6, 7] shows it:)
     assert compute_minibatching_split([9, 0, 0, 0, 6, 6, 0, 0], 10) == (1 << 2) | (1 << 6)
     # [4, 7, 0, 0, 0, 0, 0, 0], limit 10: node 0 splits (11), carries 7 (not 4, not 11);
     # node 4: 7 + 0 fits; root 7 + 0 fits.
@@ -365,3 +364,168 @@ def test_with_a_prefix_cut_ranges_are_whole_partitions():
     assert one.stats.equals(two.stats) and one.assignment.equals(two.assignment)
     assert one.stats["ids"].sel(minibatch=0, stack="t", device=0).values.tolist() == \
         [[1, 1, 1, 1], [1, 1, 1, 1], [0, 0, 1, 1], [0, 0, 1, 1]]
+
+
+def test_defaults_are_64_buckets():
+    # the root of 64 buckets is node 62: a cut between buckets 31 and 32
+    assert split_positions(1 << 62) == 1 << 31
+    assert split_to_minibatches(1 << 62).tolist() == [0] * 32 + [1] * 32
+    # identity hash with the default 64 buckets, shift 0 and row offset 0: col_id = id
+    # on P = 1, and 64 folds to 0
+    assert bucket_of([5, 63, 64, 70], 1, bucket_hash="identity").tolist() == [5, 63, 0, 6]
+
+
+def test_the_sample_strategy_checks_and_plans_one_task_per_feature_and_stack():
+    # f: 5 ids, g: 3 (stacks t and u); the out-of-vocabulary check is a task per feature
+    # (in the plan's order: f, g), the runs a task per stack, each sized by its raw ids
+    batch = FeatureBatch.from_ragged({"g": ([1, 7, 3], [0, 1, 3]), "f": ([7, 0, 6, 1, 2], [0, 1, 5])})
+    feats = [FeatureSpec("f", TableSpec("t", 8, 8, max_ids_per_partition=4)), FeatureSpec("g", TableSpec("u", 8, 8))]
+    with profiled(2) as profiles:
+        minibatch(batch, feats, scwork.Topology(1, 1), strategy="sample", stacking=None)
+    assert [name for name, _ in profiles[0].batches] == ["oov", "stacks"]
+    assert profiles[0].sizes == [[5, 3], [5, 3]]
+    # one stack of both tables: one task of 8 ids
+    with profiled(2) as profiles:
+        minibatch(batch, feats, scwork.Topology(1, 1), strategy="sample", stacking=[["t", "u"]])
+    assert profiles[0].sizes == [[5, 3], [8]]
+
+
+# --------------------------------------------------------------------------------------
+# a bucket or a sample over a limit: where, and what limit it needs
+# --------------------------------------------------------------------------------------
+def _samples(rows):
+    """Ragged ids from a list of samples."""
+    return ([x for r in rows for x in r], np.cumsum([0] + [len(r) for r in rows]).tolist())
+
+
+def test_the_largest_bucket_over_the_ids_limit_is_named():
+    # Topology(2, 2): P = 4, slices of n = 5 samples (B = 20). One table, identity hash,
+    # 8 buckets: col_id = id, bucket = id & 7, partition = id % 4.
+    # slice 0 (device 0, sc 0): id 1 in samples 0..3: 4 ids to partition 1, bucket 1;
+    # slice 3 (device 1, sc 1): id 6 in samples 15..19: 5 ids to partition 2, bucket 6.
+    rows = [[1]] * 4 + [[]] * 11 + [[6]] * 5
+    batch = FeatureBatch.from_ragged({"f": _samples(rows)})
+    feats = [FeatureSpec("f", TableSpec("t", 64, 8, max_ids_per_partition=3))]
+    with pytest.raises(LimitExceededError) as info:
+        minibatch(batch, feats, scwork.Topology(2, 2), num_buckets=8, **IDENTITY)
+    err = info.value
+    assert (err.limit, err.observed, err.configured, err.required) == ("max_ids_per_partition", 5, 3, 5)
+    assert (err.stack, err.table, err.device, err.sc, err.partition, err.bucket) == ("t", "t", 1, 1, 2, 6)
+    assert str(err).startswith(
+        "stack 't' (tables: t): bucket 6 alone holds 5 ids that source SparseCore 1 of device 1 sends to "
+        "partition 2, above max_ids_per_partition=3 (2 of 8 buckets overflow on their own); ")
+    assert "It would need max_ids_per_partition >= 5 (the largest single-bucket count of this stack)" in str(err)
+    # with a limit of 5 both fit, and as the two buckets are in different streams
+    # (slices 0 and 3) nothing is split
+    ok = minibatch(batch, [FeatureSpec("f", TableSpec("t", 64, 8, max_ids_per_partition=5))], scwork.Topology(2, 2),
+                   num_buckets=8, **IDENTITY)
+    assert ok.max_minibatches == 1
+
+
+def test_a_bucket_over_the_distinct_ids_limit_is_named_after_the_ids_limit_fits():
+    # Topology(2, 2), B = 20. Stack t_u of tables t (vocab 64, first: col_id = id) and u.
+    # slice 2 (device 1, sc 0), sample 10: ids 1, 9, 17 of t: 3 distinct ids to partition 1,
+    # all in bucket 1 (3 ids too: within max_ids 10). slice 0, sample 0: 6 and 14, 2 distinct
+    # (bucket 6, fits). u's one id is in slice 1, alone there.
+    f_rows = [[6, 14]] + [[]] * 9 + [[1, 9, 17]] + [[]] * 9
+    g_rows = [[]] * 5 + [[3]] + [[]] * 14
+    batch = FeatureBatch.from_ragged({"f": _samples(f_rows), "g": _samples(g_rows)})
+    feats = [FeatureSpec("f", TableSpec("t", 64, 8)), FeatureSpec("g", TableSpec("u", 64, 8))]
+    with pytest.raises(LimitExceededError) as info:
+        minibatch(batch, feats, scwork.Topology(2, 2), stacking=[["t", "u"]], stack_limits={"t_u": (10, 2)},
+                  num_buckets=8, bucket_hash="identity")
+    err = info.value
+    assert (err.limit, err.observed, err.configured, err.required) == ("max_unique_ids_per_partition", 3, 2, 3)
+    assert (err.stack, err.table, err.device, err.sc, err.partition, err.bucket) == ("t_u", "t, u", 1, 0, 1, 1)
+    assert str(err).startswith(
+        "stack 't_u' (tables: t, u): bucket 1 alone holds 3 distinct ids that source SparseCore 0 of device 1 "
+        "sends to partition 1, above max_unique_ids_per_partition=2 (1 of 8 buckets overflow on their own); ")
+
+
+def test_the_first_sample_over_a_limit_is_named_with_the_largest_sample_count():
+    # Topology(2, 2), B = 8: slices of 2 samples. Sample 5 (slice 2: device 1, sc 0, local
+    # sample 1) sends ids 1, 5, 9 to partition 1: 3 distinct; sample 7 (slice 3) sends 3, 7,
+    # 11, 15 to partition 3: 4. Slices are planned in order: sample 5 is reported, and the
+    # limit needed is the largest single-sample count, 4.
+    rows = [[]] * 5 + [[1, 5, 9]] + [[]] + [[3, 7, 11, 15]]
+    batch = FeatureBatch.from_ragged({"f": _samples(rows)})
+    feats = [FeatureSpec("f", TableSpec("t", 64, 8, max_unique_ids_per_partition=2))]
+    with pytest.raises(LimitExceededError) as info:
+        minibatch(batch, feats, scwork.Topology(2, 2), strategy="sample", stacking=None)
+    err = info.value
+    assert (err.limit, err.observed, err.configured, err.required) == ("max_unique_ids_per_partition", 3, 2, 4)
+    assert (err.stack, err.table, err.device, err.sc, err.partition, err.sample) == ("t", "t", 1, 0, 1, 5)
+    assert str(err).startswith(
+        "stack 't' (tables: t): sample 5 alone sends 3 distinct ids to partition 1 from source SparseCore 0 of "
+        "device 1, above max_unique_ids_per_partition=2; sample mini-batching cannot split a sample. It would "
+        "need max_unique_ids_per_partition >= 4 (the largest single-sample count of this stack).")
+
+
+@pytest.mark.parametrize("limit, which, expected", [
+    # two features of table t in one stack, Topology(1, 2) (P = 2, one sample per slice).
+    # sample 1 (slice 1: device 0, sc 1): f [1, 3] and g [1, 3], all to partition 1:
+    # 4 ids (each feature's own rows) but 2 distinct ids; sample 0: f [0, 5], g [2]:
+    # partition 0 gets 0 and 2 (2 ids, 2 distinct), partition 1 gets 5 (1).
+    ((3, None), "max_ids_per_partition", (1, 1, 1, 4, 4)),
+    ((None, 1), "max_unique_ids_per_partition", (0, 0, 0, 2, 2)),
+])
+def test_a_sample_counts_ids_per_feature_and_distinct_ids_over_features(limit, which, expected):
+    batch = FeatureBatch.from_ragged({"f": _samples([[0, 5], [1, 3]]), "g": _samples([[2], [1, 3]])})
+    t = TableSpec("t", 64, 8)
+    feats = [FeatureSpec("f", t), FeatureSpec("g", t)]
+    with pytest.raises(LimitExceededError) as info:
+        minibatch(batch, feats, scwork.Topology(1, 2), strategy="sample", stack_limits={"t": limit})
+    err = info.value
+    assert err.limit == which
+    assert (err.sample, err.sc, err.partition, err.observed, err.required) == expected
+
+
+# --------------------------------------------------------------------------------------
+# the datasets, every value by hand
+# --------------------------------------------------------------------------------------
+def test_sample_runs_and_their_statistics():
+    # Topology(1, 2): P = 2, slices of n = 2 samples (B = 4); limit 2 ids per partition.
+    # slice 0: sample 0 [0, 1, 9] (partition 0: 0; partition 1: 1, 9), sample 1 [2, 4]
+    # (partition 0: 2, 4): with sample 0, partition 0 would get 3 > 2: runs [0, 1), [1, 2).
+    # slice 1: sample 2 [3, 6] (p1: 3, p0: 6), sample 3 [5] (p1): partition 1 gets 2: one run.
+    batch = FeatureBatch.from_ragged({"f": _samples([[0, 1, 9], [2, 4], [3, 6], [5]])})
+    feats = [FeatureSpec("f", TableSpec("t", 64, 8, max_ids_per_partition=2))]
+    mb = minibatch(batch, feats, scwork.Topology(1, 2), strategy="sample", stacking=None)
+    asg = mb.assignment.sel(stack="t", device=0)
+    assert asg["runs_per_sc"].values.tolist() == [2, 1]
+    assert asg["run_start"].values.tolist() == [[0, 1], [0, -1]]
+    assert asg["run_stop"].values.tolist() == [[1, 2], [2, -1]]
+    assert mb.assignment.attrs == {"strategy": "sample", "samples_per_sc": 2, "split_scope": "stack"}
+    assert mb.minibatch_of("f").tolist() == [0, 0, 0, 1, 1, 0, 0, 0]
+    s = mb.stats.sel(stack="t", device=0)
+    # mini-batch 0: run 0 of both slices (samples 0, 2, 3); mini-batch 1: sample 1
+    assert s["ids"].values.tolist() == [[[1, 2], [1, 2]], [[2, 0], [0, 0]]]           # (minibatch, sc, p)
+    assert s["unique_ids"].values.tolist() == [[[1, 2], [1, 2]], [[2, 0], [0, 0]]]
+    assert s["kept_ids"].values.tolist() == [[[1, 2], [1, 2]], [[2, 0], [0, 0]]]
+    assert s["input_ids"].values.tolist() == [[3, 3], [2, 0]]                          # (minibatch, sc)
+    assert s["max_ids_per_partition"].values.tolist() == [[1, 2], [2, 0]]              # max over sc
+    assert s["max_unique_ids_per_partition"].values.tolist() == [[1, 2], [2, 0]]
+    assert s["required_buffer_size_per_sc"].values.tolist() == [[16, 16], [8, 0]]      # round_up(ids, 8) summed
+    assert s["required_buffer_size_per_device"].values.tolist() == [32, 8]
+    whole = mb.stats.sel(stack="t")
+    assert whole["naive_ids_per_partition"].values.tolist() == [[2, 4], [2, 0]]
+    # whole-batch distinct ids: mini-batch 0 holds 0, 6 (p0) and 1, 9, 3, 5 (p1)
+    assert whole["naive_unique_ids_per_partition"].values.tolist() == [[2, 4], [2, 0]]
+    assert whole["dropped_ids"].values.tolist() == [0, 0]
+    assert int(whole["num_minibatches"]) == 2
+    assert int(whole["samples_per_device"]) == 4
+    assert int(whole["out_of_vocabulary_ids"]) == 0
+    assert int(whole["configured_max_ids_per_partition"]) == 2
+    assert int(whole["configured_max_unique_ids_per_partition"]) == -1                # none
+    assert {k: mb.stats.attrs[k] for k in ("num_devices", "sparsecores_per_device", "num_partitions", "batch_size",
+                                           "samples_per_sc", "strategy", "split_scope")} == \
+        {"num_devices": 1, "sparsecores_per_device": 2, "num_partitions": 2, "batch_size": 4, "samples_per_sc": 2,
+         "strategy": "sample", "split_scope": "stack"}
+    assert mb.stats["minibatch"].values.tolist() == [0, 1]
+    # two devices of one SparseCore: 4 samples of one feature are 2 per device and per SparseCore
+    two = minibatch(batch, [FeatureSpec("f", TableSpec("t", 64, 8, max_unique_ids_per_partition=2))],
+                    scwork.Topology(2, 1), strategy="sample", stacking=None)
+    assert int(two.stats["samples_per_device"].sel(stack="t")) == 2
+    assert two.stats.attrs["samples_per_sc"] == 2 and two.assignment.attrs["samples_per_sc"] == 2
+    assert int(two.stats["configured_max_ids_per_partition"].sel(stack="t")) == -1
+    assert int(two.stats["configured_max_unique_ids_per_partition"].sel(stack="t")) == 2
