@@ -602,11 +602,10 @@ def _check_split_scope(split_scope: Any, strategy: str) -> str:
     return split_scope
 
 
-def _stack_ids(st, batch: FeatureBatch, table: int | None = None) -> int:
-    """Raw ids of a stack, or of its ``table``-th table (the size of a task)."""
-    name = None if table is None else st.tables[table].table.name
+def _stack_ids(st, batch: FeatureBatch) -> int:
+    """Raw ids of a stack (the size of its task)."""
     return int(sum(batch._splits[batch._feature_index(f.name), -1] - batch._splits[batch._feature_index(f.name), 0]
-                   for f in st.features if name is None or f.table.name == name))
+                   for f in st.features))
 
 
 def _has_cut(st, config) -> bool:
@@ -626,10 +625,9 @@ def _handle_oov(batch: FeatureBatch, plan: StackingPlan, on_out_of_vocabulary: s
                          "oov")
     if all(m < f.table.vocab_size for m, f in zip(largest, feats)):
         return batch, {st.name: 0 for st in plan.stacks}
+    # some feature's largest id is at or above its vocabulary: its mask is not empty
     masks = _engine._oov_masks(batch, plan)
     counts = {st.name: int(sum(int(masks[f.name].sum()) for f in st.features)) for st in plan.stacks}
-    if not any(counts.values()):
-        return batch, counts
     if on_out_of_vocabulary == "error":
         for f in batch.feature_names:
             bad = np.flatnonzero(masks[f])
@@ -644,12 +642,11 @@ def _limits_of(st) -> tuple[int, int]:
     return a, b
 
 
-def _vocabulary_stack_counts(st, parts, config, nb, G, S) -> dict:
-    """A stack's per-bucket counts (``parts``: one tuple per task, added up) and its own split mask."""
+def _vocabulary_stack_counts(st, counters, config, nb, G, S) -> dict:
+    """A stack's per-bucket counts (``counters``: its range counter views, every range added) and its own split mask."""
     P = st.num_partitions
     nsl = G * S
-    pairs, distinct, kept, raw, naive, dropped = (sum(arrays[1:], arrays[0]) if len(arrays) > 1 else arrays[0]
-                                                  for arrays in zip(*parts))
+    pairs, distinct, kept, raw, naive, dropped = counters
     pairs = pairs.reshape(nsl, P, nb)
     distinct = distinct.reshape(nsl, P, nb)
     if not config.allow_id_dropping:
@@ -689,7 +686,7 @@ class _VocabularyScan:
         self.batch, self.nb, self.mode = batch, nb, mode
         self.nsl = nsl = G * S
         self.n = n = batch.batch_size // nsl
-        self.P = P = plan.stacks[0].num_partitions if plan.stacks else 1
+        self.P = P = plan.stacks[0].num_partitions             # features are never empty: a stack at least
         self.stacks = plan.stacks
         self.cut = [_has_cut(st, config) for st in plan.stacks]
         self.limits = [_limits_of(st) if c else (_NO_LIMIT, _NO_LIMIT) for st, c in zip(plan.stacks, self.cut)]
@@ -715,8 +712,7 @@ class _VocabularyScan:
         ng = len(groups)
         # raw ids per (group, slice) and the slice tasks: runs of slices of at most about
         # `target` ids (one run per group with one thread)
-        per_slice = (np.add.reduceat(_engine._slice_counts(batch, nsl)[rows_all], first_row, axis=0) if ng
-                     else np.zeros((0, nsl), np.int64))
+        per_slice = np.add.reduceat(_engine._slice_counts(batch, nsl)[rows_all], first_row, axis=0)
         total = int(per_slice.sum())
         self.target = target = max(1.0, total / (num_threads * _TASKS_PER_THREAD)) if num_threads > 1 else np.inf
         before = np.cumsum(per_slice, axis=1) - per_slice                   # ids of the group before each slice
@@ -733,7 +729,7 @@ class _VocabularyScan:
         first[whole, 1:] = False
         gi, s0 = np.nonzero(first)
         group_base = np.cumsum(group_ids) - group_ids
-        last = np.r_[gi[1:] != gi[:-1], True] if gi.size else np.zeros(0, bool)
+        last = np.r_[gi[1:] != gi[:-1], True]                          # every group has a first task
         s1 = np.where(last, nsl, np.r_[s0[1:], nsl])
         chunk_base = group_base[gi] + before[gi, s0]
         chunk_ids = np.where(last, group_ids[gi], before[gi, np.minimum(s1, nsl - 1)]) - before[gi, s0]
@@ -743,7 +739,7 @@ class _VocabularyScan:
         pre_size = nchunk * (bins + 1)
         self.pre_off = np.cumsum(pre_size) - pre_size
         need = 8 * (total + int(pre_size.sum()) + len(plan.stacks) * K.range_counter_size(nsl, P, nb)) \
-            + 8 * num_threads * (3 * int(chunk_ids.max(initial=0)) + K.range_counter_size(nsl, P, nb))
+            + 8 * num_threads * (3 * int(chunk_ids.max()) + K.range_counter_size(nsl, P, nb))
         if need > scratch_limit_bytes():
             raise ConfigError(
                 f"vocabulary mini-batching would allocate about {need:,} bytes ({need / 2**30:,.1f} GiB) for "
@@ -762,7 +758,7 @@ class _VocabularyScan:
         k_of = np.arange(gi.size) - (np.cumsum(nchunk) - nchunk)[gi]   # the chunk's index in its group
         self.bin_items = list(zip(gi.tolist(), s0.tolist(), s1.tolist(), chunk_base.tolist(), k_of.tolist()))
         self.bin_sizes = chunk_ids.tolist()
-        self.max_chunk = int(chunk_ids.max()) if chunk_ids.size else 0
+        self.max_chunk = int(chunk_ids.max())
         # every stack's counters, allocated by its first range task (zeroing them
         # all here was a tenth of a millisecond of serial time)
         self.counters: list = [None] * len(plan.stacks)
@@ -893,8 +889,7 @@ class _VocabularyScan:
         counters = self.counters[a]
         if counters is None:                    # no ids
             counters = np.zeros(self.K.range_counter_size(self.nsl, self.P, self.nb), np.int64)
-        return _vocabulary_stack_counts(self.stacks[a], [self.K.range_counter_views(counters, self.nsl, self.P,
-                                                                                     self.nb)],
+        return _vocabulary_stack_counts(self.stacks[a], self.K.range_counter_views(counters, self.nsl, self.P, self.nb),
                                         config, self.nb, G, S)
 
 
@@ -1034,7 +1029,7 @@ def _sample_stack(st, batch, G, S, config, backend, K) -> dict:
         per_slice += cnt
         total += int(spl[r, -1] - spl[r, 0])
     cap = 16
-    while cap < 2 * max(1, int(per_slice.max()) if per_slice.size else 1):
+    while cap < 2 * max(1, int(per_slice.max())):              # a slice per source SparseCore: never empty
         cap *= 2
     table = np.empty((cap, 4), np.int32)
     starts = np.zeros(nsl * n, np.int64)
@@ -1061,7 +1056,7 @@ def _sample_stack(st, batch, G, S, config, backend, K) -> dict:
             table=st.table_names[0] if len(st.tables) == 1 else tables, device=d, sc=s, partition=p,
             sample=sl * n + i, required=required)
         raise err
-    M = int(nruns.max()) if nruns.size else 1
+    M = int(nruns.max())                                       # a slice has at least one run, empty or not
     rec = rec[:nrec]
     ids = np.zeros((M, nsl, P), np.int64)
     uniq = np.zeros((M, nsl, P), np.int64)
@@ -1106,8 +1101,7 @@ def _largest_sample_count(st, batch, n, nsl, which) -> int:
         k = st.feature_position(f.name)
         # pairs: (sample, feature, col) distinct; distinct ids: (sample, col) distinct
         parts.append(np.stack([sample, np.full(x.size, k if which == 0 else 0), col], axis=1))
-    if not parts:
-        return 0
+    # called once a sample overflowed: some feature has ids, parts is not empty
     rows = np.unique(np.concatenate(parts), axis=0)
     key = rows[:, 0] * P + rows[:, 2] % P
     return int(np.bincount(key).max())

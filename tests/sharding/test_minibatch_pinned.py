@@ -529,3 +529,27 @@ def test_sample_runs_and_their_statistics():
     assert two.stats.attrs["samples_per_sc"] == 2 and two.assignment.attrs["samples_per_sc"] == 2
     assert int(two.stats["configured_max_ids_per_partition"].sel(stack="t")) == -1
     assert int(two.stats["configured_max_unique_ids_per_partition"].sel(stack="t")) == 2
+
+
+def test_a_stack_without_ids_is_cut_with_the_others_and_counts_nothing():
+    # Topology(1, 2), identity hash, 8 buckets: P = 2, col_id = id, bucket = id. t: slice 0
+    # sends 0, 2 to partition 0 and 1 to partition 1, slice 1 sends 3 to partition 1; limit
+    # 1. Stream (slice 0, p0) holds buckets 0 and 2: level 1 nodes 0 (0 + 1) and 1 (2 + 3)
+    # carry 1 each, level 2 node 4 (buckets 0..3) 1 + 1 = 2 > 1 splits: a cut after bucket
+    # 1. The other streams hold one id. u's feature g has no ids at all.
+    batch = FeatureBatch.from_ragged({"f": ([0, 1, 2, 3], [0, 3, 4]), "g": ([], [0, 0, 0])})
+    feats = [FeatureSpec("f", TableSpec("t", 64, 8, max_ids_per_partition=1)),
+             FeatureSpec("g", TableSpec("u", 64, 8, max_ids_per_partition=1))]
+    topo = scwork.Topology(1, 2)
+    # T = 2: t cut by slices (3 and 1 ids), u one empty task; t's four ranges, none of u
+    sizes = _profile_sizes(batch, feats, topo, 2, num_buckets=8, **IDENTITY)
+    assert sizes == [[3, 1, 0], [1, 1, 1, 1], [4, 0], [4, 0]]
+    for threads in (1, 2):
+        mb = minibatch(batch, feats, topo, num_buckets=8, num_threads=threads, **IDENTITY)
+        assert mb.assignment["stack_split_mask"].values.tolist() == [1 << 4, 0]
+        assert mb.assignment["split_mask"].values.tolist() == [1 << 4, 1 << 4]
+        assert mb.assignment["minibatch_of_bucket"].values.tolist() == [[0, 0, 1, 1, 1, 1, 1, 1]] * 2
+        assert mb.assignment["bucket_ids"].values.tolist() == [[1, 1, 1, 1, 0, 0, 0, 0], [0] * 8]
+        assert mb.num_minibatches.values.tolist() == [2, 2]
+        ids = mb.stats["ids"].sel(device=0).transpose("stack", "minibatch", "sc", "partition").values
+        assert ids.tolist() == [[[[1, 1], [0, 0]], [[1, 0], [0, 1]]], [[[0, 0], [0, 0]]] * 2]
