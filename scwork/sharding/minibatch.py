@@ -146,6 +146,7 @@ SPLIT_SCOPES: tuple[str, ...] = ("batch", "stack")
 BUCKET_HASHES: tuple[str, ...] = ("highway", "identity")
 
 _NO_LIMIT = 2**62
+_INT64_MAX = 2**63 - 1
 
 
 # --------------------------------------------------------------------------------------
@@ -159,6 +160,28 @@ def _check_num_buckets(num_buckets: Any) -> int:
     return int(num_buckets)
 
 
+def _check_split(split: Any, nb: int) -> int:
+    if isinstance(split, bool) or not isinstance(split, (int, np.integer)) or not 0 <= split < 1 << (nb - 1):
+        raise ConfigError(f"split must be a mask of the {nb - 1} nodes of the tree of {nb} buckets: an int in "
+                          f"0..2**{nb - 1} - 1, as compute_minibatching_split returns it; got {split!r}")
+    return int(split)
+
+
+def _count_rows(counts: Any) -> np.ndarray:
+    """``counts`` as an int64 copy of shape (rows, num_buckets), checked."""
+    v = np.asarray(counts)
+    if v.ndim == 0 or v.dtype == np.bool_ or not (v.dtype.kind in "iu" or v.size == 0):
+        raise ConfigError(f"counts must be an integer array of shape (..., num_buckets), got "
+                          f"{'a scalar' if v.ndim == 0 else f'dtype {v.dtype}'}: {counts!r:.60}; pass whole counts "
+                          "of ids per bucket")
+    nb = _check_num_buckets(v.shape[-1])
+    if v.size and (int(v.min()) < 0 or int(v.max()) > _INT64_MAX // nb):
+        bad = int(v.min()) if int(v.min()) < 0 else int(v.max())
+        raise ConfigError(f"counts must be in 0..{_INT64_MAX // nb} (int64 max // {nb} buckets, so that a "
+                          f"subtree's sum fits in int64), got {bad}")
+    return v.astype(np.int64).reshape(-1, nb)
+
+
 def compute_minibatching_split(counts: Any, limit: int | None) -> int:
     """Split mask of the bucket tree (``ComputeMinibatchingSplit`` of jax-tpu-embedding).
 
@@ -167,9 +190,17 @@ def compute_minibatching_split(counts: Any, limit: int | None) -> int:
     counts : array_like of int, shape (..., num_buckets)
         Counts per bucket (ids or distinct ids) of one or more (slice, partition)
         streams; ``num_buckets`` a power of two. Each row gets its own tree; the
-        masks are OR-ed (as the reference ORs them over streams).
+        masks are OR-ed (as the reference ORs them over streams). Integers from 0 to
+        ``(2**63 - 1) // num_buckets`` (so that a subtree's sum fits in int64).
     limit : int or None
         The limit the merged counts must stay within (None: no limit, no split).
+
+    Raises
+    ------
+    ConfigError
+        Counts that are not integers (floats are not rounded) or out of range, a
+        scalar, a last dimension that is not a power of two up to 64, a limit that
+        is not a non-negative int.
 
     Returns
     -------
@@ -189,13 +220,12 @@ def compute_minibatching_split(counts: Any, limit: int | None) -> int:
     >>> compute_minibatching_split([10] * 8, 100), bin(compute_minibatching_split([100] * 8, 150))
     (0, '0b1111111')
     """
-    v = np.array(counts, dtype=np.int64, copy=True)
-    if v.ndim == 1:
-        v = v[None, :]
-    v = v.reshape(-1, v.shape[-1])
-    nb = _check_num_buckets(v.shape[1])
-    if limit is None or v.shape[0] == 0:
+    v = _count_rows(counts)
+    nb = v.shape[1]
+    if limit is None:
         return 0
+    if isinstance(limit, bool) or not isinstance(limit, (int, np.integer)) or limit < 0:
+        raise ConfigError(f"limit must be None or an int >= 0 (ids per partition), got {limit!r}")
     split = 0
     index = 0
     size = 2
@@ -223,6 +253,7 @@ def split_positions(split: int, num_buckets: int = 64) -> int:
     ('0b101101', '0b1010')
     """
     nb = _check_num_buckets(num_buckets)
+    split = _check_split(split, nb)
     pos = 0
     index = 0
     size = 2

@@ -102,8 +102,46 @@ def test_split_positions_and_minibatches_at_every_size():
     assert split_positions(1 << 62, 64) == 1 << 31
     groups = split_to_minibatches((1 << 62) | (1 << 31), 64)
     assert groups.tolist() == [0] * 32 + [1] * 31 + [2]
-    # bits past the tree's nodes are not read
-    assert split_positions(1 << 7, 8) == 0 and split_to_minibatches(1 << 7, 8).tolist() == [0] * 8
+    # every node of 8 buckets (bits 0..6) split: every bucket its own mini-batch
+    assert split_positions(np.int64(0b1111111), 8) == 0b1111111
+    assert split_to_minibatches(0b1111111, 8).tolist() == list(range(8))
+
+
+@pytest.mark.parametrize("split, nb", [(-1, 8), (1 << 7, 8), (1, 1), (2, 2), (True, 2), (1.0, 8), ("1", 8),
+                                       (1 << 63, 64)])
+def test_a_split_mask_has_one_bit_per_node_of_the_tree(split, nb):
+    # 8 buckets have 7 nodes (bits 0..6), 1 bucket none, 2 buckets one
+    with pytest.raises(ConfigError, match=rf"split must be a mask of the {nb - 1} nodes of the tree of {nb} buckets"):
+        split_positions(split, nb)
+    with pytest.raises(ConfigError, match="split must be a mask"):
+        split_to_minibatches(split, nb)
+
+
+def test_counts_and_limit_are_checked_not_rounded():
+    # 1.5 + 2.7 = 4.2 > 3 would split; truncated to 1 + 2 it would fit: floats are refused
+    for bad in ([1.5, 2.7], [True, False], 5, np.array(3), ["1", "2"]):
+        with pytest.raises(ConfigError, match=r"counts must be an integer array of shape \(\.\.\., num_buckets\)"):
+            compute_minibatching_split(bad, 3)
+    with pytest.raises(ConfigError, match=r"counts must be in 0\.\.4611686018427387903 .* got -1"):
+        compute_minibatching_split([0, -1], 3)
+    # the largest count of 2 buckets: (2**63 - 1) // 2; the two add up to 2**63 - 2, no wrap
+    top = (2**63 - 1) // 2
+    assert compute_minibatching_split([top, top], 2**63 - 3) == 1
+    assert compute_minibatching_split(np.array([top, top], np.uint64), 2**63 - 2) == 0
+    with pytest.raises(ConfigError, match=f"counts must be in 0..{top} .* got {top + 1}"):
+        compute_minibatching_split([top + 1, 0], 2**62)
+    # 64 buckets: (2**63 - 1) // 64 = 144115188075855871
+    assert compute_minibatching_split([144115188075855871] + [0] * 63, 144115188075855871) == 0
+    with pytest.raises(ConfigError, match="got 144115188075855872"):
+        compute_minibatching_split([144115188075855872] + [0] * 63, 1)
+    assert compute_minibatching_split(np.array([0, 1], np.uint8), 0) == 1
+    assert compute_minibatching_split([0, 0], 0) == 0
+    assert compute_minibatching_split([2, 1], np.int64(2)) == 1
+    for bad in (-1, True, 2.0, "3"):
+        with pytest.raises(ConfigError, match="limit must be None or an int >= 0"):
+            compute_minibatching_split([1, 1], bad)
+    with pytest.raises(ConfigError, match="num_buckets must be a power of two"):
+        compute_minibatching_split([1, 1, 1], 3)
 
 
 # --------------------------------------------------------------------------------------
