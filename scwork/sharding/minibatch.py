@@ -949,7 +949,7 @@ def _vocabulary(plan, topology, batch, nb, mode, config, backend, K, num_threads
     else:
         splits = [c["stack_split"] for c in counts]
     Ms = [bin(s).count("1") + 1 for s in splits]           # mini-batches: the runs between the cuts
-    arrays = _stats_arrays(max(Ms, default=1), ns, G, S, scan.P)
+    arrays = _stats_arrays(max(Ms), ns, G, S, scan.P)
     positions = {s: split_positions(s, nb) for s in set(splits)}
     assignment = {"groups": np.zeros((ns, nb), np.int64), "bucket_max_ids": np.zeros((ns, nb), np.int64),
                   "bucket_max_unique": np.zeros((ns, nb), np.int64), "bucket_ids": np.zeros((ns, nb), np.int64),
@@ -959,7 +959,7 @@ def _vocabulary(plan, topology, batch, nb, mode, config, backend, K, num_threads
     sums = K.minibatch_sums if backend == "numba" else K.minibatch_sums_reference
 
     def one_stack(a, worker):
-        _vocabulary_minibatches_into(counts[a], splits[a], nb, config, arrays, assignment, a, sums)
+        _vocabulary_minibatches_into(counts[a], splits[a], nb, arrays, assignment, a, sums)
         _fill_derived(arrays, a)
 
     _run_tasks(one_stack, list(range(ns)), stack_sizes, num_threads, "minibatches")
@@ -967,7 +967,7 @@ def _vocabulary(plan, topology, batch, nb, mode, config, backend, K, num_threads
             _vocabulary_assignment_dataset(plan, assignment, nb, split_scope))
 
 
-def _vocabulary_minibatches_into(counts, split, nb, config, out, assignment, a, sums) -> None:
+def _vocabulary_minibatches_into(counts, split, nb, out, assignment, a, sums) -> None:
     """Stack ``a``'s counters summed per mini-batch of ``split`` into ``out[...][:, a]``; its assignment rows."""
     pairs, distinct = counts["pairs"], counts["distinct"]
     groups = split_to_minibatches(split, nb)
@@ -980,15 +980,15 @@ def _vocabulary_minibatches_into(counts, split, nb, config, out, assignment, a, 
 
     sums(pairs.reshape(rows, nb), groups, view("ids", rows))
     sums(distinct.reshape(rows, nb), groups, view("unique", rows))
-    sums((counts["kept"] if config.allow_id_dropping else pairs).reshape(rows, nb), groups, view("kept", rows))
+    # without a prefix cut the scan ran with no limits: every id kept, kept == pairs
+    sums(counts["kept"].reshape(rows, nb), groups, view("kept", rows))
     sums(counts["raw"].reshape(nsl, nb), groups, view("raw", nsl))
     sums(counts["naive"].reshape(P, nb), groups, out["naive_unique"][:, a])
     sums(counts["dropped"].reshape(1, nb), groups, out["dropped"][:, a:a + 1])
     flat = pairs.reshape(rows, nb)
     assignment["groups"][a] = groups
-    if rows:
-        flat.max(axis=0, out=assignment["bucket_max_ids"][a])
-        distinct.reshape(rows, nb).max(axis=0, out=assignment["bucket_max_unique"][a])
+    flat.max(axis=0, out=assignment["bucket_max_ids"][a])            # rows = S * P >= 1
+    distinct.reshape(rows, nb).max(axis=0, out=assignment["bucket_max_unique"][a])
     flat.sum(axis=0, out=assignment["bucket_ids"][a])
 
 
@@ -1019,7 +1019,7 @@ def _check_buckets(st, pairs, distinct, G, S, nb) -> None:
     for limit, counts, configured, what in (
             ("max_ids_per_partition", pairs, st.max_ids_per_partition, "ids"),
             ("max_unique_ids_per_partition", distinct, st.max_unique_ids_per_partition, "distinct ids")):
-        if configured is None or not counts.size:
+        if configured is None:
             continue
         over = counts > configured
         if not over.any():

@@ -591,3 +591,64 @@ def test_a_stack_without_ids_is_cut_with_the_others_and_counts_nothing():
         assert mb.num_minibatches.values.tolist() == [2, 2]
         ids = mb.stats["ids"].sel(device=0).transpose("stack", "minibatch", "sc", "partition").values
         assert ids.tolist() == [[[[1, 1], [0, 0]], [[1, 0], [0, 1]]], [[[0, 0], [0, 0]]] * 2]
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_three_partitions(threads):
+    # Topology(1, 3): P = 3 (not a power of two), one sample per slice; vocab 64: qbits =
+    # bit_length(63 // 3) = 5, pbits = 2. Identity hash, 8 buckets: col_id = id, bucket = id & 7.
+    # Slice 0 sends 0 and 3 to partition 0 (buckets 0 and 3), slice 1 sends 1 to p1, slice 2
+    # 5 to p2. Limit 1: stream (0, p0) splits node 4 (buckets 0..3: 1 + 1 = 2 > 1): a cut
+    # after bucket 1.
+    batch = FeatureBatch.from_ragged({"f": ([0, 3, 1, 5], [0, 2, 3, 4])})
+    feats = [FeatureSpec("f", TableSpec("t", 64, 8, max_ids_per_partition=1))]
+    topo = scwork.Topology(1, 3)
+    mb = minibatch(batch, feats, topo, num_buckets=8, num_threads=threads, **IDENTITY)
+    assert int(mb.assignment["split_mask"].sel(stack="t")) == 1 << 4
+    ids = mb.stats["ids"].sel(stack="t", device=0).values                  # (minibatch, sc, partition)
+    assert ids.tolist() == [[[1, 0, 0], [0, 1, 0], [0, 0, 0]], [[1, 0, 0], [0, 0, 0], [0, 0, 1]]]
+    assert mb.stats["naive_unique_ids_per_partition"].sel(stack="t").values.tolist() == [[1, 1, 0], [1, 0, 1]]
+    # T = 2: total 4, target 1: slices of 2, 1, 1 ids; cshift 0: 96 bins, ids in u = 0, 1
+    # (partition 0, q 0 and 1), 32 and 65: four ranges. T = 1: one bin, whose partitions
+    # are 0 .. 3 by its bits but only 0 .. 2 exist.
+    sizes = _profile_sizes(batch, feats, topo, threads, num_buckets=8, **IDENTITY)
+    assert sizes[:2] == ([[2, 1, 1], [1, 1, 1, 1]] if threads == 2 else [[4], [4]])
+
+
+def test_an_out_of_vocabulary_id_first_in_the_batch_is_found():
+    # the very first id (flat position 0) is out of the vocabulary
+    batch = FeatureBatch.from_ragged({"f": ([8, 1], [0, 1, 2])})
+    feats = [FeatureSpec("f", TableSpec("t", 8, 8))]
+    for threads in (1, 2):
+        with pytest.raises(OutOfVocabularyError) as info:
+            minibatch(batch, feats, scwork.Topology(1, 1), num_threads=threads, **IDENTITY)
+        assert (info.value.feature, info.value.sample, info.value.id, info.value.count) == ("f", 0, 8, 1)
+
+
+def test_a_prefix_cut_over_two_tables_by_hand_at_every_thread_count():
+    # Stack t_u on Topology(1, 2), rotation 1: P = 2, t (vocab 64, padded to 64: 32 rows per
+    # shard) then u (row offset 32, col_shift 1). col_id of t's x: x; of u's x: p + 2 * (x // 2
+    # + 32) with p = (x + 1) % 2: 0 -> 65, 1 -> 64, 2 -> 67, 3 -> 66. Two buckets (col_id & 1):
+    # a bucket is a partition here.
+    # slice 0: t 0..5, u 0..3; slice 1: t 0, 2 and u 1.
+    # Streams: (slice 0, p0) cols 0, 2, 4, 64, 66; (slice 0, p1) 1, 3, 5, 65, 67; (slice 1, p0)
+    # 0, 2, 64. 5 ids > limit 2 in bucket 0 alone: the root splits, bucket 0 | bucket 1.
+    # Prefix cut (limits 2 ids, 1 distinct id, dropping on), in col_id order: each stream
+    # keeps its first id only.
+    batch = FeatureBatch.from_ragged({"f": ([0, 1, 2, 3, 4, 5, 0, 2], [0, 6, 8]),
+                                      "g": ([0, 1, 2, 3, 1], [0, 4, 5])})
+    feats = [FeatureSpec("f", TableSpec("t", 64, 8)), FeatureSpec("g", TableSpec("u", 64, 8))]
+    topo = scwork.Topology(1, 2)
+    kw = dict(stacking=[["t", "u"]], rotation=1, stack_limits={"t_u": (2, 1)}, num_buckets=2,
+              bucket_hash="identity", config=SparsecoreConfig(allow_id_dropping=True))
+    for threads in (1, 2, 3):
+        mb = minibatch(batch, feats, topo, num_threads=threads, **kw)
+        s = mb.stats.sel(stack="t_u", device=0)
+        assert mb.assignment["split_mask"].values.tolist() == [1]
+        assert s["ids"].values.tolist() == [[[5, 0], [3, 0]], [[0, 5], [0, 0]]]      # (minibatch, sc, p)
+        assert s["kept_ids"].values.tolist() == [[[1, 0], [1, 0]], [[0, 1], [0, 0]]]
+        assert mb.stats["dropped_ids"].sel(stack="t_u").values.tolist() == [6, 4]
+        assert s["required_buffer_size_per_device"].values.tolist() == [16, 8]
+    # T = 2: 13 ids, target 1: with the cut the ranges are whole partitions, p0 (8 ids:
+    # slice 0's t 0, 2, 4 and u 1, 3, slice 1's t 0, 2 and u 1) and p1 (5)
+    assert _profile_sizes(batch, feats, topo, 2, **kw)[1] == [8, 5]
