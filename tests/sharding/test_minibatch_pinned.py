@@ -652,3 +652,61 @@ def test_a_prefix_cut_over_two_tables_by_hand_at_every_thread_count():
     # T = 2: 13 ids, target 1: with the cut the ranges are whole partitions, p0 (8 ids:
     # slice 0's t 0, 2, 4 and u 1, 3, slice 1's t 0, 2 and u 1) and p1 (5)
     assert _profile_sizes(batch, feats, topo, 2, **kw)[1] == [8, 5]
+
+
+def test_coarse_bins_are_about_10_bits_of_u(monkeypatch):
+    # Topology(1, 2), T = 2, ids 0, 1, 2 | 3. vocab 4096: qbits = bit_length(4095 // 2) = 11,
+    # pbits 1: cshift = min(11, 1 + 11 - 10) = 2, bins (2 << 11) >> 2 = 1024; two slice
+    # tasks (3 and 1 ids): 8 * (4 + 2 * 1025 + 136) + 2 * 8 * (3 * 3 + 136) = 17520 + 2320
+    batch = FeatureBatch.from_ragged({"f": ([0, 1, 2, 3], [0, 3, 4])})
+    feats = [FeatureSpec("f", TableSpec("t", 4096, 8, max_ids_per_partition=1))]
+    kw = dict(num_buckets=8, **IDENTITY)
+    assert _scratch_needed(batch, feats, scwork.Topology(1, 2), 2, monkeypatch, **kw) == 19840
+    # u >> 2 of ids 0 and 2 (q 0, 1) is bin 0, of 1 and 3 bin 512: two ranges of 2 ids
+    assert _profile_sizes(batch, feats, scwork.Topology(1, 2), 2, **kw)[1] == [2, 2]
+
+
+def test_coarse_bins_never_merge_partitions(monkeypatch):
+    # Topology(2048, 1): P = 2048, pbits 11; vocab 1: qbits 0. pbits + qbits - 10 = 1, but
+    # cshift = min(qbits, 1) = 0: a bin never spans two partitions, 2048 bins.
+    # Samples 0 and 1 hold id 0 (2 ids, target 1): slice tasks [0], [1], [2, 2048) of
+    # 1, 1 and 0 ids, 3 * 2049 bin positions. Counters of 2048 slices x 2048 partitions x 1
+    # bucket: 3 * 2048 * 2048 + 2048 + 2048 + 1 = 12587009.
+    # 8 * (2 + 6147 + 12587009) + 2 * 8 * (3 * 1 + 12587009) = 100745264 + 201392192
+    batch = FeatureBatch.from_ragged({"f": ([0, 0], [0, 1, 2] + [2] * 2046)})
+    feats = [FeatureSpec("f", TableSpec("t", 1, 8, max_ids_per_partition=1))]
+    monkeypatch.setenv("SCWORK_MAX_SCRATCH_BYTES", "302137455")
+    with pytest.raises(ConfigError, match=r"about 302,137,456 bytes \(0\.3 GiB\) for 2 ids of 1 stack\(s\) on 2048 "
+                                          r"SparseCores x 2048 partitions, above the limit of 302,137,455 bytes"):
+        minibatch(batch, feats, scwork.Topology(2048, 1), num_buckets=1, num_threads=2, stacking=None)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_sample_strategy_stacks_with_different_counts(threads):
+    # Topology(1, 1), stacks t and u planned alone. t: samples [0, 1] and [2, 3] with a
+    # limit of 2 ids: runs [0, 1) and [1, 2): 2 mini-batches. u: one id per sample, limit 2:
+    # one run. u is zero in mini-batch 1.
+    batch = FeatureBatch.from_ragged({"f": _samples([[0, 1], [2, 3]]), "g": _samples([[5], [6]])})
+    feats = [FeatureSpec("f", TableSpec("t", 8, 8, max_ids_per_partition=2)),
+             FeatureSpec("g", TableSpec("u", 8, 8, max_ids_per_partition=2))]
+    mb = minibatch(batch, feats, scwork.Topology(1, 1), strategy="sample", stacking=None, num_threads=threads)
+    assert mb.num_minibatches.values.tolist() == [2, 1]
+    assert mb.stats["ids"].transpose("stack", "minibatch", ...).values.reshape(2, 2).tolist() == [[2, 2], [2, 0]]
+    assert mb.stats["input_ids"].transpose("stack", "minibatch", ...).values.reshape(2, 2).tolist() == \
+        [[2, 2], [2, 0]]
+    assert mb.stats["naive_unique_ids_per_partition"].transpose("stack", "minibatch", ...).values.reshape(2, 2) \
+        .tolist() == [[2, 2], [2, 0]]
+    assert mb.assignment["run_start"].sel(device=0, sc=0).values.tolist() == [[0, 1], [0, -1]]
+    assert mb.assignment["run_stop"].sel(device=0, sc=0).values.tolist() == [[1, 2], [2, -1]]
+    assert mb.assignment["runs_per_sc"].values.ravel().tolist() == [2, 1]
+    assert mb.minibatch_of("g").tolist() == [0, 0]
+
+
+def test_a_sample_over_a_limit_with_an_empty_feature_first_in_its_stack():
+    # stack t of features e (no ids) and f: sample 0 of f sends 1, 2, 3 to the one
+    # partition, above 2; the largest single-sample count is 3
+    batch = FeatureBatch.from_ragged({"e": ([], [0, 0, 0]), "f": _samples([[1, 2, 3], [4]])})
+    t = TableSpec("t", 8, 8, max_ids_per_partition=2)
+    with pytest.raises(LimitExceededError) as info:
+        minibatch(batch, [FeatureSpec("e", t), FeatureSpec("f", t)], scwork.Topology(1, 1), strategy="sample")
+    assert (info.value.sample, info.value.observed, info.value.required) == (0, 3, 3)
