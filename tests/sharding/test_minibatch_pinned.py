@@ -117,6 +117,13 @@ def test_a_split_mask_has_one_bit_per_node_of_the_tree(split, nb):
         split_to_minibatches(split, nb)
 
 
+def test_the_split_mask_message_gives_the_range():
+    with pytest.raises(ConfigError) as info:
+        split_positions(1 << 7, 8)
+    assert str(info.value) == ("split must be a mask of the 7 nodes of the tree of 8 buckets: an int in 0..2**7 - 1, "
+                               "as compute_minibatching_split returns it; got 128")
+
+
 def test_counts_and_limit_are_checked_not_rounded():
     # 1.5 + 2.7 = 4.2 > 3 would split; truncated to 1 + 2 it would fit: floats are refused
     for bad in ([1.5, 2.7], [True, False], 5, np.array(3), ["1", "2"]):
@@ -130,6 +137,8 @@ def test_counts_and_limit_are_checked_not_rounded():
     assert compute_minibatching_split(np.array([top, top], np.uint64), 2**63 - 2) == 0
     with pytest.raises(ConfigError, match=f"counts must be in 0..{top} .* got {top + 1}"):
         compute_minibatching_split([top + 1, 0], 2**62)
+    with pytest.raises(ConfigError, match=f"counts must be in 0..{top} .* got {top + 1}$"):
+        compute_minibatching_split([top + 1, 5], 2**62)        # the count out of range, not the smallest
     # 64 buckets: (2**63 - 1) // 64 = 144115188075855871
     assert compute_minibatching_split([144115188075855871] + [0] * 63, 144115188075855871) == 0
     with pytest.raises(ConfigError, match="got 144115188075855872"):
@@ -211,9 +220,9 @@ def test_batch_for_takes_an_index_below_the_largest_count():
 # out-of-vocabulary ids
 # --------------------------------------------------------------------------------------
 def _oov_case():
-    # g (table u, vocab 8) first in the batch: sample 1 holds 12; f (table t, vocab 8):
+    # g (table u, vocab 8) first in the batch: sample 1 holds 12 and 13; f (table t, vocab 8):
     # 7 (the last id of the vocabulary, kept), then 8 and 9 in sample 1
-    batch = FeatureBatch.from_ragged({"g": ([1, 12], [0, 1, 2]), "f": ([7, 8, 9], [0, 1, 3])})
+    batch = FeatureBatch.from_ragged({"g": ([1, 12, 13], [0, 1, 3]), "f": ([7, 8, 9], [0, 1, 3])})
     feats = [FeatureSpec("f", TableSpec("t", 8, 8, max_ids_per_partition=2)), FeatureSpec("g", TableSpec("u", 8, 8))]
     return batch, feats
 
@@ -224,7 +233,7 @@ def test_out_of_vocabulary_ids_are_reported_from_the_first_feature_of_the_batch(
     with pytest.raises(OutOfVocabularyError) as info:
         minibatch(batch, feats, scwork.Topology(1, 1), strategy=strategy, **IDENTITY)
     err = info.value
-    assert (err.feature, err.sample, err.id, err.vocab_size, err.count) == ("g", 1, 12, 8, 3)
+    assert (err.feature, err.sample, err.id, err.vocab_size, err.count) == ("g", 1, 12, 8, 4)   # the first
 
 
 @pytest.mark.parametrize("strategy", ["vocabulary", "sample"])
@@ -232,7 +241,7 @@ def test_out_of_vocabulary_ids_are_dropped_and_counted_per_stack(strategy):
     batch, feats = _oov_case()
     mb = minibatch(batch, feats, scwork.Topology(1, 1), strategy=strategy, on_out_of_vocabulary="drop",
                    num_buckets=8, **IDENTITY)
-    assert mb.stats["out_of_vocabulary_ids"].values.tolist() == [2, 1]        # stacks t, u
+    assert mb.stats["out_of_vocabulary_ids"].values.tolist() == [2, 2]        # stacks t, u
     assert mb.batch.ids("f").tolist() == [7] and mb.batch.ids("g").tolist() == [1]
     assert mb.num_minibatches.values.tolist() == [1, 1]
     assert mb.stats["ids"].sel(minibatch=0).values.ravel().tolist() == [1, 1]
@@ -710,3 +719,33 @@ def test_a_sample_over_a_limit_with_an_empty_feature_first_in_its_stack():
     with pytest.raises(LimitExceededError) as info:
         minibatch(batch, [FeatureSpec("e", t), FeatureSpec("f", t)], scwork.Topology(1, 1), strategy="sample")
     assert (info.value.sample, info.value.observed, info.value.required) == (0, 3, 3)
+
+
+def test_a_sample_over_a_limit_in_a_stack_of_two_tables_names_both():
+    # stack t_u (Topology(1, 1): one partition): sample 1 sends f's 1, 2 and g's 3 (3 ids)
+    batch = FeatureBatch.from_ragged({"f": _samples([[0], [1, 2]]), "g": _samples([[], [3]])})
+    feats = [FeatureSpec("f", TableSpec("t", 8, 8)), FeatureSpec("g", TableSpec("u", 8, 8))]
+    with pytest.raises(LimitExceededError) as info:
+        minibatch(batch, feats, scwork.Topology(1, 1), strategy="sample", stacking=[["t", "u"]],
+                  stack_limits={"t_u": (2, None)})
+    err = info.value
+    assert (err.stack, err.table, err.sample, err.observed, err.required) == ("t_u", "t, u", 1, 3, 3)
+    assert str(err).startswith("stack 't_u' (tables: t, u): sample 1 alone sends 3 ids to partition 0 ")
+
+
+@pytest.mark.parametrize("strategy", ["sample", "vocabulary"])
+def test_one_slice_of_many_distinct_ids(strategy):
+    # 100 distinct ids in one sample of one SparseCore (far more than the sample planner's
+    # first table of 16 entries holds), limits 100: one mini-batch of 100 ids
+    batch = FeatureBatch.from_ragged({"f": (list(range(100)), [0, 100])})
+    feats = [FeatureSpec("f", TableSpec("t", 128, 8, max_ids_per_partition=100, max_unique_ids_per_partition=100))]
+    mb = minibatch(batch, feats, scwork.Topology(1, 1), strategy=strategy, stacking=None)
+    assert mb.max_minibatches == 1
+    assert mb.stats["ids"].values.ravel().tolist() == [100]
+    assert mb.stats["naive_unique_ids_per_partition"].values.ravel().tolist() == [100]
+    # with a limit of 99 no sample run fits: the one sample needs 100
+    if strategy == "sample":
+        feats99 = [FeatureSpec("f", TableSpec("t", 128, 8, max_ids_per_partition=99))]
+        with pytest.raises(LimitExceededError) as info:
+            minibatch(batch, feats99, scwork.Topology(1, 1), strategy=strategy, stacking=None)
+        assert (info.value.observed, info.value.required) == (100, 100)
