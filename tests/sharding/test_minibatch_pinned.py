@@ -597,6 +597,8 @@ def test_a_stack_without_ids_is_cut_with_the_others_and_counts_nothing():
         assert mb.assignment["split_mask"].values.tolist() == [1 << 4, 1 << 4]
         assert mb.assignment["minibatch_of_bucket"].values.tolist() == [[0, 0, 1, 1, 1, 1, 1, 1]] * 2
         assert mb.assignment["bucket_ids"].values.tolist() == [[1, 1, 1, 1, 0, 0, 0, 0], [0] * 8]
+        assert mb.assignment["bucket_max_ids"].values.tolist() == [[1, 1, 1, 1, 0, 0, 0, 0], [0] * 8]
+        assert mb.assignment["split_positions"].values.tolist() == [0b10, 0b10]      # the cut after bucket 1
         assert mb.num_minibatches.values.tolist() == [2, 2]
         ids = mb.stats["ids"].sel(device=0).transpose("stack", "minibatch", "sc", "partition").values
         assert ids.tolist() == [[[[1, 1], [0, 0]], [[1, 0], [0, 1]]], [[[0, 0], [0, 0]]] * 2]
@@ -654,6 +656,10 @@ def test_a_prefix_cut_over_two_tables_by_hand_at_every_thread_count():
         mb = minibatch(batch, feats, topo, num_threads=threads, **kw)
         s = mb.stats.sel(stack="t_u", device=0)
         assert mb.assignment["split_mask"].values.tolist() == [1]
+        # per bucket: the largest stream (5 and 5 ids, 5 and 5 distinct) and the sum (5 + 3, 5)
+        assert mb.assignment["bucket_max_ids"].values.tolist() == [[5, 5]]
+        assert mb.assignment["bucket_max_unique_ids"].values.tolist() == [[5, 5]]
+        assert mb.assignment["bucket_ids"].values.tolist() == [[8, 5]]
         assert s["ids"].values.tolist() == [[[5, 0], [3, 0]], [[0, 5], [0, 0]]]      # (minibatch, sc, p)
         assert s["kept_ids"].values.tolist() == [[[1, 0], [1, 0]], [[0, 1], [0, 0]]]
         assert mb.stats["dropped_ids"].sel(stack="t_u").values.tolist() == [6, 4]
