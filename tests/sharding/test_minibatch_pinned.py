@@ -117,6 +117,15 @@ def test_a_split_mask_has_one_bit_per_node_of_the_tree(split, nb):
         split_to_minibatches(split, nb)
 
 
+def test_the_sample_strategy_takes_split_scope_stack():
+    batch = FeatureBatch.from_ragged({"f": ([0, 1, 2, 3], [0, 2, 4])})
+    feats = [FeatureSpec("f", TableSpec("t", 8, 8, max_ids_per_partition=2))]
+    mb = minibatch(batch, feats, scwork.Topology(1, 1), strategy="sample", split_scope="stack", stacking=None)
+    assert mb.split_scope == "stack" and mb.num_minibatches.values.tolist() == [2]
+    with pytest.raises(ConfigError, match="split_scope='batch' needs strategy='vocabulary'"):
+        minibatch(batch, feats, scwork.Topology(1, 1), strategy="sample", split_scope="batch", stacking=None)
+
+
 def test_the_split_mask_message_gives_the_range():
     with pytest.raises(ConfigError) as info:
         split_positions(1 << 7, 8)
@@ -129,6 +138,14 @@ def test_counts_and_limit_are_checked_not_rounded():
     for bad in ([1.5, 2.7], [True, False], 5, np.array(3), ["1", "2"]):
         with pytest.raises(ConfigError, match=r"counts must be an integer array of shape \(\.\.\., num_buckets\)"):
             compute_minibatching_split(bad, 3)
+    with pytest.raises(ConfigError) as info:
+        compute_minibatching_split(7, 3)
+    assert str(info.value) == ("counts must be an integer array of shape (..., num_buckets), got a scalar: 7; "
+                               "pass whole counts of ids per bucket")
+    with pytest.raises(ConfigError) as info:
+        compute_minibatching_split(np.array([0.5, 1.0]), 3)
+    assert str(info.value) == ("counts must be an integer array of shape (..., num_buckets), got dtype float64: "
+                               "array([0.5, 1. ]); pass whole counts of ids per bucket")
     with pytest.raises(ConfigError, match=r"counts must be in 0\.\.4611686018427387903 .* got -1"):
         compute_minibatching_split([0, -1], 3)
     # the largest count of 2 buckets: (2**63 - 1) // 2; the two add up to 2**63 - 2, no wrap
@@ -449,8 +466,10 @@ def test_the_largest_bucket_over_the_ids_limit_is_named():
     # Topology(2, 2): P = 4, slices of n = 5 samples (B = 20). One table, identity hash,
     # 8 buckets: col_id = id, bucket = id & 7, partition = id % 4.
     # slice 0 (device 0, sc 0): id 1 in samples 0..3: 4 ids to partition 1, bucket 1;
+    # slice 1 (device 0, sc 1): id 5 in samples 5..8: 4 ids to partition 1, bucket 5;
     # slice 3 (device 1, sc 1): id 6 in samples 15..19: 5 ids to partition 2, bucket 6.
-    rows = [[1]] * 4 + [[]] * 11 + [[6]] * 5
+    # Three buckets overflow (in two partitions); bucket 6's stream is the largest.
+    rows = [[1]] * 4 + [[]] + [[5]] * 4 + [[]] * 6 + [[6]] * 5
     batch = FeatureBatch.from_ragged({"f": _samples(rows)})
     feats = [FeatureSpec("f", TableSpec("t", 64, 8, max_ids_per_partition=3))]
     with pytest.raises(LimitExceededError) as info:
@@ -460,10 +479,10 @@ def test_the_largest_bucket_over_the_ids_limit_is_named():
     assert (err.stack, err.table, err.device, err.sc, err.partition, err.bucket) == ("t", "t", 1, 1, 2, 6)
     assert str(err).startswith(
         "stack 't' (tables: t): bucket 6 alone holds 5 ids that source SparseCore 1 of device 1 sends to "
-        "partition 2, above max_ids_per_partition=3 (2 of 8 buckets overflow on their own); ")
+        "partition 2, above max_ids_per_partition=3 (3 of 8 buckets overflow on their own); ")
     assert "It would need max_ids_per_partition >= 5 (the largest single-bucket count of this stack)" in str(err)
-    # with a limit of 5 both fit, and as the two buckets are in different streams
-    # (slices 0 and 3) nothing is split
+    # with a limit of 5 all fit, and as the buckets are in different streams (slices 0,
+    # 1 and 3) nothing is split
     ok = minibatch(batch, [FeatureSpec("f", TableSpec("t", 64, 8, max_ids_per_partition=5))], scwork.Topology(2, 2),
                    num_buckets=8, **IDENTITY)
     assert ok.max_minibatches == 1
