@@ -774,3 +774,36 @@ def test_one_slice_of_many_distinct_ids(strategy):
         with pytest.raises(LimitExceededError) as info:
             minibatch(batch, feats99, scwork.Topology(1, 1), strategy=strategy, stacking=None)
         assert (info.value.observed, info.value.required) == (100, 100)
+
+
+def test_dropping_with_only_a_distinct_ids_limit():
+    # Topology(1, 1), one bucket (the engine's own cut): samples [0, 1] and [0, 2], limit 2
+    # distinct ids, no limit on ids. The stream in col_id order: 0 (twice), 1, 2: the third
+    # distinct id (2) is dropped.
+    batch = FeatureBatch.from_ragged({"f": ([0, 1, 0, 2], [0, 2, 4])})
+    feats = [FeatureSpec("f", TableSpec("t", 8, 8, max_unique_ids_per_partition=2))]
+    cfg = SparsecoreConfig(allow_id_dropping=True)
+    for threads in (1, 2):
+        mb = minibatch(batch, feats, scwork.Topology(1, 1), config=cfg, num_buckets=1, num_threads=threads, **IDENTITY)
+        assert mb.stats["ids"].values.ravel().tolist() == [4]
+        assert mb.stats["kept_ids"].values.ravel().tolist() == [3]
+        assert mb.stats["dropped_ids"].values.ravel().tolist() == [1]
+
+
+def test_dropping_allowed_without_limits_cuts_the_work_by_bins():
+    # the case of test_range_tasks_are_runs_of_about_target_ids_and_a_hot_bin_alone, with
+    # id dropping allowed but no limit: no prefix cut, so ranges of bins, not of partitions
+    slice0 = [0] * 6 + [2, 4, 4, 6, 8, 10, 12, 14]
+    slice1 = list(range(1, 36, 2))
+    batch = FeatureBatch.from_ragged({"f": (slice0 + slice1, [0, 14, 32])})
+    feats = [FeatureSpec("f", TableSpec("t", 64, 8))]
+    cfg = SparsecoreConfig(allow_id_dropping=True)
+    sizes = _profile_sizes(batch, feats, scwork.Topology(1, 2), 2, num_buckets=8, config=cfg, **IDENTITY)
+    assert sizes[1] == [6, 3, 1, 2, 2] + [2] * 9
+    # a limit makes it a prefix cut: partitions 0 (14 ids) and 1 (18)
+    limited = [FeatureSpec("f", TableSpec("t", 64, 8, max_ids_per_partition=64))]
+    sizes = _profile_sizes(batch, limited, scwork.Topology(1, 2), 2, num_buckets=8, config=cfg, **IDENTITY)
+    assert sizes[1] == [14, 18]
+    limited = [FeatureSpec("f", TableSpec("t", 64, 8, max_unique_ids_per_partition=64))]
+    sizes = _profile_sizes(batch, limited, scwork.Topology(1, 2), 2, num_buckets=8, config=cfg, **IDENTITY)
+    assert sizes[1] == [14, 18]
