@@ -107,8 +107,8 @@ def test_split_positions_and_minibatches_at_every_size():
     assert split_to_minibatches(0b1111111, 8).tolist() == list(range(8))
 
 
-@pytest.mark.parametrize("split, nb", [(-1, 8), (1 << 7, 8), (1, 1), (2, 2), (True, 2), (1.0, 8), ("1", 8),
-                                       (1 << 63, 64)])
+@pytest.mark.parametrize("split, nb", [(-1, 8), (1 << 7, 8), (0b11111111, 8), (1, 1), (2, 2), (3, 2), (True, 2),
+                                       (1.0, 8), ("1", 8), (1 << 63, 64), (1 << 64, 64)])
 def test_a_split_mask_has_one_bit_per_node_of_the_tree(split, nb):
     # 8 buckets have 7 nodes (bits 0..6), 1 bucket none, 2 buckets one
     with pytest.raises(ConfigError, match=rf"split must be a mask of the {nb - 1} nodes of the tree of {nb} buckets"):
