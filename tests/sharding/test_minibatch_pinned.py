@@ -156,6 +156,8 @@ def test_counts_and_limit_are_checked_not_rounded():
         compute_minibatching_split([top + 1, 0], 2**62)
     with pytest.raises(ConfigError, match=f"counts must be in 0..{top} .* got {top + 1}$"):
         compute_minibatching_split([top + 1, 5], 2**62)        # the count out of range, not the smallest
+    # one bucket: any int64 count (no node, no sum)
+    assert compute_minibatching_split([2**63 - 1], 5) == 0
     # 64 buckets: (2**63 - 1) // 64 = 144115188075855871
     assert compute_minibatching_split([144115188075855871] + [0] * 63, 144115188075855871) == 0
     with pytest.raises(ConfigError, match="got 144115188075855872"):
@@ -180,8 +182,9 @@ def test_bucket_of_uses_shift_and_row_offset_and_any_array_shape():
     # 4 buckets: 15 & 3 = 3, 8 & 3 = 0
     assert bucket_of(np.array([6, 3]), 4, 1, 2, num_buckets=4, bucket_hash="identity").tolist() == [3, 0]
     assert bucket_of([], 4, bucket_hash="identity").tolist() == []
-    with pytest.raises(ConfigError, match="bucket_hash must be one of"):
-        bucket_of([1], 4, bucket_hash="md5")
+    for bad in ("md5", "fnv", "", "Highway", "zz"):        # names sorting before, between and after the two
+        with pytest.raises(ConfigError, match="bucket_hash must be one of"):
+            bucket_of([1], 4, bucket_hash=bad)
     with pytest.raises(ConfigError, match="num_buckets"):
         bucket_of([1], 4, num_buckets=128)
 
