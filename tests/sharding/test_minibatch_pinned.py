@@ -810,3 +810,16 @@ def test_dropping_allowed_without_limits_cuts_the_work_by_bins():
     limited = [FeatureSpec("f", TableSpec("t", 64, 8, max_unique_ids_per_partition=64))]
     sizes = _profile_sizes(batch, limited, scwork.Topology(1, 2), 2, num_buckets=8, config=cfg, **IDENTITY)
     assert sizes[1] == [14, 18]
+
+
+@pytest.mark.parametrize("strategy", ["vocabulary", "sample"])
+def test_stack_limits_are_int32_like_the_tables(strategy):
+    # 2**31 - 1 is the largest limit a TableSpec takes; a stack limit above it (2**63
+    # failed with an OverflowError in the int64 arrays) is refused the same way
+    batch = FeatureBatch.from_ragged({"f": ([0, 1], [0, 1, 2])})
+    feats = [FeatureSpec("f", TableSpec("t", 8, 8))]
+    mb = minibatch(batch, feats, scwork.Topology(1, 1), strategy=strategy, stack_limits={"t": (2**31 - 1, 2**31 - 1)})
+    assert int(mb.stats["configured_max_ids_per_partition"].sel(stack="t")) == 2**31 - 1
+    for limits in ((2**31, None), (None, 2**31), (2**63, None), (0, None)):
+        with pytest.raises(ConfigError, match=r"stack_limits\['t'\]: limits must be positive ints up to 2147483647 "):
+            minibatch(batch, feats, scwork.Topology(1, 1), strategy=strategy, stack_limits={"t": limits})
