@@ -545,8 +545,9 @@ def test_a_sample_counts_ids_per_feature_and_distinct_ids_over_features(limit, w
     with pytest.raises(LimitExceededError) as info:
         minibatch(batch, feats, scwork.Topology(1, 2), strategy="sample", stack_limits={"t": limit})
     err = info.value
-    assert err.limit == which
+    assert err.limit == which and err.configured == [v for v in limit if v is not None][0]
     assert (err.sample, err.sc, err.partition, err.observed, err.required) == expected
+    assert f"above {which}={err.configured};" in str(err)
 
 
 # --------------------------------------------------------------------------------------
