@@ -824,3 +824,16 @@ def test_stack_limits_are_int32_like_the_tables(strategy):
     for limits in ((2**31, None), (None, 2**31), (2**63, None), (0, None)):
         with pytest.raises(ConfigError, match=r"stack_limits\['t'\]: limits must be positive ints up to 2147483647 "):
             minibatch(batch, feats, scwork.Topology(1, 1), strategy=strategy, stack_limits={"t": limits})
+
+
+def test_the_sample_strategy_with_a_stack_without_ids():
+    # u's feature g has no ids: one empty run per slice, nothing counted, no error
+    batch = FeatureBatch.from_ragged({"f": _samples([[0, 1], [2, 3]]), "g": _samples([[], []])})
+    feats = [FeatureSpec("f", TableSpec("t", 8, 8, max_ids_per_partition=2)),
+             FeatureSpec("g", TableSpec("u", 8, 8, max_ids_per_partition=1))]
+    mb = minibatch(batch, feats, scwork.Topology(1, 2), strategy="sample", stacking=None)
+    assert mb.num_minibatches.values.tolist() == [1, 1]
+    assert mb.assignment["runs_per_sc"].values.tolist() == [[[1, 1]], [[1, 1]]]
+    assert mb.assignment["run_stop"].values.ravel().tolist() == [1, 1, 1, 1]
+    assert mb.stats["ids"].sel(stack="u").values.ravel().tolist() == [0, 0, 0, 0]
+    assert mb.stats["ids"].sel(stack="t").values.ravel().tolist() == [1, 1, 1, 1]
