@@ -837,3 +837,41 @@ def test_the_sample_strategy_with_a_stack_without_ids():
     assert mb.assignment["run_stop"].values.ravel().tolist() == [1, 1, 1, 1]
     assert mb.stats["ids"].sel(stack="u").values.ravel().tolist() == [0, 0, 0, 0]
     assert mb.stats["ids"].sel(stack="t").values.ravel().tolist() == [1, 1, 1, 1]
+
+
+def test_one_partition_and_a_large_vocabulary(monkeypatch):
+    # Topology(1, 1): P = 1, pbits 0; vocab 2048: qbits 11, cshift = min(11, 0 + 11 - 10) = 1:
+    # 1024 bins. One slice task of 4 ids, counters 3 * 8 + 8 + 8 + 8 = 48 (8 buckets):
+    # 8 * (4 + 1025 + 48) + 2 * 8 * (3 * 4 + 48) = 8616 + 960
+    batch = FeatureBatch.from_ragged({"f": ([0, 1, 2, 3], [0, 4])})
+    feats = [FeatureSpec("f", TableSpec("t", 2048, 8, max_ids_per_partition=4))]
+    assert _scratch_needed(batch, feats, scwork.Topology(1, 1), 2, monkeypatch, num_buckets=8, **IDENTITY) == 9576
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_the_largest_vocabulary_sorts_in_three_passes_of_11_bits(threads):
+    # vocab 2**31 - 32 (the largest whose padding to 8 * P = 32 rows stays within int32) on
+    # P = 4: qbits = bit_length((2**31 - 33) // 4) = 29, pbits 2: keys of 31 bits, sorted in 3
+    # passes of 11 bits (3 * 2048 histogram entries). Identity hash, 8 buckets: col_id = id.
+    top = 2**31 - 33
+    batch = FeatureBatch.from_ragged({"f": ([0, 5, top - 1, top], [0, 1, 2, 3, 4])})
+    feats = [FeatureSpec("f", TableSpec("t", 2**31 - 32, 8, max_ids_per_partition=1))]
+    mb = minibatch(batch, feats, scwork.Topology(1, 4), num_buckets=8, num_threads=threads, **IDENTITY)
+    # partitions: 0, 5 % 4 = 1, (2**31 - 34) % 4 = 2, (2**31 - 33) % 4 = 3; one id per stream
+    assert mb.max_minibatches == 1
+    assert mb.stats["ids"].sel(stack="t", device=0, minibatch=0).values.tolist() == \
+        [[1, 0, 0, 0], [0, 1, 0, 0], [0, 0, 1, 0], [0, 0, 0, 1]]
+    # buckets: 0, 5, (2**31 - 34) & 7 = 6, (2**31 - 33) & 7 = 7
+    assert mb.assignment["bucket_ids"].sel(stack="t").values.tolist() == [1, 0, 0, 0, 0, 1, 1, 1]
+
+
+def test_a_prefix_cut_range_is_closed_when_the_next_partition_would_pass_target():
+    # as test_with_a_prefix_cut_ranges_are_whole_partitions, ids 0, 1, 2, 3 (partition = id)
+    # 1, 4, 29 and 30 times, target 4: 1 + 4 > 4 closes partition 0 alone, then 4, 29, 30
+    samples = [[0, 1, 1] + [2] * 8 + [3] * 8, [1, 1] + [2] * 8 + [3] * 8, [2] * 7 + [3] * 7, [2] * 6 + [3] * 7]
+    ids = [x for s in samples for x in s]
+    assert len(ids) == 64
+    batch = FeatureBatch.from_ragged({"f": (ids, np.cumsum([0] + [len(s) for s in samples]).tolist())})
+    feats = [FeatureSpec("f", TableSpec("t", 4, 8, max_ids_per_partition=100))]
+    kw = dict(num_buckets=8, config=SparsecoreConfig(allow_id_dropping=True), **IDENTITY)
+    assert _profile_sizes(batch, feats, scwork.Topology(1, 4), 2, **kw)[1] == [1, 4, 29, 30]
