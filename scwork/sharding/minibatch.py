@@ -450,10 +450,13 @@ def bucket_of(ids: Any, num_partitions: int, col_shift: int = 0, row_offset_in_s
 
 
 def _hash_mode(bucket_hash: Any) -> int:
+    """The kernels' code for a bucket hash name (``K.HASH_HIGHWAY`` or ``K.HASH_IDENTITY``)."""
+    from scwork.sharding import _minibatch_kernels as K   # (numba loads on first use, not at import)
+
     if bucket_hash == "highway":
-        return 0
+        return K.HASH_HIGHWAY
     if bucket_hash == "identity":
-        return 1
+        return K.HASH_IDENTITY
     raise ConfigError(f"bucket_hash must be one of {BUCKET_HASHES}, got {bucket_hash!r}")
 
 
