@@ -90,7 +90,7 @@ def test_no_stacking_and_explicit_groups():
     assert read(configs, table_stacking=[["b", "c"], ("a",)]).stacking == [["b", "c"], ["a"]]
 
 
-@pytest.mark.parametrize("bad", ["manual", 5, [["a"], "b"], [["a", 1]], [1]])
+@pytest.mark.parametrize("bad", ["manual", "Auto", "", "AUTO", 5, [["a"], "b"], [["a", 1]], [1]])
 def test_bad_table_stacking(bad):
     configs = {"x": feature("fx", table("a")), "y": feature("fy", table("b"))}
     with pytest.raises(ConfigError, match=re.escape(f"table_stacking must be None, 'auto'")) as err:
@@ -107,6 +107,10 @@ def test_table_stacking_of_unknown_or_incompatible_tables():
     with pytest.raises(ConfigError, match=re.escape("table_stacking group ['a', 'b']: its tables' optimizers have "
                                                     "different settings")):
         read(configs, table_stacking=[["a", "b"]])
+    # An empty group is refused by the planner (it names no optimizer to compare).
+    with pytest.raises(ConfigError, match=re.escape("every stacking group must be a non-empty list of table names, "
+                                                    "got []")):
+        read(configs, table_stacking=[[]])
 
 
 # -- optimizers --------------------------------------------------------------------
@@ -302,6 +306,9 @@ def test_bad_tables_and_two_tables_of_one_name():
     # Same table settings but another optimizer setting: still two tables.
     with pytest.raises(ConfigError, match="two different tables are named 'a'"):
         read({"x": feature("fx", table("a")), "y": feature("fy", table("a", optimizer=Adam(beta_2=0.5)))})
+    # The same two in the other order (the first table's settings sort before the second's).
+    with pytest.raises(ConfigError, match="two different tables are named 'a'"):
+        read({"x": feature("fx", table("a", optimizer=Adam(beta_2=0.5))), "y": feature("fy", table("a"))})
     # One table object (or an equal one) under two features is one table.
     assert plan(read({"x": feature("fx", table("a")), "y": feature("fy", table("a"))})) == [("a", ("a",), 64, 32)]
 
