@@ -123,7 +123,8 @@ MODULES: dict[str, list[str]] = {
                                  "tests/interop/test_jax_tpu_embedding.py"],
     "scwork/interop/_xla_text.py": ["tests/interop/test_xla_text_pinned.py", "tests/interop/test_xla_dump.py"],
     "scwork/interop/xla_dump.py": ["tests/interop/test_xla_dump_pinned.py", "tests/interop/test_xla_dump.py"],
-    "scwork/interop/jax_tpu_embedding.py": ["tests/interop/test_jax_tpu_embedding.py",
+    "scwork/interop/jax_tpu_embedding.py": ["tests/interop/test_jax_tpu_embedding_pinned.py",
+                                            "tests/interop/test_jax_tpu_embedding.py",
                                             "tests/interop/test_read_embedding_spec_paths.py",
                                             "tests/interop/test_keras_rs.py"],
 }
