@@ -260,7 +260,7 @@ def test_a_layer_object():
         read(not_a_layer)
 
 
-@pytest.mark.parametrize("index", [2, -1])
+@pytest.mark.parametrize("index", [2, 3, -1])
 def test_a_table_index_out_of_range(index):
     cfg = config_dict()
     cfg["feature_configs"]["u"]["table"] = index
@@ -286,6 +286,23 @@ def test_missing_attributes_and_keys():
     del cfg["tables"][0]["combiner"]
     with pytest.raises(ConfigError, match=re.escape("dict '' has no 'combiner'")):
         read(cfg)
+
+
+@pytest.mark.parametrize("partial", [NS(output_shape=(8, 16)), NS(table=None), NS(table=None, name="f"),
+                                     NS(name="f", output_shape=(8, 16)), NS(table=None, output_shape=(8, 16))])
+def test_an_object_lacking_one_of_table_name_output_shape_is_no_feature(partial):
+    # A feature needs all three attributes; with fewer it is neither a feature nor a branch.
+    with pytest.raises(ConfigError, match=re.escape("feature_configs[a]: expected a Keras-RS FeatureConfig (or a list "
+                                                    "/ dict of them), got SimpleNamespace")):
+        read({"a": partial})
+
+
+def test_auto_groups_in_the_order_of_their_first_table():
+    # Features by path: x (dim 16), z (dim 32), y (dim 16). Auto stacks x with y, z alone;
+    # the groups come in the order of their first tables: x before z, though y comes after z.
+    model = read({"p1": feature("f1", table("x")), "p2": feature("f2", table("z", dim=32), dim=32),
+                  "p3": feature("f3", table("y"))})
+    assert model.stacking == [["x", "y"], ["z"]]
 
 
 def test_not_a_feature_tree():
