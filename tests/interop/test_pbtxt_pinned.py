@@ -204,6 +204,23 @@ def test_a_field_set_twice_is_refused():
     refused("i: 1 i: [2]", "spec.txt, line 1: i is set more than once")
 
 
+def test_long_tokens_are_cut_to_60_characters_in_messages():
+    # shown(text, 60): a repr longer than 60 characters is cut to 57 and "...".
+    cut = "'" + "b" * 56 + "..."
+    for text, message in (("i " + "b" * 100, "spec.txt, line 1, i: expected ':', got "),
+                          ("i: " + "b" * 100, "spec.txt, line 1, i: expected an integer, got ")):
+        with pytest.raises(InputError) as raised:
+            p(text)
+        assert str(raised.value) == message + cut
+    with pytest.raises(InputError) as raised:             # a number where a field name goes
+        p("9" * 100)
+    assert str(raised.value).endswith(", got '" + "9" * 56 + "...")
+    # A repr of exactly 60 characters (58 letters and two quotes) is shown whole.
+    with pytest.raises(InputError) as raised:
+        p("i: " + "c" * 58)
+    assert str(raised.value).endswith("got '" + "c" * 58 + "'")
+
+
 def test_structure_refusals_name_the_line():
     refused("i: 1\nj: 2", "spec.txt, line 2: P has no field 'j'; its fields are i, f, b, s, e, tags, nums, kid, "
                           "kids, m, pm, xi, xf, xe")
