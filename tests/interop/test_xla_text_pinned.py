@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import math
 import re
+from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -157,6 +159,33 @@ def test_read_text_at_and_past_the_limit(tmp_path):
     with pytest.raises(XlaDumpError, match="cannot read: ") as raised:
         _read_text(tmp_path / "missing.txt", 10)
     assert raised.value.path == str(tmp_path / "missing.txt")
+
+
+class GrowingFile(Path):
+    """A file whose stat() tells a size it had before it grew (the race of a file XLA still writes)."""
+
+    told = 0
+
+    def stat(self, **kwargs):
+        return SimpleNamespace(st_size=self.told)
+
+
+def test_a_file_that_grows_while_it_is_read(tmp_path):
+    (tmp_path / "m.txt").write_bytes(b"0123456789")
+    grown = GrowingFile(tmp_path / "m.txt")
+    # 5 bytes when asked, 10 when read: at most 6 are read, more than the 5 told.
+    grown.told = 5
+    with pytest.raises(XlaDumpError, match="the file grew while it was read") as raised:
+        _read_text(grown, 100)
+    assert "read it once XLA has finished" in str(raised.value)
+    # 8 bytes told, exactly the limit: 9 are read, more than the limit.
+    grown.told = 8
+    with pytest.raises(XlaDumpError, match=re.escape("file is more than max_file_bytes=8 bytes")) as raised:
+        _read_text(grown, 8)
+    assert "--xla_dump_hlo_module_re" in str(raised.value)
+    # Told its real size: read whole.
+    grown.told = 10
+    assert _read_text(grown, 10) == "0123456789"
 
 
 def test_read_oom_message_of_a_file(tmp_path):
