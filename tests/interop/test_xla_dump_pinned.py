@@ -279,6 +279,22 @@ def test_timeline_capacity_and_limits(module):
     assert MAX_SCHEDULE_STEPS == 4_194_304
 
 
+def test_live_bytes_past_int64_are_refused(tmp_path):
+    # a, b and c of 2**62 bytes each (each fits int64); with add, neg and out the live values
+    # add up to 3 x 2**62 + 64 + 12 + 16 bytes, past int64.
+    buffers = BUFFERS
+    for old in ("<0 a @0> (size=64,", "<1 b @0> (size=32,", "<2 c @0> (size=64,"):
+        buffers = buffers.replace(old, old.split("(size=")[0] + f"(size={2**62},")
+    m = read_xla_dump(write_dump(tmp_path, buffers=buffers)).module(3)
+    with pytest.raises(XlaDumpError, match=re.escape("the live values of module 'jit_f' add up to "
+                                                     "13,835,058,055,282,163,804 bytes, past int64")):
+        m.timeline()
+    # a sized so that all live values add up to exactly 2**63 - 1 bytes: allowed.
+    buffers = BUFFERS.replace("<0 a @0> (size=64,", f"<0 a @0> (size={2**63 - 1 - 32 - 64 - 64 - 12 - 16},")
+    t = read_xla_dump(write_dump(tmp_path / "fits", buffers=buffers)).module(3).timeline()
+    assert t.peak_bytes == 2**63 - 1 - 32 - 64 - 64 - 12 - 16 + 32 + 64 + 64
+
+
 def test_memory_report(module):
     assert module.memory_report == [
         {"block": 0, "size": "64B", "offset": 0, "used_by_n_values": 1, "shapes": "f32[4,4]"},
