@@ -204,21 +204,37 @@ def test_a_field_set_twice_is_refused():
     refused("i: 1 i: [2]", "spec.txt, line 1: i is set more than once")
 
 
-def test_long_tokens_are_cut_to_60_characters_in_messages():
-    # shown(text, 60): a repr longer than 60 characters is cut to 57 and "...".
-    cut = "'" + "b" * 56 + "..."
-    for text, message in (("i " + "b" * 100, "spec.txt, line 1, i: expected ':', got "),
-                          ("i: " + "b" * 100, "spec.txt, line 1, i: expected an integer, got ")):
+@pytest.mark.parametrize("field, message", [
+    ("i ", "spec.txt, line 1, i: expected ':', got "), ("i: ", "spec.txt, line 1, i: expected an integer, got "),
+    ("s: ", "spec.txt, line 1, s: expected a quoted string, got "), ("b: ", "spec.txt, line 1, b: expected true or "
+                                                                          "false, got "),
+    ("f: ", "spec.txt, line 1, f: expected a decimal number (no leading zero), got "),
+    ("e: ", "spec.txt, line 1, e: expected one of RED, GREEN, BLUE, got "),
+    ("kid ", "spec.txt, line 1, kid: expected '{' or '<', got "), ("", None)])
+def test_long_tokens_are_cut_to_60_characters_in_messages(field, message):
+    # shown(text, 60): a repr longer than 60 characters is cut to 57 and "..."; one of
+    # exactly 60 (58 characters and two quotes) is shown whole. Tokens are words ("x99..."),
+    # but in a field name's place ("") numbers (a word there would be a field name).
+    first = "9" if not field else "x"
+    for length, shown in ((100, "'" + first + "9" * 55 + "..."), (58, "'" + first + "9" * 57 + "'")):
         with pytest.raises(InputError) as raised:
-            p(text)
-        assert str(raised.value) == message + cut
-    with pytest.raises(InputError) as raised:             # a number where a field name goes
-        p("9" * 100)
-    assert str(raised.value).endswith(", got '" + "9" * 56 + "...")
-    # A repr of exactly 60 characters (58 letters and two quotes) is shown whole.
+            p(field + first + "9" * (length - 1))
+        text = str(raised.value)
+        if message is None:
+            assert text.startswith("spec.txt, line 1: expected a field name of P (i, f, b, s, e")
+            assert text.endswith(", got " + shown)
+        else:
+            assert text == message + shown
+
+
+def test_long_numbers_outside_int64_are_cut_to_40_characters():
+    # shown(text, 40): 37 characters of the repr and "...".
     with pytest.raises(InputError) as raised:
-        p("i: " + "c" * 58)
-    assert str(raised.value).endswith("got '" + "c" * 58 + "'")
+        p("i: " + "9" * 100)
+    assert str(raised.value) == "spec.txt, line 1, i: '" + "9" * 36 + "... is outside the int64 range of the field"
+    with pytest.raises(InputError) as raised:
+        p("i: " + "9" * 38)
+    assert str(raised.value) == "spec.txt, line 1, i: '" + "9" * 38 + "' is outside the int64 range of the field"
 
 
 def test_structure_refusals_name_the_line():
