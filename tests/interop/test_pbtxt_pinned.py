@@ -251,6 +251,9 @@ def test_structure_refusals_name_the_line():
     refused("kid [ 3 ]", "spec.txt, line 1, kid: expected '{' or '<', got '3'")
     refused("m: 3", "spec.txt, line 1, m: expected '{' or '<', got '3'")
     refused("i 3", "spec.txt, line 1, i: expected ':', got '3'")
+    # Symbols before and after ':' in ASCII: each is not the ':'.
+    for symbol in (",", ".", "/", ";", "<", "[", "{"):
+        refused(f"i {symbol} 3", f"spec.txt, line 1, i: expected ':', got {symbol!r}")
     refused("i: 1 @", "spec.txt, line 1: unexpected character '@' in the text format")
     refused("i: 1\n# x\n\n  $", "spec.txt, line 4: unexpected character '$'")
     refused("i:", "spec.txt, line 1: the text ends where a value of i was expected")
