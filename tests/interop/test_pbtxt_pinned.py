@@ -153,6 +153,8 @@ def test_string_refusals():
     refused(r's: "\777"', "the string is not valid UTF-8")          # 511 & 0xFF: byte 255
     refused(r's: "\ud800"', "the string is not valid UTF-8")        # a lone surrogate
     refused("s: 3", "spec.txt, line 1, s: expected a quoted string, got '3'")
+    refused("s: abc", "spec.txt, line 1, s: expected a quoted string, got 'abc'")
+    refused("s: {", "spec.txt, line 1, s: expected a quoted string, got '{'")
     refused('s: "open', "spec.txt, line 1: unexpected character '\"' in the text format")
 
 
