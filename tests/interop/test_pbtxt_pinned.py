@@ -195,6 +195,16 @@ def test_maps_merge_and_later_keys_win():
         "pm": {3: {"i": 1}, 4: None, 0: {"s": "v"}}}
 
 
+def test_map_entries_without_a_value_hold_their_kinds_default():
+    # A map entry that leaves out its value holds the value kind's default: 0.0, false, "", 0.
+    schema = {"Q": [("fm", ("map", "string", "float"), "optional"), ("bm", ("map", "int", "bool"), "optional"),
+                    ("sm", ("map", "bool", "string"), "optional")]}
+    message = parse('fm { key: "a" } bm { key: 1 } sm { key: true } sm { value: "v" } fm { value: 2.5 }', schema, "Q",
+                    {})
+    assert message == {"fm": {"a": 0.0, "": 2.5}, "bm": {1: False}, "sm": {True: "", False: "v"}}
+    assert math.copysign(1.0, message["fm"]["a"]) == 1.0
+
+
 def test_a_field_set_twice_is_refused():
     refused("i: 1\ni: 2", "spec.txt, line 2: i is set more than once; it holds one value")
     refused("kid { }\n\nkid { }", "spec.txt, line 3: kid is set more than once")
