@@ -356,6 +356,8 @@ def test_written_text_reads_back():
     ({"e": "PURPLE"}, "e must be one of RED, GREEN, BLUE (or an int32 enum number), got 'PURPLE'"),
     ({"e": True}, "e must be one of RED, GREEN, BLUE"),
     ({"e": 2**31}, "e must be one of RED, GREEN, BLUE"),
+    ({"e": 2**31 + 1}, "e must be one of RED, GREEN, BLUE"),
+    ({"e": 2**40}, "e must be one of RED, GREEN, BLUE"),
     ({"e": -2**31 - 1}, "e must be one of RED, GREEN, BLUE"),
     ({"e": 1.0}, "e must be one of RED, GREEN, BLUE"),
     ({"tags": "ab"}, "tags is repeated: it must be a list, got 'ab'"),
@@ -372,6 +374,7 @@ def test_written_text_reads_back():
     ({"pm": {1: 2}}, "pm[1] must be a dict of P fields, got 2"),
     ({"pm": {"1": {}}}, "pm key must be an integer, got '1'"),
     ({"zz": 1}, "P has no field 'zz'; P's fields are i, f, b, s, e, tags, nums, kid, kids, m, pm, xi, xf, xe"),
+    ({"i": 1, "zz": 1, "yy": 2}, "P has no field 'zz'; P's fields"),          # the first unknown one
 ])
 def test_values_of_the_wrong_kind_are_refused(message, error):
     with pytest.raises(ConfigError, match=re.escape(error)):
