@@ -142,6 +142,9 @@ def test_string_escapes():
 def test_adjacent_strings_are_one():
     assert p('s: "ab" \'cd\'\n "ef"') == {"s": "abcdef"}
     assert p('tags: "a" "b" tags: "c"') == {"tags": ["ab", "c"]}
+    # Only strings join: a number after a string is the next token, refused where it stands.
+    refused('s: "a" 5', "spec.txt, line 1: expected a field name of P (i, f, b, s, e")
+    refused('tags: ["a" 5]', "spec.txt, line 1, tags: expected a quoted string, got '5'")
 
 
 def test_string_refusals():
