@@ -75,6 +75,12 @@ def test_unreadable_sizes(text):
     assert "sizes look like 512B, 1.5K, 124.00M, 2.00G" in str(raised.value)
 
 
+def test_only_the_digits_must_be_ascii():
+    # The digits must be ASCII (\d also reads other scripts' digits); the space before the
+    # unit is any whitespace the pattern reads, a no-break space included.
+    assert _printed_bytes("1\u00a0K", "x", 1) == (1024.0, 512.0, 1537.0)
+
+
 def test_forty_digits_are_read():
     assert _printed_bytes("1" * 40, "x", 1)[0] == float("1" * 40)
 
@@ -361,9 +367,13 @@ def test_explanations():
     # Without E(): the natural bytes are scwork's own, no such reason.
     check = entry(size="60B", shape="f32[3,5]{1,0}", unpadded="15B").check()
     assert check.explanation == "unexplained: scwork's layout model disagrees with XLA's numbers"
-    # f16: 2 natural bytes per element (16 bits / 8).
+    # f16: 2 natural bytes per element (16 bits / 8); c128: 16 (128 bits / 8), stored as E(256)
+    # (2 elements of 32 bytes: 64 B, naturally 32 B).
     check = entry(size="64B", shape="f16[16]{0:E(32)}", unpadded="32B").check()
     assert "counts f16's natural 2 byte(s) per element" in check.explanation
+    check = entry(size="64B", shape="c128[2]{0:E(256)}", unpadded="32B").check()
+    assert check.explanation == ("XLA's 'Unpadded size' counts c128's natural 16 byte(s) per element; scwork's "
+                                 "unpadded_bytes counts E(256) bits, so it calls the E() widening no padding")
 
 
 def test_shapes_that_cannot_be_checked():
