@@ -264,6 +264,13 @@ def test_structure_refusals_name_the_line():
     refused("kid { i: 1 >", "spec.txt, line 1: expected a field name of P")
     refused("kid: 3", "spec.txt, line 1, kid: expected '{' or '<', got '3'")
     refused("kid [ 3 ]", "spec.txt, line 1, kid: expected '{' or '<', got '3'")
+    for symbol in ("]", "}", ">", ":", ","):
+        refused(f"kid: {symbol}", f"spec.txt, line 1, kid: expected '{{' or '<', got {symbol!r}")
+    # Only '[' is read as the start of an extension or Any.
+    for symbol in ("{", "}", "]", "<"):
+        with pytest.raises(InputError) as raised:
+            p(symbol)
+        assert str(raised.value).endswith(f"kids, m, pm, xi, xf, xe), got {symbol!r}")
     refused("m: 3", "spec.txt, line 1, m: expected '{' or '<', got '3'")
     refused("i 3", "spec.txt, line 1, i: expected ':', got '3'")
     # Symbols before and after ':' in ASCII: each is not the ':'.
@@ -320,7 +327,11 @@ def test_maps_sorted_by_key_defaults_left_out():
     (0.1, "0.1"), (1 / 3, "0.33333334"), (2.5, "2.5"), (100.0, "100.0"), (1e-7, "1e-07"),
     (16777217.0, "16777216.0"), (1.0000001, "1.0000001"), (3.4028234663852886e38, "3.4028235e+38"),
     (1e39, "inf"), (-1e39, "-inf"), (math.inf, "inf"), (-math.inf, "-inf"), (math.nan, "nan"), (-1.5, "-1.5"),
-    (123456789.0, "123456790.0"), (0.2, "0.2"), (7, "7.0"), (np.float32(0.3), "0.3")])
+    (123456789.0, "123456790.0"), (0.2, "0.2"), (7, "7.0"), (np.float32(0.3), "0.3"),
+    # Six digits first, as protobuf's ToShortestFloat: these float32s read back from six
+    # digits though a seventh would differ (9.579671e-16), and this subnormal from five
+    # though protobuf prints six (6.2878e-41 would be shorter).
+    (9.579670524111831e-16, "9.57967e-16"), (6.287766339271887e-41, "6.28777e-41")])
 def test_floats_in_their_shortest_float32_form(value, text):
     # float32 rounding first (1/3 is 11184811 / 2**25, 123456789 rounds to 123456792),
     # then the fewest significant digits, from 6 up, that read back to the same float32
