@@ -81,6 +81,15 @@ def test_only_the_digits_must_be_ascii():
     assert _printed_bytes("1\u00a0K", "x", 1) == (1024.0, 512.0, 1537.0)
 
 
+def test_long_sizes_are_cut_to_60_characters_in_messages():
+    with pytest.raises(XlaDumpError) as raised:
+        _printed_bytes("x" * 100, "log.txt", 3)
+    assert "cannot read size '" + "x" * 56 + "..." in str(raised.value) and "x" * 57 not in str(raised.value)
+    with pytest.raises(XlaDumpError) as raised:
+        _printed_bytes("y" * 58, "log.txt", 3)
+    assert "cannot read size '" + "y" * 58 + "'" in str(raised.value)
+
+
 def test_forty_digits_are_read():
     assert _printed_bytes("1" * 40, "x", 1)[0] == float("1" * 40)
 
@@ -124,6 +133,14 @@ def test_scan_errors_name_the_column(text, message):
         _scan_shape(text, 0)
 
 
+def test_tuples_of_more_than_2_to_the_20_elements_are_refused():
+    # 2**20 elements read; one more is refused (it was once read as a single leaf). The
+    # refusal names the column after 1 + 6 x 2**20 characters.
+    assert len(_scan_shape("(" + "u8[1]," * (2**20 - 1) + "u8[1])", 0)[0]) == 2**20
+    with pytest.raises(ValueError, match=re.escape("a tuple shape of more than 1,048,576 elements (column 6291458)")):
+        _scan_shape("(" + "u8[1]," * 2**20 + "u8[1])", 0)
+
+
 def test_skip_blank():
     assert _skip_blank("   x", 0) == 3
     assert _skip_blank("a /*c*/ /**/b", 1) == 12
@@ -162,8 +179,9 @@ def test_read_text_at_and_past_the_limit(tmp_path):
     assert _read_text(path, 100) == "ok \ufffd\ufffd end"
     path.write_bytes(b"")
     assert _read_text(path, 1) == ""
-    with pytest.raises(XlaDumpError, match="cannot read: ") as raised:
+    with pytest.raises(XlaDumpError, match="cannot read: No such file or directory") as raised:
         _read_text(tmp_path / "missing.txt", 10)
+    assert "Errno" not in str(raised.value)          # the reason, not the exception's repr
     assert raised.value.path == str(tmp_path / "missing.txt")
 
 
@@ -433,3 +451,18 @@ def test_bad_messages():
     # The expansion as printed: at most 40 ASCII characters.
     e = parse_oom_message("  1. Size: 1.0K\n  Extra memory due to padding: 1.0K (" + "1" * 40 + "x expansion)\n")
     assert e.allocations[0].expansion == float("1" * 40)
+    with pytest.raises(XlaDumpError, match="cannot read the expansion") as raised:
+        parse_oom_message("  1. Size: 1.0K\n  Extra memory due to padding: 1.0K (" + "1" * 41 + "x expansion)\n")
+    assert raised.value.line == 2
+
+
+def test_an_allocation_built_by_hand():
+    a = OomAllocation(3, "1.0K", 1024.0)
+    assert (a.shape_text, a.unpadded_bytes, a.padding_bytes, a.expansion, a.source, a.line) == (
+        None, None, None, None, "<text>", 0)
+
+
+def test_field_keys_at_the_start_of_a_line_or_after_a_space():
+    # Without indentation, at column 0, a key is read; glued to a letter before it, not.
+    (e,) = parse_oom_message("1. Size: 4.0K\nShape: f32[2,128]{1,0:T(8,128)}\nxUnpadded size: 1.0K\n").allocations
+    assert (e.shape_text, e.unpadded_text) == ("f32[2,128]{1,0:T(8,128)}", None)
