@@ -18,6 +18,7 @@ Shapes used (scwork.layout, f32 = 4 bytes):
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from pathlib import Path
@@ -460,6 +461,23 @@ def test_an_allocation_built_by_hand():
     a = OomAllocation(3, "1.0K", 1024.0)
     assert (a.shape_text, a.unpadded_bytes, a.padding_bytes, a.expansion, a.source, a.line) == (
         None, None, None, None, "<text>", 0)
+
+
+def test_reports_are_frozen():
+    report = parse_oom_message(MESSAGE)
+    for obj, field in ((report, "memory_space"), (report.allocations[0], "rank"),
+                       (report.checks()[0][1], "size_matches")):
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            setattr(obj, field, None)
+
+
+def test_long_allocation_numbers_are_cut_to_30_characters():
+    with pytest.raises(XlaDumpError) as raised:
+        parse_oom_message("  " + "9" * 100 + ". Size: 1.0K\n")
+    assert "allocation number '" + "9" * 26 + "... is not a plain number of at most 19 digits" in str(raised.value)
+    with pytest.raises(XlaDumpError) as raised:
+        parse_oom_message("  " + "9" * 28 + ". Size: 1.0K\n")
+    assert "allocation number '" + "9" * 28 + "' is not" in str(raised.value)
 
 
 def test_field_keys_at_the_start_of_a_line_or_after_a_space():
