@@ -457,6 +457,23 @@ def test_bad_messages():
     assert raised.value.line == 2
 
 
+def test_long_or_non_ascii_expansions_are_refused_and_cut_to_40_characters():
+    padding = "  1. Size: 1.0K\n  Extra memory due to padding: 1.0K ({}x expansion)\n"
+    with pytest.raises(XlaDumpError) as raised:
+        parse_oom_message(padding.format("1" * 100))
+    assert "cannot read the expansion '" + "1" * 36 + "..." in str(raised.value)
+    # 38 Arabic-Indic digits (read by \d, refused as not ASCII): a repr of 40, shown whole.
+    digits = "\u0661" * 38
+    with pytest.raises(XlaDumpError) as raised:
+        parse_oom_message(padding.format(digits))
+    assert f"cannot read the expansion '{digits}'" in str(raised.value)
+
+
+def test_no_padding_line_is_zero_padding_when_the_unpadded_size_is_printed():
+    ds = parse_oom_message("  1. Size: 4.0K\n  Unpadded size: 4.0K\n  2. Size: 1.0K\n").to_dataset()
+    assert ds["padding_bytes"].values[0] == 0.0 and np.isnan(ds["padding_bytes"].values[1])
+
+
 def test_an_allocation_built_by_hand():
     a = OomAllocation(3, "1.0K", 1024.0)
     assert (a.shape_text, a.unpadded_bytes, a.padding_bytes, a.expansion, a.source, a.line) == (
