@@ -118,6 +118,9 @@ def test_scan_tuple_shapes():
     text = "(f32[1]{0}, /*index=1*/s32[2]{0} , /*index=2*/ u8[3]{0})"
     assert _scan_shape(text, 0) == ([((0,), "f32[1]{0}"), ((1,), "s32[2]{0}"), ((2,), "u8[3]{0}")], len(text))
     assert _scan_shape("(f32[1]{0})", 0, (4,)) == ([((4, 0), "f32[1]{0}")], 11)
+    # No space after the commas.
+    assert _scan_shape("(f32[1]{0},s32[2]{0},u8[])", 0) == (
+        [((0,), "f32[1]{0}"), ((1,), "s32[2]{0}"), ((2,), "u8[]")], 26)
 
 
 @pytest.mark.parametrize("text, message", [
@@ -211,6 +214,9 @@ def test_a_file_that_grows_while_it_is_read(tmp_path):
     # Told its real size: read whole.
     grown.told = 10
     assert _read_text(grown, 10) == "0123456789"
+    # Told more than there is (it shrank): what is there is read.
+    grown.told = 20
+    assert _read_text(grown, 100) == "0123456789"
 
 
 def test_read_oom_message_of_a_file(tmp_path):
@@ -495,6 +501,13 @@ def test_long_allocation_numbers_are_cut_to_30_characters():
     with pytest.raises(XlaDumpError) as raised:
         parse_oom_message("  " + "9" * 28 + ". Size: 1.0K\n")
     assert "allocation number '" + "9" * 28 + "' is not" in str(raised.value)
+
+
+def test_one_field_per_line_the_first_key_found():
+    # A label that holds another key's words: the whole rest is the label.
+    (e,) = parse_oom_message("  1. Size: 1.0K\n     XLA label: fusion Allocation type: temp Shape: f32[1]{0}\n"
+                             ).allocations
+    assert (e.label, e.allocation_type, e.shape_text) == ("fusion Allocation type: temp Shape: f32[1]{0}", None, None)
 
 
 def test_field_keys_at_the_start_of_a_line_or_after_a_space():
