@@ -214,6 +214,13 @@ def test_a_file_that_grows_while_it_is_read(tmp_path):
     # Told its real size: read whole.
     grown.told = 10
     assert _read_text(grown, 10) == "0123456789"
+    # 9 bytes told, 10 allowed, 10 there: one byte past the size told is read (10, not
+    # 11), so the file grew, and is not yet more than the limit.
+    grown.told = 9
+    (tmp_path / "m.txt").write_bytes(b"0123456789A")
+    with pytest.raises(XlaDumpError, match="the file grew while it was read"):
+        _read_text(grown, 10)
+    (tmp_path / "m.txt").write_bytes(b"0123456789")
     # Told more than there is (it shrank): what is there is read.
     grown.told = 20
     assert _read_text(grown, 100) == "0123456789"
