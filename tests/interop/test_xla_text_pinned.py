@@ -347,6 +347,14 @@ def test_expansion_within_five_hundredths(expansion, ok):
     assert check.explanation == ("" if ok else "unexplained: scwork's layout model disagrees with XLA's numbers")
 
 
+def test_an_expansion_that_is_not_a_whole_number():
+    # f32[3,128] in one (8, 128) tile: 4096 of 1536 bytes, 2.667x; printed 2.7x (0.033 off).
+    check = entry(shape="f32[3,128]{1,0:T(8,128)}", unpadded="1.5K", padding="2.5K (2.7x expansion)").check()
+    assert check.expansion_matches and check.matches
+    assert not entry(shape="f32[3,128]{1,0:T(8,128)}", unpadded="1.5K",
+                     padding="2.5K (2.0x expansion)").check().expansion_matches
+
+
 def test_a_padding_line_without_expansion_means_one():
     # "(Nx expansion)" left out: 1.0x expected; the shape's 4.0x is a mismatch.
     e = entry(unpadded="1.0K", padding="3.0K")
