@@ -92,6 +92,8 @@ def test_long_sizes_are_cut_to_60_characters_in_messages():
 
 
 def test_forty_digits_are_read():
+    # Forty digits and a unit: the digits are counted, not the unit.
+    assert _printed_bytes("1" * 40 + "K", "x", 1)[0] == float("1" * 40) * 1024
     assert _printed_bytes("1" * 40, "x", 1)[0] == float("1" * 40)
 
 
@@ -137,10 +139,13 @@ def test_scan_errors_name_the_column(text, message):
         _scan_shape(text, 0)
 
 
-def test_tuples_of_more_than_2_to_the_20_elements_are_refused():
-    # 2**20 elements read; one more is refused (it was once read as a single leaf). The
-    # refusal names the column after 1 + 6 x 2**20 characters.
+def test_tuples_of_2_to_the_20_elements_are_read():
     assert len(_scan_shape("(" + "u8[1]," * (2**20 - 1) + "u8[1])", 0)[0]) == 2**20
+
+
+def test_tuples_of_more_than_2_to_the_20_elements_are_refused():
+    # One more is refused (it was once read as a single leaf). The refusal names the
+    # column after 1 + 6 x 2**20 characters.
     with pytest.raises(ValueError, match=re.escape("a tuple shape of more than 1,048,576 elements (column 6291458)")):
         _scan_shape("(" + "u8[1]," * 2**20 + "u8[1])", 0)
 
@@ -516,6 +521,16 @@ def test_long_allocation_numbers_are_cut_to_30_characters():
     with pytest.raises(XlaDumpError) as raised:
         parse_oom_message("  " + "9" * 28 + ". Size: 1.0K\n")
     assert "allocation number '" + "9" * 28 + "' is not" in str(raised.value)
+
+
+def test_lines_after_an_entrys_rule_are_not_its_fields():
+    text = ("  1. Size: 1.0K\n     Shape: f32[1]{0}\n     =====\n  2. Size: 2.0K\n     =====\n"
+            "     Shape: f32[2]{0}\nfoo Shape: f32[3]{0}\n")
+    one, two = parse_oom_message(text).allocations
+    assert (one.shape_text, two.shape_text) == ("f32[1]{0}", None)
+    # A key after a space is read whatever comes before the space.
+    (e,) = parse_oom_message("  1. Size: 1.0K\nfoo Shape: f32[3]{0}\n").allocations
+    assert e.shape_text == "f32[3]{0}"
 
 
 def test_one_field_per_line_the_first_key_found():
