@@ -200,7 +200,8 @@ def test_values_and_their_live_ranges_by_last_use(module):
     out = module.values[5]
     assert (out.name, out.index, out.shape) == ("out", "{}", None)       # a tuple: no layout
     assert module.values[1].shape.padded_bytes == 32 and module.values[1].line == 5
-    assert BufferValue(9, "fusion", "{1}", 0, 0, 4, "f32[]", None, "x", 1).label == "fusion{1}"
+    built = BufferValue(9, "fusion", "{1}", 0, 0, 4, "f32[]", None, "x", 1)
+    assert built.label == "fusion{1}" and (built.start, built.end, built.uses) == (-1, -1, ())
 
 
 def test_buffers_dataset(module):
