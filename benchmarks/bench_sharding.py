@@ -333,7 +333,11 @@ def _over_dataset(batch, features, topo, stacking, num_threads=None):
     chunk's read (column by column when profiled for several threads) and each
     step's batch copy is profiled as one task of a batch holding all of them (the
     chunk tasks run ``num_workers`` at once and these hold no lock: see
-    ``scwork.sharding._dataset_chunks._record_read``), the engine's tasks as usual.
+    ``scwork.sharding._dataset_chunks._record_read``), the engine's tasks as usual,
+    and what each chunk or boundary task does besides (its collect_stats' set-up and
+    results, its Dataset) as one task of a batch of its own
+    (``_dataset_chunks._profiled_task``: it runs inside the task, beside the other
+    chunks; with threads it holds the GIL, with worker processes it does not).
     """
     import contextlib
 

@@ -72,7 +72,8 @@ MODULES: dict[str, list[str]] = {
                                       "tests/sharding/test_reference_by_hand.py"],
     "scwork/sharding/_minibatch_kernels.py": ["tests/sharding/test_minibatch_golden.py",
                                               "tests/sharding/test_minibatch.py"],
-    "scwork/sharding/minibatch.py": ["tests/sharding/test_minibatch_golden.py", "tests/sharding/test_minibatch.py"],
+    "scwork/sharding/minibatch.py": ["tests/sharding/test_minibatch_golden.py", "tests/sharding/test_minibatch.py",
+                                     "tests/sharding/test_minibatch_pinned.py", "tests/oracle/test_minibatch_oracle.py"],
     # The engine's own kernels: each is compared with _reference.py in test_kernels.py and
     # test_split_kernels.py; the by-hand and boundary files pin values neither computed.
     "scwork/sharding/_kernels.py": ["tests/sharding/test_kernels.py", "tests/sharding/test_preprocess.py",

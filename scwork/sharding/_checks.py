@@ -118,7 +118,8 @@ def _compute_stack_rows(stacks: tuple, batch: FeatureBatch) -> tuple:
 
 def estimate_scratch_bytes(plan: StackingPlan, batch: FeatureBatch, G: int, S: int, want_csr: bool,
                            num_threads: int = 1, slice_counts: np.ndarray | None = None,
-                           stack_counts: np.ndarray | None = None) -> int:
+                           stack_counts: np.ndarray | None = None,
+                           stack_sums: tuple[int, int] | None = None) -> int:
     """Upper estimate (exact integers) of the bytes one call allocates.
 
     Per stack: the per-(device, SC, partition) counters and their copies in the
@@ -128,12 +129,17 @@ def estimate_scratch_bytes(plan: StackingPlan, batch: FeatureBatch, G: int, S: i
     ``emb``/``smp``/``gout`` buffers (12 bytes per slot, padding included).
     ``slice_counts``: the raw ids of every feature in every slice, ``(features, G * S)``,
     if the caller has them already (computed here otherwise); ``stack_counts`` those of
-    every stack, ``(stacks, G * S)``, likewise.
+    every stack, ``(stacks, G * S)``, likewise; ``stack_sums`` their total and the sum of
+    every stack's largest slice, likewise (all a statistics-only estimate reads of them).
     """
     nsl = G * S
     n = batch.batch_size // nsl
     # the engine starts at most one worker per slice range, at most nsl per stack
     workers = min(num_threads, nsl * max(1, len(plan.stacks)))
+    if stack_sums is not None and not want_csr:
+        total_ids, largest_slices = stack_sums
+        sum_partitions = _stack_rows(plan.stacks, batch)[3]
+        return 8 * 8 * nsl * sum_partitions + 8 * int(total_ids) + 48 * int(largest_slices) * workers
     # raw ids of every stack in every slice, for all stacks at once (a numpy pass
     # per feature and stack cost more than the rest of this estimate)
     rows, starts, every_stack_has_features, sum_partitions = _stack_rows(plan.stacks, batch)
@@ -171,8 +177,8 @@ def estimate_scratch_bytes(plan: StackingPlan, batch: FeatureBatch, G: int, S: i
 
 def _check_scratch(plan: StackingPlan, batch: FeatureBatch, G: int, S: int, want_csr: bool,
                    num_threads: int, slice_counts: np.ndarray | None = None,
-                   stack_counts: np.ndarray | None = None) -> None:
-    need = estimate_scratch_bytes(plan, batch, G, S, want_csr, num_threads, slice_counts, stack_counts)
+                   stack_counts: np.ndarray | None = None, stack_sums: tuple[int, int] | None = None) -> None:
+    need = estimate_scratch_bytes(plan, batch, G, S, want_csr, num_threads, slice_counts, stack_counts, stack_sums)
     limit = scratch_limit_bytes()
     if need > limit:
         P = plan.stacks[0].num_partitions if plan.stacks else 0

@@ -8,6 +8,7 @@ The tasks are module-level functions of plain data so that dask.distributed work
 from __future__ import annotations
 
 import bisect
+import functools
 import inspect
 import numbers
 import sys
@@ -234,6 +235,42 @@ def _finish(job: _Job, parts: list) -> tuple:
     return ds, summary
 
 
+#: The profile batch that holds what each chunk and boundary task does besides its reads and
+#: its engine calls' tasks (see _profiled_task).
+TASK_BATCH = "dataset chunk and boundary tasks' own work"
+
+
+def _profiled_task(fn):
+    """``fn`` (a chunk or boundary task), its own work recorded as one task of :data:`TASK_BATCH`
+    while a profile is recorded.
+
+    A chunk task reads its rows, runs ``collect_stats`` over its steps and stacks their
+    statistics into one Dataset; everything it does runs inside the task, at the same
+    time as the other chunk tasks (``num_workers`` of them at once), not between them.
+    Its reads and its engine calls' tasks are recorded as theirs already; the rest (each
+    step's checks, plan and results around its engine tasks, the first step's set-up,
+    the Dataset of the chunk) was counted as serial time of the whole call, as if no
+    other chunk could run meanwhile. Recorded without a size: it is Python work, not ids.
+
+    With dask's threaded scheduler or a thread pool, that Python holds the GIL: the
+    chunks' own work then runs beside the other chunks' kernels and reads (which let go
+    of it), not beside each other's own work; with worker processes (a cluster) it runs
+    in parallel too.
+    """
+    @functools.wraps(fn)
+    def run(job, *args):
+        prof = _profile.active()
+        if prof is None:
+            return fn(job, *args)
+        mark = _profile.own_work_mark(prof)
+        try:
+            return fn(job, *args)
+        finally:
+            _profile.record_own_work(prof, TASK_BATCH, mark)
+    return run
+
+
+@_profiled_task
 def _run_chunk(job: _Job, chunk: _Chunk, *partitions):
     """Read a chunk's rows; return ((per-step Dataset, summary) of its inner steps or None, fragments).
 
@@ -330,6 +367,7 @@ def _profiled_read(job: _Job, chunk: _Chunk, data: dict, prof, names: list[str])
     return _concat_rows(parts, names)
 
 
+@_profiled_task
 def _run_boundary(job: _Job, step: int, *fragment_maps):
     """(per-step Dataset, summary) of one step assembled from the fragments of consecutive chunks."""
     names = [f.name for f in job.features]

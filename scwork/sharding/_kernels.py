@@ -66,6 +66,9 @@ stack_slices
     row pointers, dropped pairs.
 compact_slices
     Moves slices written at a provisional stride to their final ``sl * C`` in place.
+group_tables
+    A call's per-(group, slice) counts and their offsets, maxima and per-stack and
+    per-part sums from its per-(feature, slice) counts (the jobs' set-up).
 """
 
 from __future__ import annotations
@@ -87,6 +90,8 @@ __all__ = [
     "stack_slices_reference",
     "compact_slices",
     "compact_slices_reference",
+    "group_tables",
+    "group_tables_reference",
     "PAD_ID",
     "warmup",
 ]
@@ -998,6 +1003,125 @@ def compact_slices_reference(emb, smp, gout, stride, used, nsl, C):
         gout[sl * C:sl * C + e.size] = g
 
 
+
+# --------------------------------------------------------------------------------------
+# group_tables
+# --------------------------------------------------------------------------------------
+@jit(error_model="numpy")
+def _reduce_rows(src, rows, starts, out):
+    """``out[i] = src[rows[starts[i]:starts[i + 1]]].sum(axis=0)``, as ``np.add.reduceat``.
+
+    An empty range (``starts[i] >= starts[i + 1]``) takes the one row at ``starts[i]``,
+    as ``np.add.reduceat`` does. ``rows`` of length 0: the identity map.
+    """
+    m, nsl = out.shape
+    nr = rows.size if rows.size else src.shape[0]
+    for i in range(m):
+        a = starts[i]
+        b = starts[i + 1] if i + 1 < m else nr
+        if b <= a:
+            b = a + 1
+        for j in range(nsl):
+            out[i, j] = 0
+        for r in range(a, b):
+            row = rows[r] if rows.size else r
+            for j in range(nsl):
+                out[i, j] += src[row, j]
+
+
+@jit(error_model="numpy")
+def group_tables(slice_counts, rows, starts, first_group, stack_starts, part_starts, one_stack):
+    """The per-group tables of a call's jobs from its per-(feature, slice) counts, one pass.
+
+    Parameters
+    ----------
+    slice_counts : (features, nsl) int
+        Raw ids of every feature in every slice.
+    rows, starts : int64
+        The features of every group of every stack, group after group, and where each
+        group's start in ``rows`` (at least one group, each with a feature).
+    first_group : (groups,) int64
+        Each group's stack's first group.
+    stack_starts : (stacks,) int64
+        Each stack's first group (every stack has one).
+    part_starts : (parts,) int64
+        Each part's (stack before merging) first group; empty: one group per part.
+    one_stack : bool
+        One job: the naive-view offsets are the running sums as they are.
+
+    Returns
+    -------
+    gcounts : (groups, nsl) int64
+        Raw ids per group and slice.
+    sloff : (groups, nsl + 1) int64
+        Their running sums over slices (0 first).
+    uloff : (groups,) int64
+        Each group's first place in its stack's naive-view list.
+    group_max : (groups,) int64
+        Each group's largest slice.
+    stack_ids : (stacks, nsl) int64
+        Raw ids per stack and slice.
+    stack_max : (stacks,) int64
+        Each stack's largest group slice.
+    part_ids : (parts, nsl) int64
+        Raw ids per part and slice (``(0, nsl)`` when ``part_starts`` is empty).
+    """
+    ng = starts.size
+    nsl = slice_counts.shape[1]
+    gcounts = np.empty((ng, nsl), np.int64)
+    _reduce_rows(slice_counts, rows, starts, gcounts)
+    sloff = np.zeros((ng, nsl + 1), np.int64)
+    uloff = np.empty(ng, np.int64)
+    group_max = np.zeros(ng, np.int64)
+    before = np.int64(0)
+    for g in range(ng):
+        run = np.int64(0)
+        top = np.int64(0)
+        for j in range(nsl):
+            c = gcounts[g, j]
+            run += c
+            sloff[g, j + 1] = run
+            if c > top:
+                top = c
+        group_max[g] = top
+        uloff[g] = before
+        before += run
+    if not one_stack:
+        # each group's offset from its stack's first group (first_group[g] <= g: read first)
+        for g in range(ng - 1, -1, -1):
+            uloff[g] -= uloff[first_group[g]]
+    ns = stack_starts.size
+    stack_ids = np.empty((ns, nsl), np.int64)
+    _reduce_rows(gcounts, rows[:0], stack_starts, stack_ids)
+    stack_max = np.zeros(ns, np.int64)
+    for s in range(ns):
+        b = stack_starts[s + 1] if s + 1 < ns else ng
+        for g in range(stack_starts[s], b):
+            if group_max[g] > stack_max[s]:
+                stack_max[s] = group_max[g]
+    part_ids = np.empty((part_starts.size, nsl), np.int64)
+    if part_starts.size:
+        _reduce_rows(gcounts, rows[:0], part_starts, part_ids)
+    return gcounts, sloff, uloff, group_max, stack_ids, stack_max, part_ids
+
+
+def group_tables_reference(slice_counts, rows, starts, first_group, stack_starts, part_starts, one_stack):
+    """:func:`group_tables` with numpy calls, as the engine computed these before."""
+    gcounts = np.add.reduceat(slice_counts[rows], starts, axis=0).astype(np.int64)
+    sloff = np.zeros((gcounts.shape[0], gcounts.shape[1] + 1), np.int64)
+    np.cumsum(gcounts, axis=1, out=sloff[:, 1:])
+    totals = sloff[:, -1]
+    before = np.cumsum(totals) - totals
+    uloff = before if one_stack else before - before[first_group]
+    group_max = gcounts.max(axis=1, initial=0)
+    stack_ids = np.add.reduceat(gcounts, stack_starts, axis=0)
+    ends = np.append(stack_starts[1:], gcounts.shape[0])
+    stack_max = np.array([group_max[a:b].max(initial=0) for a, b in zip(stack_starts, ends)], np.int64)
+    part_ids = (np.add.reduceat(gcounts, part_starts, axis=0) if part_starts.size
+                else np.zeros((0, gcounts.shape[1]), np.int64))
+    return gcounts, sloff, uloff, group_max, stack_ids, stack_max, part_ids
+
+
 def warmup() -> None:
     """Compile every kernel on tiny inputs (or load them from numba's cache)."""
     ids = np.array([3, 1, 3, 0, 2, 2], np.int64)
@@ -1014,3 +1138,11 @@ def warmup() -> None:
     for want in (False, True):
         m, _, _ = sort_group(ids, splits, weights, has_w, rows, rows, 1, 1, nsl, 1, 4, P, 1, 1, 0, want,
                              ks, gs, tk, tg, hist)
+    # the jobs' tables, with the engine's argument types (int64 counts, empty parts or not)
+    counts = np.array([[1, 2], [3, 0], [0, 4]], np.int64)
+    rows3 = np.array([0, 1, 2], np.int64)
+    starts = np.array([0, 2], np.int64)
+    first = np.zeros(2, np.int64)
+    for parts in (np.zeros(0, np.int64), np.array([0, 1], np.int64)):
+        for one_stack in (False, True):
+            group_tables(counts, rows3, starts, first, first[:1], parts, one_stack)

@@ -52,7 +52,10 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-__all__ = ["CallProfile", "lpt_makespan", "profiled", "record_task", "thread_cpu_s"]
+import numpy as np
+
+__all__ = ["CallProfile", "dispatch_order", "lpt_makespan", "own_work_mark", "profiled", "record_own_work",
+           "record_task", "recording", "thread_cpu_s"]
 
 
 def thread_cpu_s() -> float:
@@ -217,6 +220,15 @@ def plan_threads() -> int | None:
     return getattr(_STATE, "plan_threads", None)
 
 
+def recording() -> bool:
+    """True inside :func:`profiled` with no call recorded yet: a :func:`call` would start one.
+
+    A plain function (one attribute read each), so that an engine call outside a profile,
+    or nested in a recorded one, skips the context manager of :func:`call` altogether.
+    """
+    return getattr(_STATE, "sink", None) is not None and getattr(_STATE, "profile", None) is None
+
+
 @contextlib.contextmanager
 def call():
     """Wrap one engine call: a new :class:`CallProfile` while profiling, else nothing.
@@ -267,13 +279,58 @@ def record_task(prof: CallProfile, batch: str, seconds: float, size: float) -> N
     prof.recorded_s += seconds
 
 
-def run_serially(prof: CallProfile, name: str, fn, items, sizes, overlap=None) -> list:
+def dispatch_order(sizes) -> list[int]:
+    """Item indices largest size first, ties in item order: the order the dispatcher hands
+    out tasks in (``sorted(range(n), key=lambda i: -sizes[i])``).
+
+    One stable argsort of the sizes beyond a few dozen items: sorting hundreds of task
+    indices with a Python key function is serial work of the dispatcher (tens of
+    microseconds per batch, at 64 threads some 400 tasks a batch).
+    """
+    n = len(sizes)
+    if n <= 32:
+        return sorted(range(n), key=lambda i: -sizes[i])
+    return np.argsort(-np.asarray(sizes, np.float64), kind="stable").tolist()
+
+
+def _counted_s(prof: CallProfile) -> float:
+    """Seconds of the call so far held by tasks, overlaps and the profiler itself."""
+    return prof.task_s + prof.overlap_s + prof.profiler_s
+
+
+def own_work_mark(prof: CallProfile) -> tuple[float, float]:
+    """Where a piece of work starts, for :func:`record_own_work`: ``(CPU seconds, counted seconds)``."""
+    entry = thread_cpu_s()
+    counted = _counted_s(prof)
+    start = thread_cpu_s()
+    prof.profiler_s += start - entry          # (summing the batches is the profiler's time)
+    return start, counted
+
+
+def record_own_work(prof: CallProfile, batch: str, mark: tuple[float, float], size: float = 0.0) -> float:
+    """Record what this thread did since ``mark`` (:func:`own_work_mark`) as one task of ``batch``,
+    less what tasks, overlaps and the profiler recorded meanwhile (the engine calls and
+    reads inside it are counted once, as theirs). For work that runs inside a task of its
+    own beside its like (a dataset chunk task's Python around its engine calls). Returns
+    the seconds recorded.
+    """
+    end = thread_cpu_s()
+    counted = _counted_s(prof)
+    seconds = max(0.0, (end - mark[0]) - (counted - mark[1]))
+    record_task(prof, batch, seconds, size)
+    prof.profiler_s += thread_cpu_s() - end
+    return seconds
+
+
+def run_serially(prof: CallProfile, name: str, fn, items, sizes, overlap=None, order=None) -> list:
     """Run ``fn(item, 0)`` for every item on this thread, in dispatch order, timing each.
 
     ``overlap`` (serial work the dispatcher does while the batch runs) runs first,
     timed as the batch's overlapped serial time; if it raises, no task runs.
 
-    Items are taken in the dispatcher's order (largest ``sizes`` first). Each runs as
+    Items are taken in the dispatcher's order (largest ``sizes`` first, :func:`dispatch_order`;
+    computing it is the dispatcher's serial work before its first task, so it is
+    counted as the call's serial time, not the profiler's). Each runs as
     worker 0: a worker's scratch stays in its core's cache from one task to the next
     in a threaded run, and running every task with one scratch keeps that so here
     (cycling through ``num_workers`` scratch areas on one core would charge cache
@@ -292,8 +349,11 @@ def run_serially(prof: CallProfile, name: str, fn, items, sizes, overlap=None) -
                 prof.batches.append((name, []))
                 prof.sizes.append([])
                 prof.overlaps.append(overlap_s)
+    # the dispatcher's own serial work before its first task: the order (serial time, as there)
     entry = thread_cpu_s()
-    order = sorted(range(len(items)), key=lambda i: -sizes[i])
+    if order is None:                 # (given: made earlier, e.g. while the batch before ran)
+        order = dispatch_order(sizes)
+    entry = thread_cpu_s()
     results: list = [None] * len(items)
     times = [0.0] * len(items)
     errors: dict[int, Exception] = {}

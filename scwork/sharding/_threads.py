@@ -23,7 +23,7 @@ __all__ = ["available_cores", "let_workers_run", "resolve_num_threads"]
 _TASKS_PER_THREAD = 8
 
 
-def _run_tasks(fn, items, sizes, num_threads: int, name: str = "tasks", overlap=None) -> list:
+def _run_tasks(fn, items, sizes, num_threads: int, name: str = "tasks", overlap=None, order=None) -> list:
     """``[fn(item, worker) for item in items]``, on ``num_threads`` threads.
 
     The calling thread is worker 0 and ``num_threads - 1`` parked threads of a
@@ -50,6 +50,10 @@ def _run_tasks(fn, items, sizes, num_threads: int, name: str = "tasks", overlap=
     the next one, and CPython would otherwise hand it over only after its 5 ms
     switch interval, so pure-Python overlapped work would stall the workers.
 
+    ``order``: the dispatch order if the caller has it (:func:`~scwork.sharding._profile.dispatch_order`
+    of ``sizes``, a list of item indices, e.g. made while the batch before ran); else it is
+    computed here, on the calling thread before any task starts.
+
     While :func:`scwork.sharding._profile.profiled` is active the items run on the
     calling thread, each timed, and are recorded as a batch called ``name``
     (``overlap``, timed apart, as that batch's overlapped serial time).
@@ -57,12 +61,12 @@ def _run_tasks(fn, items, sizes, num_threads: int, name: str = "tasks", overlap=
     steps = [] if overlap is None else list(overlap) if isinstance(overlap, (list, tuple)) else [overlap]
     prof = _profile.active()
     if prof is not None:
-        return _profile.run_serially(prof, name, fn, items, sizes, _in_order(steps) if steps else None)
+        return _profile.run_serially(prof, name, fn, items, sizes, _in_order(steps) if steps else None, order)
     if num_threads == 1 or len(items) <= 1:
         for step in steps:
             step()
         return [fn(item, 0) for item in items]
-    order = iter(sorted(range(len(items)), key=lambda i: -sizes[i]))
+    order = iter(_profile.dispatch_order(sizes) if order is None else order)
     results: list = [None] * len(items)
     errors: dict[int, Exception] = {}
     fatal: list[BaseException] = []        # a BaseException that ended a pooled worker's share

@@ -131,9 +131,12 @@ from scwork.sharding._scratch import (
     _carve_owned,
     _layout,
     _views,
+    free_leftovers,
+    keep_until_next_call,
     release_buffers,
 )
 from scwork.sharding._plan_cache import plan_derived
+from scwork.sharding._profile import dispatch_order
 from scwork.sharding._threads import _TASKS_PER_THREAD, _run_tasks, let_workers_run, resolve_num_threads
 from scwork.sharding.batch import FeatureBatch, _check_gains
 from scwork.sharding.results import (
@@ -316,9 +319,20 @@ class _Oov(Exception):
 
 
 def _weights_of(batch: FeatureBatch):
+    """``(weights, has_w)`` as the kernels read them (float32 weights of every id, one int8
+    flag per feature); for a batch without weights, arrays shared by every call with as
+    many features (the kernels only read them)."""
     if batch._weights is None:
-        return np.zeros(0, np.float32), np.zeros(len(batch), np.int8)
+        nf = len(batch)
+        shared = _UNWEIGHTED.get(nf)
+        if shared is None:
+            shared = _UNWEIGHTED[nf] = (np.zeros(0, np.float32), np.zeros(nf, np.int8))
+        return shared
     return batch._weights, np.array(batch._has_weights, np.int8)
+
+
+# feature count -> (no weights, all-zero flags): a call made them twice (two allocations each)
+_UNWEIGHTED: dict[int, tuple[np.ndarray, np.ndarray]] = {}
 
 
 # --------------------------------------------------------------------------------------
@@ -545,14 +559,15 @@ class _StackJob:
         ``target`` is cut further into ranges of its groups (tables).
         """
         items, sizes = self.tasks_of(target, by_group)
-        return [tuple(item[1:]) for item in items], sizes
+        return [tuple(item[1:]) for item in items], (sizes.tolist() if isinstance(sizes, np.ndarray) else sizes)
 
     def tasks_of(self, target: float, by_group: bool) -> tuple[Any, list[int]]:
         """:meth:`work_units` as the dispatcher takes them, ``(job, s0, s1, g0, g1)`` items, and their sizes.
 
         The items are a list, or for a cut by groups a :class:`_GroupCut` that makes
         each item when a worker takes it (hundreds of tuples made, and freed after
-        the call, were a tenth of a statistics call's serial time).
+        the call, were a tenth of a statistics call's serial time), its sizes an int64
+        array (the dispatcher argsorts them: no list of Python ints to make and sort).
         """
         ng = len(self.groups)
         if not math.isfinite(target) or not by_group or ng == 1 or self.stack_slice_max <= target:
@@ -566,7 +581,7 @@ class _StackJob:
 
         cut = np.empty((ng * self.nsl, 4), np.int64)
         k = cut_groups(self.counts, float(target), cut)
-        return _GroupCut(self, cut[:k]), cut[:k, 3].tolist()
+        return _GroupCut(self, cut[:k]), cut[:k, 3]          # (sizes as an array: the dispatcher argsorts them)
 
     def naive_units(self, target: float) -> list[tuple[int, int, int]]:
         """Naive-view tasks ``(group, p0, p1)``: partition ranges of about ``target`` ids."""
@@ -889,12 +904,26 @@ class _MergedJob:
     def finish_sums(self) -> None:
         """Nothing: each part's counters are its groups' sums, made in :meth:`results`."""
 
+    naive_out = None
+
+    def naive_into(self, out: np.ndarray) -> None:
+        """Make :meth:`naive_rows` the caller's ``out``, ``(parts, P)`` int64 (before the naive-view tasks).
+
+        With one table per part the naive-view tasks add straight into ``out`` (zeroed
+        here); else the groups' rows are summed into it: no copy of the rows after the
+        tasks (the statistics' array is ``out``).
+        """
+        if len(self.stack.group_starts) - 1 == len(self.groups):
+            out[...] = 0
+            self.naive_g = out
+        self.naive_out = out
+
     def naive_rows(self) -> np.ndarray:
         """``(parts, P)``: each part's naive view, the sum of its groups' (after the naive-view tasks)."""
         starts = self.stack.group_starts[:-1]
         if len(starts) == len(self.groups):
             return self.naive_g
-        return np.add.reduceat(self.naive_g, np.array(starts, np.int64), axis=0)
+        return np.add.reduceat(self.naive_g, np.array(starts, np.int64), axis=0, out=self.naive_out)
 
     def results(self, naive: bool = True) -> list[dict]:
         """One result per stack of the run, as each stack's own job gives it.
@@ -1108,28 +1137,13 @@ class _JobTemplate:
         return job
 
 
-def _make_jobs(plan: StackingPlan, batch: FeatureBatch, G: int, S: int, want_csr: bool, config: SparsecoreConfig,
-               has_w: np.ndarray, slice_counts: np.ndarray, count_first: bool, before_counters=None) -> list[_StackJob]:
-    """Every stack's :class:`_StackJob`, their tables built in one pass over all stacks.
+# (writable, as the plan's part starts: a read-only array is another type to numba, another compilation)
+_NO_PARTS = np.zeros(0, np.int64)
 
-    The same tables as building each stack on its own (:func:`_groups` per stack),
-    but the per-(group, slice) counts, their offsets and maxima are computed for all
-    groups of all stacks with a few numpy calls, the small per-group rows come from
-    one int64 array kept for the plan (:class:`_StaticTables`), each job starts as a
-    copy of its :class:`_JobTemplate` (kept for the plan and the call's shape) and
-    every zero-filled counter is a view of one zeroed block.
 
-    ``before_counters(part_counts)``: called before anything the size of the
-    topology is allocated (the scratch check), with the raw ids of each of
-    ``plan.parts`` (the stacks before merging; ``plan.stacks`` if it has none) in
-    each slice, ``(parts, slices)``, or None where a stack has no table.
-    """
-    nsl = G * S
-    stacks = plan.stacks
-    has_w_list = has_w.tolist()
-    layout = (batch._names, bool(want_csr), tuple(has_w_list))
-    tables = plan_derived("tables", stacks, layout, lambda: _StaticTables(stacks, batch, want_csr, has_w_list))
-    stack_groups = tables.stack_groups
+def _group_tables_numpy(tables: _StaticTables, stacks, slice_counts: np.ndarray, nsl: int, before_counters):
+    """The jobs' tables with numpy, where some stack has no group (or no slice): what
+    :func:`~scwork.sharding._kernels.group_tables` computes otherwise."""
     total_groups = tables.total_groups
     if total_groups == 0 or not tables.rows.size:
         gcounts = np.zeros((total_groups, nsl), np.int64)
@@ -1144,17 +1158,72 @@ def _make_jobs(plan: StackingPlan, batch: FeatureBatch, G: int, S: int, want_csr
         uloff_all = before
     else:
         uloff_all = before - before[tables.first_group] if total_groups else np.zeros(0, np.int64)
-    group_max = gcounts.max(axis=1).tolist() if nsl else [0] * total_groups
     stack_slices_all = np.add.reduceat(gcounts, tables.stack_starts, axis=0) if tables.all_counted else None
     if before_counters is not None:
         if not tables.all_counted:
             before_counters(None)
-        elif tables.part_starts is None:        # every part one group (no stacking): its rows
+        elif tables.part_starts is None:
             before_counters(gcounts)
         elif tables.parts_are_stacks:
             before_counters(stack_slices_all)
         else:
             before_counters(np.add.reduceat(gcounts, tables.part_starts, axis=0))
+    return gcounts, sloff_all, uloff_all, stack_slices_all
+
+
+def _make_jobs(plan: StackingPlan, batch: FeatureBatch, G: int, S: int, want_csr: bool, config: SparsecoreConfig,
+               has_w: np.ndarray, slice_counts: np.ndarray, count_first: bool, before_counters=None) -> list[_StackJob]:
+    """Every stack's :class:`_StackJob`, their tables built in one pass over all stacks.
+
+    The same tables as building each stack on its own (:func:`_groups` per stack),
+    but the per-(group, slice) counts, their offsets and maxima are computed for all
+    groups of all stacks in one compiled pass (:func:`~scwork.sharding._kernels.group_tables`),
+    the small per-group rows come from
+    one int64 array kept for the plan (:class:`_StaticTables`), each job starts as a
+    copy of its :class:`_JobTemplate` (kept for the plan and the call's shape) and
+    every zero-filled counter is a view of one zeroed block.
+
+    ``before_counters(part_counts, part_sums)``: called before anything the size of the
+    topology is allocated (the scratch check), with the raw ids of each of
+    ``plan.parts`` (the stacks before merging; ``plan.stacks`` if it has none) in
+    each slice, ``(parts, slices)``, or None where a stack has no table; and
+    ``(their total, the sum of each part's largest slice)`` or None.
+    """
+    nsl = G * S
+    stacks = plan.stacks
+    has_w_list = has_w.tolist()
+    layout = (batch._names, bool(want_csr), tuple(has_w_list))
+    tables = plan_derived("tables", stacks, layout, lambda: _StaticTables(stacks, batch, want_csr, has_w_list))
+    stack_groups = tables.stack_groups
+    total_groups = tables.total_groups
+    if tables.all_counted and tables.rows.size and nsl:
+        # every stack has a group (every engine call on a checked plan): the tables in
+        # one compiled pass (a dozen numpy calls on these small arrays, cold after the
+        # previous call's tasks, were a third of the call's serial time before its first task)
+        from scwork.sharding._kernels import group_tables
+
+        part_starts = tables.part_starts if tables.part_starts is not None and not tables.parts_are_stacks \
+            else _NO_PARTS
+        gcounts, sloff_all, uloff_all, group_max_all, stack_slices_all, stack_max_all, part_slices = group_tables(
+            slice_counts, tables.rows, tables.starts, tables.first_group, tables.stack_starts, part_starts,
+            len(stacks) == 1)
+        stack_max = stack_max_all.tolist()
+        slice_lists = stack_slices_all.tolist()
+        if before_counters is not None:
+            # with the parts' raw ids in all and the sum of their largest slices (what a
+            # statistics call's estimate takes), from what is at hand: no reduction of the
+            # parts' counts for it
+            total = sum(map(sum, slice_lists))
+            if tables.part_starts is None:          # every part one group (no stacking): its rows
+                before_counters(gcounts, (total, sum(group_max_all.tolist())))
+            elif tables.parts_are_stacks:
+                before_counters(stack_slices_all, (total, sum(map(max, slice_lists))))
+            else:
+                before_counters(part_slices, (total, sum(map(max, part_slices.tolist()))))
+    else:
+        gcounts, sloff_all, uloff_all, stack_slices_all = _group_tables_numpy(tables, stacks, slice_counts, nsl,
+                                                                                before_counters)
+        stack_max = slice_lists = None
     shape = (batch.batch_size, G, S, bool(config.allow_id_dropping), bool(count_first))
     template = plan_derived("jobs", stacks, layout + shape,
                             lambda: _JobTemplate(stacks, tables, batch, G, S, want_csr, config, count_first))
@@ -1163,13 +1232,14 @@ def _make_jobs(plan: StackingPlan, batch: FeatureBatch, G: int, S: int, want_csr
     jobs = []
     for si in range(len(stacks)):
         g0, g1 = stack_groups[si], stack_groups[si + 1]
-        if stack_slices_all is not None:
-            slice_ids = stack_slices_all[si]
+        job = template.job(si, block)
+        if stack_max is not None:
+            job.setup_counts(uloff_all[g0:g1], gcounts[g0:g1], sloff_all[g0:g1], stack_slices_all[si],
+                             slice_lists[si], stack_max[si])
         else:
             slice_ids = gcounts[g0:g1].sum(axis=0)
-        job = template.job(si, block)
-        job.setup_counts(uloff_all[g0:g1], gcounts[g0:g1], sloff_all[g0:g1], slice_ids, slice_ids.tolist(),
-                         max(group_max[g0:g1], default=0))
+            job.setup_counts(uloff_all[g0:g1], gcounts[g0:g1], sloff_all[g0:g1], slice_ids, slice_ids.tolist(),
+                             int(gcounts[g0:g1].max(initial=0)) if g1 > g0 and nsl else 0)
         job.setup_fresh(batch)
         jobs.append(job)
     return jobs
@@ -1321,8 +1391,8 @@ def _execute(plan: StackingPlan, batch: FeatureBatch, G: int, S: int, kern: _Bac
 
         # naive view (per group and partition range) and the compaction of staged stacks:
         # the task list depends on the counts alone, so it is made while the slices run
-        finish, finish_sizes = [], []
-        overlap = _finish_list_steps(jobs, target, finish, finish_sizes)
+        finish, finish_sizes, largest, order = [], [], [0], []
+        overlap = _finish_list_steps(jobs, target, finish, finish_sizes, largest, order)
         if prepare is not None:
             overlap += list(prepare) if isinstance(prepare, (list, tuple)) else [prepare]
         _run_tasks(slices, work, sizes, num_threads, "slices", overlap=overlap)
@@ -1350,11 +1420,16 @@ def _execute(plan: StackingPlan, batch: FeatureBatch, G: int, S: int, kern: _Bac
         if not staged:
             # first in the batch (the largest size): what follows the batch waits for it
             finish.append([(None, after)])
-            finish_sizes.append(max(finish_sizes, default=0) + 1)
-        _run_tasks(_finish_task(kern), _Chain(finish), finish_sizes, num_threads, "finish")
+            finish_sizes.append(largest[0] + 1)     # (the largest, found while the slices ran)
+            order.insert(0, len(finish_sizes) - 1)   # (its index: the chain's last item)
+        _run_tasks(_finish_task(kern), _Chain(finish), finish_sizes, num_threads, "finish", order=order)
         if staged:
             after()
         naive = [j.naive_rows() for j in jobs]
+        if not want_csr:
+            # nobody reads a statistics call's jobs and task lists any more (their counters
+            # are in the results): the next call frees them while its slices run
+            keep_until_next_call((jobs, work, sizes, finish, finish_sizes))
         return done[0], (naive[0] if len(naive) == 1 else np.concatenate(naive))
     finally:
         del scratch, ulists
@@ -1364,22 +1439,27 @@ def _execute(plan: StackingPlan, batch: FeatureBatch, G: int, S: int, kern: _Bac
         _POOL.give(ulist_buf)
 
 
-def _finish_list_steps(jobs, target: float, finish: list, finish_sizes: list) -> list:
+def _finish_list_steps(jobs, target: float, finish: list, finish_sizes: list, largest: list, order: list) -> list:
     """Steps that append the finish batch's tasks (naive view, compaction) to ``finish``, as
     sequences of items (read as one by :class:`_Chain`), and their sizes to ``finish_sizes``:
     one per job, so that the calling thread, making them while the slices run, lets a
-    worker take the GIL between two."""
+    worker take the GIL between two. ``largest[0]`` becomes the largest size (from 0),
+    ``order`` the items' dispatch order (:func:`~scwork.sharding._profile.dispatch_order`)."""
     def naive_list(j):
         def make():
             items, item_sizes = j.naive_items(target)
             finish.append(items)
             finish_sizes.extend(item_sizes)
+            largest[0] = max(largest[0], max(item_sizes, default=0))
         return make
 
     def staged_list():
         staged = [j for j in jobs if j.staged]
         finish.append([(j, None) for j in staged])
         finish_sizes.extend(4 * j.num_ids for j in staged)
+        largest[0] = max([largest[0], *(4 * j.num_ids for j in staged)])
+        # and their dispatch order (the dispatcher's serial work, done here instead)
+        order[:] = dispatch_order(finish_sizes)
 
     return [naive_list(j) for j in jobs] + [staged_list]
 
@@ -1468,7 +1548,7 @@ def _units(jobs, target: float, by_group) -> tuple[Any, list[int]]:
     for j in jobs:
         items, item_sizes = j.tasks_of(target, by_group(j))
         work += items
-        sizes += item_sizes
+        sizes.extend(item_sizes)          # (not +=: a list += an array is numpy's addition)
     return work, sizes
 
 
@@ -1512,16 +1592,21 @@ def _check_jobs(jobs, batch, G, S, config, want_csr):
 
 def _run(*args, **kwargs):
     """:func:`_run_call`, recorded as one call while profiling (:mod:`scwork.sharding._profile`)."""
+    if not _profile.recording():          # not profiling, or nested in a recorded call
+        return _run_call(*args, **kwargs)
     with _profile.call():
         return _run_call(*args, **kwargs)
 
 
 def _run_call(batch, features, topology, stacking, config, on_out_of_vocabulary, stack_limits, rotation,
               activation_mem_bytes_limit, num_threads, backend, want_csr, dataset=True):
-    """One engine call: ``(plan, statistics, per-stack results)``.
+    """One engine call: ``(plan, statistics, per-stack results, any id dropped)``.
 
     The statistics are a Dataset, or with ``dataset=False`` its parts (variables,
-    coordinates, attributes: :func:`~scwork.sharding.results._stats_parts`).
+    coordinates, attributes: :func:`~scwork.sharding.results._stats_parts`). The
+    per-stack results are those of :func:`_check_jobs` with CSR; a statistics-only
+    call's list is empty (they are in the statistics; the next call frees them).
+    "Any id dropped": whether ``dropped_ids`` has a non-zero entry.
     """
     return _complete_call(_prepare_call(batch, features, topology, stacking, config, on_out_of_vocabulary,
                                         stack_limits, rotation, activation_mem_bytes_limit, num_threads, backend,
@@ -1600,9 +1685,9 @@ def _prepare_call(batch, features, topology, stacking, config, on_out_of_vocabul
     # retry without out-of-vocabulary ids counts again)
     slice_counts = _slice_counts(batch, G * S)
 
-    def check_scratch(stack_counts):
+    def check_scratch(stack_counts, stack_sums=None):
         # between the jobs' counts and their counters: from the counts the jobs make anyway
-        _check_scratch(plan, batch, G, S, want_csr, num_threads, slice_counts, stack_counts)
+        _check_scratch(plan, batch, G, S, want_csr, num_threads, slice_counts, stack_counts, stack_sums)
 
     jobs = _jobs_of(plan, batch, G, S, want_csr, config, num_threads, slice_counts, check_scratch)
     return _PreparedCall(batch, topology, config, on_out_of_vocabulary, plan, kern, num_threads, want_csr,
@@ -1610,7 +1695,7 @@ def _prepare_call(batch, features, topology, stacking, config, on_out_of_vocabul
 
 
 def _complete_call(call: _PreparedCall, dataset: bool = True, overlap=None):
-    """Run a prepared call: ``(plan, statistics, per-stack results)`` as :func:`_run_call`.
+    """Run a prepared call: ``(plan, statistics, per-stack results, any id dropped)`` as :func:`_run_call`.
 
     ``overlap``: more serial work (a callable or a list of them) for the calling
     thread while the slices run (``collect_stats``: the next step's
@@ -1634,9 +1719,20 @@ def _complete_call(call: _PreparedCall, dataset: bool = True, overlap=None):
         if dataset:
             built[0].build_dataset()
 
-    prepare = [prepare_arrays, prepare_dataset]
+    def place_naive():
+        # a statistics call's one job (every stack merged) writes its naive view into the
+        # statistics' array itself: no copy after the last task (a retry has other jobs)
+        jobs = call.jobs
+        if batch_used is batch and len(jobs) == 1 and isinstance(jobs[0], _MergedJob):
+            jobs[0].naive_into(built[0].naive_unique)
+
+    prepare = [prepare_arrays, place_naive, prepare_dataset, free_leftovers]
     if overlap is not None:
         prepare += list(overlap) if isinstance(overlap, (list, tuple)) else [overlap]
+
+    # what the serial end of the call needs of the results, found by the checks' task:
+    # the stacks that dropped ids past a static buffer (warned about), whether any id was dropped
+    found = {"static": (), "dropped": False}
 
     def after_slices(results):
         # checks and statistics (all but the naive view), a task beside the naive view's
@@ -1648,7 +1744,15 @@ def _complete_call(call: _PreparedCall, dataset: bool = True, overlap=None):
             # float32 gains of a rejected sample are never returned)
             _check_gain_inputs(batch_used, plan)
         let_workers_run()
-        built[0].fill(results, naive=False)
+        builder = built[0]
+        builder.fill(results, naive=False)
+        found["static"] = [i for i, res in enumerate(results) if res["static_dropped"]]
+        found["dropped"] = bool(np.count_nonzero(builder.dropped))
+        if not want_csr:
+            # a statistics call's per-stack results are in the statistics now and nobody
+            # reads them after: freed by the next call while its slices run (not here: this
+            # task is the finish batch's longest at 64 threads; not at the end of the call)
+            keep_until_next_call(results)
 
     for attempt in range(2):
         try:
@@ -1660,7 +1764,7 @@ def _complete_call(call: _PreparedCall, dataset: bool = True, overlap=None):
             if on_out_of_vocabulary == "error" or attempt == 1:
                 _raise_oov(batch_used, plan, err.position)
             # the caller's overlap ran with the first attempt's slices: not again
-            prepare = prepare[:2]
+            prepare = prepare[:4]
             masks = _oov_masks(batch, plan)
             for st in plan.stacks:
                 oov_counts[st.name] = int(sum(masks[f.name].sum() for f in st.features))
@@ -1669,17 +1773,17 @@ def _complete_call(call: _PreparedCall, dataset: bool = True, overlap=None):
     stats_builder.fill_naive(naive)
     parts = stats_builder.parts
     stats = stats_builder.dataset if dataset else parts
-    for i, (st, res) in enumerate(zip(plan.stacks, results)):
-        if res["static_dropped"]:
-            # The library drops these with a log line whatever allow_id_dropping says;
-            # scwork does the same, counts them, and says so.
-            warnings.warn(StaticBufferWarning(
-                f"stack {st.name!r}: {res['static_dropped']} ids did not fit the static CSR buffer of "
-                f"{st.suggested_coo_buffer_size_per_device} entries per device "
-                f"(suggested_coo_buffer_size_per_device) and were dropped; the batch needs "
-                f"{int(parts[0]['required_buffer_size_per_device'][1][i].max())} entries on its "
-                f"fullest device: raise the suggestion or leave it unset"), stacklevel=3)
-    return plan, stats, results
+    for i in found["static"]:
+        st = plan.stacks[i]
+        # The library drops these with a log line whatever allow_id_dropping says;
+        # scwork does the same, counts them, and says so.
+        warnings.warn(StaticBufferWarning(
+            f"stack {st.name!r}: {int(stats_builder.static_dropped[i])} ids did not fit the static CSR buffer of "
+            f"{st.suggested_coo_buffer_size_per_device} entries per device "
+            f"(suggested_coo_buffer_size_per_device) and were dropped; the batch needs "
+            f"{int(parts[0]['required_buffer_size_per_device'][1][i].max())} entries on its "
+            f"fullest device: raise the suggestion or leave it unset"), stacklevel=3)
+    return plan, stats, (results if want_csr else []), found["dropped"]
 
 
 def _statistics_parts(batch: FeatureBatch, features: Any, topology: Topology, stacking: Any,
@@ -1689,8 +1793,8 @@ def _statistics_parts(batch: FeatureBatch, features: Any, topology: Topology, st
     For ``collect_stats``, which stacks the variables of its steps into one Dataset
     (a Dataset per step was a third of its serial time).
     """
-    _, parts, _ = _run(batch, features, topology, stacking, config, on_out_of_vocabulary, None, None,
-                       DEFAULT_ACTIVATION_MEM_BYTES_LIMIT, num_threads, backend, want_csr=False, dataset=False)
+    _, parts, _, _ = _run(batch, features, topology, stacking, config, on_out_of_vocabulary, None, None,
+                          DEFAULT_ACTIVATION_MEM_BYTES_LIMIT, num_threads, backend, want_csr=False, dataset=False)
     return parts
 
 
@@ -1708,8 +1812,10 @@ def _statistics_of_prepared(call: _PreparedCall, overlap=None):
     ``overlap``: serial work for the calling thread while the slices run (the next
     step's preparation), independent of this call's results.
     """
+    if not _profile.recording():
+        return _complete_call(call, False, overlap)[1]
     with _profile.call():
-        _, parts, _ = _complete_call(call, False, overlap)
+        _, parts, _, _ = _complete_call(call, False, overlap)
     return parts
 
 
@@ -1787,9 +1893,22 @@ def compute_stats(batch: FeatureBatch, features: Any, topology: Topology, stacki
     [4, 5]
     """
     config = _DEFAULT_CONFIG if config is None else config
-    _, stats, _ = _run(batch, features, topology, stacking, config, on_out_of_vocabulary, stack_limits, rotation,
-                       activation_mem_bytes_limit, num_threads, backend, want_csr=False)
+    _, stats, _, _ = _run(batch, features, topology, stacking, config, on_out_of_vocabulary, stack_limits, rotation,
+                          activation_mem_bytes_limit, num_threads, backend, want_csr=False)
     return stats
+
+
+def _statistics_and_drops(batch: FeatureBatch, features: Any, topology: Topology, stacking: Any,
+                          config: SparsecoreConfig, *, rotation: int | None = None, num_threads: int | None = None):
+    """:func:`compute_stats` (``on_out_of_vocabulary="error"``, default memory limit) and whether
+    any id was dropped (a non-zero ``dropped_ids``), found by the call's checks task.
+
+    For :class:`~scwork.sharding.Scenario` (``over_limits``): reading the Dataset's
+    variable after the call was a tenth of what the scenario adds to its serial time.
+    """
+    _, stats, _, dropped = _run(batch, features, topology, stacking, config, "error", None, rotation,
+                                DEFAULT_ACTIVATION_MEM_BYTES_LIMIT, num_threads, "numba", want_csr=False)
+    return stats, dropped
 
 
 def preprocess(batch: FeatureBatch, features: Any, topology: Topology, stacking: Any = "auto",
@@ -1826,8 +1945,8 @@ def preprocess(batch: FeatureBatch, features: Any, topology: Topology, stacking:
     2147483647
     """
     config = _DEFAULT_CONFIG if config is None else config
-    plan, stats, results = _run(batch, features, topology, stacking, config, on_out_of_vocabulary, stack_limits,
-                                rotation, activation_mem_bytes_limit, num_threads, backend, want_csr=True)
+    plan, stats, results, _ = _run(batch, features, topology, stacking, config, on_out_of_vocabulary, stack_limits,
+                                   rotation, activation_mem_bytes_limit, num_threads, backend, want_csr=True)
     csr = {st.name: r["csr"] for st, r in zip(plan.stacks, results)}
     drops = {st.name: r["drops"] for st, r in zip(plan.stacks, results)}
     return PreprocessResult(stats, csr, plan, drops)

@@ -146,6 +146,7 @@ SPLIT_SCOPES: tuple[str, ...] = ("batch", "stack")
 BUCKET_HASHES: tuple[str, ...] = ("highway", "identity")
 
 _NO_LIMIT = 2**62
+_INT64_MAX = 2**63 - 1
 
 
 # --------------------------------------------------------------------------------------
@@ -159,6 +160,28 @@ def _check_num_buckets(num_buckets: Any) -> int:
     return int(num_buckets)
 
 
+def _check_split(split: Any, nb: int) -> int:
+    if isinstance(split, bool) or not isinstance(split, (int, np.integer)) or not 0 <= split < 1 << (nb - 1):
+        raise ConfigError(f"split must be a mask of the {nb - 1} nodes of the tree of {nb} buckets: an int in "
+                          f"0..2**{nb - 1} - 1, as compute_minibatching_split returns it; got {split!r}")
+    return int(split)
+
+
+def _count_rows(counts: Any) -> np.ndarray:
+    """``counts`` as an int64 copy of shape (rows, num_buckets), checked."""
+    v = np.asarray(counts)
+    if v.ndim == 0 or v.dtype == np.bool_ or not (v.dtype.kind in "iu" or v.size == 0):
+        raise ConfigError(f"counts must be an integer array of shape (..., num_buckets), got "
+                          f"{'a scalar' if v.ndim == 0 else f'dtype {v.dtype}'}: {counts!r:.60}; pass whole counts "
+                          "of ids per bucket")
+    nb = _check_num_buckets(v.shape[-1])
+    if v.size and (int(v.min()) < 0 or int(v.max()) > _INT64_MAX // nb):
+        bad = int(v.min()) if int(v.min()) < 0 else int(v.max())
+        raise ConfigError(f"counts must be in 0..{_INT64_MAX // nb} (int64 max // {nb} buckets, so that a "
+                          f"subtree's sum fits in int64), got {bad}")
+    return v.astype(np.int64).reshape(-1, nb)
+
+
 def compute_minibatching_split(counts: Any, limit: int | None) -> int:
     """Split mask of the bucket tree (``ComputeMinibatchingSplit`` of jax-tpu-embedding).
 
@@ -167,9 +190,17 @@ def compute_minibatching_split(counts: Any, limit: int | None) -> int:
     counts : array_like of int, shape (..., num_buckets)
         Counts per bucket (ids or distinct ids) of one or more (slice, partition)
         streams; ``num_buckets`` a power of two. Each row gets its own tree; the
-        masks are OR-ed (as the reference ORs them over streams).
+        masks are OR-ed (as the reference ORs them over streams). Integers from 0 to
+        ``(2**63 - 1) // num_buckets`` (so that a subtree's sum fits in int64).
     limit : int or None
         The limit the merged counts must stay within (None: no limit, no split).
+
+    Raises
+    ------
+    ConfigError
+        Counts that are not integers (floats are not rounded) or out of range, a
+        scalar, a last dimension that is not a power of two up to 64, a limit that
+        is not a non-negative int.
 
     Returns
     -------
@@ -189,13 +220,12 @@ def compute_minibatching_split(counts: Any, limit: int | None) -> int:
     >>> compute_minibatching_split([10] * 8, 100), bin(compute_minibatching_split([100] * 8, 150))
     (0, '0b1111111')
     """
-    v = np.array(counts, dtype=np.int64, copy=True)
-    if v.ndim == 1:
-        v = v[None, :]
-    v = v.reshape(-1, v.shape[-1])
-    nb = _check_num_buckets(v.shape[1])
-    if limit is None or v.shape[0] == 0:
+    v = _count_rows(counts)
+    nb = v.shape[1]
+    if limit is None:
         return 0
+    if isinstance(limit, bool) or not isinstance(limit, (int, np.integer)) or limit < 0:
+        raise ConfigError(f"limit must be None or an int >= 0 (ids per partition), got {limit!r}")
     split = 0
     index = 0
     size = 2
@@ -223,6 +253,7 @@ def split_positions(split: int, num_buckets: int = 64) -> int:
     ('0b101101', '0b1010')
     """
     nb = _check_num_buckets(num_buckets)
+    split = _check_split(split, nb)
     pos = 0
     index = 0
     size = 2
@@ -602,11 +633,10 @@ def _check_split_scope(split_scope: Any, strategy: str) -> str:
     return split_scope
 
 
-def _stack_ids(st, batch: FeatureBatch, table: int | None = None) -> int:
-    """Raw ids of a stack, or of its ``table``-th table (the size of a task)."""
-    name = None if table is None else st.tables[table].table.name
+def _stack_ids(st, batch: FeatureBatch) -> int:
+    """Raw ids of a stack (the size of its task)."""
     return int(sum(batch._splits[batch._feature_index(f.name), -1] - batch._splits[batch._feature_index(f.name), 0]
-                   for f in st.features if name is None or f.table.name == name))
+                   for f in st.features))
 
 
 def _has_cut(st, config) -> bool:
@@ -626,10 +656,9 @@ def _handle_oov(batch: FeatureBatch, plan: StackingPlan, on_out_of_vocabulary: s
                          "oov")
     if all(m < f.table.vocab_size for m, f in zip(largest, feats)):
         return batch, {st.name: 0 for st in plan.stacks}
+    # some feature's largest id is at or above its vocabulary: its mask is not empty
     masks = _engine._oov_masks(batch, plan)
     counts = {st.name: int(sum(int(masks[f.name].sum()) for f in st.features)) for st in plan.stacks}
-    if not any(counts.values()):
-        return batch, counts
     if on_out_of_vocabulary == "error":
         for f in batch.feature_names:
             bad = np.flatnonzero(masks[f])
@@ -644,12 +673,11 @@ def _limits_of(st) -> tuple[int, int]:
     return a, b
 
 
-def _vocabulary_stack_counts(st, parts, config, nb, G, S) -> dict:
-    """A stack's per-bucket counts (``parts``: one tuple per task, added up) and its own split mask."""
+def _vocabulary_stack_counts(st, counters, config, nb, G, S) -> dict:
+    """A stack's per-bucket counts (``counters``: its range counter views, every range added) and its own split mask."""
     P = st.num_partitions
     nsl = G * S
-    pairs, distinct, kept, raw, naive, dropped = (sum(arrays[1:], arrays[0]) if len(arrays) > 1 else arrays[0]
-                                                  for arrays in zip(*parts))
+    pairs, distinct, kept, raw, naive, dropped = counters
     pairs = pairs.reshape(nsl, P, nb)
     distinct = distinct.reshape(nsl, P, nb)
     if not config.allow_id_dropping:
@@ -689,7 +717,7 @@ class _VocabularyScan:
         self.batch, self.nb, self.mode = batch, nb, mode
         self.nsl = nsl = G * S
         self.n = n = batch.batch_size // nsl
-        self.P = P = plan.stacks[0].num_partitions if plan.stacks else 1
+        self.P = P = plan.stacks[0].num_partitions             # features are never empty: a stack at least
         self.stacks = plan.stacks
         self.cut = [_has_cut(st, config) for st in plan.stacks]
         self.limits = [_limits_of(st) if c else (_NO_LIMIT, _NO_LIMIT) for st, c in zip(plan.stacks, self.cut)]
@@ -715,8 +743,7 @@ class _VocabularyScan:
         ng = len(groups)
         # raw ids per (group, slice) and the slice tasks: runs of slices of at most about
         # `target` ids (one run per group with one thread)
-        per_slice = (np.add.reduceat(_engine._slice_counts(batch, nsl)[rows_all], first_row, axis=0) if ng
-                     else np.zeros((0, nsl), np.int64))
+        per_slice = np.add.reduceat(_engine._slice_counts(batch, nsl)[rows_all], first_row, axis=0)
         total = int(per_slice.sum())
         self.target = target = max(1.0, total / (num_threads * _TASKS_PER_THREAD)) if num_threads > 1 else np.inf
         before = np.cumsum(per_slice, axis=1) - per_slice                   # ids of the group before each slice
@@ -733,7 +760,7 @@ class _VocabularyScan:
         first[whole, 1:] = False
         gi, s0 = np.nonzero(first)
         group_base = np.cumsum(group_ids) - group_ids
-        last = np.r_[gi[1:] != gi[:-1], True] if gi.size else np.zeros(0, bool)
+        last = np.r_[gi[1:] != gi[:-1], True]                          # every group has a first task
         s1 = np.where(last, nsl, np.r_[s0[1:], nsl])
         chunk_base = group_base[gi] + before[gi, s0]
         chunk_ids = np.where(last, group_ids[gi], before[gi, np.minimum(s1, nsl - 1)]) - before[gi, s0]
@@ -743,7 +770,7 @@ class _VocabularyScan:
         pre_size = nchunk * (bins + 1)
         self.pre_off = np.cumsum(pre_size) - pre_size
         need = 8 * (total + int(pre_size.sum()) + len(plan.stacks) * K.range_counter_size(nsl, P, nb)) \
-            + 8 * num_threads * (3 * int(chunk_ids.max(initial=0)) + K.range_counter_size(nsl, P, nb))
+            + 8 * num_threads * (3 * int(chunk_ids.max()) + K.range_counter_size(nsl, P, nb))
         if need > scratch_limit_bytes():
             raise ConfigError(
                 f"vocabulary mini-batching would allocate about {need:,} bytes ({need / 2**30:,.1f} GiB) for "
@@ -762,7 +789,7 @@ class _VocabularyScan:
         k_of = np.arange(gi.size) - (np.cumsum(nchunk) - nchunk)[gi]   # the chunk's index in its group
         self.bin_items = list(zip(gi.tolist(), s0.tolist(), s1.tolist(), chunk_base.tolist(), k_of.tolist()))
         self.bin_sizes = chunk_ids.tolist()
-        self.max_chunk = int(chunk_ids.max()) if chunk_ids.size else 0
+        self.max_chunk = int(chunk_ids.max())
         # every stack's counters, allocated by its first range task (zeroing them
         # all here was a tenth of a millisecond of serial time)
         self.counters: list = [None] * len(plan.stacks)
@@ -893,8 +920,7 @@ class _VocabularyScan:
         counters = self.counters[a]
         if counters is None:                    # no ids
             counters = np.zeros(self.K.range_counter_size(self.nsl, self.P, self.nb), np.int64)
-        return _vocabulary_stack_counts(self.stacks[a], [self.K.range_counter_views(counters, self.nsl, self.P,
-                                                                                     self.nb)],
+        return _vocabulary_stack_counts(self.stacks[a], self.K.range_counter_views(counters, self.nsl, self.P, self.nb),
                                         config, self.nb, G, S)
 
 
@@ -923,7 +949,7 @@ def _vocabulary(plan, topology, batch, nb, mode, config, backend, K, num_threads
     else:
         splits = [c["stack_split"] for c in counts]
     Ms = [bin(s).count("1") + 1 for s in splits]           # mini-batches: the runs between the cuts
-    arrays = _stats_arrays(max(Ms, default=1), ns, G, S, scan.P)
+    arrays = _stats_arrays(max(Ms), ns, G, S, scan.P)
     positions = {s: split_positions(s, nb) for s in set(splits)}
     assignment = {"groups": np.zeros((ns, nb), np.int64), "bucket_max_ids": np.zeros((ns, nb), np.int64),
                   "bucket_max_unique": np.zeros((ns, nb), np.int64), "bucket_ids": np.zeros((ns, nb), np.int64),
@@ -933,7 +959,7 @@ def _vocabulary(plan, topology, batch, nb, mode, config, backend, K, num_threads
     sums = K.minibatch_sums if backend == "numba" else K.minibatch_sums_reference
 
     def one_stack(a, worker):
-        _vocabulary_minibatches_into(counts[a], splits[a], nb, config, arrays, assignment, a, sums)
+        _vocabulary_minibatches_into(counts[a], splits[a], nb, arrays, assignment, a, sums)
         _fill_derived(arrays, a)
 
     _run_tasks(one_stack, list(range(ns)), stack_sizes, num_threads, "minibatches")
@@ -941,7 +967,7 @@ def _vocabulary(plan, topology, batch, nb, mode, config, backend, K, num_threads
             _vocabulary_assignment_dataset(plan, assignment, nb, split_scope))
 
 
-def _vocabulary_minibatches_into(counts, split, nb, config, out, assignment, a, sums) -> None:
+def _vocabulary_minibatches_into(counts, split, nb, out, assignment, a, sums) -> None:
     """Stack ``a``'s counters summed per mini-batch of ``split`` into ``out[...][:, a]``; its assignment rows."""
     pairs, distinct = counts["pairs"], counts["distinct"]
     groups = split_to_minibatches(split, nb)
@@ -954,15 +980,15 @@ def _vocabulary_minibatches_into(counts, split, nb, config, out, assignment, a, 
 
     sums(pairs.reshape(rows, nb), groups, view("ids", rows))
     sums(distinct.reshape(rows, nb), groups, view("unique", rows))
-    sums((counts["kept"] if config.allow_id_dropping else pairs).reshape(rows, nb), groups, view("kept", rows))
+    # without a prefix cut the scan ran with no limits: every id kept, kept == pairs
+    sums(counts["kept"].reshape(rows, nb), groups, view("kept", rows))
     sums(counts["raw"].reshape(nsl, nb), groups, view("raw", nsl))
     sums(counts["naive"].reshape(P, nb), groups, out["naive_unique"][:, a])
     sums(counts["dropped"].reshape(1, nb), groups, out["dropped"][:, a:a + 1])
     flat = pairs.reshape(rows, nb)
     assignment["groups"][a] = groups
-    if rows:
-        flat.max(axis=0, out=assignment["bucket_max_ids"][a])
-        distinct.reshape(rows, nb).max(axis=0, out=assignment["bucket_max_unique"][a])
+    flat.max(axis=0, out=assignment["bucket_max_ids"][a])            # rows = S * P >= 1
+    distinct.reshape(rows, nb).max(axis=0, out=assignment["bucket_max_unique"][a])
     flat.sum(axis=0, out=assignment["bucket_ids"][a])
 
 
@@ -993,7 +1019,7 @@ def _check_buckets(st, pairs, distinct, G, S, nb) -> None:
     for limit, counts, configured, what in (
             ("max_ids_per_partition", pairs, st.max_ids_per_partition, "ids"),
             ("max_unique_ids_per_partition", distinct, st.max_unique_ids_per_partition, "distinct ids")):
-        if configured is None or not counts.size:
+        if configured is None:
             continue
         over = counts > configured
         if not over.any():
@@ -1034,7 +1060,7 @@ def _sample_stack(st, batch, G, S, config, backend, K) -> dict:
         per_slice += cnt
         total += int(spl[r, -1] - spl[r, 0])
     cap = 16
-    while cap < 2 * max(1, int(per_slice.max()) if per_slice.size else 1):
+    while cap < 2 * max(1, int(per_slice.max())):              # a slice per source SparseCore: never empty
         cap *= 2
     table = np.empty((cap, 4), np.int32)
     starts = np.zeros(nsl * n, np.int64)
@@ -1061,7 +1087,7 @@ def _sample_stack(st, batch, G, S, config, backend, K) -> dict:
             table=st.table_names[0] if len(st.tables) == 1 else tables, device=d, sc=s, partition=p,
             sample=sl * n + i, required=required)
         raise err
-    M = int(nruns.max()) if nruns.size else 1
+    M = int(nruns.max())                                       # a slice has at least one run, empty or not
     rec = rec[:nrec]
     ids = np.zeros((M, nsl, P), np.int64)
     uniq = np.zeros((M, nsl, P), np.int64)
@@ -1106,8 +1132,7 @@ def _largest_sample_count(st, batch, n, nsl, which) -> int:
         k = st.feature_position(f.name)
         # pairs: (sample, feature, col) distinct; distinct ids: (sample, col) distinct
         parts.append(np.stack([sample, np.full(x.size, k if which == 0 else 0), col], axis=1))
-    if not parts:
-        return 0
+    # called once a sample overflowed: some feature has ids, parts is not empty
     rows = np.unique(np.concatenate(parts), axis=0)
     key = rows[:, 0] * P + rows[:, 2] % P
     return int(np.bincount(key).max())

@@ -371,8 +371,10 @@ class _StatsBuilder:
             np.stack([np.asarray(r[key]).reshape(-1) for r in results], out=rows)
 
     def fill_naive(self, naive: np.ndarray) -> None:
-        """The naive view, ``(stacks, P)``, in (when :meth:`fill` had none)."""
-        np.copyto(self.naive_unique, naive)
+        """The naive view, ``(stacks, P)``, in (when :meth:`fill` had none; nothing to do when
+        the engine wrote it in place: ``naive`` is :attr:`naive_unique`)."""
+        if naive is not self.naive_unique:
+            np.copyto(self.naive_unique, naive)
 
     def fill(self, results, naive: bool = True) -> None:
         """The counters of ``results`` (one dict per stack, the engine's) in, the derived variables computed.

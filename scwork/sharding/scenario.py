@@ -52,12 +52,11 @@ from collections.abc import Mapping
 from functools import cached_property
 from typing import Any
 
-import numpy as np
 
 from scwork.errors import ConfigError, LimitExceededError, ScworkError
 from scwork.hardware.topology import Topology
 from scwork.sharding.batch import FeatureBatch
-from scwork.sharding.engine import _DEFAULT_CONFIG, compute_stats, preprocess
+from scwork.sharding.engine import _DEFAULT_CONFIG, _statistics_and_drops, compute_stats, preprocess
 from scwork.sharding.results import PreprocessResult
 from scwork.sharding.specs import SparsecoreConfig
 from scwork.sharding.stacking import StackingPlan, plan_stacking
@@ -226,15 +225,19 @@ class Scenario:
         # this call then looks nothing up before the engine's (a scenario's lookup of
         # its own plan, caches cold after the previous run, was a third of what it
         # added to the call). The plan it runs equals own_plan (tested).
+        # Whether any id was dropped (over_limits) comes with the statistics, found by the
+        # call's checks task: reading the Dataset's variable afterwards was serial time.
         if self.stack_limits:
             planned = {"stacking": self.plan}
         else:
             planned = {"stacking": self.stacking, "rotation": self.rotation}
         try:
-            return compute_stats(self.batch, self.features, self.topology, config=self.config,
-                                 num_threads=self.num_threads, **planned), None
+            stats, dropped = _statistics_and_drops(self.batch, self.features, self.topology, config=self.config,
+                                                   num_threads=self.num_threads, **planned)
         except LimitExceededError as err:
             return None, err
+        self.__dict__["_dropped"] = dropped
+        return stats, None
 
     @cached_property
     def result(self) -> PreprocessResult:
@@ -275,9 +278,8 @@ class Scenario:
     def over_limits(self) -> bool:
         """True when some stream is over its limits: the run failed, or dropped ids."""
         stats, _ = self._limited
-        # the variable, not a DataArray (no coordinates built for one sum); count_nonzero
-        # is a plain loop in C, without the ufunc reduction machinery of any()
-        return stats is None or np.count_nonzero(stats.variables["dropped_ids"].values) > 0
+        # a non-zero dropped_ids, as the engine found it (_statistics_and_drops)
+        return stats is None or self.__dict__["_dropped"]
 
     def _observed_args(self):
         plan = self._plan(dict.fromkeys(self.limits, (None, None)))

@@ -435,8 +435,10 @@ def _stack_limits(stack: str, tables: Sequence[TableSpec], P: int, config: Spars
                 f"stack_limits[{stack!r}] must be (max_ids, max_unique_ids) or a dict, got {value!r}"
             )
         for v in pair:
-            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
-                raise ConfigError(f"stack_limits[{stack!r}]: limits must be positive ints or None, got {v!r}")
+            # the library's limits are int32 fields, and TableSpec caps its own the same way
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= INT32_MAX):
+                raise ConfigError(f"stack_limits[{stack!r}]: limits must be positive ints up to {INT32_MAX} (ids "
+                                  f"per partition) or None, got {v!r}")
         return pair  # type: ignore[return-value]
     configured = [(t.max_ids_per_partition, t.max_unique_ids_per_partition, *config.table_limits(t.name, P))
                   for t in tables]

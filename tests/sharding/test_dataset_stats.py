@@ -1008,6 +1008,30 @@ def test_profile_counts_each_chunk_read_as_one_parallel_task(tmp_path):
     check_same(res, reference(data, 32, True))
 
 
+def test_profile_counts_each_chunk_and_boundary_task_own_work_as_one_task(tmp_path):
+    """What a chunk or boundary task does besides its reads and engine tasks (collect_stats'
+    set-up and results, the chunk's Dataset) is one task of its own batch, not serial time."""
+    from scwork.sharding import _profile
+    from scwork.sharding._dataset_chunks import READ_BATCH, TASK_BATCH
+
+    data = make_data(256, seed=9)
+    write_parquet(tmp_path, split(data, [64] * 4), row_group_size=32)
+    with _profile.profiled(4) as profiles, _profile.call():
+        # chunks end at row groups (every 32 rows) at least 64 rows apart: steps of 48 samples
+        # cross two of their ends (64 and 128), a boundary task each
+        res = stats_over_dataset(tmp_path, FEATURES, TOPO, batch_size=48, chunk_rows=64, scheduler="sync")
+    (prof,) = profiles
+    names = [name for name, _ in prof.batches]
+    assert names.count(TASK_BATCH) == 1 and READ_BATCH in names
+    own = prof.batches[names.index(TASK_BATCH)][1]
+    assert res.num_chunks == 4 and len(own) == res.num_chunks + 2
+    assert all(t > 0 for t in own)
+    # every second once: serial, tasks (own work included), overlaps and the profiler's add up
+    assert prof.serial_s > 0
+    assert prof.serial_s + prof.task_s + prof.overlap_s + prof.profiler_s == pytest.approx(prof.total_s, rel=1e-9)
+    check_same(res, reference(data, 48, True))
+
+
 @pytest.mark.parametrize("num_threads, threaded_read", [(1, False), (2, True)])
 def test_parquet_columns_decoded_on_threads_when_a_chunk_has_cores(tmp_path, monkeypatch, num_threads,
                                                                    threaded_read):

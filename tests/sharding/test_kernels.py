@@ -153,3 +153,54 @@ def test_unique_limit_rank_is_stream_wide_across_the_tables_of_a_stack():
         for backend in ("numba", "numpy")
     }
     assert dropped == {"numba": 3, "numpy": 3}
+
+
+def _random_layout(rng):
+    """Random per-(feature, slice) counts cut into groups of features, the groups into stacks."""
+    nf, nsl = int(rng.integers(1, 12)), int(rng.integers(1, 9))
+    counts = rng.integers(0, 50, (nf, nsl)).astype(np.int64)
+    ng = int(rng.integers(1, nf + 1))
+    rows = rng.permutation(nf).astype(np.int64)
+    starts = np.concatenate([[0], np.sort(rng.choice(np.arange(1, nf), ng - 1, replace=False))]).astype(np.int64)
+    ns = int(rng.integers(1, ng + 1))
+    stack_starts = np.concatenate([[0], np.sort(rng.choice(np.arange(1, ng), ns - 1, replace=False))]).astype(np.int64)
+    first_group = np.repeat(stack_starts, np.diff(np.append(stack_starts, ng))).astype(np.int64)
+    return counts, rows, starts, first_group, stack_starts
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_group_tables_matches_reference(seed):
+    rng = np.random.default_rng(seed)
+    counts, rows, starts, first_group, stack_starts = _random_layout(rng)
+    ng = starts.size
+    for parts in (np.zeros(0, np.int64), np.unique(rng.integers(0, ng, ng)).astype(np.int64)):
+        parts[:1] = 0
+        for one_stack in (False, True):
+            got = K.group_tables(counts, rows, starts, first_group, stack_starts, parts, one_stack)
+            exp = K.group_tables_reference(counts, rows, starts, first_group, stack_starts, parts, one_stack)
+            for g, e in zip(got, exp):
+                assert g.dtype == e.dtype == np.int64
+                assert g.shape == e.shape
+                np.testing.assert_array_equal(g, e)
+
+
+def test_group_tables_by_hand():
+    # two stacks: groups {f0, f2}, {f1} in the first, {f3} in the second; 2 slices
+    counts = np.array([[1, 2], [3, 0], [4, 5], [0, 7]], np.int64)
+    rows = np.array([0, 2, 1, 3], np.int64)
+    starts = np.array([0, 2, 3], np.int64)
+    stack_starts = np.array([0, 2], np.int64)
+    first_group = np.array([0, 0, 2], np.int64)
+    gcounts, sloff, uloff, gmax, stack_ids, stack_max, part_ids = K.group_tables(
+        counts, rows, starts, first_group, stack_starts, np.array([0, 1], np.int64), False)
+    np.testing.assert_array_equal(gcounts, [[5, 7], [3, 0], [0, 7]])
+    np.testing.assert_array_equal(sloff, [[0, 5, 12], [0, 3, 3], [0, 0, 7]])
+    np.testing.assert_array_equal(uloff, [0, 12, 0])           # each from its stack's first group
+    np.testing.assert_array_equal(gmax, [7, 3, 7])
+    np.testing.assert_array_equal(stack_ids, [[8, 7], [0, 7]])
+    np.testing.assert_array_equal(stack_max, [7, 7])
+    np.testing.assert_array_equal(part_ids, [[5, 7], [3, 7]])
+    # one stack: the running sums over every group as they are
+    _, _, uloff_one, _, _, _, _ = K.group_tables(counts, rows, starts, first_group, stack_starts,
+                                                 np.zeros(0, np.int64), True)
+    np.testing.assert_array_equal(uloff_one, [0, 12, 15])

@@ -141,3 +141,91 @@ def test_work_recorded_as_a_task_inside_an_overlap_or_a_task_is_counted_once():
     assert 0 <= prof.batches[1][1][0] < 0.5 * spent[1]
     # the recorded tasks are counted once: as tasks
     assert prof.task_s == pytest.approx(sum(spent) + prof.batches[1][1][0], abs=0)
+
+
+def _spin(seconds: float) -> float:
+    """Burn ``seconds`` of this thread's CPU; the seconds burnt."""
+    from scwork.sharding import _profile
+
+    start = _profile.thread_cpu_s()
+    while _profile.thread_cpu_s() - start < seconds:
+        pass
+    return _profile.thread_cpu_s() - start
+
+
+def test_own_work_around_tasks_is_recorded_once_as_a_task_of_its_own():
+    """A dataset chunk task's own Python (record_own_work) is recorded as one task, less the
+    engine tasks, overlaps and reads recorded inside it: each second counted once."""
+    from scwork.sharding import _profile
+
+    prof = _profile.CallProfile(4)
+    mark = _profile.own_work_mark(prof)
+    own = _spin(0.01)
+    inside = []
+    _profile.run_serially(prof, "slices", lambda item, worker: inside.append(_spin(0.02)), [0, 1], [1.0, 1.0],
+                          overlap=lambda: _spin(0.01))
+    _profile.record_task(prof, "reads", _spin(0.015), 5)
+    own += _spin(0.01)
+    recorded = _profile.record_own_work(prof, "chunks", mark)
+    names = [name for name, _ in prof.batches]
+    assert names == ["slices", "reads", "chunks"]
+    assert prof.batches[2][1] == [recorded] and prof.sizes[2] == [0.0]
+    # the own work only (clock reads and bookkeeping add a little; the 50 ms inside do not)
+    assert own <= recorded < own + 0.005
+    # what was serial before is a task now: a second chunk's like it would run beside it
+    total = own + sum(inside) + prof.overlaps[0] + 0.015
+    prof.total_s = total + prof.profiler_s
+    assert prof.serial_s < 0.005
+
+
+def test_record_own_work_inside_an_overlap_is_taken_out_of_it():
+    """Own work recorded inside an overlap (a chunk task run by a read-ahead step) leaves the overlap."""
+    from scwork.sharding import _profile
+
+    prof = _profile.CallProfile(2)
+    seconds = []
+
+    def step():
+        mark = _profile.own_work_mark(prof)
+        _spin(0.02)
+        seconds.append(_profile.record_own_work(prof, "chunks", mark))
+
+    _profile.run_serially(prof, "slices", lambda item, worker: None, [0], [1.0], overlap=step)
+    assert [n for n, _ in prof.batches] == ["chunks", "slices"]
+    assert 0 <= prof.overlaps[1] < 0.5 * seconds[0]
+
+
+@pytest.mark.parametrize("n", [0, 1, 5, 32, 33, 500])
+def test_dispatch_order_is_largest_first_ties_in_item_order(n):
+    """The dispatcher's order (an argsort beyond 32 items) equals the stable sort by descending size."""
+    from scwork.sharding._profile import dispatch_order
+
+    rng = np.random.default_rng(n)
+    for sizes in (rng.integers(0, 5, n).tolist(), rng.integers(0, 10**9, n), rng.random(n).tolist()):
+        expected = sorted(range(n), key=lambda i: -sizes[i])
+        assert dispatch_order(sizes) == expected
+
+
+def test_the_dispatch_order_is_counted_as_serial_time_not_the_profilers():
+    """Ordering the tasks is what the threaded dispatcher does on the calling thread before any
+    task: the profile counts it as the call's serial time."""
+    from scwork.sharding import _profile
+
+    prof = _profile.CallProfile(4)
+    calls = []
+    real = _profile.dispatch_order
+
+    def slow_order(sizes):
+        calls.append(_spin(0.02))
+        return real(sizes)
+
+    try:
+        _profile.dispatch_order = slow_order
+        start = _profile.thread_cpu_s()
+        _profile.run_serially(prof, "slices", lambda item, worker: None, [0, 1], [1.0, 2.0])
+        prof.total_s = _profile.thread_cpu_s() - start
+    finally:
+        _profile.dispatch_order = real
+    assert len(calls) == 1
+    assert prof.profiler_s < 0.5 * calls[0]
+    assert prof.serial_s >= calls[0]

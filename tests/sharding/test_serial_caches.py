@@ -149,12 +149,18 @@ def test_scratch_estimate_from_the_jobs_counts_is_the_estimate():
         plan = plan_stacking(features, topo, stacking, batch_size=batch.batch_size)
         for want_csr in (False, True):
             seen = []
-            engine._jobs_of(plan, batch, 2, 2, want_csr, SparsecoreConfig(), 16, counts, seen.append)
-            (stack_counts,) = seen
+            engine._jobs_of(plan, batch, 2, 2, want_csr, SparsecoreConfig(), 16, counts,
+                            lambda c, sums=None: seen.append((c, sums)))
+            ((stack_counts, sums),) = seen
             assert stack_counts.shape == (len(plan.stacks), 4)
+            if sums is not None:        # the total and the sum of the largest slices, as counted apart
+                assert sums == (int(stack_counts.sum()), int(stack_counts.max(axis=1).sum()))
             for threads in (1, 16):
+                apart = engine.estimate_scratch_bytes(plan, batch, 2, 2, want_csr, threads)
                 assert engine.estimate_scratch_bytes(plan, batch, 2, 2, want_csr, threads, counts, stack_counts) \
-                    == engine.estimate_scratch_bytes(plan, batch, 2, 2, want_csr, threads)
+                    == apart
+                assert engine.estimate_scratch_bytes(plan, batch, 2, 2, want_csr, threads, counts, stack_counts,
+                                                     sums) == apart
 
 
 @pytest.mark.parametrize("stacking", [None, "auto"])
