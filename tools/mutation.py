@@ -118,6 +118,17 @@ MODULES: dict[str, list[str]] = {
     "scwork/pipeline/trace.py": ["tests/pipeline/test_trace.py", "tests/interop/test_zero_length_events.py",
                                  "tests/pipeline/test_fuzz_regressions.py", "tests/interop/test_profile_edges.py",
                                  "tests/pipeline/test_trace_pinned.py"],
+    # The interop readers. The Keras-RS and jax-tpu-embedding files compare with the libraries
+    # themselves (the `oracle` extra); the pinned files hold values worked out by hand.
+    "scwork/interop/keras_rs.py": ["tests/interop/test_keras_rs_pinned.py", "tests/interop/test_keras_rs.py"],
+    "scwork/interop/_pbtxt.py": ["tests/interop/test_pbtxt_pinned.py", "tests/interop/test_read_embedding_spec_paths.py",
+                                 "tests/interop/test_jax_tpu_embedding.py"],
+    "scwork/interop/_xla_text.py": ["tests/interop/test_xla_text_pinned.py", "tests/interop/test_xla_dump.py"],
+    "scwork/interop/xla_dump.py": ["tests/interop/test_xla_dump_pinned.py", "tests/interop/test_xla_dump.py"],
+    "scwork/interop/jax_tpu_embedding.py": ["tests/interop/test_jax_tpu_embedding_pinned.py",
+                                            "tests/interop/test_jax_tpu_embedding.py",
+                                            "tests/interop/test_read_embedding_spec_paths.py",
+                                            "tests/interop/test_keras_rs.py"],
 }
 
 #: Operators left out: they mostly make mutants no test could tell apart (replacing

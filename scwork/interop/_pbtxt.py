@@ -29,6 +29,8 @@ import struct
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
+
 from scwork._validate import shown
 from scwork.errors import ConfigError, InputError
 from scwork._validate import decimal_int
@@ -198,9 +200,11 @@ def _message(tokens: _Tokens, schema: Schema, enums, name: str, close: str | Non
         where = f"{path}.{text}" if path else text
         is_message = isinstance(field_kind, tuple) or field_kind in schema
         if is_message:
-            colon = tokens.take(":")
+            # The ':' is optional before a message, and so before a list of them: protobuf
+            # reads "kids [{...}, {...}]" as "kids: [{...}, {...}]".
+            tokens.take(":")
             values = []
-            if colon and tokens.take("["):
+            if tokens.take("["):
                 while not tokens.take("]"):
                     values.append(_block(tokens, schema, enums, field_kind, where))
                     tokens.take(",")
@@ -223,7 +227,10 @@ def _message(tokens: _Tokens, schema: Schema, enums, name: str, close: str | Non
         elif label == "repeated":
             out.setdefault(text, []).extend(values)
         else:
-            if text in out or len(values) != 1:
+            if len(values) != 1:
+                raise InputError(f"{tokens.source}, line {line}: {where} holds one value, got a list of "
+                                 f"{len(values)}")
+            if text in out:
                 raise InputError(f"{tokens.source}, line {line}: {where} is set more than once; it holds one value")
             out[text] = values[0]
         if not tokens.take(","):
@@ -319,7 +326,7 @@ def _checked_scalar(kind: str, value: Any, where: str, enums: Mapping[str, Seque
     if kind == "string":
         return value if isinstance(value, str) else refuse("a str")
     if kind == "bool":
-        if isinstance(value, bool) or type(value).__name__ == "bool_":
+        if isinstance(value, (bool, np.bool_)):
             return bool(value)
         refuse("True or False")
     if kind == "float":
@@ -364,8 +371,9 @@ def _checked_message(message: Any, schema: Schema, root: str, enums: Mapping[str
         if isinstance(kind, tuple):
             if not isinstance(value, Mapping):
                 raise ConfigError(f"{at} must be a dict (a map field), got {shown(value)}")
-            entries = {_checked_scalar(kind[1], k, f"{at} key", enums): _checked_scalar(kind[2], v, f"{at}[{k!r}]",
-                                                                                      enums)
+            entries = {_checked_scalar(kind[1], k, f"{at} key", enums):
+                       _checked_message(v, schema, kind[2], enums, f"{at}[{k!r}]") if kind[2] in schema
+                       else _checked_scalar(kind[2], v, f"{at}[{k!r}]", enums)
                        for k, v in value.items()}
             out[name] = entries
             continue
@@ -415,7 +423,8 @@ def _format(message: Mapping[str, Any], schema: Schema, root: str, enums: Mappin
             continue
         value = message[name]
         if isinstance(kind, tuple):
-            entry_schema = {"entry": [("key", kind[1], "optional"), ("value", kind[2], "optional")]}
+            # A message value is written even when empty (it is present), as protobuf does.
+            entry_schema = {**schema, "entry": [("key", kind[1], "optional"), ("value", kind[2], "optional")]}
             for key in sorted(value):
                 inner = _format({"key": key, "value": value[key]}, entry_schema, "entry", enums, indent + 1)
                 lines.append(f"{pad}{name} {{\n{inner}{pad}}}\n")

@@ -101,6 +101,8 @@ def _scan_shape(text: str, pos: int, index: tuple[int, ...] = ()) -> tuple[list,
                 return leaves, pos + 1
             else:
                 raise ValueError(f"expected ',' or ')' at column {pos + 1} of the tuple shape")
+        # A bound on the work, not a silent cut: past it the rest was once read as one more leaf.
+        raise ValueError(f"a tuple shape of more than {1 << 20:,} elements (column {pos + 1})")
     head = _ARRAY_HEAD.match(text, pos)
     if head is None:
         raise ValueError(f"expected a shape such as f32[8,128]{{1,0}} at column {pos + 1}")

@@ -792,6 +792,9 @@ def from_embedding_spec(message: Any, *, num_sc_per_device: int,
         for t in specs:
             tname = t.get("table_name", "")
             optimizer = t.get("optimizer", {}).get("type", "OPTIMIZER_TYPE_UNSPECIFIED")
+            names = _ENUMS["OptimizerType"]
+            if isinstance(optimizer, int) and 0 <= optimizer < len(names):
+                optimizer = names[optimizer]      # given by number, as a dict (or the text) may
             if tname not in overrides and optimizer not in _PROTO_OPTIMIZERS:
                 raise ConfigError(f"table {tname!r}: optimizer type {optimizer} has no scwork name; pass "
                                   f"optimizers={{{tname!r}: 'sgd'}} (for LaProp: 'laprop')")

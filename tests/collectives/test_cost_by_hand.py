@@ -36,7 +36,7 @@ from scwork.collectives import (
     single_path,
 )
 from scwork.collectives import _program
-from scwork.collectives.cost import MAX_PIPELINE_CHUNKS
+from scwork.collectives.cost import MAX_PIPELINE_CHUNKS, _busiest
 from scwork.collectives.network import MAX_NODES
 from scwork.errors import ConfigError
 
@@ -181,6 +181,11 @@ def test_uniform_pipelined_two_segments_busiest_link_bound(buffers):
     # Busy time over 2 segments: link 0 7 s, link 1 2 x (1 + 0.5) = 3 s, link 2 2 x (1 + 1) = 4 s.
     assert values(c.link_busy_time) == [7.0, 3.0, 4.0]
     assert values(c.link_utilisation) == pytest.approx([1.0, 3 / 7, 4 / 7], rel=1e-15, abs=0)
+    # Per segment, step 0: link 0 2 s, link 1 1 + 50 / 100 = 1.5 s of a 2 s step, over 2 busy
+    # links: (1 + 0.75) / 2; step 1 the same (link 2 2 s, link 0 1.5 s). The 50 B count: a
+    # byte total rounded down to whole seconds (150 // 200 = 0) would give (2 + 0) / 2 / 2.
+    assert values(c.mean_utilisation) == [0.875, 0.875]
+    assert values(c.busy_links) == [2, 2] and values(c.busiest_link) == [0, 2]
     # buffers x 1 color x 1 direction x largest segment (200 B / 2).
     assert c.attrs["buffer_bytes_per_node"] == buffers * 100.0
     assert c.attrs["pipeline_chunks"] == 2 and c.attrs["buffers_per_direction"] == buffers
@@ -251,6 +256,10 @@ def test_total_time_below_one_second(per_link):
     # step 0: link 0 0.25 + 2 / 100 = 0.27 s; step 1: link 2 0.27 s. 4 B / 0.54 s.
     assert float(c.total_time) == pytest.approx(0.54, rel=1e-15, abs=0)
     assert float(c.algbw) == pytest.approx(4 / 0.54, rel=1e-15, abs=0)
+    if per_link:
+        # 0 B again: each busy link is busy its step's whole 0.25 s (steps shorter than 1 s count).
+        c = cost(uniform_schedule(latency=0.25), nbytes=0, per_link=True)
+        assert values(c.utilisation) == [[1.0, 1.0, 0.0], [1.0, 0.0, 1.0]]
 
 
 @pytest.mark.parametrize("per_link", [False, True])     # the uniform path, the general path
@@ -364,6 +373,27 @@ def test_general_three_segments():
     # 7 segments: 300 / 7 B (not a whole number of bytes): 5 x 1 x 2 x 300 / 7.
     c7 = cost(general_schedule(), pipeline_chunks=7)
     assert c7.attrs["buffer_bytes_per_node"] == pytest.approx(3000 / 7, rel=1e-14, abs=0)
+
+
+def test_general_busiest_link_is_not_the_smallest_busy_id():
+    # Step 0 on TWO_CORES: 0->2 chunk 0 on link 0 (1 + 100 / 100 = 2 s) and 2->3 chunks
+    # [0, 4) on link 4 (0.5 + 400 / 200 = 2.5 s): link 4 sets the step time, not link 0.
+    c = cost(hand_schedule(two_cores(), [(0, 0, 2, 0, 1), (0, 2, 3, 0, 4)]), link_summary=True)
+    assert values(c.step_time) == [2.5] and values(c.step_bytes) == [400.0]
+    assert values(c.busiest_link) == [4]
+    assert values(c.busy_links) == [2]
+    assert values(c.mean_utilisation) == [0.9]            # (2 / 2.5 + 1) / 2
+    assert values(c.link_busy_time) == [2.0, 0.0, 0.0, 0.0, 2.5, 0.0]
+
+
+def test_busiest_sentinel_and_ties():
+    # Per step the smallest link id among the busiest (ties), -1 with none busy. Links
+    # stored as [5, 3]: step 0 none, step 1 both (3 < 5), step 2 only the second (3).
+    is_max = np.array([[False, False], [True, True], [False, True]])
+    assert _busiest(is_max, np.array([5, 3])).tolist() == [-1, 3, 3]
+    assert _busiest(np.array([[True, False]]), np.array([5, 3])).tolist() == [5]
+    # No link columns at all: every step has no busy link.
+    assert _busiest(np.zeros((2, 0), dtype=bool), np.zeros(0, dtype=np.int64)).tolist() == [-1, -1]
 
 
 def test_two_cores_with_equal_link_classes_count_each_message():
@@ -640,6 +670,10 @@ def test_scaling_book_time_with_wraparound_by_hand():
     assert scaling_book_time("all_gather", 400, [4, 2], link_bandwidth=100.0, latency=1.0) == 3.0
     assert scaling_book_time("all_reduce", 400, [4, 2], link_bandwidth=100.0, latency=1.0) == 6.0
     assert scaling_book_time("all_gather", 0, [5], link_bandwidth=100.0, latency=2.0) == 5.0   # 2 x 5 / 2
+    # An odd number of hops: 1 s x 3 / 2 = 1.5 s (a half second, not rounded down to 1 s).
+    assert scaling_book_time("all_gather", 0, [3], link_bandwidth=100.0, latency=1.0) == 1.5
+    # 100 B on [3, 2]: 1 x 5 / 2 = 2.5 s > 100 / (200 x 2) = 0.25 s; all-reduce twice: 5 s.
+    assert scaling_book_time("all_reduce", 100, [3, 2], link_bandwidth=100.0, latency=1.0) == 5.0
 
 
 def test_scaling_book_time_without_wraparound_by_hand():

@@ -1,0 +1,436 @@
+"""jax-tpu-embedding specs and EmbeddingSpecProto messages written out by hand, no library.
+
+tests/interop/test_jax_tpu_embedding.py compares with the library itself (the
+``oracle`` extra); this file pins :mod:`scwork.interop.jax_tpu_embedding` on a stack
+worked out by hand, read from a message dict and from duck-typed specs
+(``SimpleNamespace``), and every consistency check on it.
+
+The stack ``a_b`` on 2 devices x 4 SparseCores (P = 8 partitions), batch 16:
+
+* table ``a``: 1000 rows of width 16, padded to round_up(1000, 8 x 8) = 1024 rows,
+  128 per shard, at row 0 of every shard, rotation 0; feature ``fa`` at row offset 0;
+* table ``b``: 100 rows of width 8, padded to 128 rows (16 per shard), at row 128 of
+  every shard, rotation 4 (the SparseCores of a device); feature ``fb`` at row offset
+  16, column offset 128 x 8 = 1024, column shift 4;
+* the stack: (128 + 16) x 8 = 1152 rows of width max(16, 8) = 16, 32 samples.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from types import SimpleNamespace as NS
+
+import pytest
+
+import scwork
+from scwork.errors import ConfigError, InputError
+from scwork.interop.jax_tpu_embedding import (
+    LIBRARY_DEFAULT_LIMIT,
+    embedding_spec_message,
+    format_embedding_spec,
+    from_embedding_spec,
+    from_jax_tpu_embedding,
+    parse_embedding_spec,
+    read_embedding_spec,
+    write_embedding_spec,
+)
+from scwork.sharding import FeatureSpec, TableSpec, plan_stacking
+
+
+def feature_spec(name, output_shape, row_offset, col_offset, col_shift):
+    return {"feature_name": name, "input_shape": [16, 1], "output_shape": output_shape, "row_offset": row_offset,
+            "col_offset": col_offset, "col_shift": col_shift}
+
+
+MESSAGE = {"stacked_table_specs": [{
+    "stack_name": "a_b", "stack_vocab_size": 1152, "stack_embedding_dim": 16, "total_sample_count": 32,
+    "max_ids_per_partition": 64, "max_unique_ids_per_partition": 32, "num_sparsecores": 8,
+    "activation_mem_bytes_limit": 2_097_152,
+    "table_specs": [
+        {"table_name": "a", "vocab_size": 1000, "embedding_dim": 16, "padded_vocab_size": 1024,
+         "padded_embedding_dim": 16, "row_offset_in_shard": 0, "shard_rotation": 0, "combiner": "sum",
+         "optimizer": {"type": "ADAM"}, "feature_specs": [feature_spec("fa", [16, 16], 0, 0, 0)]},
+        {"table_name": "b", "vocab_size": 100, "embedding_dim": 8, "padded_vocab_size": 128,
+         "padded_embedding_dim": 16, "row_offset_in_shard": 128, "shard_rotation": 4, "combiner": "sum",
+         "optimizer": {"type": "ADAM"}, "feature_specs": [feature_spec("fb", [16, 8], 16, 1024, 4)]}]}]}
+
+
+def stack_facts(stack):
+    return (stack.name, [(t.name, t.row_offset_in_shard, t.shard_rotation, t.padded_vocab_size) for t in stack.tables],
+            [f.name for f in stack.features], stack.embedding_dim, stack.max_ids_per_partition,
+            stack.max_unique_ids_per_partition, stack.activation_mem_bytes_limit)
+
+
+A_B = ("a_b", [("a", 0, 0, 1024), ("b", 128, 4, 128)], ["fa", "fb"], 16, 64, 32, 2_097_152)
+
+
+def edited(edit):
+    message = copy.deepcopy(MESSAGE)
+    edit(message["stacked_table_specs"][0])
+    return message
+
+
+# -- the message ---------------------------------------------------------------------
+
+
+def test_the_message_scwork_writes_is_the_hand_written_one():
+    a = TableSpec("a", 1000, 16, combiner="sum", optimizer="adam")
+    b = TableSpec("b", 100, 8, combiner="sum", optimizer="adam")
+    plan = plan_stacking([FeatureSpec("fa", a), FeatureSpec("fb", b)], scwork.Topology(2, 4), [["a", "b"]],
+                         batch_size=16, stack_limits={"a_b": {"max_ids_per_partition": 64,
+                                                              "max_unique_ids_per_partition": 32}})
+    assert embedding_spec_message(plan.features, plan) == MESSAGE
+    # Limits the plan leaves unset: the library's default, 256.
+    unset = plan_stacking(plan.features, scwork.Topology(2, 4), [["a", "b"]], batch_size=16)
+    message = embedding_spec_message(unset.features, unset, batch_size=4, activation_mem_bytes_limit=1000,
+                                     input_shapes={"fa": [4, 3]}, optimizers={"b": {"type": "SGD",
+                                                                                    "learning_rate": 0.5}})
+    stack = message["stacked_table_specs"][0]
+    assert LIBRARY_DEFAULT_LIMIT == 256
+    assert (stack["max_ids_per_partition"], stack["max_unique_ids_per_partition"]) == (256, 256)
+    assert stack["activation_mem_bytes_limit"] == 1000 and stack["total_sample_count"] == 8      # 2 features x 4
+    a_spec, b_spec = stack["table_specs"]
+    assert a_spec["feature_specs"][0]["input_shape"] == [4, 3] and b_spec["feature_specs"][0]["input_shape"] == [4, 1]
+    assert b_spec["feature_specs"][0]["row_offset"] == 4 and b_spec["feature_specs"][0]["output_shape"] == [4, 8]
+    assert b_spec["optimizer"] == {"type": "SGD", "learning_rate": 0.5} and a_spec["optimizer"] == {"type": "ADAM"}
+    for bad in (0, -1, True, 1.5):
+        with pytest.raises(ConfigError, match="activation_mem_bytes_limit must be a positive int"):
+            embedding_spec_message(plan.features, plan, activation_mem_bytes_limit=bad)
+
+
+def test_message_text_written_read_and_parsed(tmp_path):
+    text = format_embedding_spec(MESSAGE)
+    assert text.splitlines()[:9] == ["stacked_table_specs {", '  stack_name: "a_b"', "  stack_vocab_size: 1152",
+                                     "  stack_embedding_dim: 16", "  total_sample_count: 32",
+                                     "  max_ids_per_partition: 64", "  max_unique_ids_per_partition: 32",
+                                     "  num_sparsecores: 8", "  table_specs {"]
+    assert text.splitlines()[-3:] == ["  }", "  activation_mem_bytes_limit: 2097152", "}"]
+    # Zeros are proto3 defaults: not written, so not read back; the rest reads back as written.
+    read = parse_embedding_spec(text)
+    assert "row_offset_in_shard: 0" not in text and "shard_rotation: 4" in text
+    a_read = read["stacked_table_specs"][0]["table_specs"][0]
+    assert "row_offset_in_shard" not in a_read and "shard_rotation" not in a_read
+    assert a_read["feature_specs"] == [{"feature_name": "fa", "input_shape": [16, 1], "output_shape": [16, 16]}]
+    assert read["stacked_table_specs"][0]["table_specs"][1] == MESSAGE["stacked_table_specs"][0]["table_specs"][1]
+    assert format_embedding_spec(read) == text
+    path = write_embedding_spec(MESSAGE, tmp_path / "step" / "embedding_spec" / "proto.pbtxt")
+    assert path.read_text() == text
+    for where in (path, path.parent, path.parent.parent):
+        assert read_embedding_spec(where) == parse_embedding_spec(text)
+    model = from_embedding_spec(tmp_path / "step", num_sc_per_device=4)
+    assert stack_facts(model.plan.stacks[0]) == A_B
+    with pytest.raises(InputError, match=re.escape("holds neither proto.pbtxt nor embedding_spec/proto.pbtxt")):
+        read_embedding_spec(tmp_path)
+    (tmp_path / "bad.pbtxt").write_bytes(b"\xff\xfe")
+    with pytest.raises(InputError, match="cannot read the embedding spec"):
+        read_embedding_spec(tmp_path / "bad.pbtxt")
+    with pytest.raises(InputError, match="EmbeddingSpecProto text: expected text, got bytes"):
+        parse_embedding_spec(b"x")
+    with pytest.raises(ConfigError, match="message must be a dict \\(see parse_embedding_spec\\), got list"):
+        format_embedding_spec([])
+    with pytest.raises(ConfigError, match="cannot write"):
+        write_embedding_spec(MESSAGE, path / "under_a_file.pbtxt")
+    with pytest.raises(InputError, match="^my spec, line 1"):
+        parse_embedding_spec("nothing: 1", "my spec")
+
+
+# -- from_embedding_spec -------------------------------------------------------------
+
+
+def test_from_embedding_spec_by_hand():
+    model = from_embedding_spec(MESSAGE, num_sc_per_device=4)
+    assert [stack_facts(s) for s in model.plan.stacks] == [A_B]
+    assert model.stacking == [["a", "b"]] and model.rotation == 4 and model.batch_size == 16
+    assert (model.topology.num_devices, model.topology.sparsecores_per_device) == (2, 4)
+    # Table limits are not in the proto: a table shares its stack, so it gets none.
+    assert [(f.table.max_ids_per_partition, f.table.max_unique_ids_per_partition) for f in model.features] == [
+        (None, None), (None, None)]
+    assert model.stack_limits == {"a_b": {"max_ids_per_partition": 64, "max_unique_ids_per_partition": 32,
+                                          "suggested_coo_buffer_size_per_device": None}}
+    assert model.activation_mem_bytes_limit == 2_097_152
+    # The same read on 8 devices of 1 SparseCore: rotation 4 is no longer the default (1).
+    other = from_embedding_spec(edited(lambda s: s.update(num_sparsecores=8)), num_sc_per_device=1)
+    assert other.rotation == 4 and other.topology.num_devices == 8
+
+
+def single_table_message():
+    def edit(s):
+        s["table_specs"] = s["table_specs"][:1]
+        s["stack_name"], s["stack_vocab_size"], s["total_sample_count"] = "a", 1024, 16
+    return edited(edit)
+
+
+def test_a_table_alone_in_its_stack_gets_the_stack_limits():
+    model = from_embedding_spec(single_table_message(), num_sc_per_device=4)
+    assert [(f.table.max_ids_per_partition, f.table.max_unique_ids_per_partition) for f in model.features] == [(64, 32)]
+    assert stack_facts(model.plan.stacks[0])[:2] == ("a", [("a", 0, 0, 1024)])
+    # Its own limits when the message has them; stack limits of 0 mean none.
+    message = single_table_message()
+    message["stacked_table_specs"][0]["table_specs"][0].update(max_ids_per_partition=40,
+                                                                max_unique_ids_per_partition=20)
+    model = from_embedding_spec(message, num_sc_per_device=4)
+    assert (model.features[0].table.max_ids_per_partition, model.features[0].table.max_unique_ids_per_partition) == (
+        40, 20)
+
+
+def test_optimizer_types_and_overrides():
+    def optimizer(kind):
+        def edit(s):
+            for t in s["table_specs"]:
+                t["optimizer"] = {"type": kind} if kind is not None else {}
+        return edit
+    assert from_embedding_spec(edited(optimizer("FTRL")), num_sc_per_device=4).features[0].table.optimizer == "ftrl"
+    # Unset or UNSPECIFIED: SGD, as the library reads it.
+    assert from_embedding_spec(edited(optimizer(None)), num_sc_per_device=4).features[0].table.optimizer == "sgd"
+    assert from_embedding_spec(edited(optimizer(0)), num_sc_per_device=4).features[0].table.optimizer == "sgd"
+    # An enum given by its number (proto3 text allows it, so does the dict): 3 is ADAM, 5 F2A;
+    # 9 has no name (proto3 enums are open).
+    assert from_embedding_spec(edited(optimizer(3)), num_sc_per_device=4).features[0].table.optimizer == "adam"
+    with pytest.raises(ConfigError, match="optimizer type F2A has no scwork name"):
+        from_embedding_spec(edited(optimizer(5)), num_sc_per_device=4)
+    with pytest.raises(ConfigError, match="optimizer type 9 has no scwork name"):
+        from_embedding_spec(edited(optimizer(9)), num_sc_per_device=4)
+    assert from_embedding_spec(parse_embedding_spec(format_embedding_spec(edited(optimizer(3)))),
+                               num_sc_per_device=4).features[0].table.optimizer == "adam"
+    assert from_embedding_spec(edited(optimizer("ADAGRAD_MOMENTUM")),
+                               num_sc_per_device=4).features[0].table.optimizer == "adagrad_momentum"
+    with pytest.raises(ConfigError, match=re.escape("table 'a': optimizer type F2A has no scwork name; pass "
+                                                    "optimizers={'a': 'sgd'} (for LaProp: 'laprop')")):
+        from_embedding_spec(edited(optimizer("F2A")), num_sc_per_device=4)
+    model = from_embedding_spec(edited(optimizer("CUSTOM")), num_sc_per_device=4,
+                                optimizers={"a": "laprop", "b": "laprop"})
+    assert {f.table.optimizer for f in model.features} == {"laprop"}
+    with pytest.raises(ConfigError, match="optimizers must be a dict"):
+        from_embedding_spec(MESSAGE, num_sc_per_device=4, optimizers=["sgd"])
+    with pytest.raises(ConfigError, match=re.escape("optimizers['a'] must be a str, got 3")):
+        from_embedding_spec(MESSAGE, num_sc_per_device=4, optimizers={"a": 3})
+    with pytest.raises(ConfigError, match="optimizers key must be a str"):
+        from_embedding_spec(MESSAGE, num_sc_per_device=4, optimizers={3: "sgd"})
+
+
+def set_table(index, **fields):
+    return lambda s: s["table_specs"][index].update(fields)
+
+
+def set_feature(index, **fields):
+    return lambda s: s["table_specs"][index]["feature_specs"][0].update(fields)
+
+
+@pytest.mark.parametrize("edit, error, message", [
+    (set_table(1, padded_vocab_size=120), ConfigError,
+     "stack 'a_b', table 'b' (feature 'fb'): padded_vocab_size 120 is not round_up(100, 8 x P=8)"),
+    (set_feature(1, col_offset=1000), ConfigError,
+     "stack 'a_b', table 'b' (feature 'fb'): id transformation (col_offset 1000, col_shift 4) does not match "
+     "row_offset_in_shard 128 x P=8 and shard_rotation 4"),
+    (set_feature(1, col_shift=3), ConfigError, "id transformation (col_offset 1024, col_shift 3) does not match"),
+    (set_feature(1, row_offset=8), ConfigError, "(feature 'fb'): row_offset 8 is not a multiple of the batch 16"),
+    (set_feature(1, row_offset=32), ConfigError,
+     "stack 'a_b': feature row offsets [0, 32] are not 0, 16, 2 x 16, ... (features ['fa', 'fb'])"),
+    (lambda s: (set_table(1, row_offset_in_shard=136)(s), set_feature(1, col_offset=1088)(s)), ConfigError,
+     "stack 'a_b': table 'b' starts at row 136 of every shard, but the tables before it end at row 128"),
+    (lambda s: s.update(stack_vocab_size=1024), ConfigError,
+     "stack 'a_b': stack_vocab_size 1024 / stack_embedding_dim 16 do not match its tables (1152 rows, width 16)"),
+    (lambda s: s.update(stack_embedding_dim=8), ConfigError, "stack_embedding_dim 8 do not match its tables"),
+    (lambda s: s.update(max_ids_per_partition=0), ConfigError,
+     "stack 'a_b': max_ids_per_partition is 0; scwork limits are integers >= 1 (a limit of 0 comes from an FDO "
+     "history without ids: raise it)"),
+    (lambda s: s.update(max_unique_ids_per_partition=0), ConfigError, "max_unique_ids_per_partition is 0"),
+    (set_table(1, optimizer={"type": "SGD"}), ConfigError,
+     "stack 'a_b': its tables ['a', 'b'] differ in optimizer, combiner or quantization"),
+    (set_table(1, combiner="mean"), ConfigError, "differ in optimizer, combiner or quantization"),
+    (lambda s: s.update(activation_mem_bytes_limit=0), ConfigError,
+     "stack 'a_b': activation_mem_bytes_limit is 0; it must be a positive number of bytes"),
+    (set_table(0, vocab_size=0), InputError, "EmbeddingSpecProto stack 'a_b', table 'a': "),
+    (set_feature(1, output_shape=[8, 8]), ConfigError, "features have different batch sizes {'fa': 16, 'fb': 8}"),
+    (set_feature(1, output_shape=[8]), ConfigError,
+     "feature 'fb': output_shape [8] needs [batch, ..., embedding_dim] with at least one sample"),
+    (lambda s: s.update(num_sparsecores=0), InputError, "stacks disagree on num_sparsecores or leave it unset: [0]"),
+    (lambda s: s.pop("num_sparsecores"), InputError, "leave it unset: [0]"),
+    (lambda s: s.update(table_specs=[]), InputError, "the EmbeddingSpecProto has no feature_specs"),
+    # A table without features is not seen: b's rows then start past the (empty) rows before it.
+    (set_table(0, feature_specs=[]), ConfigError,
+     "stack 'a_b': table 'b' starts at row 128 of every shard, but the tables before it end at row 0"),
+])
+def test_inconsistent_messages_are_refused(edit, error, message):
+    with pytest.raises(error, match=re.escape(message)):
+        from_embedding_spec(edited(edit), num_sc_per_device=4)
+
+
+def test_two_stacks_and_their_checks():
+    second = copy.deepcopy(single_table_message()["stacked_table_specs"][0])
+    second.update(stack_name="c", stack_vocab_size=1024, num_sparsecores=8)
+    second["table_specs"][0].update(table_name="c")
+    second["table_specs"][0]["feature_specs"][0]["feature_name"] = "fc"
+    message = copy.deepcopy(MESSAGE)
+    message["stacked_table_specs"].append(second)
+    model = from_embedding_spec(message, num_sc_per_device=4)
+    assert [s.name for s in model.plan.stacks] == ["a_b", "c"]
+    assert [f.name for f in model.features] == ["fa", "fb", "fc"]
+    # "c" is a table alone, features by name, the default budget: left to prepare_feature_specs_for_training.
+    assert model.stacking == [["a", "b"]]
+    second["num_sparsecores"] = 16
+    with pytest.raises(InputError, match=re.escape("stacks disagree on num_sparsecores or leave it unset: [8, 16]")):
+        from_embedding_spec(message, num_sc_per_device=4)
+    second["num_sparsecores"] = 8
+    second["table_specs"][0]["table_name"] = "a"
+    with pytest.raises(InputError, match=re.escape("EmbeddingSpecProto: table 'a' appears twice with different "
+                                                   "settings")):
+        from_embedding_spec(message, num_sc_per_device=4)
+
+
+def test_bad_arguments_of_from_embedding_spec():
+    for bad in (3, 0, True, 8.0, -4):
+        with pytest.raises(ConfigError, match=re.escape(f"num_sc_per_device must be a positive int dividing "
+                                                        f"num_sparsecores=8, got {bad!r}")):
+            from_embedding_spec(MESSAGE, num_sc_per_device=bad)
+    with pytest.raises(ConfigError, match="message must be a dict, a path or a checkpoint folder, got int"):
+        from_embedding_spec(5, num_sc_per_device=4)
+    with pytest.raises(InputError, match="the EmbeddingSpecProto has no stacked_table_specs"):
+        from_embedding_spec({}, num_sc_per_device=4)
+    with pytest.raises(ConfigError, match=re.escape("stacked_table_specs[0].stack_vocab_size must be an integer, "
+                                                    "got '1152'")):
+        from_embedding_spec(edited(lambda s: s.update(stack_vocab_size="1152")), num_sc_per_device=4)
+
+
+# -- from_jax_tpu_embedding: duck-typed specs ----------------------------------------
+
+
+def library_specs(*, stacked=True, rotation=4, use_method=True):
+    """The library's FeatureSpecs of stack a_b, as attributes (see the module docstring)."""
+    def table(name, vocab, dim, padded, offset, rot, stack_spec):
+        t = NS(name=name, vocabulary_size=vocab, embedding_dim=dim, combiner="sum", optimizer=NS(short_name=lambda: "adam"),
+               max_ids_per_partition=64, max_unique_ids_per_partition=32,
+               setting_in_stack=NS(stack_name="a_b", padded_vocab_size=padded, row_offset_in_shard=offset,
+                                   shard_rotation=rot))
+        if use_method:
+            t.is_stacked = lambda: stacked
+            t.stacked_table_spec = stack_spec
+        else:
+            t.stacked_table_spec = stack_spec if stacked else None
+        return t
+
+    stack_spec = NS(stack_name="a_b", stack_vocab_size=1152, stack_embedding_dim=16, max_ids_per_partition=64,
+                    max_unique_ids_per_partition=32, suggested_coo_buffer_size_per_device=None)
+    a = table("a", 1000, 16, 1024, 0, 0, stack_spec)
+    b = table("b", 100, 8, 128, 128, rotation, stack_spec)
+    return {"x": NS(name="fa", table_spec=a, output_shape=(16, 16), id_transformation=NS(row_offset=0, col_offset=0,
+                                                                                         col_shift=0)),
+            "y": [NS(name="fb", table_spec=b, output_shape=[16, 8],
+                     id_transformation=NS(row_offset=16, col_offset=1024, col_shift=rotation)), None]}
+
+
+def test_stacked_library_specs():
+    for use_method in (True, False):
+        model = from_jax_tpu_embedding(library_specs(use_method=use_method), global_device_count=2,
+                                       num_sc_per_device=4)
+        # No activation_mem_bytes_limit on the stacked spec: the library's default.
+        assert [stack_facts(s) for s in model.plan.stacks] == [A_B]
+        assert model.stacking == [["a", "b"]] and model.rotation == 4
+        assert model.features[0].table.optimizer == "adam"
+
+
+def test_a_rotation_other_than_the_default_is_the_models_rotation():
+    # Rotation 2 on 4 SparseCores per device: plan_stacking(rotation=2) gives the same stack.
+    model = from_jax_tpu_embedding(library_specs(rotation=2), global_device_count=2, num_sc_per_device=4)
+    assert model.rotation == 2 and model.stacking == [["a", "b"]]
+    assert model.plan.stacks[0].tables[1].shard_rotation == 2
+    assert model.replan().stacks == model.plan.stacks
+
+
+def test_a_stack_name_groups_cannot_say_keeps_the_plan_itself():
+    specs = library_specs()
+    for f in (specs["x"], specs["y"][0]):
+        f.table_spec.setting_in_stack.stack_name = "mine"
+    specs["x"].table_spec.stacked_table_spec.stack_name = "mine"       # one object, shared by both tables
+    model = from_jax_tpu_embedding(specs, global_device_count=2, num_sc_per_device=4)
+    assert model.stacking is model.plan and [s.name for s in model.plan.stacks] == ["mine"]
+    assert stack_facts(model.plan.stacks[0])[1:] == A_B[1:]
+
+
+def test_unstacked_library_specs_stack_one_table_each():
+    model = from_jax_tpu_embedding(library_specs(stacked=False), global_device_count=2, num_sc_per_device=4)
+    assert [s.table_names for s in model.plan.stacks] == [("a",), ("b",)] and model.stacking is None
+    assert [(s.max_ids_per_partition, s.max_unique_ids_per_partition) for s in model.plan.stacks] == [(64, 32)] * 2
+
+
+def test_optimizer_names_of_specs():
+    def with_optimizer(opt):
+        specs = library_specs(stacked=False)
+        specs["x"].table_spec.optimizer = opt
+        specs["y"][0].table_spec.optimizer = opt
+        return specs
+    # A short_name() method, a name attribute, or the name itself.
+    assert from_jax_tpu_embedding(with_optimizer(NS(name="ftrl")), global_device_count=2,
+                                  num_sc_per_device=4).features[0].table.optimizer == "ftrl"
+    assert from_jax_tpu_embedding(with_optimizer("adagrad"), global_device_count=2,
+                                  num_sc_per_device=4).features[0].table.optimizer == "adagrad"
+    with pytest.raises(ConfigError, match=re.escape("table 'a': optimizer 'f2a' has no SparseCore kernel scwork "
+                                                    "knows")):
+        from_jax_tpu_embedding(with_optimizer(NS(short_name=lambda: "f2a")), global_device_count=2,
+                               num_sc_per_device=4)
+    model = from_jax_tpu_embedding(with_optimizer(NS(short_name=lambda: "f2a")), global_device_count=2,
+                                   num_sc_per_device=4, optimizers={"a": "sgd", "b": "sgd"})
+    assert {f.table.optimizer for f in model.features} == {"sgd"}
+
+
+def test_inconsistent_specs_are_refused():
+    def refused(edit, message, error=ConfigError):
+        specs = library_specs()
+        edit(specs)
+        with pytest.raises(error, match=re.escape(message)):
+            from_jax_tpu_embedding(specs, global_device_count=2, num_sc_per_device=4)
+
+    def b_setting(**fields):
+        return lambda specs: [setattr(specs["y"][0].table_spec.setting_in_stack, k, v) for k, v in fields.items()]
+
+    refused(b_setting(stack_name="other"), "stack 'a_b', table 'b' (feature 'fb'): setting_in_stack names stack "
+                                           "'other'")
+    refused(b_setting(shard_rotation="4"), "feature 'fb' (table 'b'): shard_rotation must be an integer, got '4'")
+    refused(b_setting(stack_name=3), "feature 'fb' (table 'b'): stack_name must be a str, got 3")
+    refused(b_setting(row_offset_in_shard=True), "row_offset_in_shard must be an integer, got True")
+    refused(lambda specs: delattr(specs["y"][0], "id_transformation"),
+            "feature 'fb' is not a jax-tpu-embedding FeatureSpec as scwork reads it:")
+    refused(lambda specs: setattr(specs["y"][0].table_spec, "embedding_dim", 8.0),
+            "table 'b': embedding_dim must be an integer, got 8.0")
+    refused(lambda specs: setattr(specs["y"][0].table_spec, "name", "a"),
+            "two different tables are named 'a'")
+    refused(lambda specs: setattr(specs["y"][0], "name", 5), "a FeatureSpec's name must be a str, got 5")
+    # The two features disagree on the stack (each spec carries its own copy).
+    refused(lambda specs: setattr(specs["y"][0].table_spec, "stacked_table_spec",
+                                  NS(**{**vars(specs["x"].table_spec.stacked_table_spec),
+                                        "max_ids_per_partition": 65})),
+            "stack 'a_b': features 'fa' and 'fb' disagree on the stack's max_ids (64 vs 65)")
+    refused(lambda specs: setattr(specs["y"][0].table_spec, "stacked_table_spec",
+                                  NS(**{**vars(specs["x"].table_spec.stacked_table_spec), "activation_mem_bytes_limit": 1})),
+            "disagree on the stack's activation_limit (2097152 vs 1)")
+
+
+def test_specs_stacked_and_not_under_one_name_are_refused():
+    specs = library_specs()
+    specs["y"][0].table_spec.is_stacked = lambda: False
+    specs["y"][0].table_spec.name = "a_b"
+    with pytest.raises(ConfigError, match=re.escape("tables ['a_b'] are not stacked yet but stacks of these names "
+                                                    "exist")):
+        from_jax_tpu_embedding(specs, global_device_count=2, num_sc_per_device=4)
+
+
+def test_feature_spec_trees():
+    with pytest.raises(ConfigError, match="feature_specs holds no FeatureSpec"):
+        from_jax_tpu_embedding({"x": None, "y": []}, global_device_count=2, num_sc_per_device=4)
+    with pytest.raises(ConfigError, match=re.escape("feature_specs['y'][1]: expected a jax-tpu-embedding FeatureSpec "
+                                                    "(with .name and .table_spec) or a list / dict of them, got int")):
+        from_jax_tpu_embedding({"y": [None, 3]}, global_device_count=2, num_sc_per_device=4)
+    with pytest.raises(ConfigError, match="feature_specs: dict keys must be sortable"):
+        from_jax_tpu_embedding({1: None, "a": None}, global_device_count=2, num_sc_per_device=4)
+    for bad in (0, True, 2.0):
+        with pytest.raises(ConfigError, match=re.escape(f"global_device_count must be a positive int (what the specs "
+                                                        f"were stacked with), got {bad!r}")):
+            from_jax_tpu_embedding(library_specs(), global_device_count=bad, num_sc_per_device=4)
+    # Stacked with 8 partitions, read on 12: a's 1000 rows pad to round_up(1000, 96) = 1056.
+    with pytest.raises(ConfigError, match=re.escape("padded_vocab_size 1024 is not round_up(1000, 8 x P=12)")):
+        from_jax_tpu_embedding(library_specs(), global_device_count=3, num_sc_per_device=4)
+    # Read on 4: the paddings fit, b's column offset 128 x 8 is not 128 x 4.
+    with pytest.raises(ConfigError, match=re.escape("(col_offset 1024, col_shift 4) does not match "
+                                                    "row_offset_in_shard 128 x P=4")):
+        from_jax_tpu_embedding(library_specs(), global_device_count=1, num_sc_per_device=4)
