@@ -443,6 +443,22 @@ def test_scan_range_second_pass_starts_at_the_first_digit_bit(fn):
     assert (raw, naive, dropped) == ([3, 0], [2, 0], [2])
 
 
+
+@pytest.mark.parametrize("fn", [K.scan_range, K.scan_range_reference])
+def test_scan_range_of_an_8_bit_span_in_one_pass(fn):
+    # qbits 7, bins of u >> 7 (one per partition), bins [0, 2): u - 0 spans 0..255, 8 bits,
+    # one pass of 8 bits. u64 (bit 6) has two raw ids in one pair (R' 0), u1 one (R' 1), all
+    # slice 0 (lbits 2), partition 0. Sorted: u1, u64. One bucket, max_uniq 1: u1 kept (rank 0),
+    # u64 (rank 1) dropped with its 2 raw ids. A sort whose last passes read the bits out of
+    # order (more single-bit passes than 64 with shift counts taken mod 64, as compiled code
+    # does) puts u64 first: u64 kept, u1's 1 raw id dropped.
+    binned = np.array([_key(64, 0), _key(64, 0), _key(1, 1)], np.int64)
+    pre = np.array([[0, 3, 3]], np.int64)
+    m, (pairs, distinct, kept, raw, naive, dropped) = _scan_range(fn, binned, pre, 0, 2, 7, 0, 2, 7, 1, 1, False)
+    assert m == 3
+    assert (pairs, distinct, kept) == ([2, 0, 0, 0], [2, 0, 0, 0], [1, 0, 0, 0])
+    assert (raw, naive, dropped) == ([3, 0], [2, 0], [2])
+
 # Ranges wider than 11 bits: P = 2, qbits 12, bins of u >> 12 (one per partition), 8 identity
 # buckets, col = p + 2 q:
 #   u 2 -> col 4 (b4); 5 -> 10 (b2); 300 -> 600 (b0); 4096+129 -> 259 (b3); 4096+130 -> 261 (b5)
