@@ -19,6 +19,8 @@ SparseCore, slice ``d * S + s``.
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 
@@ -875,3 +877,49 @@ def test_a_prefix_cut_range_is_closed_when_the_next_partition_would_pass_target(
     feats = [FeatureSpec("f", TableSpec("t", 4, 8, max_ids_per_partition=100))]
     kw = dict(num_buckets=8, config=SparsecoreConfig(allow_id_dropping=True), **IDENTITY)
     assert _profile_sizes(batch, feats, scwork.Topology(1, 4), 2, **kw)[1] == [1, 4, 29, 30]
+
+
+# --------------------------------------------------------------------------------------
+# survivors of the mutation run (issue 21)
+# --------------------------------------------------------------------------------------
+def test_minibatch_of_a_feature_takes_its_own_table_in_a_stack_of_two():
+    # Tables t and u (vocab 8, P = 1) stacked as t_u: u's rows follow t's, row offset 8.
+    # Identity hash, 16 buckets: z (table t) ids 0..3 -> buckets 0..3; a (table u) ids
+    # 0..3 -> col ids 8..11 -> buckets 8..11. Stack limit 4 ids: the root (8 ids) splits
+    # at bucket 8, so buckets 0..7 are mini-batch 0 and 8..15 mini-batch 1. The stack's
+    # features are z then a ("z" sorts after "a"): a must use u's offset, not z's table.
+    batch = FeatureBatch.from_ragged({"a": ([0, 1, 2, 3], [0, 4, 4]), "z": ([0, 1, 2, 3], [0, 0, 4])})
+    t = TableSpec("t", 8, 8)
+    u = TableSpec("u", 8, 8)
+    mb = minibatch(batch, [FeatureSpec("z", t), FeatureSpec("a", u)], scwork.Topology(1, 1),
+                   stacking=[["t", "u"]], num_buckets=16, bucket_hash="identity", stack_limits={"t_u": (4, 4)})
+    assert [f.name for f in mb.plan.stacks[0].features] == ["z", "a"]
+    assert mb.minibatch_of("a").tolist() == [1, 1, 1, 1]
+    assert mb.minibatch_of("z").tolist() == [0, 0, 0, 0]
+    assert [b.ids("a").tolist() for b in mb.batches()] == [[], [0, 1, 2, 3]]
+
+
+@pytest.mark.parametrize("ids, splits", [([0, 0, 0], [0, 1, 2, 3]), ([], [0, 0])])
+def test_a_batch_within_its_vocabularies_is_used_as_given(ids, splits):
+    # vocab 1: the only id is 0. Ids all 0 (largest 0 < 1) or none at all (the largest
+    # of no ids starts below every id, -1 < 1): nothing is out of the vocabulary, so
+    # the plan keeps the caller's batch itself, not a copy with nothing removed. One id
+    # per sample: each counts once, 3 ids (or none) in all.
+    batch = FeatureBatch.from_ragged({"f": (ids, splits)})
+    mb = minibatch(batch, [FeatureSpec("f", TableSpec("t", 1, 8))], scwork.Topology(1, 1), strategy="sample",
+                   num_threads=1, **IDENTITY)
+    assert mb.batch is batch
+    assert int(mb.stats["ids"].sum()) == len(ids)
+
+
+def test_an_empty_batch_on_two_threads_plans_one_minibatch_without_warnings():
+    # No ids at all: 0 ids over 2 threads x 8 tasks each. The task target stays at
+    # least 1 id (never 0, whose floor division would give NaN runs and a
+    # RuntimeWarning); the stack has nothing to split: 1 mini-batch, 0 ids.
+    batch = FeatureBatch.from_ragged({"f": ([], [0, 0, 0])})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        mb = minibatch(batch, [FeatureSpec("f", TableSpec("t", 8, 8, max_ids_per_partition=4))],
+                       scwork.Topology(1, 2), num_threads=2, **IDENTITY)
+    assert mb.max_minibatches == 1
+    assert int(mb.stats["ids"].sum()) == 0
