@@ -923,3 +923,19 @@ def test_an_empty_batch_on_two_threads_plans_one_minibatch_without_warnings():
                        scwork.Topology(1, 2), num_threads=2, **IDENTITY)
     assert mb.max_minibatches == 1
     assert int(mb.stats["ids"].sum()) == 0
+
+
+@pytest.mark.parametrize("strategy", ["vocabulary", "sample"])
+@pytest.mark.parametrize(("devices", "sparsecores", "per_sc"), [(1, 2, 4), (2, 2, 2), (1, 1, 8)])
+def test_samples_per_sparsecore_is_the_batch_over_every_sparsecore(strategy, devices, sparsecores, per_sc):
+    # 8 samples over G devices of S SparseCores each: 8 // (G * S) samples a SparseCore
+    # (1 x 2 -> 4, 2 x 2 -> 2, 1 x 1 -> 8). The batch of 4 on 2 SparseCores in the tests
+    # above gives 2 both as 4 // 2 and as 4 - 2, so it could not tell a quotient from a
+    # difference; 8 on 2 x 2 (2, not 4) and 8 on 1 x 1 (8, not 7) can.
+    batch = FeatureBatch.from_ragged({"f": _samples([[i] for i in range(8)])})
+    feats = [FeatureSpec("f", TableSpec("t", 64, 8))]
+    mb = minibatch(batch, feats, scwork.Topology(devices, sparsecores), strategy=strategy, stacking=None)
+    assert mb.stats.attrs["batch_size"] == 8
+    assert mb.stats.attrs["samples_per_sc"] == per_sc
+    if strategy == "sample":
+        assert mb.assignment.attrs["samples_per_sc"] == per_sc
