@@ -429,18 +429,25 @@ def test_scan_range_of_u_past_2_to_the_31(fn):
     assert naive == [1, 0, 1]
 
 
+def _u64_twice_and_u1_one_bucket(fn, qbits):
+    """Scan u64 (two raw ids in one pair, R' 0) and u1 (R' 1) in bins [0, 2) of ``qbits``,
+    one bucket, max_uniq 1: sorted u1 then u64, so u1 is kept and u64's 2 raw ids dropped."""
+    binned = np.array([_key(64, 0), _key(64, 0), _key(1, 1)], np.int64)
+    pre = np.array([[0, 3, 3]], np.int64)
+    m, (pairs, distinct, kept, raw, naive, dropped) = _scan_range(fn, binned, pre, 0, 2, qbits, 0, 2, qbits,
+                                                                  1, 1, False)
+    assert m == 3
+    assert (pairs, distinct, kept) == ([2, 0, 0, 0], [2, 0, 0, 0], [1, 0, 0, 0])
+    assert (raw, naive, dropped) == ([3, 0], [2, 0], [2])
+
+
 @pytest.mark.parametrize("fn", [K.scan_range, K.scan_range_reference])
 def test_scan_range_second_pass_starts_at_the_first_digit_bit(fn):
     # qbits 11, bins of u >> 11 (one per partition), bins [0, 2): 12 bits, two passes of 6.
     # u64 (bit 6 alone: low digit 0, high digit 1) has two raw ids in one pair, u1 (low digit 1)
     # one. Sorted: u1, u64. One bucket, max_uniq 1: u1 kept, u64's 2 raw ids dropped. (A second
     # pass reading bits 7 and up would leave the low digit's order: u64 kept, u1 dropped.)
-    binned = np.array([_key(64, 0), _key(64, 0), _key(1, 1)], np.int64)
-    pre = np.array([[0, 3, 3]], np.int64)
-    m, (pairs, distinct, kept, raw, naive, dropped) = _scan_range(fn, binned, pre, 0, 2, 11, 0, 2, 11, 1, 1, False)
-    assert m == 3
-    assert (pairs, distinct, kept) == ([2, 0, 0, 0], [2, 0, 0, 0], [1, 0, 0, 0])
-    assert (raw, naive, dropped) == ([3, 0], [2, 0], [2])
+    _u64_twice_and_u1_one_bucket(fn, 11)
 
 
 
@@ -452,12 +459,7 @@ def test_scan_range_of_an_8_bit_span_in_one_pass(fn):
     # u64 (rank 1) dropped with its 2 raw ids. A sort whose last passes read the bits out of
     # order (more single-bit passes than 64 with shift counts taken mod 64, as compiled code
     # does) puts u64 first: u64 kept, u1's 1 raw id dropped.
-    binned = np.array([_key(64, 0), _key(64, 0), _key(1, 1)], np.int64)
-    pre = np.array([[0, 3, 3]], np.int64)
-    m, (pairs, distinct, kept, raw, naive, dropped) = _scan_range(fn, binned, pre, 0, 2, 7, 0, 2, 7, 1, 1, False)
-    assert m == 3
-    assert (pairs, distinct, kept) == ([2, 0, 0, 0], [2, 0, 0, 0], [1, 0, 0, 0])
-    assert (raw, naive, dropped) == ([3, 0], [2, 0], [2])
+    _u64_twice_and_u1_one_bucket(fn, 7)
 
 # Ranges wider than 11 bits: P = 2, qbits 12, bins of u >> 12 (one per partition), 8 identity
 # buckets, col = p + 2 q:
