@@ -862,6 +862,17 @@ def _check_plan(plan: StackingPlan, features, topology: Topology) -> None:
     if plan.num_partitions != topology.num_partitions:
         raise ConfigError(f"the StackingPlan was made for P={plan.num_partitions} partitions but the "
                           f"topology has {topology.num_partitions}; plan again for this topology")
+    # The plan's P is its topology's; a stack (or a table in it) built for another P
+    # would be sharded over partitions that do not exist, or miss some, and the
+    # engine's arrays would not line up.
+    other = {st.name: st.num_partitions for st in plan.stacks if st.num_partitions != topology.num_partitions}
+    other.update({f"{st.name}/{t.name}": t.num_partitions for st in plan.stacks for t in st.tables
+                  if t.num_partitions != topology.num_partitions})
+    if other:
+        raise ConfigError(f"the StackingPlan's topology has P={topology.num_partitions} partitions but some of "
+                          f"its stacks (and tables, as stack/table) were made for another P: {other}; build every "
+                          f"stack of the plan for P={topology.num_partitions} (plan_stacking does), or plan again "
+                          "for this topology")
     planned = {f.name: f for f in plan.features}
     for f in features:
         if f.name not in planned:

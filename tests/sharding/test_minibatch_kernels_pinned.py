@@ -539,6 +539,24 @@ def test_scan_range_of_two_radix_passes_of_11_bits(fn):
     assert (raw, naive, dropped) == ([6, 0], [4], [4])
 
 
+@pytest.mark.parametrize("fn", [K.scan_range, K.scan_range_reference])
+def test_scan_range_second_pass_digits_are_of_u_less_the_range_start(fn):
+    # P = 2, qbits 12, bins of u >> 6 (64 per partition, C = 128). The range is bins [1, 65):
+    # u from 64 up, u - 64 spans 64 * 64 = 4096 values, 12 bits: two passes of 6 bits, the
+    # second reading digit (u - 64) >> 6. One slice task, bins in R' order:
+    #   bin 1: u69 twice (R' 0: two raw ids, one pair); bin 63: u4035 at R' 0 and R' 1 (two pairs)
+    # u69 - 64 = 5 (digits 5, 0), u4035 - 64 = 3971 = 62 * 64 + 3 (digits 3, 62): sorted u69,
+    # u4035. All slice 0, partition 0, one bucket, max_uniq 1: u69 kept (1 pair), u4035's
+    # 2 raw ids dropped. The second digit of u + 64 instead (2 and 64 = 0 mod 64) would put
+    # u4035 first: its 2 pairs kept, u69's 2 raw ids dropped.
+    binned = np.array([_key(69, 0), _key(69, 0), _key(4035, 0), _key(4035, 1)], np.int64)
+    pre = np.array([[0, 0] + [2] * 62 + [4] * 65], np.int64)          # bin c's first key, c = 0..128
+    m, (pairs, distinct, kept, raw, naive, dropped) = _scan_range(fn, binned, pre, 1, 65, 6, 0, 2, 12, 1, 1, False)
+    assert m == 4
+    assert (pairs, distinct, kept) == ([3, 0, 0, 0], [2, 0, 0, 0], [1, 0, 0, 0])
+    assert (raw, naive, dropped) == ([4, 0], [2, 0], [2])
+
+
 # --------------------------------------------------------------------------------------
 # add_range_counts, range_counter_views, range_counter_size
 # --------------------------------------------------------------------------------------

@@ -939,3 +939,29 @@ def test_samples_per_sparsecore_is_the_batch_over_every_sparsecore(strategy, dev
     assert mb.stats.attrs["samples_per_sc"] == per_sc
     if strategy == "sample":
         assert mb.assignment.attrs["samples_per_sc"] == per_sc
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_no_counts_of_any_dtype_split_nothing(dtype):
+    # No rows at all: nothing to round, so an empty array is taken whatever its dtype (an
+    # empty list comes out of numpy as float64): no node is split, mask 0. A float array
+    # with counts in it is refused (test_counts_and_limit_are_checked_not_rounded).
+    assert compute_minibatching_split(np.zeros((0, 8), dtype), 1) == 0
+    assert compute_minibatching_split(np.zeros((2, 0, 4), dtype), 0) == 0
+
+
+@pytest.mark.parametrize("strategy", ["vocabulary", "sample"])
+def test_a_plan_whose_stacks_were_made_for_another_topology_is_refused(strategy):
+    # Stack t made for Topology(1, 1) (P = 1: t's 16 rows in one shard) and stack u for
+    # Topology(1, 2) (P = 2), put in one plan of Topology(1, 2): t would be sharded over
+    # 1 partition of the 2 there are. The plan says P = 2, its first stack 1, its last 2;
+    # every stack and table must be for P = 2. A ConfigError names t (and its table t).
+    t, u = TableSpec("t", 16, 8), TableSpec("u", 16, 8)
+    feats = [FeatureSpec("f", t), FeatureSpec("g", u)]
+    one = scwork.sharding.plan_stacking(feats, scwork.Topology(1, 1), None)
+    two = scwork.sharding.plan_stacking(feats, scwork.Topology(1, 2), None)
+    mixed = scwork.sharding.StackingPlan([one.stacks[0], two.stacks[1]], scwork.Topology(1, 2), two.rotation)
+    batch = FeatureBatch.from_ragged({"f": ([0, 1, 2, 3], [0, 2, 4]), "g": ([0, 1, 2, 3], [0, 2, 4])})
+    with pytest.raises(ConfigError, match=r"P=2 partitions but some of its stacks .* another P: "
+                                          r"\{'t': 1, 't/t': 1\}; build every stack of the plan for P=2"):
+        minibatch(batch, feats, scwork.Topology(1, 2), stacking=mixed, strategy=strategy, num_threads=1)
