@@ -690,6 +690,17 @@ def test_sample_split_one_sample_over_the_limits(fn, ids, max_ids, max_uniq, exp
     assert rec[0].tolist() == expected
 
 
+@pytest.mark.parametrize("fn", [K.sample_split, K.sample_split_reference])
+def test_sample_split_reports_the_first_rotated_partition_seen(fn):
+    # P = 3, rotation 1: p = (id + 1) % 3, so ids 0, 3 go to partition 1 and 1, 4 to
+    # partition 2 (0 - 1 = -1 = 2 mod 3 would send id 0 to partition 2). One sample
+    # [0, 3, 1, 4], max_ids 1: 2 pairs in partitions 1 and 2 both; the first seen, id 0's
+    # partition 1, is reported: sample 0, partition 1, 2 ids, which 0 (max_ids).
+    nrec, starts, nruns, rec, raw = _sample_split(fn, [0, 3, 1, 4], [[0, 4]], [1], [0], 1, 1, 3, 1, 5)
+    assert nrec == -1
+    assert rec[0].tolist() == [0, 0, 1, 2, 0]
+
+
 # --------------------------------------------------------------------------------------
 # naive_by_run
 # --------------------------------------------------------------------------------------

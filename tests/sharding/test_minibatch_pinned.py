@@ -965,3 +965,34 @@ def test_a_plan_whose_stacks_were_made_for_another_topology_is_refused(strategy)
     with pytest.raises(ConfigError, match=r"P=2 partitions but some of its stacks .* another P: "
                                           r"\{'t': 1, 't/t': 1\}; build every stack of the plan for P=2"):
         minibatch(batch, feats, scwork.Topology(1, 2), stacking=mixed, strategy=strategy, num_threads=1)
+
+
+@pytest.mark.parametrize("backend", ["numba", "numpy"])
+def test_dropped_ids_are_counted_in_their_own_stack_only(backend):
+    # Stacks t (limit 2 distinct ids) then u (no limit), Topology(1, 1), one bucket, dropping
+    # on. Both get samples [0, 1] and [0, 2]: t's stream in col_id order is 0 (twice), 1, 2,
+    # its third distinct id (2) dropped; u keeps all 4. One mini-batch: dropped 1 for t and 0
+    # for u (t's count summed into u's column too would give u 1).
+    batch = FeatureBatch.from_ragged({"f": ([0, 1, 0, 2], [0, 2, 4]), "g": ([0, 1, 0, 2], [0, 2, 4])})
+    feats = [FeatureSpec("f", TableSpec("t", 8, 8, max_unique_ids_per_partition=2)),
+             FeatureSpec("g", TableSpec("u", 8, 8))]
+    mb = minibatch(batch, feats, scwork.Topology(1, 1), config=SparsecoreConfig(allow_id_dropping=True),
+                   num_buckets=1, backend=backend, num_threads=1, **IDENTITY)
+    assert mb.stats["dropped_ids"].sel(stack="t").values.tolist() == [1]
+    assert mb.stats["dropped_ids"].sel(stack="u").values.tolist() == [0]
+    assert mb.stats["kept_ids"].sel(stack="t").values.ravel().tolist() == [3]
+    assert mb.stats["kept_ids"].sel(stack="u").values.ravel().tolist() == [4]
+
+
+def test_with_a_prefix_cut_partitions_under_target_share_a_range():
+    # As test_with_a_prefix_cut_ranges_are_whole_partitions (P = 4, bins = partitions, T = 2),
+    # with 1, 1, 31 and 31 ids in partitions 0..3: 64 ids, target 64 / (2 * 8) = 4.
+    # Partition 0 opens a range of 1 id; partition 1 adds 1 (2, under target 4: kept
+    # together); partition 2's 31 would make 33 > 4, so the range closes at 2 ids and 2 and
+    # 3 run alone: [2, 31, 31] (closing every range below target would give [1, 1, 31, 31]).
+    samples = [[0, 1] + [2] * 8 + [3] * 8, [2] * 8 + [3] * 8, [2] * 8 + [3] * 8, [2] * 7 + [3] * 7]
+    ids = [x for s in samples for x in s]
+    batch = FeatureBatch.from_ragged({"f": (ids, np.cumsum([0] + [len(s) for s in samples]).tolist())})
+    feats = [FeatureSpec("f", TableSpec("t", 4, 8, max_ids_per_partition=100))]
+    kw = dict(num_buckets=8, config=SparsecoreConfig(allow_id_dropping=True), **IDENTITY)
+    assert _profile_sizes(batch, feats, scwork.Topology(1, 4), 2, **kw)[1] == [2, 31, 31]
