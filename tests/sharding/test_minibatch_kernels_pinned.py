@@ -720,6 +720,24 @@ def test_naive_by_run_by_hand(fn):
     assert naive.tolist() == [11, 11, 12, 12]
 
 
+def test_warmup_compiles_the_bucket_kernels_for_both_hashes(monkeypatch):
+    # warmup() exists to compile the kernels (numba compiles a branch's code with the call, but
+    # the first call is what compiles at all), so it must call the two kernels that take a hash
+    # mode with each: HighwayHash (0) and identity (1). The spies pass the call on, so that
+    # the kernels that call scan_group_buckets in pure Python still work.
+    seen = {"scan_group_buckets": [], "ids_to_buckets": []}
+    for name, mode_arg in (("scan_group_buckets", 9), ("ids_to_buckets", 5)):
+        real = getattr(K, name)
+
+        def spy(*args, real=real, name=name, mode_arg=mode_arg):
+            seen[name].append(int(args[mode_arg]))
+            return real(*args)
+        monkeypatch.setattr(K, name, spy)
+    K.warmup()
+    assert set(seen["scan_group_buckets"]) == {K.HASH_HIGHWAY, K.HASH_IDENTITY} == {0, 1}
+    assert sorted(seen["ids_to_buckets"]) == [0, 1]
+
+
 def test_warmup_runs_every_kernel_on_in_bounds_inputs():
     """``warmup()`` calls each kernel on tiny inputs: they must be valid (pure Python checks bounds)."""
     K.warmup()

@@ -19,6 +19,7 @@ SparseCore, slice ``d * S + s``.
 
 from __future__ import annotations
 
+import importlib
 import warnings
 
 import numpy as np
@@ -36,6 +37,7 @@ from scwork.sharding.minibatch import (
 )
 
 IDENTITY = dict(stacking=None, bucket_hash="identity")
+mbmod = importlib.import_module("scwork.sharding.minibatch")   # the module (scwork.sharding.minibatch is the function)
 
 
 # --------------------------------------------------------------------------------------
@@ -219,7 +221,7 @@ def test_repr_names_every_stack_and_the_largest_count():
 
 def test_batch_for_takes_an_index_below_the_largest_count():
     mb = _two_stacks("stack")
-    for bad in (-1, 2, True, 1.0, "1"):
+    for bad in (-1, 2, 3, True, 1.0, "1"):               # 2 mini-batches: 0 and 1; 2 and 3 are past them
         with pytest.raises(ConfigError, match=r"mini-batch index must be an int in 0\.\.1, got "):
             mb.batch_for(bad)
     # the last index: t's ids 4..7 (buckets 4..7), nothing of u (one mini-batch only)
@@ -996,3 +998,25 @@ def test_with_a_prefix_cut_partitions_under_target_share_a_range():
     feats = [FeatureSpec("f", TableSpec("t", 4, 8, max_ids_per_partition=100))]
     kw = dict(num_buckets=8, config=SparsecoreConfig(allow_id_dropping=True), **IDENTITY)
     assert _profile_sizes(batch, feats, scwork.Topology(1, 4), 2, **kw)[1] == [2, 31, 31]
+
+
+def test_a_range_task_sizes_its_own_histograms(monkeypatch):
+    # Topology(1, 1), T = 2, vocab 2**31 - 8 (P = 1, padded to 8: itself): qbits 31, cshift
+    # min(31, 0 + 31 - 10) = 21, 1024 bins of 2**21 ids. 32 samples of one id each: id 0 in
+    # samples 0..29 (bin 0), 2**21 + 5 (bin 1), 600 * 2**21 + 7 (bin 600). Target 32 / 16 = 2:
+    # bin 0 (30 > 2) alone, then bins [1, 601) together (1 + 1 ids). That range spans
+    # 600 * 2**21 values of u, 31 bits: three radix passes of 11 bits, 3 * 2048 histogram
+    # entries. Each range task runs here on a worker that ran no slice task (workers 2 and 3),
+    # so it cannot borrow the slice task's histograms: it must ask for its own 3 * 2048.
+    # Two identity buckets (col = id): id 0 -> bucket 0, the two others (odd) -> bucket 1.
+    orig = mbmod._VocabularyScan.range_task
+    monkeypatch.setattr(mbmod._VocabularyScan, "range_task", lambda self, item, worker: orig(self, item, worker + 2))
+    big = [2**21 + 5, 600 * 2**21 + 7]
+    batch = FeatureBatch.from_ragged({"f": ([0] * 30 + big, list(range(33)))})
+    feats = [FeatureSpec("f", TableSpec("t", 2**31 - 8, 8))]
+    mb = minibatch(batch, feats, scwork.Topology(1, 1), num_buckets=2, num_threads=2, **IDENTITY)
+    # one stream: per bucket its ids (one per sample) and distinct ids (1 and 2)
+    assert mb.assignment["bucket_max_ids"].values.tolist() == [[30, 2]]
+    assert mb.assignment["bucket_max_unique_ids"].values.tolist() == [[1, 2]]
+    assert mb.stats["unique_ids"].values.ravel().tolist() == [3]
+    assert _profile_sizes(batch, feats, scwork.Topology(1, 1), 2, num_buckets=2, **IDENTITY)[1] == [30, 2]
