@@ -595,7 +595,8 @@ def plan_stacking(features: Any, topology: Topology, stacking: StackingArg = "au
         ``"auto"`` (default): automatic grouping (needs ``batch_size``); ``None``
         (or ``"none"``): every table alone; a list such as ``[["t0", "t1"], ["t2"]]``:
         manual groups, tables not listed stay alone; a :class:`StackingPlan`: used as
-        is after checking it matches ``topology`` and ``features`` (its own limits
+        is after checking it matches ``topology`` (every stack and table built for its
+        ``P``) and ``features`` (its own limits
         are kept, except for the stacks named in ``stack_limits``, which override them).
         ``config.disable_table_stacking`` forces ``None`` (except for a plan).
     batch_size : int, optional
@@ -625,7 +626,8 @@ def plan_stacking(features: Any, topology: Topology, stacking: StackingArg = "au
     ------
     ConfigError
         Unknown or repeated tables in manual groups, tables of one group with
-        different optimizers, combiners or quantization, a stack too large for int32 ids.
+        different optimizers, combiners or quantization, a stack too large for int32 ids,
+        a StackingPlan made for another topology (or with a stack built for another ``P``).
 
     Examples
     --------
