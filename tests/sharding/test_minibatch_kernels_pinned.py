@@ -547,8 +547,8 @@ def test_scan_range_second_pass_digits_are_of_u_less_the_range_start(fn):
     #   bin 1: u69 twice (R' 0: two raw ids, one pair); bin 63: u4035 at R' 0 and R' 1 (two pairs)
     # u69 - 64 = 5 (digits 5, 0), u4035 - 64 = 3971 = 62 * 64 + 3 (digits 3, 62): sorted u69,
     # u4035. All slice 0, partition 0, one bucket, max_uniq 1: u69 kept (1 pair), u4035's
-    # 2 raw ids dropped. The second digit of u + 64 instead (2 and 64 = 0 mod 64) would put
-    # u4035 first: its 2 pairs kept, u69's 2 raw ids dropped.
+    # 2 raw ids dropped. The second digit of u + 64 instead (133 >> 6 = 2 for u69, 4099 >> 6 =
+    # 64, digit 0, for u4035) would put u4035 first: its 2 pairs kept, u69's 2 raw ids dropped.
     binned = np.array([_key(69, 0), _key(69, 0), _key(4035, 0), _key(4035, 1)], np.int64)
     pre = np.array([[0, 0] + [2] * 62 + [4] * 65], np.int64)          # bin c's first key, c = 0..128
     m, (pairs, distinct, kept, raw, naive, dropped) = _scan_range(fn, binned, pre, 1, 65, 6, 0, 2, 12, 1, 1, False)
