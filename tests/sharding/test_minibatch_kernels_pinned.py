@@ -691,6 +691,22 @@ def test_sample_split_one_sample_over_the_limits(fn, ids, max_ids, max_uniq, exp
 
 
 @pytest.mark.parametrize("fn", [K.sample_split, K.sample_split_reference])
+@pytest.mark.parametrize("ids, max_ids, max_uniq, expected", [
+    ([0, 2, 0, 2], 3, 5, [0, 0, 0, 4, 0]),     # 4 pairs > 3 (2 distinct): the pairs are reported
+    ([0, 2, 0, 4], 4, 2, [0, 0, 0, 3, 1]),     # 4 pairs fit 4, 3 distinct > 2: the distinct ids are
+])
+def test_sample_split_reports_the_count_of_the_limit_exceeded(fn, ids, max_ids, max_uniq, expected):
+    # P = 2, one sample, two features of one table (no rotation, offset 0: col = id): feature 0
+    # has ids[:2], feature 1 ids[2:]. An id in both features is two pairs (two rows) but one
+    # distinct id, so the sample's pairs (4) and distinct ids (2, then 3) differ, all in
+    # partition 0: the observed count is that of the limit exceeded (which 0: pairs, 1: distinct).
+    nrec, starts, nruns, rec, raw = _sample_split(fn, ids, [[0, 2], [2, 4]], [0, 0], [0, 0], 1, 1, 2, max_ids,
+                                                  max_uniq)
+    assert nrec == -1
+    assert rec[0].tolist() == expected
+
+
+@pytest.mark.parametrize("fn", [K.sample_split, K.sample_split_reference])
 def test_sample_split_reports_the_first_rotated_partition_seen(fn):
     # P = 3, rotation 1: p = (id + 1) % 3, so ids 0, 3 go to partition 1 and 1, 4 to
     # partition 2 (0 - 1 = -1 = 2 mod 3 would send id 0 to partition 2). One sample
