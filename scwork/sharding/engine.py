@@ -100,6 +100,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import math
+import operator
 import threading
 import warnings
 from collections.abc import Mapping
@@ -478,6 +479,14 @@ class _StackJob:
         self.split_csr = self.counted and not limited
         if self.split_csr:
             self.distinct_g = zeros(ng * nsl * P)
+        if self.counted:
+            # the layout the count gives (_set_counted_sizes), in the call's block too: one
+            # compiled call writes every counted stack's (counted_layouts)
+            self.base = zeros(nsl)
+            if self.split_csr:
+                self.offs = zeros(ng * nsl * P)
+                self.pad_lo = zeros(nsl * (P + 1))
+                self.pad_hi = zeros(nsl * (P + 1))
         self.staged = want_csr and self.C is None and not self.counted
         self.no_bad = np.full(ng, -1, np.int64)                 # statistics tasks: never a zero divisor
 
@@ -504,12 +513,19 @@ class _StackJob:
             self.base = np.arange(nsl, dtype=np.int64) * self.stride
             self.out_size = nsl * self.stride
 
-    def setup_fresh(self, batch: FeatureBatch) -> None:
-        """What each call's job has of its own (written, or handed to the caller), whatever its counts."""
+    def setup_fresh(self, batch: FeatureBatch, row_pointers: np.ndarray | None = None) -> None:
+        """What each call's job has of its own (written, or handed to the caller), whatever its counts.
+
+        ``row_pointers``: the job's ``nsl * R`` int32 row pointers (a view of the call's
+        block, :func:`_make_jobs`), or None for a fresh array.
+        """
         # (kernels read rowgain only with a combiner; without CSR they never touch row_pointers)
         self.rowgain = (_row_gains(self.stack, batch, self.nsl, self.n, self.lbits)
                         if self.want_csr and self.combiner else _NO_GAINS)
-        self.row_pointers = np.empty(self.nsl * self.R, np.int32) if self.want_csr else _NO_ROW_POINTERS
+        if not self.want_csr:
+            self.row_pointers = _NO_ROW_POINTERS
+        else:
+            self.row_pointers = np.empty(self.nsl * self.R, np.int32) if row_pointers is None else row_pointers
         self.ulist = None
         self.naive_starts = None
         self.emb = self.smp = self.gout = None
@@ -1092,7 +1108,7 @@ class _JobTemplate:
         block_len = 0
         for si, st in enumerate(stacks):
             ng, P = tables.ng_of[si], st.num_partitions
-            block_len += ng + ng * nsl + 4 * ng * nsl * P + ng * P + 3 * nsl * P + 2 * nsl + 2
+            block_len += ng + ng * nsl + 5 * ng * nsl * P + ng * P + 3 * nsl * P + 2 * nsl * (P + 1) + 3 * nsl + 2
         block = np.zeros(max(1, block_len), np.int64)
         pos = [0]
 
@@ -1104,6 +1120,12 @@ class _JobTemplate:
             return block[start:start + length]
 
         self.kinds, self.statics, self.counters = [], [], []
+        # each CSR job's row pointers: its place in the call's int32 block
+        self.row_pointer_spans: list[tuple[int, int] | None] = []
+        rp_len = 0
+        # the counted jobs' places in the block (rows of counted_layouts' table)
+        counted_rows: list[list[int]] = []
+        self.counted_stacks: list[int] = []
         stack_groups = tables.stack_groups
         for si, st in enumerate(stacks):
             g0, g1 = stack_groups[si], stack_groups[si + 1]
@@ -1114,14 +1136,29 @@ class _JobTemplate:
             job.setup_shape(st, G, S, n, tables.groups[si], want_csr, config, weighted, meta, zeros, count_first)
             # the counters (views of the block) are placed anew per call; the rest is shared
             counters = []
+            where = {}
             for name, value in list(job.__dict__.items()):
                 if isinstance(value, np.ndarray) and value.base is block:
                     offset = (value.ctypes.data - block.ctypes.data) // block.itemsize
                     counters.append((name, offset, offset + value.size, value.shape))
+                    where[name] = offset
                     del job.__dict__[name]
+            if want_csr:
+                self.row_pointer_spans.append((rp_len, rp_len + nsl * job.R))
+                rp_len += nsl * job.R
+            else:
+                self.row_pointer_spans.append(None)
+            if job.counted:
+                split = job.split_csr
+                counted_rows.append([where["count_pairs"], len(job.groups), job.P, job.R, int(split), where["base"],
+                                     where["used"], where["offs"] if split else 0, where["pad_lo"] if split else 0,
+                                     where["pad_hi"] if split else 0, self.row_pointer_spans[-1][0]])
+                self.counted_stacks.append(si)
             self.kinds.append(kind)
             self.statics.append(job.__dict__)
             self.counters.append(counters)
+        self.row_pointers_len = rp_len
+        self.counted_table = np.array(counted_rows, np.int64).reshape(len(counted_rows), 11)
         # what the views use of the bound above (about half: a statistics-only job has no
         # CSR counters): each call zeroes that much
         self.block_len = max(1, pos[0])
@@ -1227,8 +1264,10 @@ def _make_jobs(plan: StackingPlan, batch: FeatureBatch, G: int, S: int, want_csr
     shape = (batch.batch_size, G, S, bool(config.allow_id_dropping), bool(count_first))
     template = plan_derived("jobs", stacks, layout + shape,
                             lambda: _JobTemplate(stacks, tables, batch, G, S, want_csr, config, count_first))
-    # one zeroed block for every counter of every job
+    # one zeroed block for every counter of every job, one int32 block for their row pointers
     block = np.zeros(template.block_len, np.int64)
+    row_pointers = np.empty(template.row_pointers_len, np.int32) if want_csr else None
+    spans = template.row_pointer_spans
     jobs = []
     for si in range(len(stacks)):
         g0, g1 = stack_groups[si], stack_groups[si + 1]
@@ -1240,18 +1279,49 @@ def _make_jobs(plan: StackingPlan, batch: FeatureBatch, G: int, S: int, want_csr
             slice_ids = gcounts[g0:g1].sum(axis=0)
             job.setup_counts(uloff_all[g0:g1], gcounts[g0:g1], sloff_all[g0:g1], slice_ids, slice_ids.tolist(),
                              int(gcounts[g0:g1].max(initial=0)) if g1 > g0 and nsl else 0)
-        job.setup_fresh(batch)
+        span = spans[si]
+        job.setup_fresh(batch, None if span is None else row_pointers[span[0]:span[1]])
         jobs.append(job)
+    if template.counted_stacks:
+        # what _set_counted_sizes needs to lay out every counted job in one compiled call
+        jobs[template.counted_stacks[0]].counted_layout = _CountedLayout(
+            block, template.counted_table, nsl, row_pointers, [jobs[si] for si in template.counted_stacks])
     return jobs
 
 
-def _set_counted_sizes(jobs: list[_StackJob]) -> None:
-    """:meth:`_StackJob.set_counted_size` of every job, a few numpy calls per shape of job.
+@dataclass
+class _CountedLayout:
+    """A call's counted jobs as :func:`~scwork.sharding._split_kernels.counted_layouts` reads them:
+    their counters' block, one row per job of places in it, and the row pointers' block."""
 
-    Jobs of the same shape (groups, slices, partitions) are stacked and computed at
-    once; each job then takes its rows (the per-job method costs some twenty numpy
-    calls per stack, most of a preprocess call's serial time at 26 stacks).
+    block: np.ndarray
+    table: np.ndarray
+    nsl: int
+    row_pointers: np.ndarray
+    jobs: list
+
+
+def _set_counted_sizes(jobs: list[_StackJob]) -> None:
+    """:meth:`_StackJob.set_counted_size` of every job.
+
+    The counted jobs of one call, as :func:`_make_jobs` made them (their layout
+    arrays views of the call's block): one compiled call for all
+    (:func:`~scwork.sharding._split_kernels.counted_layouts`), then each job's ``C``.
+    Other lists (jobs of several calls, or made one by one): jobs of the same shape
+    (groups, slices, partitions) stacked and computed with numpy at once (the
+    per-job method costs some twenty numpy calls per stack; the numpy calls per
+    shape still cost 0.4 ms at 26 stacks, a fifth of a preprocess call's serial time).
     """
+    layout = getattr(jobs[0], "counted_layout", None) if jobs else None
+    if layout is not None and len(layout.jobs) == len(jobs) and all(map(operator.is_, layout.jobs, jobs)):
+        from scwork.sharding._split_kernels import counted_layouts
+
+        C = np.empty(len(jobs), np.int64)
+        counted_layouts(layout.block, layout.table, layout.nsl, layout.row_pointers, C)
+        for j, c in zip(jobs, C.tolist()):
+            j.C = j.cap = c
+            j.out_size = j.nsl * c
+        return
     by_shape: dict[tuple, list[_StackJob]] = {}
     for j in jobs:
         by_shape.setdefault((len(j.groups), j.nsl, j.P, j.split_csr), []).append(j)
