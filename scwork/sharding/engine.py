@@ -98,6 +98,7 @@ the same for unique ids (no id repeats inside one slice), and
 from __future__ import annotations
 
 import bisect
+import functools
 import itertools
 import math
 import threading
@@ -780,6 +781,36 @@ class _StackJob:
                 np.sum(self.distinct_g.reshape(ng, nsl * P), axis=0, out=self.distinct)
                 self.kept[:] = self.pairs
 
+    def counter_rows(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(pairs, distinct, kept)`` as :meth:`finish_sums` leaves them, without setting them
+        (another task may be reading the job meanwhile: the checks' parts)."""
+        ng = len(self.groups)
+        if self.by_group or self.split_csr:
+            per_group = self.count_pairs if self.split_csr else self.pairs_g
+            if ng == 1:
+                return per_group, self.distinct_g, per_group
+            pairs = per_group.reshape(ng, -1).sum(axis=0)
+            return pairs, self.distinct_g.reshape(ng, -1).sum(axis=0), pairs
+        return self.pairs, self.distinct, self.kept
+
+    def drop_counts(self, kept: np.ndarray) -> tuple[int, int]:
+        """``(dropped, static_dropped)``: ids dropped (by the limits' cut, plus those past a
+        static CSR buffer), and those past the static buffer alone."""
+        capacity = self.stack.static_buffer_size_per_sc(self.S)
+        static = 0
+        if capacity is not None:
+            rows = kept.reshape(self.nsl, self.P)
+            static = int(rows.sum() - _written_within(rows, capacity).sum())
+        return int(self.dropped.sum()) + static, static
+
+    def statistics_row(self) -> dict:
+        """What the statistics take of this stack's result (:meth:`result` without CSR), from the
+        counters as they are after the slices."""
+        pairs, distinct, kept = self.counter_rows()
+        dropped, static = self.drop_counts(kept)
+        return {"pairs": pairs, "distinct": distinct, "kept": kept, "input": self.slice_ids, "dropped": dropped,
+                "static_dropped": static}
+
     def finish_naive(self) -> None:
         """The stack's naive view: its groups' sum (after the naive-view tasks)."""
         self.naive_counts = self.naive_g[0] if len(self.groups) == 1 else self.naive_g.sum(axis=0)
@@ -794,15 +825,12 @@ class _StackJob:
         return [self.result(naive)]
 
     def result(self, naive: bool = True) -> dict:
+        dropped, static = self.drop_counts(self.kept)
         out = {"pairs": self.pairs, "distinct": self.distinct, "kept": self.kept, "input": self.slice_ids,
-               "dropped": int(self.dropped.sum()), "static_dropped": 0}
+               "dropped": dropped, "static_dropped": static}
         if naive:
             out["naive"] = self.naive_counts
         capacity = self.stack.static_buffer_size_per_sc(self.S)
-        if capacity is not None:
-            kept = self.kept.reshape(self.nsl, self.P)
-            out["static_dropped"] = int(kept.sum() - _written_within(kept, capacity).sum())
-            out["dropped"] += out["static_dropped"]
         if not self.want_csr:
             return out
         if capacity is not None and capacity != self.C:
@@ -1384,7 +1412,8 @@ def _row_gains(stack: Stack, batch: FeatureBatch, nsl: int, n: int, lbits: int) 
 # --------------------------------------------------------------------------------------
 def _execute(plan: StackingPlan, batch: FeatureBatch, G: int, S: int, kern: _Backend, config: SparsecoreConfig,
              want_csr: bool, num_threads: int, prepare=None, after_slices=None,
-             counts: np.ndarray | None = None, jobs: list | None = None) -> tuple[list[dict], np.ndarray]:
+             counts: np.ndarray | None = None, jobs: list | None = None,
+             fill_statistics=None) -> tuple[list[dict], np.ndarray]:
     """Run every stack: task batches (counts for C, slices, naive view and compaction), checks, results.
 
     Every step that grows with the input runs as tasks of about ``total ids /
@@ -1392,9 +1421,14 @@ def _execute(plan: StackingPlan, batch: FeatureBatch, G: int, S: int, kern: _Bac
     thread each batch has one task per stack. ``prepare`` (no arguments): serial work
     of the caller that does not depend on the results (the statistics' buffers and
     Dataset), done by the calling thread while the slices run, with the naive view's
-    task list. ``after_slices(results)``: what the caller does with the results
-    (checks, statistics), run as one more task beside the naive view's (it needs
-    the slices, not the naive view).
+    task list. ``after_slices(results, first, fill)``: what the caller does with the
+    results of the stacks ``first, first + 1, ...`` (checks; with ``fill``, the
+    statistics too), run as more tasks beside the naive view's (it needs the slices,
+    not the naive view); ``fill_statistics(rows)``: with CSR, the statistics filled
+    from every stack's counters (:meth:`_StackJob.statistics_row`), a task of its own
+    while ``after_slices`` checks the stacks part by part (``fill`` False). Errors of
+    these tasks are raised after the batch, the first a single task over every stack
+    in order would have raised.
 
     ``counts``: :func:`_slice_counts` of ``batch`` if the caller has it; ``jobs``:
     :func:`_jobs_of` for these arguments, if made ahead (their counters untouched).
@@ -1475,42 +1509,87 @@ def _execute(plan: StackingPlan, batch: FeatureBatch, G: int, S: int, kern: _Bac
             err = j.first_error(("oov",))
             if err is not None:
                 raise _Oov(err[1])
-        done: list = []
+        staged = any(j.staged for j in jobs)      # results read the compacted CSR: after it
+        # The checks and results, in parts of consecutive jobs (stacks): with CSR one job per
+        # stack, whose results (CSR buffers, checks, the statistics filled) were one task of
+        # 0.5 ms at 26 stacks, the finish batch's longest at 64 threads. In parts, the
+        # statistics are filled by a task of their own (from the jobs' counters: filling
+        # them part by part cost a dozen numpy calls a part)
+        split = want_csr and not staged and fill_statistics is not None and num_threads > 1
+        cuts = _result_parts(len(jobs), num_threads if split else 1)
+        done: list = [None] * (len(cuts) - 1)
+        failed: list = []          # (phase, part, error): raised after the batch, the first in call order
 
-        def after():
-            # the checks and results need the slices only: a task beside the naive view's.
+        def fill_task():
+            try:
+                fill_statistics([j.statistics_row() for j in jobs])
+            except Exception as err:  # noqa: BLE001 - raised after the batch, after every check's
+                failed.append((3, 0, err))
+
+        def after_part(k: int):
+            # a task beside the naive view's (the checks and results need the slices only).
             # It is Python holding the GIL, which the other workers need between their
             # tasks: it lets go of it between its steps
-            for j in jobs:
-                j.finish_sums()
-            let_workers_run()
-            results = _check_jobs(jobs, batch, G, S, config, want_csr)
-            if after_slices is not None:
+            a, b = cuts[k], cuts[k + 1]
+            mine = jobs[a:b]
+            phase = [0]
+            try:
+                for j in mine:
+                    j.finish_sums()
                 let_workers_run()
-                after_slices(results)
-            done.append(results)
+                results = _check_jobs(mine, batch, G, S, config, want_csr, phase)
+                if after_slices is not None:
+                    let_workers_run()
+                    phase[:] = [2]
+                    after_slices(results, a, not split)
+            except Exception as err:  # noqa: BLE001 - raised after the batch, in call order
+                # the errors of a call come in phases (limits of every stack, then zero
+                # divisors, then the caller's checks), stacks in order within a phase: the
+                # least (phase, part) is what one task over every stack raises first
+                failed.append((phase[0], k, err))
+                return
+            done[k] = results
 
-        staged = any(j.staged for j in jobs)      # results read the compacted CSR: after it
         if not staged:
-            # first in the batch (the largest size): what follows the batch waits for it
-            finish.append([(None, after)])
-            finish_sizes.append(largest[0] + 1)     # (the largest, found while the slices ran)
-            order.insert(0, len(finish_sizes) - 1)   # (its index: the chain's last item)
+            # first in the batch (the largest sizes): what follows the batch waits for them
+            # (the largest, found while the slices ran; their indices: the chain's last items)
+            firsts = [(None, functools.partial(after_part, k)) for k in range(len(done))]
+            if split:
+                firsts.insert(0, (None, fill_task))
+            finish.append(firsts)
+            finish_sizes.extend([largest[0] + 1] * len(firsts))
+            order[:0] = range(len(finish_sizes) - len(firsts), len(finish_sizes))
         _run_tasks(_finish_task(kern), _Chain(finish), finish_sizes, num_threads, "finish", order=order)
         if staged:
-            after()
+            after_part(0)
+        if failed:
+            raise min(failed, key=lambda f: f[:2])[2]
+        results = done[0] if len(done) == 1 else [res for part in done for res in part]
         naive = [j.naive_rows() for j in jobs]
         if not want_csr:
             # nobody reads a statistics call's jobs and task lists any more (their counters
             # are in the results): the next call frees them while its slices run
             keep_until_next_call((jobs, work, sizes, finish, finish_sizes))
-        return done[0], (naive[0] if len(naive) == 1 else np.concatenate(naive))
+        return results, (naive[0] if len(naive) == 1 else np.concatenate(naive))
     finally:
         del scratch, ulists
         for j in jobs:
             j.ulist = None
         _POOL.give(scratch_buf)
         _POOL.give(ulist_buf)
+
+
+# jobs per part of the finish batch's checks-and-results tasks (each part also fills its rows
+# of the statistics, a dozen numpy calls: parts of fewer jobs would cost more than they save)
+_JOBS_PER_RESULT_PART = 3
+
+
+def _result_parts(num_jobs: int, num_threads: int) -> list[int]:
+    """Cuts ``[0, ..., num_jobs]`` of the checks-and-results parts: one part with one thread, else
+    up to ``num_threads`` parts of at least :data:`_JOBS_PER_RESULT_PART` consecutive jobs, sizes
+    as even as the cut allows."""
+    parts = max(1, min(num_threads, num_jobs // _JOBS_PER_RESULT_PART))
+    return [num_jobs * k // parts for k in range(parts + 1)]
 
 
 def _finish_list_steps(jobs, target: float, finish: list, finish_sizes: list, largest: list, order: list) -> list:
@@ -1638,14 +1717,20 @@ def _finish_task(kern: _Backend):
     return run
 
 
-def _check_jobs(jobs, batch, G, S, config, want_csr):
-    """Limit and gain errors, in the order compute_stats meets them; then the results."""
+def _check_jobs(jobs, batch, G, S, config, want_csr, phase: list | None = None):
+    """Limit and gain errors, in the order compute_stats meets them; then the results.
+
+    ``phase``: set to ``[1]`` once the limits passed (an error raised after is a gain's
+    zero divisor), for a caller that orders the errors of several parts of a call.
+    """
     B = batch.batch_size
     # errors in the order compute_stats (which computes no gains) meets them:
     # out-of-vocabulary ids (checked by the caller), then the limits, then the gains' zero divisors
     if want_csr:
         for j in jobs:
             _check_limits(j.stack, {"pairs": j.pairs, "distinct": j.distinct, "kept": j.kept}, G, S, config, B)
+    if phase is not None:
+        phase[:] = [1]
     for j in jobs:
         err = j.first_error()
         if err is not None:
@@ -1806,33 +1891,42 @@ def _complete_call(call: _PreparedCall, dataset: bool = True, overlap=None):
 
     # what the serial end of the call needs of the results, found by the checks' task:
     # the stacks that dropped ids past a static buffer (warned about), whether any id was dropped
-    found = {"static": (), "dropped": False}
+    found = {"static": [], "dropped": False}
 
-    def after_slices(results):
-        # checks and statistics (all but the naive view), a task beside the naive view's
+    def after_slices(results, first=0, fill=True):
+        # checks and statistics (all but the naive view) of the stacks first, first + 1, ...
+        # (with CSR the call's stacks come in parts, each a task beside the naive view's, and
+        # fill_statistics fills the statistics of all, in a task of its own)
+        end = first + len(results)
         if not want_csr:
-            for st, res in zip(plan.stacks, results):
+            for st, res in zip(plan.stacks[first:end], results):
                 _check_limits(st, res, G, S, config, batch.batch_size)
         else:
             # last, so that preprocess raises what compute_stats raises first (the kernels'
             # float32 gains of a rejected sample are never returned)
-            _check_gain_inputs(batch_used, plan)
-        let_workers_run()
+            _check_gain_inputs(batch_used, plan, first, end)
+        if fill:
+            let_workers_run()
+            fill_statistics(results, first)
+
+    def fill_statistics(rows, first=0):
         builder = built[0]
-        builder.fill(results, naive=False)
-        found["static"] = [i for i, res in enumerate(results) if res["static_dropped"]]
-        found["dropped"] = bool(np.count_nonzero(builder.dropped))
+        builder.fill(rows, naive=False, first=first)
+        end = first + len(rows)
+        found["static"] = [i for i, res in enumerate(rows, start=first) if res["static_dropped"]]
+        found["dropped"] = bool(np.count_nonzero(builder.dropped[first:end]))
         if not want_csr:
             # a statistics call's per-stack results are in the statistics now and nobody
             # reads them after: freed by the next call while its slices run (not here: this
             # task is the finish batch's longest at 64 threads; not at the end of the call)
-            keep_until_next_call(results)
+            keep_until_next_call(rows)
 
     for attempt in range(2):
         try:
             first = batch_used is batch
             results, naive = _execute(plan, batch_used, G, S, kern, config, want_csr, num_threads, prepare,
-                                      after_slices, slice_counts if first else None, call.jobs if first else None)
+                                      after_slices, slice_counts if first else None, call.jobs if first else None,
+                                      fill_statistics)
             break
         except _Oov as err:
             if on_out_of_vocabulary == "error" or attempt == 1:
@@ -1847,7 +1941,7 @@ def _complete_call(call: _PreparedCall, dataset: bool = True, overlap=None):
     stats_builder.fill_naive(naive)
     parts = stats_builder.parts
     stats = stats_builder.dataset if dataset else parts
-    for i in found["static"]:
+    for i in sorted(found["static"]):
         st = plan.stacks[i]
         # The library drops these with a log line whatever allow_id_dropping says;
         # scwork does the same, counts them, and says so.
