@@ -51,6 +51,8 @@ __all__ = [
     "count_groups_reference",
     "cut_groups",
     "cut_groups_reference",
+    "cut_slices",
+    "cut_slices_reference",
     "slice_pairs",
     "slice_pairs_reference",
     "write_groups",
@@ -396,6 +398,75 @@ def cut_groups_reference(counts, target, units):
     return k
 
 
+@jit
+def cut_slices(counts, target, units):
+    """Tasks of several stacks cut by slices: each stack's slices in runs of contiguous slices.
+
+    ``counts[j, sl]``: raw ids of stack ``j`` in slice ``sl``. A stack of at most
+    ``target`` ids is one run of all its slices; else a run takes the next slice while
+    it stays within ``target`` (a slice larger than ``target`` is a run of its own).
+    Row ``k`` of ``units`` gets ``(j, s0, s1, ids)``; returns the number of runs (at
+    most ``stacks * nsl``, plus one per stack without slices: the rows ``units`` needs).
+    """
+    m, nsl = counts.shape
+    k = 0
+    for j in range(m):
+        total = 0
+        for sl in range(nsl):
+            total += counts[j, sl]
+        if total <= target:
+            units[k, 0] = j
+            units[k, 1] = 0
+            units[k, 2] = nsl
+            units[k, 3] = total
+            k += 1
+            continue
+        s0 = 0
+        acc = 0
+        for sl in range(nsl):
+            c = counts[j, sl]
+            if acc > 0 and acc + c > target:
+                units[k, 0] = j
+                units[k, 1] = s0
+                units[k, 2] = sl
+                units[k, 3] = acc
+                k += 1
+                s0 = sl
+                acc = 0
+            acc += c
+        units[k, 0] = j
+        units[k, 1] = s0
+        units[k, 2] = nsl
+        units[k, 3] = acc
+        k += 1
+    return k
+
+
+def cut_slices_reference(counts, target, units):
+    """Numpy reference of :func:`cut_slices`: each stack's cut points from its running sums.
+
+    A run from slice ``s0`` ends before slice ``sl`` when the ids of ``s0..sl-1`` are
+    positive and those of ``s0..sl`` pass ``target``.
+    """
+    m, nsl = counts.shape
+    k = 0
+    for j in range(m):
+        run_sums = np.concatenate([[0], np.cumsum(counts[j])])
+        if run_sums[-1] <= target:
+            units[k] = (j, 0, nsl, run_sums[-1])
+            k += 1
+            continue
+        s0 = 0
+        for sl in range(nsl):
+            if run_sums[sl] - run_sums[s0] > 0 and run_sums[sl + 1] - run_sums[s0] > target:
+                units[k] = (j, s0, sl, run_sums[sl] - run_sums[s0])
+                k += 1
+                s0 = sl
+        units[k] = (j, s0, nsl, run_sums[nsl] - run_sums[s0])
+        k += 1
+    return k
+
+
 # --------------------------------------------------------------------------------------
 # counted_layouts (serial work between the count and the slices: one call for all stacks)
 # --------------------------------------------------------------------------------------
@@ -510,6 +581,7 @@ def warmup() -> None:
     ulist = np.zeros(6, np.int64)
     ul_cnt = np.zeros(2, np.int64)
     cut_groups(np.ones((2, 2), np.int64), 1.5, np.empty((4, 4), np.int64))
+    cut_slices(np.ones((2, 2), np.int64), 1.5, np.empty((4, 4), np.int64))
     layout_block = np.zeros(64, np.int64)
     layout_block[:8] = (3, 0, 9, 1, 0, 0, 2, 5)
     counted_layouts(layout_block, np.array([[0, 2, 2, 8, 1, 8, 10, 12, 20, 26, 0]], np.int64), 2,

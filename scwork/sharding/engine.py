@@ -1458,10 +1458,7 @@ def _execute(plan: StackingPlan, batch: FeatureBatch, G: int, S: int, kern: _Bac
 
     # buffers: scratch per worker and the naive-view lists (internal, back to the pool
     # at the end); the CSR buffers handed to the caller (back when they are dropped)
-    needs: dict[str, int] = {}
-    for j in jobs:
-        for name, length in j.scratch_needs().items():
-            needs[name] = max(needs.get(name, 1), length)
+    needs = _scratch_needs(jobs)
     names = list(needs)
     specs = [(needs[name], np.float32 if name in ("sg", "ag", "bg") else np.int64) for name in names]
     # one pooled buffer for every worker (recycled by the next call: no fresh pages);
@@ -1504,8 +1501,9 @@ def _execute(plan: StackingPlan, batch: FeatureBatch, G: int, S: int, kern: _Bac
         if prepare is not None:
             overlap += list(prepare) if isinstance(prepare, (list, tuple)) else [prepare]
         _run_tasks(slices, work, sizes, num_threads, "slices", overlap=overlap)
-        # errors in stack order, as a stack-by-stack run would raise them
-        for j in jobs:
+        # errors in stack order, as a stack-by-stack run would raise them (only a job with
+        # an error or a dropped pair kept a task record)
+        for j in [j for j in jobs if j.tasks]:
             err = j.first_error(("oov",))
             if err is not None:
                 raise _Oov(err[1])
@@ -1590,6 +1588,21 @@ def _result_parts(num_jobs: int, num_threads: int) -> list[int]:
     as even as the cut allows."""
     parts = max(1, min(num_threads, num_jobs // _JOBS_PER_RESULT_PART))
     return [num_jobs * k // parts for k in range(parts + 1)]
+
+
+def _scratch_needs(jobs) -> dict[str, int]:
+    """The longest of each per-worker scratch array over ``jobs``' :meth:`_StackJob.scratch_needs` (at least 1)."""
+    if len(jobs) == 1:
+        return {name: max(1, length) for name, length in jobs[0].scratch_needs().items()}
+    # (the maxima of its terms over the jobs: a dict per job was most of this step)
+    gmax = max(max(1, j.group_slice_max) for j in jobs)
+    sk = max(max(1, j.stack_slice_max if j.keep_all else j.group_slice_max) for j in jobs)
+    gains = [j for j in jobs if j.any_gains]
+    sg = max((max(1, j.stack_slice_max if j.keep_all else j.group_slice_max) for j in gains), default=1)
+    ag = max((max(1, j.group_slice_max) for j in gains), default=1)
+    return {"sk": sk, "sg": sg, "ak": gmax, "bk": gmax, "ag": ag, "bg": ag, "hist": _HIST_SIZE,
+            "gm": max(1, max(len(j.groups) for j in jobs)),
+            "bounds": max(1, max(len(j.groups) * (j.P + 1) for j in jobs))}
 
 
 def _finish_list_steps(jobs, target: float, finish: list, finish_sizes: list, largest: list, order: list) -> list:
@@ -1693,10 +1706,32 @@ class _Chain:
         return (item for part in self.parts for item in part)
 
 
+class _SliceCut(_LazyRows):
+    """Rows ``(job, s0, s1, size)`` of :func:`~scwork.sharding._split_kernels.cut_slices` over a
+    list of jobs (``self.job``): item ``i`` is the task ``(jobs[job], s0, s1, 0, groups)``."""
+
+    __slots__ = ()
+
+    def __getitem__(self, i: int) -> tuple:
+        j, s0, s1, _ = self.rows[i].tolist()
+        job = self.job[j]
+        return job, s0, s1, 0, len(job.groups)
+
+
 def _units(jobs, target: float, by_group) -> tuple[Any, list[int]]:
     """``(job, s0, s1, g0, g1)`` tasks of every job (a sequence) and their sizes (raw ids)."""
     if len(jobs) == 1:                    # one job (every statistics call on one P): its own items
         return jobs[0].tasks_of(target, by_group(jobs[0]))
+    if all(len(j.groups) == 1 for j in jobs) and len({j.nsl for j in jobs}) == 1:
+        # one table per job (preprocess without stacking: a job per stack): every job is cut
+        # by slices alone (_StackJob.ranges), all in one compiled call instead of a few list
+        # operations per job; a worker makes its task's tuple when it takes it
+        from scwork.sharding._split_kernels import cut_slices
+
+        counts = np.array([j.slice_list for j in jobs], np.int64).reshape(len(jobs), jobs[0].nsl)
+        cut = np.empty((counts.size + len(jobs), 4), np.int64)
+        k = cut_slices(counts, float(target), cut)
+        return _SliceCut(jobs, cut[:k]), cut[:k, 3]
     work, sizes = [], []
     for j in jobs:
         items, item_sizes = j.tasks_of(target, by_group(j))

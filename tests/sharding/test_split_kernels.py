@@ -467,3 +467,55 @@ def test_counted_layouts_by_hand():
         assert b[20:26].tolist() == [5, 13, 16, 33, 41, 48]        # pad_lo: partitions' ends, slice's end
         assert b[26:32].tolist() == [8, 16, 24, 40, 48, 48]        # pad_hi
         assert rp.tolist() == [5, 13] + [16] * 6 + [9, 17] + [24] * 6
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.floats(0.5, 80.0))
+def test_cut_slices_matches_reference_and_each_stacks_ranges(seed, target):
+    """Task lists of one-table stacks cut by slices in one call: kernel = reference = every stack's own
+    greedy cut (_StackJob.ranges), runs within target unless one slice alone is larger."""
+    rng = np.random.default_rng(seed)
+    m, nsl = int(rng.integers(1, 6)), int(rng.integers(1, 7))
+    counts = (rng.integers(0, 30, (m, nsl)) * (rng.random((m, nsl)) < 0.7)).astype(np.int64)
+    target = float("inf") if rng.random() < 0.1 else target
+    got = []
+    for fn in (SK.cut_slices, SK.cut_slices_reference):
+        units = np.full((m * nsl + m, 4), -7, np.int64)
+        k = fn(counts, target, units)
+        got.append([tuple(r) for r in units[:k].tolist()])
+    assert got[0] == got[1]
+    expected = []
+    for j in range(m):
+        job = engine._StackJob.__new__(engine._StackJob)
+        job.nsl, job.slice_list, job.num_ids = nsl, counts[j].tolist(), int(counts[j].sum())
+        expected += [(j, s0, s1, int(counts[j, s0:s1].sum())) for s0, s1 in job.ranges(target)]
+    assert got[0] == expected
+    for j, s0, s1, size in got[0]:
+        # within target, or a slice larger than target alone (with empty slices at most)
+        assert size <= target or np.count_nonzero(counts[j, s0:s1]) == 1
+    assert [(j, s0) for j, s0, _, _ in got[0]] == sorted({(j, s0) for j, s0, _, _ in got[0]})
+
+
+def test_units_of_one_table_jobs_in_one_call_equal_each_jobs_own():
+    """_units over many one-table jobs (one compiled cut, tasks made when taken) = each job's tasks_of."""
+    rng = np.random.default_rng(11)
+    G, S, B = 2, 3, 24
+    topo = scwork.Topology(G, S)
+    tables = [TableSpec(f"t{i}", 500, 8) for i in range(7)]
+    feats = [FeatureSpec(f"f{i}", tables[i]) for i in range(7)]
+    data = {}
+    for f in feats:
+        lengths = rng.integers(0, 12, B)
+        data[f.name] = (rng.integers(0, 500, int(lengths.sum())), np.concatenate([[0], np.cumsum(lengths)]))
+    batch = FeatureBatch(data)
+    plan = plan_stacking(feats, topo, None, batch_size=B)
+    jobs = engine._jobs_of(plan, batch, G, S, True, SparsecoreConfig(), 16)
+    for target in (1.0, 7.5, 30.0, 1e9, float("inf")):
+        work, sizes = engine._units(jobs, target, lambda j: j.split_csr)
+        items, item_sizes = [], []
+        for j in jobs:
+            its, szs = j.tasks_of(target, j.split_csr)
+            items += list(its)
+            item_sizes += list(szs)
+        assert [tuple(w) for w in work] == items and list(sizes) == item_sizes
+        assert [work[i] for i in range(len(work))] == items
