@@ -83,14 +83,31 @@ def test_hbm_stack_formula_lives_in_one_place():
     assert "* U * lrc" not in Path(hbm.__file__).read_text()
 
 
-def test_the_mutation_map_names_existing_modules_and_tests():
-    # tools/mutation.py runs on demand; a stale path there would only show when someone runs it
+def _mutation_tool():
     import importlib.util
 
     path = ROOT.parent / "tools" / "mutation.py"
     spec = importlib.util.spec_from_file_location("scwork_mutation_tool", path)
     tool = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(tool)
+    return tool
+
+
+def test_the_mutation_map_names_existing_modules_and_tests():
+    # tools/mutation.py runs on demand; a stale path there would only show when someone runs it
+    tool = _mutation_tool()
     missing = [p for module, tests in tool.MODULES.items() for p in (module, *tests)
                if not (ROOT.parent / p).exists()]
     assert missing == []
+
+
+def test_the_interval_of_a_partial_mutation_run():
+    # Wilson score interval, z = 1.96, worked out by hand:
+    # 0 of 10: centre (0 + 0.19208) / 1.38416 = 0.138770, half = 1.96 / 1.38416 * sqrt(3.8416 / 400) = 0.138770
+    # -> [0, 0.27754]; 10 of 10 mirrors it; 95 of 100 -> centre 0.969208 / 1.038416 = 0.933352,
+    # half 1.887490 * sqrt(0.000475 + 0.00009604) = 0.045104 -> [0.88825, 0.97846].
+    interval = _mutation_tool().wilson_interval
+    assert interval(0, 10) == pytest.approx((0.0, 0.27754), abs=1e-5)
+    assert interval(10, 10) == pytest.approx((0.72246, 1.0), abs=1e-5)
+    assert interval(95, 100) == pytest.approx((0.88825, 0.97846), abs=1e-5)
+    assert interval(0, 0) == (0.0, 1.0)

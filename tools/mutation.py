@@ -437,10 +437,32 @@ def score(module: str, show_survivors: bool = True) -> dict | None:
                 survivors.append((mutation.start_pos[0], mutation.operator_name, _mutated_line(result.diff)))
     judged = counts["killed"] + counts["survived"]
     counts["score"] = counts["killed"] / judged if judged else float("nan")
+    counts["interval"] = wilson_interval(counts["killed"], judged)
     if show_survivors:
         for line, op, text in sorted(survivors):
             print(f"  survived {module}:{line} {op.removeprefix('core/')}: {text}")
     return counts
+
+
+def wilson_interval(killed: int, judged: int, z: float = 1.96) -> tuple[float, float]:
+    """95% Wilson score interval of the kill rate of a module from ``judged`` of its mutants.
+
+    What a partial run says about the whole module: cosmic-ray runs the pending
+    mutants in random order (``WorkDB.pending_work_items`` orders by ``random()``),
+    so the ones judged so far are a uniform sample of the module's mutants. Sampling
+    is without replacement from a finite set, which only narrows the true interval.
+
+    >>> [round(100 * x, 1) for x in wilson_interval(95, 100)]
+    [88.8, 97.8]
+    >>> wilson_interval(0, 0)
+    (0.0, 1.0)
+    """
+    if judged == 0:
+        return 0.0, 1.0
+    p = killed / judged
+    centre = (p + z * z / (2 * judged)) / (1 + z * z / judged)
+    half = z / (1 + z * z / judged) * (p * (1 - p) / judged + z * z / (4 * judged * judged)) ** 0.5
+    return max(0.0, centre - half), min(1.0, centre + half)
 
 
 def report(modules: list[str]) -> None:
@@ -451,7 +473,10 @@ def report(modules: list[str]) -> None:
         if c is None:
             continue
         print(f"| `{module}` | {c['mutants']} | {c['killed']} | {c['survived']} | {c['equivalent']} | "
-              f"{c['incompetent']} | {c['pending']} | {100 * c['score']:.1f}% |")
+              f"{c['incompetent']} | {c['pending']} | {100 * c['score']:.1f}%"
+              # A stopped run judged a random sample: the interval is what it says of the rest.
+              + (f" (95% interval {100 * c['interval'][0]:.1f}-{100 * c['interval'][1]:.1f}%)" if c["pending"] else "")
+              + " |")
 
 
 def main(argv: list[str] | None = None) -> int:

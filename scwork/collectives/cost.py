@@ -379,8 +379,11 @@ def _busiest(is_max: np.ndarray, used: np.ndarray) -> np.ndarray:
 def _add_link_summary(ds, schedule, busy_links, util_sum, busiest, link_busy, link_total_bytes, total) -> None:
     L = schedule.network.num_links
     used = schedule.used_links
+    # A link's busy time in a step is at most the step's time, so both utilisations are at
+    # most 1; the sums behind them are rounded in different orders (0.1 * 6 is one ulp above
+    # 0.1 + ... + 0.1), and a ratio one ulp above 1 would read as an overloaded link.
     with np.errstate(invalid="ignore", divide="ignore"):
-        mean_util = np.where(busy_links > 0, util_sum / np.maximum(busy_links, 1), 0.0)
+        mean_util = np.minimum(np.where(busy_links > 0, util_sum / np.maximum(busy_links, 1), 0.0), 1.0)
     full_busy, full_bytes = np.zeros(L), np.zeros(L)
     full_busy[used] = link_busy
     full_bytes[used] = link_total_bytes
@@ -390,7 +393,7 @@ def _add_link_summary(ds, schedule, busy_links, util_sum, busiest, link_busy, li
     ds["busiest_link"] = ("step", busiest, {"units": "", "long_name": "link that sets the step time (-1: none)"})
     ds["link_total_bytes"] = ("link", full_bytes, {"units": "B", "long_name": "bytes over the whole schedule"})
     ds["link_busy_time"] = ("link", full_busy, {"units": "s", "long_name": "busy time over the whole schedule"})
-    ds["link_utilisation"] = ("link", full_busy / total if total > 0 else np.zeros(L),
+    ds["link_utilisation"] = ("link", np.minimum(full_busy / total, 1.0) if total > 0 else np.zeros(L),
                               {"units": "1", "long_name": "busy time / total time"})
 
 

@@ -736,3 +736,19 @@ def test_scaling_book_time_bad_arguments():
         scaling_book_time("all_reduce", 1.5e308, [1], link_bandwidth=0.5)      # t = 1.5e308, 2t = inf
     with pytest.raises(ConfigError, match="overflows float64"):
         scaling_book_time("all_to_all", 1e308, [2], link_bandwidth=1e-300)
+
+
+@pytest.mark.parametrize("chips", [3, 4])
+def test_utilisation_of_links_busy_every_step_is_exactly_one(chips):
+    # A one-way ring all-reduce of 0 bytes: in each of its 2 (n - 1) steps every chip sends
+    # one message to the next, so each of the n links is busy 0.1 s of every 0.1 s step.
+    # Busy / total time is 1 for every link and every step, exactly: 0.1 * 6 (one link's
+    # six messages) is one ulp above 0.1 + ... + 0.1 (the six step times), and 0.1 * 3 / 0.1
+    # (three busy links) one ulp above 3, which used to read 1.0000000000000002.
+    net = Network.ring(chips, bidirectional=False, link_bandwidth=100.0, link_latency=0.1)
+    for chunks in (1, 2):
+        ds = cost(ring_all_reduce(net, bidirectional=False), 0, link_summary=True, pipeline_chunks=chunks)
+        assert ds.sizes["step"] == 2 * (chips - 1)
+        assert ds.link_utilisation.values.tolist() == [1.0] * chips
+        assert ds.mean_utilisation.values.tolist() == [1.0] * (2 * (chips - 1))
+        assert ds.busy_links.values.tolist() == [chips] * (2 * (chips - 1))
