@@ -1508,61 +1508,20 @@ def _execute(plan: StackingPlan, batch: FeatureBatch, G: int, S: int, kern: _Bac
             if err is not None:
                 raise _Oov(err[1])
         staged = any(j.staged for j in jobs)      # results read the compacted CSR: after it
-        # The checks and results, in parts of consecutive jobs (stacks): with CSR one job per
-        # stack, whose results (CSR buffers, checks, the statistics filled) were one task of
-        # 0.5 ms at 26 stacks, the finish batch's longest at 64 threads. In parts, the
-        # statistics are filled by a task of their own (from the jobs' counters: filling
-        # them part by part cost a dozen numpy calls a part)
         split = want_csr and not staged and fill_statistics is not None and num_threads > 1
-        cuts = _result_parts(len(jobs), num_threads if split else 1)
-        done: list = [None] * (len(cuts) - 1)
-        failed: list = []          # (phase, part, error): raised after the batch, the first in call order
-
-        def fill_task():
-            try:
-                fill_statistics([j.statistics_row() for j in jobs])
-            except Exception as err:  # noqa: BLE001 - raised after the batch, after every check's
-                failed.append((3, 0, err))
-
-        def after_part(k: int):
-            # a task beside the naive view's (the checks and results need the slices only).
-            # It is Python holding the GIL, which the other workers need between their
-            # tasks: it lets go of it between its steps
-            a, b = cuts[k], cuts[k + 1]
-            mine = jobs[a:b]
-            phase = [0]
-            try:
-                for j in mine:
-                    j.finish_sums()
-                let_workers_run()
-                results = _check_jobs(mine, batch, G, S, config, want_csr, phase)
-                if after_slices is not None:
-                    let_workers_run()
-                    phase[:] = [2]
-                    after_slices(results, a, not split)
-            except Exception as err:  # noqa: BLE001 - raised after the batch, in call order
-                # the errors of a call come in phases (limits of every stack, then zero
-                # divisors, then the caller's checks), stacks in order within a phase: the
-                # least (phase, part) is what one task over every stack raises first
-                failed.append((phase[0], k, err))
-                return
-            done[k] = results
-
+        parts = _ResultParts(jobs, batch, G, S, config, want_csr, after_slices, fill_statistics,
+                             num_threads if split else 1)
         if not staged:
             # first in the batch (the largest sizes): what follows the batch waits for them
             # (the largest, found while the slices ran; their indices: the chain's last items)
-            firsts = [(None, functools.partial(after_part, k)) for k in range(len(done))]
-            if split:
-                firsts.insert(0, (None, fill_task))
+            firsts = parts.items()
             finish.append(firsts)
             finish_sizes.extend([largest[0] + 1] * len(firsts))
             order[:0] = range(len(finish_sizes) - len(firsts), len(finish_sizes))
         _run_tasks(_finish_task(kern), _Chain(finish), finish_sizes, num_threads, "finish", order=order)
         if staged:
-            after_part(0)
-        if failed:
-            raise min(failed, key=lambda f: f[:2])[2]
-        results = done[0] if len(done) == 1 else [res for part in done for res in part]
+            parts.run(0)
+        results = parts.results()
         naive = [j.naive_rows() for j in jobs]
         if not want_csr:
             # nobody reads a statistics call's jobs and task lists any more (their counters
@@ -1575,6 +1534,72 @@ def _execute(plan: StackingPlan, batch: FeatureBatch, G: int, S: int, kern: _Bac
             j.ulist = None
         _POOL.give(scratch_buf)
         _POOL.give(ulist_buf)
+
+
+class _ResultParts:
+    """The finish batch's checks and results (:func:`_execute`), in parts of consecutive jobs.
+
+    With CSR each stack is a job, and its checks, CSR buffers (``CsrBuffers``), drop
+    records and statistics were one task: 0.5 ms at 26 stacks, the finish batch's
+    longest at 64 threads. With ``parts_of`` threads (> 1) they run as parts of
+    consecutive jobs (:func:`_result_parts`), each checking its stacks
+    (``after_slices(results, first, False)``), beside one task that fills the
+    statistics from every stack's counters (``fill_statistics``, from
+    :meth:`_StackJob.statistics_row`: filling them part by part cost a dozen numpy calls
+    a part). With one, a single part does it all (``after_slices(results, 0, True)``).
+    Errors are kept and :meth:`results` raises the one a single task over every stack
+    in order raises first: the errors of a call come in phases (limits of every stack,
+    then zero divisors, then the caller's checks, then the fill), stacks in order within
+    a phase, so the least (phase, part).
+    """
+
+    def __init__(self, jobs, batch, G, S, config, want_csr, after_slices, fill_statistics, parts_of: int):
+        self.jobs, self.batch, self.G, self.S, self.config, self.want_csr = jobs, batch, G, S, config, want_csr
+        self.after_slices, self.fill_statistics = after_slices, fill_statistics
+        self.cuts = _result_parts(len(jobs), parts_of)
+        self.split = parts_of > 1
+        self.done: list = [None] * (len(self.cuts) - 1)
+        self.failed: list = []          # (phase, part, error), appended by the tasks (one step under the GIL)
+
+    def items(self) -> list:
+        """The finish batch's items of the parts (and the fill task first, when split)."""
+        firsts = [(None, functools.partial(self.run, k)) for k in range(len(self.done))]
+        if self.split:
+            firsts.insert(0, (None, self.fill))
+        return firsts
+
+    def fill(self) -> None:
+        """Task: the statistics of every stack, from the jobs' counters."""
+        try:
+            self.fill_statistics([j.statistics_row() for j in self.jobs])
+        except Exception as err:  # noqa: BLE001 - raised by results(), after every check's
+            self.failed.append((3, 0, err))
+
+    def run(self, k: int) -> None:
+        """Task: part ``k``'s checks and results. It is Python holding the GIL, which the other
+        workers need between their tasks: it lets go of it between its steps."""
+        a, b = self.cuts[k], self.cuts[k + 1]
+        mine = self.jobs[a:b]
+        phase = [0]
+        try:
+            for j in mine:
+                j.finish_sums()
+            let_workers_run()
+            results = _check_jobs(mine, self.batch, self.G, self.S, self.config, self.want_csr, phase)
+            if self.after_slices is not None:
+                let_workers_run()
+                phase[:] = [2]
+                self.after_slices(results, a, not self.split)
+        except Exception as err:  # noqa: BLE001 - raised by results(), in call order
+            self.failed.append((phase[0], k, err))
+            return
+        self.done[k] = results
+
+    def results(self) -> list[dict]:
+        """Every part's results in job order, after the batch; or the call's first error raised."""
+        if self.failed:
+            raise min(self.failed, key=lambda f: f[:2])[2]
+        return self.done[0] if len(self.done) == 1 else [res for part in self.done for res in part]
 
 
 # jobs per part of the finish batch's checks-and-results tasks (each part also fills its rows
