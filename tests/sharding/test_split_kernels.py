@@ -519,3 +519,32 @@ def test_units_of_one_table_jobs_in_one_call_equal_each_jobs_own():
             item_sizes += list(szs)
         assert [tuple(w) for w in work] == items and list(sizes) == item_sizes
         assert [work[i] for i in range(len(work))] == items
+
+
+@pytest.mark.parametrize("allow", [False, True])
+def test_counted_and_configured_stacks_in_one_call_give_one_threads_csr(allow):
+    """Stacks with a configured max_ids_per_partition (C known, not counted) between counted ones: the
+    counted stacks' layout in one call (counted_layouts, rows for the counted stacks only) gives what
+    one thread writes, at 8 and 16 threads (counted) and 2 (staged)."""
+    rng = np.random.default_rng(23)
+    G, S, B = 2, 2, 32
+    topo = scwork.Topology(G, S)
+    feats, data = [], {}
+    for i in range(9):
+        limit = 64 if i % 3 == 1 else None
+        t = TableSpec(f"t{i}", int(rng.choice([50, 5000])), 8, combiner=str(rng.choice(["sum", "mean"])),
+                      max_ids_per_partition=limit, max_unique_ids_per_partition=limit)
+        feats.append(FeatureSpec(f"f{i}", t))
+        lengths = rng.integers(0, 9, B)
+        data[f"f{i}"] = (rng.integers(0, t.vocab_size, int(lengths.sum())), np.concatenate([[0], np.cumsum(lengths)]))
+    batch = FeatureBatch(data)
+    cfg = SparsecoreConfig(allow_id_dropping=allow)
+    one = preprocess(batch, feats, topo, stacking=None, config=cfg, num_threads=1)
+    for nt in (2, 8, 16):
+        other = preprocess(batch, feats, topo, stacking=None, config=cfg, num_threads=nt)
+        assert other.stats.equals(one.stats), nt
+        for name, buf in one.csr.items():
+            got = other.csr[name]
+            assert got.buffer_size_per_sc == buf.buffer_size_per_sc, (nt, name)
+            for field in ("row_pointers", "embedding_ids", "sample_ids", "gains"):
+                assert np.array_equal(getattr(buf, field), getattr(got, field), equal_nan=True), (nt, name, field)
