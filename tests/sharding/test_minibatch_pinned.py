@@ -1020,3 +1020,17 @@ def test_a_range_task_sizes_its_own_histograms(monkeypatch):
     assert mb.assignment["bucket_max_unique_ids"].values.tolist() == [[1, 2]]
     assert mb.stats["unique_ids"].values.ravel().tolist() == [3]
     assert _profile_sizes(batch, feats, scwork.Topology(1, 1), 2, num_buckets=2, **IDENTITY)[1] == [30, 2]
+
+
+def test_the_sample_planner_takes_a_slice_of_40_distinct_ids():
+    # One slice (Topology(1, 1)) whose one sample holds ids 0..39: 40 distinct col ids in the
+    # sample planner's open-addressing table, sized 16 doubled while below 2 * 40 = 80: 128
+    # slots, a power of two, so that h & (cap - 1) reaches every slot. (A capacity of 144,
+    # 16 tripled twice, would reach only the 32 slots whose index bits lie in 143 = 0b10001111,
+    # and the 33rd id would probe forever.) Limit 40: one run, 40 ids, 40 distinct.
+    batch = FeatureBatch.from_ragged({"f": (list(range(40)), [0, 40])})
+    feats = [FeatureSpec("f", TableSpec("t", 64, 8, max_ids_per_partition=40))]
+    mb = minibatch(batch, feats, scwork.Topology(1, 1), strategy="sample", stacking=None)
+    assert mb.max_minibatches == 1
+    assert mb.stats["ids"].values.ravel().tolist() == [40]
+    assert mb.stats["unique_ids"].values.ravel().tolist() == [40]
