@@ -1034,3 +1034,16 @@ def test_the_sample_planner_takes_a_slice_of_40_distinct_ids():
     assert mb.max_minibatches == 1
     assert mb.stats["ids"].values.ravel().tolist() == [40]
     assert mb.stats["unique_ids"].values.ravel().tolist() == [40]
+
+
+def test_a_bucket_over_the_distinct_ids_limit_is_named_without_an_ids_limit():
+    # Only max_unique_ids_per_partition (2) is set: the check of the ids limit is skipped, not
+    # the whole check. Topology(1, 1), one bucket: sample 0 sends ids 0, 1, 2 (3 distinct ids)
+    # to partition 0, all in bucket 0, over 2 on their own: no split can fix it.
+    batch = FeatureBatch.from_ragged({"f": ([0, 1, 2], [0, 3])})
+    feats = [FeatureSpec("f", TableSpec("t", 64, 8, max_unique_ids_per_partition=2))]
+    with pytest.raises(LimitExceededError) as info:
+        minibatch(batch, feats, scwork.Topology(1, 1), num_buckets=1, **IDENTITY)
+    err = info.value
+    assert (err.limit, err.observed, err.configured, err.required) == ("max_unique_ids_per_partition", 3, 2, 3)
+    assert (err.stack, err.partition, err.bucket) == ("t", 0, 0)
