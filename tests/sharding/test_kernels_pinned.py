@@ -199,3 +199,36 @@ def test_stack_slices_drop_records_name_the_partition(backend):
     assert job.emb.tolist() == [0] + [pad] * 15 + [0] + [pad] * 15
     assert job.smp.tolist() == [0] + [pad] * 15 + [0] + [pad] * 15
     assert np.asarray(job.row_pointers).ravel().tolist() == [0, 1] + [8] * 6 + [1, 8] + [8] * 6
+
+
+# The same table with the mean combiner and repeats inside samples, limit 1:
+#   slice 0 = samples [1, 1], [3, 3] (partition 1): the pair (id 1, row 0) is kept, its
+#             two gains 1/2 + 1/2 = 1; the pair (id 3, row 1) is dropped with raw count 2:
+#             (R' 1, u 5, partition 1, count 2)
+#   slice 1 = samples [0], [2, 0] (partition 0): pairs in (u, R') order (0, 2), (0, 3),
+#             (1, 3); only the first is kept (gain 1/1); (0, 3) and (1, 3) are dropped:
+#             (R' 3, u 0, partition 0, count 1) and (R' 3, u 1, partition 0, count 1)
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_stack_slices_cut_sums_repeats_of_kept_and_dropped_pairs(backend):
+    rows = [[1, 1], [3, 3], [0], [2, 0]]
+    ids = np.array([x for r in rows for x in r], np.int64)
+    splits = np.array([0, 2, 4, 5, 7], np.int64)
+    batch = FeatureBatch({"f": (ids, splits)})
+    table = TableSpec("t", 8, 4, combiner="mean", max_ids_per_partition=1, max_unique_ids_per_partition=1)
+    plan = plan_stacking([FeatureSpec("f", table)], scwork.Topology(1, 2), stacking=None, batch_size=4)
+    job = engine._StackJob(plan.stacks[0], batch, 1, 2, True, SparsecoreConfig(allow_id_dropping=True))
+    job.ulist = np.full(job.ulist_size, -7, np.int64)
+    job.emb, job.smp = np.full(job.out_size, -3, np.int32), np.full(job.out_size, -3, np.int32)
+    job.gout = np.full(job.out_size, -3, np.float32)
+    sc = {k: np.zeros(v, np.float32 if k in ("sg", "ag", "bg") else np.int64) for k, v in job.scratch_needs().items()}
+    out = job.run_slices(engine._Backend(backend), batch, *engine._weights_of(batch), 0, 2, 0, sc)
+    assert sorted(map(tuple, out["drops"].tolist())) == [(1, 5, 1, 2), (3, 0, 0, 1), (3, 1, 0, 1)]
+    assert job.dropped.tolist() == [2, 2]
+    assert job.kept.tolist() == [0, 1, 1, 0]
+    assert job.pairs.tolist() == [0, 2, 3, 0]           # pairs before the cut, per (slice, partition)
+    assert job.distinct.tolist() == [0, 2, 2, 0]
+    pad = K.PAD_ID
+    assert job.emb.tolist() == [0] + [pad] * 15 + [0] + [pad] * 15
+    assert job.smp.tolist() == [0] + [pad] * 15 + [0] + [pad] * 15
+    assert job.gout[[0, 16]].tolist() == [1.0, 1.0]
+    assert np.isnan(job.gout[1:16]).all() and np.isnan(job.gout[17:]).all()
