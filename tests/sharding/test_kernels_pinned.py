@@ -145,15 +145,15 @@ def test_sort_group_of_the_widest_keys_fits_the_engines_histogram(fn):
 # stack_slices: one table of vocabulary 8 on 1 chip x 2 SparseCores (P = 2, two slices
 # of n = 2 samples; qbits = bit_length(7 // 2) = 2, lbits = bit_length(2 - 1) = 1)
 # --------------------------------------------------------------------------------------
-def _one_table_job(rows, want_csr, max_ids=None):
+def _one_table_job(rows, want_csr, max_ids=None, vocab=8, qbits=2):
     ids = np.array([x for r in rows for x in r], np.int64)
     splits = np.concatenate([[0], np.cumsum([len(r) for r in rows])]).astype(np.int64)
     batch = FeatureBatch({"f": (ids, splits)})
-    table = TableSpec("t", 8, 4, max_ids_per_partition=max_ids, max_unique_ids_per_partition=max_ids)
+    table = TableSpec("t", vocab, 4, max_ids_per_partition=max_ids, max_unique_ids_per_partition=max_ids)
     plan = plan_stacking([FeatureSpec("f", table)], scwork.Topology(1, 2), stacking=None, batch_size=4)
     config = SparsecoreConfig(allow_id_dropping=max_ids is not None)
     job = engine._StackJob(plan.stacks[0], batch, 1, 2, want_csr, config)
-    assert (job.P, job.nsl, job.n, int(job.g_shift[0]), int(job.g_qbits[0]), job.lbits) == (2, 2, 2, 0, 2, 1)
+    assert (job.P, job.nsl, job.n, int(job.g_shift[0]), int(job.g_qbits[0]), job.lbits) == (2, 2, 2, 0, qbits, 1)
     job.ulist = np.full(job.ulist_size, -7, np.int64)
     if want_csr:
         job.emb, job.smp = np.full(job.out_size, -3, np.int32), np.full(job.out_size, -3, np.int32)
@@ -232,3 +232,91 @@ def test_stack_slices_cut_sums_repeats_of_kept_and_dropped_pairs(backend):
     assert job.smp.tolist() == [0] + [pad] * 15 + [0] + [pad] * 15
     assert job.gout[[0, 16]].tolist() == [1.0, 1.0]
     assert np.isnan(job.gout[1:16]).all() and np.isnan(job.gout[17:]).all()
+
+
+# --------------------------------------------------------------------------------------
+# count_slice: one sorted run, naive view in the bitmap or in the list
+# --------------------------------------------------------------------------------------
+# P = 2, qbits = 2, the run of slice 1 (c0 = 2): u = 1 (p 0, q 1) in rows 0, 0 (a repeat)
+# and 1; u = 5 (p 1, q 1) in row 0; u = 6 (p 1, q 2) in row 1. Pairs per partition 2 and
+# 2, distinct ids 1 and 2. Bitmap word 1 (bm0): bits 1, 5, 6 = 2 + 32 + 64 = 98.
+RUN = [_key(1, 0), _key(1, 0), _key(1, 1), _key(5, 0), _key(6, 1)]
+
+
+@pytest.mark.parametrize("use_bitmap", [True, False])
+@pytest.mark.parametrize("fn", [K.count_slice, K.count_slice_reference])
+def test_count_slice_by_hand(fn, use_bitmap):
+    keys = np.array(RUN + [-9], np.int64)                  # a key past m, not counted
+    pairs, distinct = np.full(4, 10, np.int64), np.full(4, 20, np.int64)
+    bitmap, ulist = np.zeros(3, np.int64), np.full(6, -7, np.int64)
+    nu = fn(keys, 5, 2, 2, 2, pairs, distinct, use_bitmap, bitmap, 1, ulist, 2)
+    assert pairs.tolist() == [10, 10, 12, 12]
+    assert distinct.tolist() == [20, 20, 21, 22]
+    if use_bitmap:
+        assert (int(nu), bitmap.tolist(), ulist.tolist()) == (0, [0, 98, 0], [-7] * 6)
+    else:
+        assert (int(nu), bitmap.tolist(), ulist.tolist()) == (3, [0, 0, 0], [-7, -7, 1, 5, 6, -7])
+
+
+# P = 2, qbits = 6: u = 3 (p 0), 69 = 64 | 5 and 127 = 64 | 63 (p 1): bit 3 of the first
+# word from bm0 = 1, bits 5 and 63 (the sign bit) of the next.
+@pytest.mark.parametrize("fn", [K.count_slice, K.count_slice_reference])
+def test_count_slice_sets_bits_past_the_first_word(fn):
+    keys = np.array([_key(3, 0), _key(69, 0), _key(127, 1)], np.int64)
+    pairs, distinct = np.zeros(2, np.int64), np.zeros(2, np.int64)
+    bitmap = np.zeros(4, np.int64)
+    fn(keys, 3, 2, 6, 0, pairs, distinct, True, bitmap, 1, np.zeros(1, np.int64), 0)
+    assert bitmap.tolist() == [0, 8, 32 - 2**63, 0]
+    assert (pairs.tolist(), distinct.tolist()) == ([1, 2], [1, 2])
+
+
+# P = 4, qbits = 30: u = 3 << 30 | 5 = 3221225477 >= 2**31, so its key is a negative
+# int64 (2**64 subtracted); it counts in partition 3 all the same.
+@pytest.mark.parametrize("fn", [K.count_slice, K.count_slice_reference])
+def test_count_slice_reads_keys_of_a_high_partition_through_masks(fn):
+    keys = np.array([_key(5, 0), _key(5, 1), _key(3221225477, 0) - 2**64], np.int64)
+    pairs, distinct = np.zeros(4, np.int64), np.zeros(4, np.int64)
+    ulist = np.full(3, -7, np.int64)
+    nu = fn(keys, 3, 4, 30, 0, pairs, distinct, False, np.zeros(1, np.int64), 0, ulist, 0)
+    assert (int(nu), pairs.tolist(), distinct.tolist()) == (2, [2, 0, 0, 1], [1, 0, 0, 1])
+    assert ulist.tolist() == [5, 3221225477, -7]
+
+
+# --------------------------------------------------------------------------------------
+# stack_slices with the naive view in a bitmap (the engine passes lists; the kernel keeps
+# both) and the CSR without limits (its fast path)
+# --------------------------------------------------------------------------------------
+# Vocabulary 256 (qbits = bit_length(255 // 2) = 7), samples [1], [3] | [0], [200]:
+# u = 128 (id 1: p 1, q 0), 129 (id 3), 0 (id 0), 100 (id 200: p 0, q 100): bit 0 of
+# word 0, bit 36 of word 1, bits 0 and 1 of word 2, whatever the path.
+@pytest.mark.parametrize("want_csr, max_ids", [(False, None), (True, None), (True, 1)])
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_stack_slices_sets_the_naive_bitmap(backend, want_csr, max_ids, monkeypatch):
+    batch, job, sc = _one_table_job([[1], [3], [0], [200]], want_csr=want_csr, max_ids=max_ids, vocab=256, qbits=7)
+    job.g_bitmap[:] = 1
+    bitmap = np.zeros(5, np.int64)
+    monkeypatch.setattr(engine, "_NO_BITMAP", bitmap)
+    job.run_slices(engine._Backend(backend), batch, *engine._weights_of(batch), 0, 2, 0, sc)
+    assert bitmap.tolist() == [1, 2**36, 3, 0, 0]
+    assert job.ulist.tolist() == [-7] * job.ulist_size      # the list is left alone
+    assert job.distinct.tolist() == [0, 2, 2, 0]
+
+
+# No limit: every pair written, partition p of slice sl from 16 * sl + round_up(end of
+# p - 1, 8). Slice 0: partition 1 = (id 1: shard row 0, local row 0), (id 3: row 1,
+# local row 1); slice 1: partition 0 = (id 0: row 0, local row 0), (id 2: row 1, local
+# row 1). Padding up to each slice's aligned end (8), nothing after it (no C yet).
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_stack_slices_writes_the_csr_without_limits(backend):
+    batch, job, sc = _one_table_job([[1], [3], [0], [2]], want_csr=True)
+    job.run_slices(engine._Backend(backend), batch, *engine._weights_of(batch), 0, 2, 0, sc)
+    pad = K.PAD_ID
+    assert job.emb.tolist() == [0, 1] + [pad] * 6 + [-3] * 8 + [0, 1] + [pad] * 6 + [-3] * 8
+    assert job.smp.tolist() == [0, 1] + [pad] * 6 + [-3] * 8 + [0, 1] + [pad] * 6 + [-3] * 8
+    assert job.gout[[0, 1, 16, 17]].tolist() == [1.0, 1.0, 1.0, 1.0]
+    assert np.asarray(job.row_pointers).ravel().tolist() == [0, 2] + [8] * 6 + [2, 8] + [8] * 6
+    assert job.used.tolist() == [8, 8]
+    assert job.pairs.tolist() == [0, 2, 2, 0] and job.kept.tolist() == [0, 2, 2, 0]
+    assert job.distinct.tolist() == [0, 2, 2, 0]
+    assert job.ul_cnt.tolist() == [2, 2]
+    assert job.ulist.tolist() == [4, 5, 0, 1]                # each slice's distinct u, in order
