@@ -320,3 +320,25 @@ def test_stack_slices_writes_the_csr_without_limits(backend):
     assert job.distinct.tolist() == [0, 2, 2, 0]
     assert job.ul_cnt.tolist() == [2, 2]
     assert job.ulist.tolist() == [4, 5, 0, 1]                # each slice's distinct u, in order
+
+
+# Mean over weights: sample 1 (slice 0) and sample 3 (slice 1) have weights summing to 0,
+# so f * B + b = 0 * 4 + 1 = 1 and 3 are zero-divisor samples; the task keeps the first.
+# Counting alone computes no gains, so it finds none.
+@pytest.mark.parametrize("want_csr, bad", [(False, -1), (True, 1)])
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_stack_slices_keeps_the_first_zero_divisor_sample(backend, want_csr, bad):
+    ids = np.array([1, 3, 0, 2], np.int64)
+    splits = np.array([0, 1, 2, 3, 4], np.int64)
+    weights = np.array([1.0, 0.0, 2.0, 0.0])
+    batch = FeatureBatch({"f": (ids, splits, weights)})
+    table = TableSpec("t", 8, 4, combiner="mean")
+    plan = plan_stacking([FeatureSpec("f", table)], scwork.Topology(1, 2), stacking=None, batch_size=4)
+    job = engine._StackJob(plan.stacks[0], batch, 1, 2, want_csr, SparsecoreConfig())
+    job.ulist = np.full(job.ulist_size, -7, np.int64)
+    size = job.out_size if want_csr else 1
+    job.emb, job.smp, job.gout = np.zeros(size, np.int32), np.zeros(size, np.int32), np.zeros(size, np.float32)
+    sc = {k: np.zeros(v, np.float32 if k in ("sg", "ag", "bg") else np.int64) for k, v in job.scratch_needs().items()}
+    out = job.run_slices(engine._Backend(backend), batch, *engine._weights_of(batch), 0, 2, 0, sc)
+    assert out["bad"].tolist() == [bad] and out["oov"].tolist() == [-1]
+    assert job.pairs.tolist() == [0, 2, 2, 0]              # counting goes on past the bad samples
