@@ -342,3 +342,68 @@ def test_stack_slices_keeps_the_first_zero_divisor_sample(backend, want_csr, bad
     out = job.run_slices(engine._Backend(backend), batch, *engine._weights_of(batch), 0, 2, 0, sc)
     assert out["bad"].tolist() == [bad] and out["oov"].tolist() == [-1]
     assert job.pairs.tolist() == [0, 2, 2, 0]              # counting goes on past the bad samples
+
+
+# --------------------------------------------------------------------------------------
+# sort_slice of a one-partition, one-row table: no key bits at all (pbits = qbits = 0)
+# --------------------------------------------------------------------------------------
+# P = 1, vocab 1: every u is 0, so the sort must keep the build order (R' increasing):
+# n = 2 samples [0, 0] and [0] of slice 0 (lbits 1).
+@pytest.mark.parametrize("fn", SORT_SLICE)
+def test_sort_slice_without_key_bits_keeps_the_row_order(fn):
+    ids = np.array([0, 0, 0], np.int64)
+    splits = np.array([[0, 2, 3]], np.int64)
+    keys, gains, ak, ag, bk, bg, hist = _buffers(3)
+    rows = np.zeros(1, np.int64)
+    res = fn(ids, splits, np.ones(3, np.float32), np.zeros(1, np.int8), rows, rows, 0, 2, 0, 1, 1, 0, 0, 1,
+             False, keys, gains, ak, ag, bk, bg, hist)
+    assert tuple(int(v) for v in res) == (3, -1, -1)
+    assert keys.tolist() == [_key(0, 0), _key(0, 0), _key(0, 1)]
+
+
+# --------------------------------------------------------------------------------------
+# compact_slices: slices written at a stride, moved to their final C
+# --------------------------------------------------------------------------------------
+# stride 5, C 3, used [3, 3, 2]: slice 1 moves from 5 to 3 (a shift of 2 < 3 entries: the
+# source and destination overlap), slice 2 from 10 to 6; entry 8 (slice 2's third) is
+# padding; entries from 9 = nsl * C on are left as they were.
+@pytest.mark.parametrize("fn", [K.compact_slices, K.compact_slices_reference])
+def test_compact_slices_moves_overlapping_slices_left_and_pads(fn):
+    emb = np.arange(100, 115, dtype=np.int32)
+    smp = np.arange(200, 215, dtype=np.int32)
+    gout = np.arange(15, dtype=np.float32)
+    fn(emb, smp, gout, 5, np.array([3, 3, 2], np.int64), 3, 3)
+    pad = K.PAD_ID
+    assert emb.tolist() == [100, 101, 102, 105, 106, 107, 110, 111, pad, 109, 110, 111, 112, 113, 114]
+    assert smp.tolist() == [200, 201, 202, 205, 206, 207, 210, 211, pad, 209, 210, 211, 212, 213, 214]
+    assert gout[:8].tolist() == [0, 1, 2, 5, 6, 7, 10, 11] and np.isnan(gout[8])
+    assert gout[9:].tolist() == [9, 10, 11, 12, 13, 14]
+
+
+# stride 4 = C: nothing moves; an empty slice becomes all padding.
+@pytest.mark.parametrize("fn", [K.compact_slices, K.compact_slices_reference])
+def test_compact_slices_in_place_pads_each_slice(fn):
+    emb = np.arange(100, 108, dtype=np.int32)
+    smp = np.arange(200, 208, dtype=np.int32)
+    gout = np.arange(8, dtype=np.float32)
+    fn(emb, smp, gout, 4, np.array([0, 2], np.int64), 2, 4)
+    pad = K.PAD_ID
+    assert emb.tolist() == [pad] * 4 + [104, 105, pad, pad]
+    assert smp.tolist() == [pad] * 4 + [204, 205, pad, pad]
+    assert gout[4:6].tolist() == [4, 5] and np.isnan(gout[[0, 1, 2, 3, 6, 7]]).all()
+
+
+# Two full slices of 3 at stride C + 1 (slice 1 moves by 1 entry, in blocks of one) and
+# at stride C + 2 (by 2: a block of 2, then a last block of 1). Entries from nsl * C = 6 on
+# keep their old values (stride 4: 106, 107; stride 5: 106 to 109).
+@pytest.mark.parametrize("stride, rest", [(4, [106, 107]), (5, [106, 107, 108, 109])])
+@pytest.mark.parametrize("fn", [K.compact_slices, K.compact_slices_reference])
+def test_compact_slices_moves_by_less_than_a_slice(fn, stride, rest):
+    emb = np.arange(100, 100 + 2 * stride, dtype=np.int32)
+    smp = emb + 100
+    gout = (emb - 100).astype(np.float32)
+    fn(emb, smp, gout, stride, np.array([3, 3], np.int64), 2, 3)
+    moved = [100, 101, 102, 100 + stride, 101 + stride, 102 + stride]
+    assert emb.tolist() == moved + rest
+    assert smp.tolist() == [v + 100 for v in moved + rest]
+    assert gout.tolist() == [v - 100 for v in moved + rest]
