@@ -165,12 +165,13 @@ def _one_table_job(rows, want_csr, max_ids=None, vocab=8, qbits=2):
     return batch, job, scratch
 
 
+# Ids >= 8 at flat positions 0 or 1 (slice 0) and 3 (slice 1): the first is kept.
+@pytest.mark.parametrize("rows, first", [([[9, 1], [2], [10], [3]], 0), ([[1, 9], [2], [10], [3]], 1)])
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_stack_slices_records_an_oov_id_at_flat_position_0(backend):
-    # 9 >= 8 at flat position 0 (slice 0), 10 at flat position 3 (slice 1): the first is kept
-    batch, job, sc = _one_table_job([[9, 1], [2], [10], [3]], want_csr=False)
+def test_stack_slices_keeps_the_first_oov_id(backend, rows, first):
+    batch, job, sc = _one_table_job(rows, want_csr=False)
     out = job.run_slices(engine._Backend(backend), batch, *engine._weights_of(batch), 0, 2, 0, sc)
-    assert out["oov"].tolist() == [0]
+    assert out["oov"].tolist() == [first]
     # neither failing slice was counted
     assert job.pairs.tolist() == [0, 0, 0, 0]
     assert job.distinct.tolist() == [0, 0, 0, 0]
@@ -322,15 +323,18 @@ def test_stack_slices_writes_the_csr_without_limits(backend):
     assert job.ulist.tolist() == [4, 5, 0, 1]                # each slice's distinct u, in order
 
 
-# Mean over weights: sample 1 (slice 0) and sample 3 (slice 1) have weights summing to 0,
-# so f * B + b = 0 * 4 + 1 = 1 and 3 are zero-divisor samples; the task keeps the first.
+# Mean over weights: with weights [1, 0, 2, 0], sample 1 (slice 0) and sample 3 (slice 1)
+# have divisor 0, so f * B + b = 0 * 4 + 1 = 1 and 3 are zero-divisor samples; the task
+# keeps the first. With [0, 1, 0, 1]: samples 0 and 2, the first at position 0.
 # Counting alone computes no gains, so it finds none.
-@pytest.mark.parametrize("want_csr, bad", [(False, -1), (True, 1)])
+@pytest.mark.parametrize("weights, want_csr, bad", [([1.0, 0.0, 2.0, 0.0], False, -1),
+                                                    ([1.0, 0.0, 2.0, 0.0], True, 1),
+                                                    ([0.0, 1.0, 0.0, 1.0], True, 0)])
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_stack_slices_keeps_the_first_zero_divisor_sample(backend, want_csr, bad):
+def test_stack_slices_keeps_the_first_zero_divisor_sample(backend, weights, want_csr, bad):
     ids = np.array([1, 3, 0, 2], np.int64)
     splits = np.array([0, 1, 2, 3, 4], np.int64)
-    weights = np.array([1.0, 0.0, 2.0, 0.0])
+    weights = np.array(weights)
     batch = FeatureBatch({"f": (ids, splits, weights)})
     table = TableSpec("t", 8, 4, combiner="mean")
     plan = plan_stacking([FeatureSpec("f", table)], scwork.Topology(1, 2), stacking=None, batch_size=4)
