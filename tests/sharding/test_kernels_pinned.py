@@ -86,22 +86,24 @@ def test_sort_group_reports_an_oov_id_at_flat_position_0(fn):
 
 
 # A mean over the weights [0, 0] of sample 0 (feature 0 of B = 2 samples: f * B + b =
-# 0) has divisor 0: reported only when gains are asked for, -1 otherwise.
+# 0) and over [0] of sample 1 (1): both have divisor 0; reported only when gains are
+# asked for, the first one, -1 otherwise. Sample 0 = [3, 2], sample 1 = [1] (p 1, q 0:
+# u 4, in slice 1: R' 1).
 @pytest.mark.parametrize("want_gains, bad", [(False, -1), (True, 0)])
 @pytest.mark.parametrize("fn", SORT_GROUP)
 def test_sort_group_reports_a_zero_divisor_only_with_gains(fn, want_gains, bad):
-    ids = np.array([3, 2], np.int64)
-    splits = np.array([[0, 2, 2]], np.int64)                # sample 0 = [3, 2], sample 1 empty
-    keys, gains, tk, tg, _, _, hist = _buffers(2)
+    ids = np.array([3, 2, 1], np.int64)
+    splits = np.array([[0, 2, 3]], np.int64)
+    keys, gains, tk, tg, _, _, hist = _buffers(3)
     rows = np.zeros(1, np.int64)
-    res = fn(ids, splits, np.zeros(2, np.float32), np.ones(1, np.int8), rows, rows, 1, 1, 2, 1, 8, 2, 0, 2, 0,
+    res = fn(ids, splits, np.zeros(3, np.float32), np.ones(1, np.int8), rows, rows, 1, 1, 2, 1, 8, 2, 0, 2, 0,
              want_gains, keys, gains, tk, tg, hist)
-    assert tuple(int(v) for v in res) == (2, -1, bad)
-    assert keys.tolist() == [_key(1, 0), _key(5, 0)]        # id 2 (u 1) before id 3 (u 5), both in row 0
+    assert tuple(int(v) for v in res) == (3, -1, bad)
+    assert keys.tolist() == [_key(1, 0), _key(4, 1), _key(5, 0)]
     if want_gains:
         assert np.isnan(gains).all()                        # 0 / 0: meaningless, flagged by bad
     else:
-        assert gains.tolist() == [-5.0, -5.0]               # untouched
+        assert gains.tolist() == [-5.0, -5.0, -5.0]         # untouched
 
 
 # --------------------------------------------------------------------------------------
@@ -411,3 +413,31 @@ def test_compact_slices_moves_by_less_than_a_slice(fn, stride, rest):
     assert emb.tolist() == moved + rest
     assert smp.tolist() == [v + 100 for v in moved + rest]
     assert gout.tolist() == [v - 100 for v in moved + rest]
+
+
+# Two tables with limits (4 ids per partition) that are not exceeded, dropping not
+# allowed: counting alone, every pair is kept, nothing dropped. Samples f0 = [1], [3] |
+# [0], [2] and f1 = [5, 7], [6] | [4], [1] (both rotations 0): each group's run is
+# counted as it is sorted, and kept is the count (partition 1 of slice 0 at the limit).
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_stack_slices_counts_two_tables_under_their_limits(backend):
+    f0, f1 = ([1], [3], [0], [2]), ([5, 7], [6], [4], [1])
+    data = {}
+    for name, rows in (("f0", f0), ("f1", f1)):
+        data[name] = (np.array([x for r in rows for x in r], np.int64),
+                      np.concatenate([[0], np.cumsum([len(r) for r in rows])]).astype(np.int64))
+    batch = FeatureBatch(data)
+    tables = [TableSpec(t, 8, 4, max_ids_per_partition=4, max_unique_ids_per_partition=4) for t in ("t0", "t1")]
+    feats = [FeatureSpec("f0", tables[0]), FeatureSpec("f1", tables[1])]
+    plan = plan_stacking(feats, scwork.Topology(1, 2), [["t0", "t1"]], batch_size=4)
+    job = engine._StackJob(plan.stacks[0], batch, 1, 2, False, SparsecoreConfig())
+    assert (job.keep_all, job.allow_cut, job.g_shift.tolist()) == (False, False, [0, 0])
+    job.ulist = np.full(job.ulist_size, -7, np.int64)
+    job.emb, job.smp, job.gout = np.zeros(1, np.int32), np.zeros(1, np.int32), np.zeros(1, np.float32)
+    sc = {k: np.zeros(v, np.float32 if k in ("sg", "ag", "bg") else np.int64) for k, v in job.scratch_needs().items()}
+    job.run_slices(engine._Backend(backend), batch, *engine._weights_of(batch), 0, 2, 0, sc)
+    # x % 2: slice 0: t0 1, 3 -> p 1, 1; t1 5, 7 (one sample), 6 -> p 1, 1, 0; slice 1:
+    # t0 0, 2 -> p 0, 0; t1 4, 1 -> p 0, 1. Pairs per (slice, partition): 1, 4, 3, 1
+    assert job.pairs.tolist() == [1, 4, 3, 1]
+    assert job.kept.tolist() == [1, 4, 3, 1]
+    assert job.dropped.tolist() == [0, 0]
