@@ -147,13 +147,13 @@ def test_sort_group_of_the_widest_keys_fits_the_engines_histogram(fn):
 # stack_slices: one table of vocabulary 8 on 1 chip x 2 SparseCores (P = 2, two slices
 # of n = 2 samples; qbits = bit_length(7 // 2) = 2, lbits = bit_length(2 - 1) = 1)
 # --------------------------------------------------------------------------------------
-def _one_table_job(rows, want_csr, max_ids=None, vocab=8, qbits=2):
+def _one_table_job(rows, want_csr, max_ids=None, vocab=8, qbits=2, allow_dropping=None):
     ids = np.array([x for r in rows for x in r], np.int64)
     splits = np.concatenate([[0], np.cumsum([len(r) for r in rows])]).astype(np.int64)
     batch = FeatureBatch({"f": (ids, splits)})
     table = TableSpec("t", vocab, 4, max_ids_per_partition=max_ids, max_unique_ids_per_partition=max_ids)
     plan = plan_stacking([FeatureSpec("f", table)], scwork.Topology(1, 2), stacking=None, batch_size=4)
-    config = SparsecoreConfig(allow_id_dropping=max_ids is not None)
+    config = SparsecoreConfig(allow_id_dropping=max_ids is not None if allow_dropping is None else allow_dropping)
     job = engine._StackJob(plan.stacks[0], batch, 1, 2, want_csr, config)
     assert (job.P, job.nsl, job.n, int(job.g_shift[0]), int(job.g_qbits[0]), job.lbits) == (2, 2, 2, 0, qbits, 1)
     job.ulist = np.full(job.ulist_size, -7, np.int64)
@@ -441,3 +441,22 @@ def test_stack_slices_counts_two_tables_under_their_limits(backend):
     assert job.pairs.tolist() == [1, 4, 3, 1]
     assert job.kept.tolist() == [1, 4, 3, 1]
     assert job.dropped.tolist() == [0, 0]
+
+
+# Limit 1 (C = round_up(1, 8) * 2 = 16), dropping not allowed: slice 1's partition 0
+# gets 17 pairs (ids 0, 2, ..., 32 of one sample), over its 16-entry region. Every pair
+# is counted (the engine raises the limit error afterwards), and no write leaves the
+# slice's region: emb holds exactly nsl * C = 32 entries, so one past it would fail.
+# Slice 0 (samples [1], []: one pair in partition 1) is written as usual.
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_stack_slices_over_the_limit_without_dropping_stays_in_its_region(backend):
+    batch, job, sc = _one_table_job([[1], [], list(range(0, 34, 2)), []], want_csr=True, max_ids=1,
+                                    vocab=64, qbits=5, allow_dropping=False)
+    assert (job.cap, job.out_size, job.allow_cut) == (16, 32, False)
+    out = job.run_slices(engine._Backend(backend), batch, *engine._weights_of(batch), 0, 2, 0, sc)
+    assert out["drops"].shape[0] == 0 and job.dropped.tolist() == [0, 0]
+    assert job.pairs.tolist() == [0, 1, 17, 0] and job.kept.tolist() == [0, 1, 17, 0]
+    assert job.distinct.tolist() == [0, 1, 17, 0]
+    pad = K.PAD_ID
+    assert job.emb[:16].tolist() == [0] + [pad] * 15           # id 1: shard row 0, sample 0
+    assert job.smp[:16].tolist() == [0] + [pad] * 15
