@@ -460,3 +460,21 @@ def test_stack_slices_over_the_limit_without_dropping_stays_in_its_region(backen
     pad = K.PAD_ID
     assert job.emb[:16].tolist() == [0] + [pad] * 15           # id 1: shard row 0, sample 0
     assert job.smp[:16].tolist() == [0] + [pad] * 15
+
+
+# A slice whose aligned end passes cap (the engine's C never lets this happen: here cap
+# is set to 8 by hand, under the limit's 16) must not stop the next slice. Slice 0 =
+# samples [0, 1], []: partitions 0 and 1 take 8 entries each, end 16 > 8 (the kernel
+# writes what fits, the reference skips the slice); slice 1 = [2], []: id 2 (shard row
+# 1, sample 0) in partition 0, written at its base 8 and padded to 16 by both.
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_stack_slices_goes_on_after_a_slice_past_cap(backend):
+    batch, job, sc = _one_table_job([[0, 1], [], [2], []], want_csr=True, max_ids=8, allow_dropping=False)
+    job.cap, job.base = 8, np.array([0, 8], np.int64)
+    job.emb, job.smp = np.full(16, -3, np.int32), np.full(16, -3, np.int32)
+    job.gout = np.full(16, -3, np.float32)
+    job.run_slices(engine._Backend(backend), batch, *engine._weights_of(batch), 0, 2, 0, sc)
+    pad = K.PAD_ID
+    assert job.emb[8:].tolist() == [1] + [pad] * 7
+    assert job.smp[8:].tolist() == [0] + [pad] * 7
+    assert job.pairs.tolist() == [1, 1, 1, 0]
