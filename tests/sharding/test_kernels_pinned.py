@@ -147,11 +147,12 @@ def test_sort_group_of_the_widest_keys_fits_the_engines_histogram(fn):
 # stack_slices: one table of vocabulary 8 on 1 chip x 2 SparseCores (P = 2, two slices
 # of n = 2 samples; qbits = bit_length(7 // 2) = 2, lbits = bit_length(2 - 1) = 1)
 # --------------------------------------------------------------------------------------
-def _one_table_job(rows, want_csr, max_ids=None, vocab=8, qbits=2, allow_dropping=None):
+def _one_table_job(rows, want_csr, max_ids=None, vocab=8, qbits=2, allow_dropping=None, max_uniq="same"):
     ids = np.array([x for r in rows for x in r], np.int64)
     splits = np.concatenate([[0], np.cumsum([len(r) for r in rows])]).astype(np.int64)
     batch = FeatureBatch({"f": (ids, splits)})
-    table = TableSpec("t", vocab, 4, max_ids_per_partition=max_ids, max_unique_ids_per_partition=max_ids)
+    max_uniq = max_ids if max_uniq == "same" else max_uniq
+    table = TableSpec("t", vocab, 4, max_ids_per_partition=max_ids, max_unique_ids_per_partition=max_uniq)
     plan = plan_stacking([FeatureSpec("f", table)], scwork.Topology(1, 2), stacking=None, batch_size=4)
     config = SparsecoreConfig(allow_id_dropping=max_ids is not None if allow_dropping is None else allow_dropping)
     job = engine._StackJob(plan.stacks[0], batch, 1, 2, want_csr, config)
@@ -478,3 +479,28 @@ def test_stack_slices_goes_on_after_a_slice_past_cap(backend):
     assert job.emb[8:].tolist() == [1] + [pad] * 7
     assert job.smp[8:].tolist() == [0] + [pad] * 7
     assert job.pairs.tolist() == [1, 1, 1, 0]
+
+
+# One limit binding, the other loose (a prefix cut must test each on its own):
+#   unique ids <= 1, ids <= 4: slice 1's partition 0 = (u 0, R' 2), (u 0, R' 3), (u 1, R' 3)
+#     (samples [0], [0, 2]): the second distinct id is dropped, (R' 3, u 1, p 0, 1);
+#   ids <= 1, unique ids <= 4: slice 0's partition 1 = (u 4, R' 0), (u 4, R' 1) (samples
+#     [1], [1]): the second pair is dropped, (R' 1, u 4, p 1, 1).
+# C = round_up(max_ids, 8) * 2; every kept id has shard row 0.
+@pytest.mark.parametrize("max_ids, max_uniq, rows, drop, kept, pairs, distinct, cap, emb, smp", [
+    (4, 1, [[1], [], [0], [0, 2]], (3, 1, 0, 1), [0, 1, 2, 0], [0, 1, 3, 0], [0, 1, 2, 0], 16,
+     {0: 0, 16: 0, 17: 0}, {0: 0, 16: 0, 17: 1}),
+    (1, 4, [[1], [1], [0], []], (1, 4, 1, 1), [0, 1, 1, 0], [0, 2, 1, 0], [0, 1, 1, 0], 16,
+     {0: 0, 16: 0}, {0: 0, 16: 0}),
+])
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_stack_slices_cuts_at_whichever_limit_binds(backend, max_ids, max_uniq, rows, drop, kept, pairs, distinct,
+                                                    cap, emb, smp):
+    batch, job, sc = _one_table_job(rows, want_csr=True, max_ids=max_ids, max_uniq=max_uniq)
+    assert job.cap == cap
+    out = job.run_slices(engine._Backend(backend), batch, *engine._weights_of(batch), 0, 2, 0, sc)
+    assert list(map(tuple, out["drops"].tolist())) == [drop]
+    assert (job.kept.tolist(), job.pairs.tolist(), job.distinct.tolist()) == (kept, pairs, distinct)
+    pad = K.PAD_ID
+    assert job.emb.tolist() == [emb.get(t, pad) for t in range(32)]
+    assert job.smp.tolist() == [smp.get(t, pad) for t in range(32)]
