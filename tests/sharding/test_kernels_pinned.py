@@ -504,3 +504,26 @@ def test_stack_slices_cuts_at_whichever_limit_binds(backend, max_ids, max_uniq, 
     pad = K.PAD_ID
     assert job.emb.tolist() == [emb.get(t, pad) for t in range(32)]
     assert job.smp.tolist() == [smp.get(t, pad) for t in range(32)]
+
+
+# Key widths where the pass count changes (P = 2, so pbits + qbits = 1 + qbits): 13 bits
+# (two passes of 7, where one pass of 13 would need 8192 histogram words) and 23 bits
+# (three passes of 8, where two of 12 would need 2 * 4096): all within 3 * 2048 words.
+#   vocab 2**13: qbits 12; ids 8190 (p 0, q 4095), 5 (p 1, q 2: u 4096 | 2), 4096 (q 2048)
+#   vocab 2**23: qbits 22; ids 8388606 (q 2**22 - 1), 5 (u 2**22 | 2), 4096 (q 2048)
+@pytest.mark.parametrize("vocab, qbits, ids, expected", [
+    (2**13, 12, [8190, 5, 4096], [_key(2048, 0), _key(4095, 0), _key(4098, 0)]),
+    (2**23, 22, [8388606, 5, 4096], [_key(2048, 0), _key(4194303, 0), _key(4194306, 0)]),
+])
+@pytest.mark.parametrize("fn", SORT_GROUP + SORT_SLICE)
+def test_sorts_where_the_pass_count_changes_fit_the_engines_histogram(fn, vocab, qbits, ids, expected):
+    splits = np.array([[0, 3]], np.int64)
+    keys, gains, ak, ag, bk, bg, hist = _buffers(3)
+    rows = np.zeros(1, np.int64)
+    head = (np.array(ids, np.int64), splits, np.ones(3, np.float32), np.zeros(1, np.int8), rows, rows, 0, 1)
+    if fn in SORT_GROUP:                                   # nsl 1, K 1
+        res = fn(*head, 1, 1, vocab, 2, 0, qbits, 0, False, keys, gains, ak, ag, hist)
+    else:                                                  # slice 0
+        res = fn(*head, 0, vocab, 2, 0, qbits, 0, False, keys, gains, ak, ag, bk, bg, hist)
+    assert tuple(int(v) for v in res) == (3, -1, -1)
+    assert keys.tolist() == expected
