@@ -527,3 +527,16 @@ def test_sorts_where_the_pass_count_changes_fit_the_engines_histogram(fn, vocab,
         res = fn(*head, 0, vocab, 2, 0, qbits, 0, False, keys, gains, ak, ag, bk, bg, hist)
     assert tuple(int(v) for v in res) == (3, -1, -1)
     assert keys.tolist() == expected
+
+
+# sort_slice returns as sort_group: an id >= 8 at flat position 0 of slice 0 gives
+# (m 0, oov 0, bad -1).
+@pytest.mark.parametrize("fn", SORT_SLICE)
+def test_sort_slice_reports_an_oov_id_at_flat_position_0(fn):
+    ids = np.array([9, 1], np.int64)
+    splits = np.array([[0, 1, 2]], np.int64)
+    keys, gains, ak, ag, bk, bg, hist = _buffers(2)
+    rows = np.zeros(1, np.int64)
+    res = fn(ids, splits, np.ones(2, np.float32), np.zeros(1, np.int8), rows, rows, 0, 2, 0, 8, 2, 0, 2, 1,
+             False, keys, gains, ak, ag, bk, bg, hist)
+    assert tuple(int(v) for v in res) == (0, 0, -1)
