@@ -434,3 +434,201 @@ def test_feature_spec_trees():
     with pytest.raises(ConfigError, match=re.escape("(col_offset 1024, col_shift 4) does not match "
                                                     "row_offset_in_shard 128 x P=4")):
         from_jax_tpu_embedding(library_specs(), global_device_count=1, num_sc_per_device=4)
+
+
+# -- issue 21: mutation-testing survivors and lines no test ran -------------------------------------
+
+
+def test_output_shapes_batch_is_the_product_of_all_but_the_last_dim():
+    # A [2, 8, 16] output is 2 x 8 = 16 samples of width 16 (the library's batch of a sequence feature).
+    specs = library_specs()
+    specs["x"].output_shape = [2, 8, 16]
+    model = from_jax_tpu_embedding(specs, global_device_count=2, num_sc_per_device=4)
+    assert model.batch_size == 16 and [stack_facts(s) for s in model.plan.stacks] == [A_B]
+
+    def refused(shape, message):
+        specs = library_specs()
+        specs["y"][0].output_shape = shape
+        with pytest.raises(ConfigError, match=re.escape(message)):
+            from_jax_tpu_embedding(specs, global_device_count=2, num_sc_per_device=4)
+    # No sample, or a negative width: not a shape.
+    refused([0, 8], "feature 'fb': output_shape [0, 8] needs [batch, ..., embedding_dim] with at least one sample")
+    refused([16, -1], "feature 'fb': output_shape [16, -1] needs [batch, ..., embedding_dim]")
+    refused([16, 0, 8], "output_shape [16, 0, 8] needs")
+    # Unset dims are not integers (no dim is optional).
+    refused([16, None], "feature 'fb': output_shape[1] must be an integer, got None")
+    refused("16x8", "feature 'fb': output_shape must be a sequence of ints, got '16x8'")
+
+
+def test_table_sizes_and_quantization_of_specs():
+    specs = library_specs()
+    specs["y"][0].table_spec.vocabulary_size = None
+    with pytest.raises(ConfigError, match=re.escape("table 'b': vocabulary_size must be an integer, got None")):
+        from_jax_tpu_embedding(specs, global_device_count=2, num_sc_per_device=4)
+    from scwork.quant import QuantizationConfig
+
+    def quantized(q):
+        specs = library_specs(stacked=False)
+        for f in (specs["x"], specs["y"][0]):
+            f.table_spec.quantization_config = q
+        return specs
+    model = from_jax_tpu_embedding(quantized(NS(num_buckets=256, min_value=-1, max_value=0.5)), global_device_count=2,
+                                   num_sc_per_device=4)
+    assert {f.table.quantization for f in model.features} == {QuantizationConfig(num_buckets=256, low=-1.0, high=0.5)}
+    for q in (NS(num_buckets=256, min_value="low", max_value=0.5), NS(num_buckets=None, min_value=0, max_value=1)):
+        with pytest.raises(ConfigError, match=re.escape("table 'a': quantization_config is not usable: ")):
+            from_jax_tpu_embedding(quantized(q), global_device_count=2, num_sc_per_device=4)
+
+
+def test_rows_of_two_features_at_one_offset_are_refused():
+    with pytest.raises(ConfigError, match=re.escape("stack 'a_b': feature row offsets [0, 0] are not 0, 16, 2 x 16")):
+        from_embedding_spec(edited(set_feature(1, row_offset=0)), num_sc_per_device=4)
+
+
+def test_smallest_activation_budget_and_batch_are_accepted():
+    # One byte is a positive budget (the library takes any positive int).
+    model = from_embedding_spec(edited(lambda s: s.update(activation_mem_bytes_limit=1)), num_sc_per_device=4)
+    assert model.plan.stacks[0].activation_mem_bytes_limit == 1 and model.activation_mem_bytes_limit == 1
+    # Left out of the message: the library's default, 2 MiB.
+    model = from_embedding_spec(edited(lambda s: s.pop("activation_mem_bytes_limit")), num_sc_per_device=4)
+    assert model.plan.stacks[0].activation_mem_bytes_limit == 2048 * 1024
+    a = TableSpec("a", 1000, 16, combiner="sum", optimizer="adam")
+    plan = plan_stacking([FeatureSpec("fa", a)], scwork.Topology(2, 4), None, batch_size=16)
+    message = embedding_spec_message(plan.features, plan, batch_size=1, activation_mem_bytes_limit=1)
+    stack = message["stacked_table_specs"][0]
+    assert stack["total_sample_count"] == 1 and stack["activation_mem_bytes_limit"] == 1
+    assert stack["table_specs"][0]["feature_specs"][0]["output_shape"] == [1, 16]
+
+
+def test_the_batch_size_and_plan_a_message_needs():
+    a = TableSpec("a", 1000, 16, combiner="sum", optimizer="adam")
+    plan = plan_stacking([FeatureSpec("fa", a)], scwork.Topology(2, 4), None, batch_size=16)
+    for bad in (0, True, 2.0, -3):
+        with pytest.raises(ConfigError, match=re.escape("the library's FeatureSpecs need the batch size (input and "
+                                                        "output shapes): pass batch_size=...")):
+            embedding_spec_message(plan.features, plan, batch_size=bad)
+    no_batch = plan_stacking([FeatureSpec("fa", a)], scwork.Topology(2, 4), None)
+    with pytest.raises(ConfigError, match="need the batch size"):
+        embedding_spec_message(no_batch.features, no_batch)
+    assert embedding_spec_message(no_batch.features, no_batch, batch_size=3)["stacked_table_specs"][0][
+        "total_sample_count"] == 3
+    with pytest.raises(ConfigError, match=re.escape("plan must be a scwork StackingPlan (plan_stacking(...)), got "
+                                                    "list")):
+        embedding_spec_message(plan.features, [plan])
+
+
+def test_to_jax_tpu_embedding_without_the_library(monkeypatch):
+    import sys
+
+    a = TableSpec("a", 1000, 16, combiner="sum", optimizer="adam")
+    plan = plan_stacking([FeatureSpec("fa", a)], scwork.Topology(2, 4), None, batch_size=16)
+    from scwork.interop.jax_tpu_embedding import to_jax_tpu_embedding
+
+    monkeypatch.setitem(sys.modules, "jax_tpu_embedding.sparsecore.lib.nn", None)   # import fails as if absent
+    with pytest.raises(ConfigError, match=re.escape("to_jax_tpu_embedding needs jax-tpu-embedding (pip install "
+                                                    "'scwork[interop]')")):
+        to_jax_tpu_embedding(plan.features, plan)
+
+
+@pytest.mark.parametrize("edit, error, message", [
+    # proto3 leaves zeros out of the text: a field left out reads as 0, and 0 is checked like any value.
+    (lambda s: s["table_specs"][0].pop("vocab_size"), InputError, "EmbeddingSpecProto stack 'a_b', table 'a': "),
+    (lambda s: s["table_specs"][0].pop("embedding_dim"), InputError, "EmbeddingSpecProto stack 'a_b', table 'a': "),
+    (lambda s: s.pop("stack_vocab_size"), ConfigError,
+     "stack 'a_b': stack_vocab_size 0 / stack_embedding_dim 16 do not match its tables (1152 rows, width 16)"),
+    (lambda s: s.pop("stack_embedding_dim"), ConfigError,
+     "stack 'a_b': stack_vocab_size 1152 / stack_embedding_dim 0 do not match its tables"),
+    (lambda s: s.pop("max_ids_per_partition"), ConfigError, "stack 'a_b': max_ids_per_partition is 0;"),
+    (lambda s: s.pop("max_unique_ids_per_partition"), ConfigError, "stack 'a_b': max_unique_ids_per_partition is 0;"),
+    (lambda s: s["table_specs"][1].pop("padded_vocab_size"), ConfigError,
+     "stack 'a_b', table 'b' (feature 'fb'): padded_vocab_size 0 is not round_up(100, 8 x P=8)"),
+    (lambda s: s["table_specs"][1].pop("row_offset_in_shard"), ConfigError,
+     "(col_offset 1024, col_shift 4) does not match row_offset_in_shard 0 x P=8 and shard_rotation 4"),
+    (lambda s: s["table_specs"][1].pop("shard_rotation"), ConfigError,
+     "(col_offset 1024, col_shift 4) does not match row_offset_in_shard 128 x P=8 and shard_rotation 0"),
+    (lambda s: s["table_specs"][1]["feature_specs"][0].pop("col_offset"), ConfigError,
+     "(col_offset 0, col_shift 4) does not match row_offset_in_shard 128 x P=8"),
+    (lambda s: s["table_specs"][1]["feature_specs"][0].pop("col_shift"), ConfigError,
+     "(col_offset 1024, col_shift 0) does not match row_offset_in_shard 128 x P=8 and shard_rotation 4"),
+    (lambda s: s["table_specs"][1]["feature_specs"][0].pop("row_offset"), ConfigError,
+     "stack 'a_b': feature row offsets [0, 0] are not 0, 16"),
+    (lambda s: s["table_specs"][1]["feature_specs"][0].pop("output_shape"), ConfigError,
+     "feature 'fb': output_shape [] needs [batch, ..., embedding_dim]"),
+    (set_table(0, optimizer={"type": 8}), ConfigError, "table 'a': optimizer type 8 has no scwork name"),
+])
+def test_fields_left_out_of_a_message_read_as_zero(edit, error, message):
+    with pytest.raises(error, match=re.escape(message)):
+        from_embedding_spec(edited(edit), num_sc_per_device=4)
+
+
+def table_message(name, vocab, dim, padded, offset, rotation, features):
+    """A TableSpecProto (adam, sum); ``features``: (name, row offset) pairs, batch 16, P = 8."""
+    return {"table_name": name, "vocab_size": vocab, "embedding_dim": dim, "padded_vocab_size": padded,
+            "padded_embedding_dim": 16, "row_offset_in_shard": offset, "shard_rotation": rotation,
+            "combiner": "sum", "optimizer": {"type": "ADAM"},
+            "feature_specs": [feature_spec(f, [16, dim], row, offset * 8, rotation) for f, row in features]}
+
+
+def stack_message(name, tables, **fields):
+    """A StackedTableSpecProto of ``tables`` (P = 8, batch 16, limits 64 / 32, dim 16)."""
+    rows = sum(t["padded_vocab_size"] for t in tables)
+    samples = sum(len(t["feature_specs"]) for t in tables) * 16
+    return {"stack_name": name, "stack_vocab_size": rows, "stack_embedding_dim": 16, "total_sample_count": samples,
+            "max_ids_per_partition": 64, "max_unique_ids_per_partition": 32, "num_sparsecores": 8,
+            "table_specs": tables, **fields}
+
+
+def test_a_table_in_two_stacks_is_refused():
+    # Table a with its own limits, so that it reads the same in both stacks (alone in a stack, a
+    # table without them would take the stack's).
+    message = edited(set_table(0, max_ids_per_partition=64, max_unique_ids_per_partition=32))
+    message["stacked_table_specs"].append(stack_message("a_again", [table_message("a", 1000, 16, 1024, 0, 0,
+                                                                                  [("fc", 0)])]))
+    with pytest.raises(ConfigError, match=re.escape("a table is in more than one stack: [('a', 'b'), ('a',)]")):
+        from_embedding_spec(message, num_sc_per_device=4)
+
+
+def test_stacks_of_different_rotations_keep_the_first_stacks():
+    # 4 SparseCores per device: stack a_b rotates b by 2, stack c_d rotates d by 1. No single
+    # rotation plans both, so the model is the plan itself with the first stack's rotation.
+    message = {"stacked_table_specs": [
+        stack_message("a_b", [table_message("a", 1000, 16, 1024, 0, 0, [("fa", 0)]),
+                              table_message("b", 100, 8, 128, 128, 2, [("fb", 16)])]),
+        stack_message("c_d", [table_message("c", 1000, 16, 1024, 0, 0, [("fc", 0)]),
+                              table_message("d", 100, 8, 128, 128, 1, [("fd", 16)])])]}
+    model = from_embedding_spec(message, num_sc_per_device=4)
+    assert model.rotation == 2 and model.stacking is model.plan and model.plan.rotation == 2
+    assert [[(t.name, t.shard_rotation) for t in s.tables] for s in model.plan.stacks] == [
+        [("a", 0), ("b", 2)], [("c", 0), ("d", 1)]]
+    # The default rotation first (4 = S): the model's rotation is the default, 4.
+    message["stacked_table_specs"][0]["table_specs"][1] = table_message("b", 100, 8, 128, 128, 4, [("fb", 16)])
+    model = from_embedding_spec(message, num_sc_per_device=4)
+    assert model.rotation == 4 and model.stacking is model.plan
+
+
+def test_which_stacks_count_as_left_to_prepare():
+    """Only a stack prepare_feature_specs_for_training builds itself (one table, named as it, features
+    by name, the default budget) is left out of the groups and of the model's activation budget."""
+    default = 2048 * 1024
+    c_budget = stack_message("c", [table_message("c", 1000, 16, 1024, 0, 0, [("fc", 0)])],
+                             activation_mem_bytes_limit=1000)
+    # Two tables in a stack named after the first: a stack the caller named, not prepare's.
+    named_a = stack_message("a", [table_message("a", 1000, 16, 1024, 0, 0, [("fa", 0)]),
+                                  table_message("b", 100, 8, 128, 128, 4, [("fb", 16)])])
+    # One table in a stack of another name.
+    zz = stack_message("zz", [table_message("a", 1000, 16, 1024, 0, 0, [("fa", 0)])])
+    for first in (named_a, zz):
+        model = from_embedding_spec({"stacked_table_specs": [first, copy.deepcopy(c_budget)]}, num_sc_per_device=4)
+        # Both stacks were the caller's, of budgets 2 MiB and 1000 bytes: no single budget, the default.
+        assert [s.activation_mem_bytes_limit for s in model.plan.stacks] == [default, 1000]
+        assert model.activation_mem_bytes_limit == default and model.stacking is model.plan
+    # A lone table named as its stack, with a budget above the default: stacked by the caller.
+    big = stack_message("a", [table_message("a", 1000, 16, 1024, 0, 0, [("fa", 0)])],
+                        activation_mem_bytes_limit=2 * default)
+    model = from_embedding_spec({"stacked_table_specs": [big]}, num_sc_per_device=4)
+    assert model.stacking == [["a"]] and model.activation_mem_bytes_limit == 2 * default
+    assert model.replan().stacks == model.plan.stacks
+    # The same at the default budget: left to prepare_feature_specs_for_training.
+    big.pop("activation_mem_bytes_limit")
+    model = from_embedding_spec({"stacked_table_specs": [big]}, num_sc_per_device=4)
+    assert model.stacking is None and model.activation_mem_bytes_limit == default
