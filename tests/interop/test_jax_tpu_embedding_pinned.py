@@ -632,3 +632,13 @@ def test_which_stacks_count_as_left_to_prepare():
     big.pop("activation_mem_bytes_limit")
     model = from_embedding_spec({"stacked_table_specs": [big]}, num_sc_per_device=4)
     assert model.stacking is None and model.activation_mem_bytes_limit == default
+
+
+def test_a_lone_table_of_a_long_name_is_left_to_prepare():
+    # plan_stacking names a group "_".join(tables) cut at 50 characters plus a hash, but a lone table's
+    # stack by the table's own name, however long: the model still needs no groups.
+    long = "t" * 60
+    specs = library_specs(stacked=False)
+    specs["x"].table_spec.name = long
+    model = from_jax_tpu_embedding(specs, global_device_count=2, num_sc_per_device=4)
+    assert [s.name for s in model.plan.stacks] == [long, "b"] and model.stacking is None
