@@ -491,13 +491,14 @@ def test_activation_budget_survives_every_round_trip(budget):
     assert {s.name: s.activation_mem_bytes_limit for s in again.plan.stacks} == library
 
 
-def test_round_trip_self_check_compares_the_activation_budget(monkeypatch):
+@pytest.mark.parametrize("budget", [48 * 1024, 4 * 2048 * 1024])     # below and above the default
+def test_round_trip_self_check_compares_the_activation_budget(monkeypatch, budget):
     """to_jax_tpu_embedding's read-back check fails if the library's stacks carry another budget."""
     import dataclasses as dc
 
     from scwork.interop import jax_tpu_embedding as module
 
-    feats = _auto_stacked_with_budget(48 * 1024)
+    feats = _auto_stacked_with_budget(budget)
     model = from_jax_tpu_embedding(feats, global_device_count=2, num_sc_per_device=4)
     real_replace = dc.replace
 

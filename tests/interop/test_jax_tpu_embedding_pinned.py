@@ -642,3 +642,41 @@ def test_a_lone_table_of_a_long_name_is_left_to_prepare():
     specs["x"].table_spec.name = long
     model = from_jax_tpu_embedding(specs, global_device_count=2, num_sc_per_device=4)
     assert [s.name for s in model.plan.stacks] == [long, "b"] and model.stacking is None
+
+
+def test_a_setting_naming_a_stack_before_its_own_is_refused():
+    specs = library_specs()
+    specs["y"][0].table_spec.setting_in_stack.stack_name = "a"     # "a" < "a_b": any other name is refused
+    with pytest.raises(ConfigError, match=re.escape("stack 'a_b', table 'b' (feature 'fb'): setting_in_stack names "
+                                                    "stack 'a'")):
+        from_jax_tpu_embedding(specs, global_device_count=2, num_sc_per_device=4)
+
+
+def test_one_device_rotation_is_the_library_default():
+    # 1 device of 4 SparseCores (P = 4): the library's rotation 4 is 0 modulo P, which b carries.
+    # a: 1000 rows padded to round_up(1000, 32) = 1024, 256 per shard; b: 128 rows, 32 per shard at
+    # row 256 (column offset 256 x 4 = 1024); the stack (256 + 32) x 4 = 1152 rows.
+    def one_device(s):
+        s["num_sparsecores"] = 4
+        s["table_specs"][1].update(row_offset_in_shard=256, shard_rotation=0)
+        s["table_specs"][1]["feature_specs"][0].update(col_offset=1024, col_shift=0)
+    model = from_embedding_spec(edited(one_device), num_sc_per_device=4)
+    assert model.rotation == 4 and model.stacking == [["a", "b"]] and model.topology.num_devices == 1
+    assert [(t.row_offset_in_shard, t.shard_rotation) for t in model.plan.stacks[0].tables] == [(0, 0), (256, 0)]
+
+
+def test_smallest_limits_and_partitions_are_accepted():
+    model = from_embedding_spec(edited(lambda s: s.update(max_ids_per_partition=1, max_unique_ids_per_partition=1)),
+                                num_sc_per_device=4)
+    assert (model.plan.stacks[0].max_ids_per_partition, model.plan.stacks[0].max_unique_ids_per_partition) == (1, 1)
+    # One SparseCore in all: a's 1000 rows pad to round_up(1000, 8) = 1000.
+    one = stack_message("a", [table_message("a", 1000, 16, 1000, 0, 0, [("fa", 0)])], num_sparsecores=1)
+    model = from_embedding_spec({"stacked_table_specs": [one]}, num_sc_per_device=1)
+    assert model.topology.num_partitions == 1 and model.plan.stacks[0].vocab_size == 1000
+
+
+def test_an_object_with_a_name_but_no_table_spec_is_not_a_feature():
+    with pytest.raises(ConfigError, match=re.escape("feature_specs[0]: expected a jax-tpu-embedding FeatureSpec (with "
+                                                    ".name and .table_spec) or a list / dict of them, got "
+                                                    "SimpleNamespace")):
+        from_jax_tpu_embedding([NS(name="fa")], global_device_count=2, num_sc_per_device=4)
