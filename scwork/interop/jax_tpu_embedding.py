@@ -510,6 +510,13 @@ def _checked_plan(features: Any, plan: Any, batch_size: int | None) -> tuple[tup
         raise ConfigError(f"plan must be a scwork StackingPlan (plan_stacking(...)), got {type(plan).__name__}")
     normalized = normalize_features(features)
     plan_stacking(normalized, plan.topology, plan)       # the plan must be the features' plan
+    # A Stack may be built without tables and plan_stacking lets it by (it holds no feature), but
+    # the library's specs only say stacks through their tables: such a stack would be dropped from a
+    # message silently, and stack_tables would be asked for a stack of nothing.
+    empty = [s.name for s in plan.stacks if not s.tables]
+    if empty:
+        raise ConfigError(f"the plan's stacks {empty} hold no table; the library has no stack without tables: "
+                          "leave them out of the StackingPlan")
     batch = plan.batch_size if batch_size is None else batch_size
     if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
         raise ConfigError("the library's FeatureSpecs need the batch size (input and output shapes): pass "

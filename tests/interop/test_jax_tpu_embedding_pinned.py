@@ -593,11 +593,14 @@ def test_stacks_of_different_rotations_keep_the_first_stacks():
     # rotation plans both, so the model is the plan itself with the first stack's rotation.
     message = {"stacked_table_specs": [
         stack_message("a_b", [table_message("a", 1000, 16, 1024, 0, 0, [("fa", 0)]),
-                              table_message("b", 100, 8, 128, 128, 2, [("fb", 16)])]),
+                              table_message("b", 100, 8, 128, 128, 2, [("fb", 16)])], activation_mem_bytes_limit=1000),
         stack_message("c_d", [table_message("c", 1000, 16, 1024, 0, 0, [("fc", 0)]),
-                              table_message("d", 100, 8, 128, 128, 1, [("fd", 16)])])]}
+                              table_message("d", 100, 8, 128, 128, 1, [("fd", 16)])], activation_mem_bytes_limit=3000)]}
     model = from_embedding_spec(message, num_sc_per_device=4)
     assert model.rotation == 2 and model.stacking is model.plan and model.plan.rotation == 2
+    # Two budgets, neither the model's: it keeps the library's default.
+    assert [s.activation_mem_bytes_limit for s in model.plan.stacks] == [1000, 3000]
+    assert model.activation_mem_bytes_limit == 2048 * 1024
     assert [[(t.name, t.shard_rotation) for t in s.tables] for s in model.plan.stacks] == [
         [("a", 0), ("b", 2)], [("c", 0), ("d", 1)]]
     # The default rotation first (4 = S): the model's rotation is the default, 4.
@@ -680,3 +683,18 @@ def test_an_object_with_a_name_but_no_table_spec_is_not_a_feature():
                                                     ".name and .table_spec) or a list / dict of them, got "
                                                     "SimpleNamespace")):
         from_jax_tpu_embedding([NS(name="fa")], global_device_count=2, num_sc_per_device=4)
+
+
+def test_a_plan_stack_without_tables_is_refused():
+    # A hand-made StackingPlan may carry a stack of no table (plan_stacking lets it by: it holds no
+    # feature); no library spec can say it, so a message would drop it silently.
+    from scwork.sharding import StackingPlan
+    from scwork.sharding.stacking import Stack
+
+    a = TableSpec("a", 1000, 16, combiner="sum", optimizer="adam")
+    plan = plan_stacking([FeatureSpec("fa", a)], scwork.Topology(2, 4), None, batch_size=16)
+    with_empty = StackingPlan([*plan.stacks, Stack("nothing", (), (), 16, "adam", "sum", 8, 64, 32)], plan.topology,
+                              plan.rotation, 16)
+    with pytest.raises(ConfigError, match=re.escape("the plan's stacks ['nothing'] hold no table; the library has "
+                                                    "no stack without tables")):
+        embedding_spec_message(with_empty.features, with_empty)
