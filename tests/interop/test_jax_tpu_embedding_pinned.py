@@ -116,6 +116,8 @@ def test_message_text_written_read_and_parsed(tmp_path):
     assert format_embedding_spec(read) == text
     path = write_embedding_spec(MESSAGE, tmp_path / "step" / "embedding_spec" / "proto.pbtxt")
     assert path.read_text() == text
+    # Written again into the folder that now exists: the same file.
+    assert write_embedding_spec(MESSAGE, path) == path and path.read_text() == text
     for where in (path, path.parent, path.parent.parent):
         assert read_embedding_spec(where) == parse_embedding_spec(text)
     model = from_embedding_spec(tmp_path / "step", num_sc_per_device=4)
@@ -232,6 +234,11 @@ def set_feature(index, **fields):
     (lambda s: s.update(stack_vocab_size=1024), ConfigError,
      "stack 'a_b': stack_vocab_size 1024 / stack_embedding_dim 16 do not match its tables (1152 rows, width 16)"),
     (lambda s: s.update(stack_embedding_dim=8), ConfigError, "stack_embedding_dim 8 do not match its tables"),
+    (lambda s: s.update(stack_vocab_size=2048), ConfigError, "stack_vocab_size 2048 / stack_embedding_dim 16 do not "
+                                                             "match its tables (1152 rows, width 16)"),
+    (lambda s: s.update(stack_embedding_dim=32), ConfigError, "stack_embedding_dim 32 do not match its tables"),
+    (lambda s: (set_table(1, row_offset_in_shard=120)(s), set_feature(1, col_offset=960)(s)), ConfigError,
+     "stack 'a_b': table 'b' starts at row 120 of every shard, but the tables before it end at row 128"),
     (lambda s: s.update(max_ids_per_partition=0), ConfigError,
      "stack 'a_b': max_ids_per_partition is 0; scwork limits are integers >= 1 (a limit of 0 comes from an FDO "
      "history without ids: raise it)"),
@@ -393,6 +400,11 @@ def test_inconsistent_specs_are_refused():
             "feature 'fb' is not a jax-tpu-embedding FeatureSpec as scwork reads it:")
     refused(lambda specs: setattr(specs["y"][0].table_spec, "embedding_dim", 8.0),
             "table 'b': embedding_dim must be an integer, got 8.0")
+    # What scwork's TableSpec refuses comes back naming the library's table.
+    with pytest.raises(ConfigError, match=r"^jax-tpu-embedding table 'b': .*vocab"):
+        specs = library_specs()
+        specs["y"][0].table_spec.vocabulary_size = 0
+        from_jax_tpu_embedding(specs, global_device_count=2, num_sc_per_device=4)
     refused(lambda specs: setattr(specs["y"][0].table_spec, "name", "a"),
             "two different tables are named 'a'")
     refused(lambda specs: setattr(specs["y"][0], "name", 5), "a FeatureSpec's name must be a str, got 5")
@@ -475,7 +487,9 @@ def test_table_sizes_and_quantization_of_specs():
     model = from_jax_tpu_embedding(quantized(NS(num_buckets=256, min_value=-1, max_value=0.5)), global_device_count=2,
                                    num_sc_per_device=4)
     assert {f.table.quantization for f in model.features} == {QuantizationConfig(num_buckets=256, low=-1.0, high=0.5)}
-    for q in (NS(num_buckets=256, min_value="low", max_value=0.5), NS(num_buckets=None, min_value=0, max_value=1)):
+    # float("low") and num_buckets None are ValueErrors, float(None) a TypeError, float(10**400) an OverflowError.
+    for q in (NS(num_buckets=256, min_value="low", max_value=0.5), NS(num_buckets=None, min_value=0, max_value=1),
+              NS(num_buckets=256, min_value=None, max_value=1), NS(num_buckets=256, min_value=0, max_value=10**400)):
         with pytest.raises(ConfigError, match=re.escape("table 'a': quantization_config is not usable: ")):
             from_jax_tpu_embedding(quantized(q), global_device_count=2, num_sc_per_device=4)
 
@@ -666,6 +680,14 @@ def test_one_device_rotation_is_the_library_default():
     model = from_embedding_spec(edited(one_device), num_sc_per_device=4)
     assert model.rotation == 4 and model.stacking == [["a", "b"]] and model.topology.num_devices == 1
     assert [(t.row_offset_in_shard, t.shard_rotation) for t in model.plan.stacks[0].tables] == [(0, 0), (256, 0)]
+    # Stacked with rotation 2 instead: the model's rotation is 2.
+    def rotation_2(s):
+        one_device(s)
+        s["table_specs"][1].update(shard_rotation=2)
+        s["table_specs"][1]["feature_specs"][0].update(col_shift=2)
+    model = from_embedding_spec(edited(rotation_2), num_sc_per_device=4)
+    assert model.rotation == 2 and model.stacking == [["a", "b"]]
+    assert [t.shard_rotation for t in model.plan.stacks[0].tables] == [0, 2]
 
 
 def test_smallest_limits_and_partitions_are_accepted():
