@@ -546,8 +546,10 @@ def test_to_jax_tpu_embedding_without_the_library(monkeypatch):
 
 @pytest.mark.parametrize("edit, error, message", [
     # proto3 leaves zeros out of the text: a field left out reads as 0, and 0 is checked like any value.
-    (lambda s: s["table_specs"][0].pop("vocab_size"), InputError, "EmbeddingSpecProto stack 'a_b', table 'a': "),
-    (lambda s: s["table_specs"][0].pop("embedding_dim"), InputError, "EmbeddingSpecProto stack 'a_b', table 'a': "),
+    (lambda s: s["table_specs"][0].pop("vocab_size"), InputError,
+     "EmbeddingSpecProto stack 'a_b', table 'a': TableSpec.vocab_size must be >= 1, got 0"),
+    (lambda s: s["table_specs"][0].pop("embedding_dim"), InputError,
+     "EmbeddingSpecProto stack 'a_b', table 'a': TableSpec.embedding_dim must be >= 1, got 0"),
     (lambda s: s.pop("stack_vocab_size"), ConfigError,
      "stack 'a_b': stack_vocab_size 0 / stack_embedding_dim 16 do not match its tables (1152 rows, width 16)"),
     (lambda s: s.pop("stack_embedding_dim"), ConfigError,
@@ -621,6 +623,11 @@ def test_stacks_of_different_rotations_keep_the_first_stacks():
     message["stacked_table_specs"][0]["table_specs"][1] = table_message("b", 100, 8, 128, 128, 4, [("fb", 16)])
     model = from_embedding_spec(message, num_sc_per_device=4)
     assert model.rotation == 4 and model.stacking is model.plan
+    # Only the first stack counts: b by 2, d by the default 4 make the model's rotation 2.
+    message["stacked_table_specs"][0]["table_specs"][1] = table_message("b", 100, 8, 128, 128, 2, [("fb", 16)])
+    message["stacked_table_specs"][1]["table_specs"][1] = table_message("d", 100, 8, 128, 128, 4, [("fd", 16)])
+    model = from_embedding_spec(message, num_sc_per_device=4)
+    assert model.rotation == 2 and model.stacking is model.plan
 
 
 def test_which_stacks_count_as_left_to_prepare():
@@ -720,3 +727,10 @@ def test_a_plan_stack_without_tables_is_refused():
     with pytest.raises(ConfigError, match=re.escape("the plan's stacks ['nothing'] hold no table; the library has "
                                                     "no stack without tables")):
         embedding_spec_message(with_empty.features, with_empty)
+
+
+def test_a_name_the_file_system_refuses_is_an_input_error():
+    # Python 3.13's Path.is_dir raises for a name longer than the file system allows: the error says
+    # what the system said (its strerror), not the whole 5000-character name again.
+    with pytest.raises(InputError, match=r"^cannot read the embedding spec 'x{20}.*: File name too long$"):
+        read_embedding_spec("x" * 5000)
