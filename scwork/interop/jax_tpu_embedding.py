@@ -427,8 +427,10 @@ def _stack_from_records(name: str, records: list[_Record], P: int, batch: int) -
     if s["vocab"] != offset * P or s["dim"] != width:
         raise ConfigError(f"stack {name!r}: stack_vocab_size {s['vocab']} / stack_embedding_dim {s['dim']} do not "
                           f"match its tables ({offset * P} rows, width {width})")
+    # The limits are Python ints here: _stack_record reads them with _int, from_embedding_spec
+    # after _pbtxt._checked_message (bools refused, numpy integers made ints).
     for key, label in (("max_ids", "max_ids_per_partition"), ("max_unique", "max_unique_ids_per_partition")):
-        if isinstance(s[key], bool) or not isinstance(s[key], int) and not hasattr(s[key], "__index__") or s[key] < 1:
+        if s[key] < 1:
             raise ConfigError(f"stack {name!r}: {label} is {s[key]!r}; scwork limits are integers >= 1 (a limit of "
                               "0 comes from an FDO history without ids: raise it)")
     if len({(t.optimizer, t.combiner, t.quantization) for t in tables}) > 1:

@@ -651,3 +651,21 @@ def test_the_library_stacking_otherwise_or_refusing_is_a_config_error(monkeypatc
     monkeypatch.setattr(table_stacking, "stack_tables", refuse)
     with pytest.raises(ConfigError, match="jax-tpu-embedding refused the plan: no room"):
         to_jax_tpu_embedding(plan.features, plan)
+
+
+def test_initializer_input_shapes_and_optimizers_reach_the_library_specs():
+    t = TableSpec("t", 100, 8, combiner="sum", optimizer="adagrad")
+    plan = plan_stacking([FeatureSpec("f", t), FeatureSpec("g", t)], scwork.Topology(1, 4), None, batch_size=8)
+    specs = to_jax_tpu_embedding(plan.features, plan)
+    assert [f.input_shape for f in specs] == [[8, 1], [8, 1]] and [f.output_shape for f in specs] == [[8, 8], [8, 8]]
+    assert callable(specs[0].table_spec.initializer)
+    assert specs[0].table_spec.optimizer == es.AdagradOptimizerSpec()
+    assert (specs[0].table_spec.max_ids_per_partition, specs[0].table_spec.max_unique_ids_per_partition) == (256, 256)
+
+    def initializer(*args, **kwargs):
+        return None
+    optimizer = es.AdagradOptimizerSpec(learning_rate=0.5)
+    specs = to_jax_tpu_embedding(plan.features, plan, initializer=initializer, input_shapes={"g": [8, 3]},
+                                 optimizers={"t": optimizer})
+    assert specs[0].table_spec.initializer is initializer and specs[0].table_spec.optimizer is optimizer
+    assert [f.input_shape for f in specs] == [[8, 1], [8, 3]]

@@ -734,3 +734,12 @@ def test_a_name_the_file_system_refuses_is_an_input_error():
     # what the system said (its strerror), not the whole 5000-character name again.
     with pytest.raises(InputError, match=r"^cannot read the embedding spec 'x{20}.*: File name too long$"):
         read_embedding_spec("x" * 5000)
+
+
+def test_numpy_integer_limits_are_read_as_ints():
+    import numpy as np
+
+    message = edited(lambda s: s.update(max_ids_per_partition=np.int64(64), max_unique_ids_per_partition=np.int32(32)))
+    stack = from_embedding_spec(message, num_sc_per_device=4).plan.stacks[0]
+    assert (stack.max_ids_per_partition, stack.max_unique_ids_per_partition) == (64, 32)
+    assert type(stack.max_ids_per_partition) is int and type(stack.max_unique_ids_per_partition) is int
