@@ -257,6 +257,10 @@ class BufferValue:
 
 
 _COMPUTATION = re.compile(r"^(ENTRY\s+)?%?([\w.\-]+)\b.*\{\s*$")
+# A computation ends at its "}"; XLA's HloComputation::Print adds the execution thread of
+# a computation off the main thread (', execution_thread="sparsecore"' for SparseCore
+# offloads) and, with print_name_after_closing_brace, ' // name'.
+_COMPUTATION_END = re.compile(r'^\}(?:, execution_thread="[^"]*")?(?: // [\w.\-]+)?$')
 _INSTRUCTION = re.compile(r"^\s*(ROOT\s+)?%?([\w.\-]+)\s*=\s*(.*)$")
 _OPCODE = re.compile(r"\s*([\w\-]+)\(")
 _ALLOCATION = re.compile(r"^allocation (\d+): size (\d+)(.*):\s*$")
@@ -273,8 +277,10 @@ _TOTAL = re.compile(r"^Total bytes(?: used)?: (\d+)\b")
 _REPORT_ROW = re.compile(r"^\s*([^;]+);\s*([^;]+);\s*(\d+);\s*(\d+);\s*(.*)$")
 
 
-def _number(text: str, what: str, path: str, line: int) -> int:
-    """A count or size of a dump line as an int that fits int64 (XLA prints int64 values), else XlaDumpError."""
+def _number(text: str, what: str, path: str, line: int | None) -> int:
+    """A count or size of a dump line as an int that fits int64 (XLA prints int64 values), else XlaDumpError.
+
+    ``line`` is None for a number of the file's name (the module number)."""
     value = decimal_int(text)
     if value is None:
         raise XlaDumpError(f"{what} {shown(text, 30)} is not a number that fits int64 (XLA writes int64 values)",
@@ -358,7 +364,7 @@ class HloModuleDump:
                 if head and " = " not in line and not line.startswith("HloModule"):
                     computation, is_entry = head.group(2), bool(head.group(1))
                 continue
-            if line.strip() == "}":
+            if _COMPUTATION_END.match(line.strip()):
                 computation = None
                 continue
             match = _INSTRUCTION.match(line)
@@ -852,7 +858,7 @@ def read_xla_dump(folder: str | os.PathLike, *, modules: str | None = None, erro
         match = _FILE.match(file.name)
         if match and file.is_file() and (modules is None or module_pattern.search(match.group(2))):
             kind = (match.group(4) or "-hlo")[1:]
-            grouped.setdefault((_number(match.group(1), "module number", str(file), 0), match.group(2)), {})[kind] \
+            grouped.setdefault((_number(match.group(1), "module number", str(file), None), match.group(2)), {})[kind] \
                 = file
     if not grouped:
         raise XlaDumpError("no module_NNNN.<name>.*after_optimizations*.txt file"

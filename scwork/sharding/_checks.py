@@ -190,13 +190,14 @@ def _check_scratch(plan: StackingPlan, batch: FeatureBatch, G: int, S: int, want
         )
 
 
-def _check_gain_inputs(batch: FeatureBatch, plan: StackingPlan) -> None:
+def _check_gain_inputs(batch: FeatureBatch, plan: StackingPlan, first: int = 0, end: int | None = None) -> None:
     """Reject weights whose float32 gains overflow, underflow or cancel (preprocess only).
 
     Runs on the batch the kernels used (out-of-vocabulary ids already dropped) after
     the out-of-vocabulary and limit checks, the errors :func:`compute_stats` raises.
+    ``first``, ``end``: only the stacks ``plan.stacks[first:end]``.
     """
-    for st in plan.stacks:
+    for st in plan.stacks[first:end]:
         for f in st.features:
             _check_gains(batch, f.name, st.combiner)
 

@@ -23,6 +23,10 @@ write_groups
     CSR entries of a rectangle of (slice, group) runs of a stack without limits,
     at the places :func:`slice_pairs` fixed: tasks of one slice write disjoint
     entries.
+counted_layouts
+    From those counts, every counted stack's CSR size ``C`` and layout (each
+    group's first slot per stream, row pointers, padding ranges) in one call for
+    all stacks of an engine call, between the count and the slices.
 
 The naive view is cut by partition ranges
 (:func:`scwork.sharding._naive_kernels.naive_from_slice_lists`).
@@ -40,10 +44,15 @@ from scwork.sharding._kernels import (_LOW32, _U, PAD_ID, count_slice, count_sli
                                       sort_slice, sort_slice_reference, write_csr_entry)
 
 __all__ = [
+    "COUNTED_LAYOUT_COLUMNS",
     "count_groups",
+    "counted_layouts",
+    "counted_layouts_reference",
     "count_groups_reference",
     "cut_groups",
     "cut_groups_reference",
+    "cut_slices",
+    "cut_slices_reference",
     "slice_pairs",
     "slice_pairs_reference",
     "write_groups",
@@ -389,6 +398,176 @@ def cut_groups_reference(counts, target, units):
     return k
 
 
+@jit
+def cut_slices(counts, target, units):
+    """Tasks of several stacks cut by slices: each stack's slices in runs of contiguous slices.
+
+    ``counts[j, sl]``: raw ids of stack ``j`` in slice ``sl``. A stack of at most
+    ``target`` ids is one run of all its slices; else a run takes the next slice while
+    it stays within ``target`` (a slice larger than ``target`` is a run of its own).
+    Row ``k`` of ``units`` gets ``(j, s0, s1, ids)``; returns the number of runs (at
+    most ``stacks * nsl``, plus one per stack without slices: the rows ``units`` needs).
+    """
+    m, nsl = counts.shape
+    k = 0
+    for j in range(m):
+        total = 0
+        for sl in range(nsl):
+            total += counts[j, sl]
+        if total <= target:
+            units[k, 0] = j
+            units[k, 1] = 0
+            units[k, 2] = nsl
+            units[k, 3] = total
+            k += 1
+            continue
+        s0 = 0
+        acc = 0
+        for sl in range(nsl):
+            c = counts[j, sl]
+            if acc > 0 and acc + c > target:
+                units[k, 0] = j
+                units[k, 1] = s0
+                units[k, 2] = sl
+                units[k, 3] = acc
+                k += 1
+                s0 = sl
+                acc = 0
+            acc += c
+        units[k, 0] = j
+        units[k, 1] = s0
+        units[k, 2] = nsl
+        units[k, 3] = acc
+        k += 1
+    return k
+
+
+def cut_slices_reference(counts, target, units):
+    """Numpy reference of :func:`cut_slices`: each stack's cut points from its running sums.
+
+    A run from slice ``s0`` ends before slice ``sl`` when the ids of ``s0..sl-1`` are
+    positive and those of ``s0..sl`` pass ``target``.
+    """
+    m, nsl = counts.shape
+    k = 0
+    for j in range(m):
+        run_sums = np.concatenate([[0], np.cumsum(counts[j])])
+        if run_sums[-1] <= target:
+            units[k] = (j, 0, nsl, run_sums[-1])
+            k += 1
+            continue
+        s0 = 0
+        for sl in range(nsl):
+            if run_sums[sl] - run_sums[s0] > 0 and run_sums[sl + 1] - run_sums[s0] > target:
+                units[k] = (j, s0, sl, run_sums[sl] - run_sums[s0])
+                k += 1
+                s0 = sl
+        units[k] = (j, s0, nsl, run_sums[nsl] - run_sums[s0])
+        k += 1
+    return k
+
+
+# --------------------------------------------------------------------------------------
+# counted_layouts (serial work between the count and the slices: one call for all stacks)
+# --------------------------------------------------------------------------------------
+#: Columns of :func:`counted_layouts`' ``jobs`` table, one row per counted stack: where its
+#: arrays start in ``block`` (int64) and ``row_pointers`` (int32), its shape, and ``split``
+#: (1: a stack without limits, whose groups' places and padding are laid out here too).
+COUNTED_LAYOUT_COLUMNS = ("count_pairs", "ng", "P", "R", "split", "base", "used", "offs", "pad_lo", "pad_hi",
+                          "row_pointers")
+
+
+@jit
+def counted_layouts(block, jobs, nsl, row_pointers, C_out):
+    """CSR size and layout of every counted stack of a call, from its counted pairs.
+
+    Row ``j`` of ``jobs`` (columns :data:`COUNTED_LAYOUT_COLUMNS`) describes one stack:
+    its pairs per (group, slice, partition) after per-sample dedup
+    (:func:`slice_pairs`) are ``block[count_pairs:count_pairs + ng * nsl * P]``. With
+    ``pairs[sl, p]`` their sum over groups and ``aligned`` those rounded up to 8,
+    ``used[sl] = sum over p of aligned[sl, p]`` and ``C = max(8, max over sl of used)``
+    (``C_out[j]``), each slice at ``base[sl] = sl * C``. With ``split``, also: partition
+    ``p`` of slice ``sl`` starts at ``pstart = base[sl] + aligned[sl, :p].sum()``; group
+    ``g``'s first slot of that stream is ``offs[g, sl, p] = pstart + pairs of the
+    earlier groups``; the row pointers (``R`` per slice) are the partitions' ends
+    ``pstart - base[sl] + pairs[sl, p]``, then ``used[sl]`` for the ``R - P`` unused
+    ones; the padding ranges ``[pad_lo, pad_hi)`` of slice ``sl`` are each partition's
+    tail ``[pstart + pairs, pstart + aligned)`` and the slice's tail
+    ``[base + used, base + C)``; ``used`` is written into ``block``. (What
+    ``_StackJob.set_counted_size`` computes for one stack with numpy.)
+    """
+    for j in range(jobs.shape[0]):
+        cp0 = jobs[j, 0]
+        ng = jobs[j, 1]
+        P = jobs[j, 2]
+        R = jobs[j, 3]
+        split = jobs[j, 4] != 0
+        b0 = jobs[j, 5]
+        u0 = jobs[j, 6]
+        o0 = jobs[j, 7]
+        lo0 = jobs[j, 8]
+        hi0 = jobs[j, 9]
+        rp0 = jobs[j, 10]
+        C = np.int64(8)
+        for sl in range(nsl):
+            used = np.int64(0)
+            for p in range(P):
+                pairs = np.int64(0)
+                for g in range(ng):
+                    pairs += block[cp0 + (g * nsl + sl) * P + p]
+                used += (pairs + 7) & -8              # (round_up to 8 of a count >= 0)
+            if used > C:
+                C = used
+        C_out[j] = C
+        for sl in range(nsl):
+            base = sl * C
+            block[b0 + sl] = base
+            if not split:
+                continue
+            start = base
+            for p in range(P):
+                run = start
+                for g in range(ng):
+                    c = (g * nsl + sl) * P + p
+                    block[o0 + c] = run
+                    run += block[cp0 + c]
+                pairs = run - start
+                aligned = (pairs + 7) & -8
+                row_pointers[rp0 + sl * R + p] = start - base + pairs
+                block[lo0 + sl * (P + 1) + p] = start + pairs
+                block[hi0 + sl * (P + 1) + p] = start + aligned
+                start += aligned
+            used = start - base
+            for r in range(P, R):
+                row_pointers[rp0 + sl * R + r] = used
+            block[lo0 + sl * (P + 1) + P] = base + used
+            block[hi0 + sl * (P + 1) + P] = base + C
+            block[u0 + sl] = used
+
+
+def counted_layouts_reference(block, jobs, nsl, row_pointers, C_out):
+    """Numpy reference of :func:`counted_layouts`: each stack's layout with whole-array calls."""
+    for j, (cp0, ng, P, R, split, b0, u0, o0, lo0, hi0, rp0) in enumerate(jobs.tolist()):
+        per_group = block[cp0:cp0 + ng * nsl * P].reshape(ng, nsl, P)
+        pairs = per_group.sum(axis=0)
+        aligned = (pairs + 7) // 8 * 8
+        used = aligned.sum(axis=1)
+        C = max(8, int(used.max()) if used.size else 8)
+        C_out[j] = C
+        base = np.arange(nsl, dtype=np.int64) * C
+        block[b0:b0 + nsl] = base
+        if not split:
+            continue
+        pstart = np.cumsum(aligned, axis=1) - aligned + base[:, None]
+        block[o0:o0 + ng * nsl * P] = (np.cumsum(per_group, axis=0) - per_group + pstart[None]).ravel()
+        rp = row_pointers[rp0:rp0 + nsl * R].reshape(nsl, R)
+        rp[:, :P] = pstart - base[:, None] + pairs
+        rp[:, P:] = used[:, None]
+        block[lo0:lo0 + nsl * (P + 1)] = np.concatenate([pstart + pairs, (base + used)[:, None]], axis=1).ravel()
+        block[hi0:hi0 + nsl * (P + 1)] = np.concatenate([pstart + aligned, (base + C)[:, None]], axis=1).ravel()
+        block[u0:u0 + nsl] = used
+
+
 def warmup() -> None:
     """Compile the kernels on tiny inputs (or load them from numba's cache)."""
     ids = np.array([3, 1, 3, 0, 2, 2], np.int64)
@@ -402,6 +581,11 @@ def warmup() -> None:
     ulist = np.zeros(6, np.int64)
     ul_cnt = np.zeros(2, np.int64)
     cut_groups(np.ones((2, 2), np.int64), 1.5, np.empty((4, 4), np.int64))
+    cut_slices(np.ones((2, 2), np.int64), 1.5, np.empty((4, 4), np.int64))
+    layout_block = np.zeros(64, np.int64)
+    layout_block[:8] = (3, 0, 9, 1, 0, 0, 2, 5)
+    counted_layouts(layout_block, np.array([[0, 2, 2, 8, 1, 8, 10, 12, 20, 26, 0]], np.int64), 2,
+                    np.empty(16, np.int32), np.empty(1, np.int64))
     keys = np.empty(6, np.int64)
     count_groups(ids, splits, np.ones(6, np.float32), np.zeros(1, np.int8), 1, 2, 0, gptr, zero, zero,
                  np.array([4], np.int64), one, one, zero, sloff, 0, 2, 0, 1, keys, keys.copy(), keys.copy(),

@@ -98,6 +98,7 @@ the same for unique ids (no id repeats inside one slice), and
 from __future__ import annotations
 
 import bisect
+import functools
 import itertools
 import math
 import threading
@@ -406,6 +407,7 @@ class _StackJob:
         (job,) = _make_jobs(_OneStack((stack,)), batch, G, S, want_csr, config or SparsecoreConfig(), has_w,
                             slice_counts, count_first)
         self.__dict__.update(job.__dict__)
+        self.__dict__.pop("counted_layout", None)        # (the layout names the job made, not this copy)
 
     def setup_shape(self, stack: Stack, G: int, S: int, n: int, groups: list[_Group], want_csr: bool,
                     config: SparsecoreConfig, weighted: list[bool], meta: dict, zeros, count_first: bool) -> None:
@@ -478,6 +480,14 @@ class _StackJob:
         self.split_csr = self.counted and not limited
         if self.split_csr:
             self.distinct_g = zeros(ng * nsl * P)
+        if self.counted:
+            # the layout the count gives (_set_counted_sizes), in the call's block too: one
+            # compiled call writes every counted stack's (counted_layouts)
+            self.base = zeros(nsl)
+            if self.split_csr:
+                self.offs = zeros(ng * nsl * P)
+                self.pad_lo = zeros(nsl * (P + 1))
+                self.pad_hi = zeros(nsl * (P + 1))
         self.staged = want_csr and self.C is None and not self.counted
         self.no_bad = np.full(ng, -1, np.int64)                 # statistics tasks: never a zero divisor
 
@@ -504,12 +514,19 @@ class _StackJob:
             self.base = np.arange(nsl, dtype=np.int64) * self.stride
             self.out_size = nsl * self.stride
 
-    def setup_fresh(self, batch: FeatureBatch) -> None:
-        """What each call's job has of its own (written, or handed to the caller), whatever its counts."""
+    def setup_fresh(self, batch: FeatureBatch, row_pointers: np.ndarray | None = None) -> None:
+        """What each call's job has of its own (written, or handed to the caller), whatever its counts.
+
+        ``row_pointers``: the job's ``nsl * R`` int32 row pointers (a view of the call's
+        block, :func:`_make_jobs`), or None for a fresh array.
+        """
         # (kernels read rowgain only with a combiner; without CSR they never touch row_pointers)
         self.rowgain = (_row_gains(self.stack, batch, self.nsl, self.n, self.lbits)
                         if self.want_csr and self.combiner else _NO_GAINS)
-        self.row_pointers = np.empty(self.nsl * self.R, np.int32) if self.want_csr else _NO_ROW_POINTERS
+        if not self.want_csr:
+            self.row_pointers = _NO_ROW_POINTERS
+        else:
+            self.row_pointers = np.empty(self.nsl * self.R, np.int32) if row_pointers is None else row_pointers
         self.ulist = None
         self.naive_starts = None
         self.emb = self.smp = self.gout = None
@@ -764,6 +781,36 @@ class _StackJob:
                 np.sum(self.distinct_g.reshape(ng, nsl * P), axis=0, out=self.distinct)
                 self.kept[:] = self.pairs
 
+    def counter_rows(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(pairs, distinct, kept)`` as :meth:`finish_sums` leaves them, without setting them
+        (another task may be reading the job meanwhile: the checks' parts)."""
+        ng = len(self.groups)
+        if self.by_group or self.split_csr:
+            per_group = self.count_pairs if self.split_csr else self.pairs_g
+            if ng == 1:
+                return per_group, self.distinct_g, per_group
+            pairs = per_group.reshape(ng, -1).sum(axis=0)
+            return pairs, self.distinct_g.reshape(ng, -1).sum(axis=0), pairs
+        return self.pairs, self.distinct, self.kept
+
+    def drop_counts(self, kept: np.ndarray) -> tuple[int, int]:
+        """``(dropped, static_dropped)``: ids dropped (by the limits' cut, plus those past a
+        static CSR buffer), and those past the static buffer alone."""
+        capacity = self.stack.static_buffer_size_per_sc(self.S)
+        static = 0
+        if capacity is not None:
+            rows = kept.reshape(self.nsl, self.P)
+            static = int(rows.sum() - _written_within(rows, capacity).sum())
+        return int(self.dropped.sum()) + static, static
+
+    def statistics_row(self) -> dict:
+        """What the statistics take of this stack's result (:meth:`result` without CSR), from the
+        counters as they are after the slices."""
+        pairs, distinct, kept = self.counter_rows()
+        dropped, static = self.drop_counts(kept)
+        return {"pairs": pairs, "distinct": distinct, "kept": kept, "input": self.slice_ids, "dropped": dropped,
+                "static_dropped": static}
+
     def finish_naive(self) -> None:
         """The stack's naive view: its groups' sum (after the naive-view tasks)."""
         self.naive_counts = self.naive_g[0] if len(self.groups) == 1 else self.naive_g.sum(axis=0)
@@ -778,15 +825,12 @@ class _StackJob:
         return [self.result(naive)]
 
     def result(self, naive: bool = True) -> dict:
+        dropped, static = self.drop_counts(self.kept)
         out = {"pairs": self.pairs, "distinct": self.distinct, "kept": self.kept, "input": self.slice_ids,
-               "dropped": int(self.dropped.sum()), "static_dropped": 0}
+               "dropped": dropped, "static_dropped": static}
         if naive:
             out["naive"] = self.naive_counts
         capacity = self.stack.static_buffer_size_per_sc(self.S)
-        if capacity is not None:
-            kept = self.kept.reshape(self.nsl, self.P)
-            out["static_dropped"] = int(kept.sum() - _written_within(kept, capacity).sum())
-            out["dropped"] += out["static_dropped"]
         if not self.want_csr:
             return out
         if capacity is not None and capacity != self.C:
@@ -1092,7 +1136,7 @@ class _JobTemplate:
         block_len = 0
         for si, st in enumerate(stacks):
             ng, P = tables.ng_of[si], st.num_partitions
-            block_len += ng + ng * nsl + 4 * ng * nsl * P + ng * P + 3 * nsl * P + 2 * nsl + 2
+            block_len += ng + ng * nsl + 5 * ng * nsl * P + ng * P + 3 * nsl * P + 2 * nsl * (P + 1) + 3 * nsl + 2
         block = np.zeros(max(1, block_len), np.int64)
         pos = [0]
 
@@ -1104,6 +1148,12 @@ class _JobTemplate:
             return block[start:start + length]
 
         self.kinds, self.statics, self.counters = [], [], []
+        # each CSR job's row pointers: its place in the call's int32 block
+        self.row_pointer_spans: list[tuple[int, int] | None] = []
+        rp_len = 0
+        # the counted jobs' places in the block (rows of counted_layouts' table)
+        counted_rows: list[list[int]] = []
+        self.counted_stacks: list[int] = []
         stack_groups = tables.stack_groups
         for si, st in enumerate(stacks):
             g0, g1 = stack_groups[si], stack_groups[si + 1]
@@ -1114,14 +1164,29 @@ class _JobTemplate:
             job.setup_shape(st, G, S, n, tables.groups[si], want_csr, config, weighted, meta, zeros, count_first)
             # the counters (views of the block) are placed anew per call; the rest is shared
             counters = []
+            where = {}
             for name, value in list(job.__dict__.items()):
                 if isinstance(value, np.ndarray) and value.base is block:
                     offset = (value.ctypes.data - block.ctypes.data) // block.itemsize
                     counters.append((name, offset, offset + value.size, value.shape))
+                    where[name] = offset
                     del job.__dict__[name]
+            if want_csr:
+                self.row_pointer_spans.append((rp_len, rp_len + nsl * job.R))
+                rp_len += nsl * job.R
+            else:
+                self.row_pointer_spans.append(None)
+            if job.counted:
+                split = job.split_csr
+                counted_rows.append([where["count_pairs"], len(job.groups), job.P, job.R, int(split), where["base"],
+                                     where["used"], where["offs"] if split else 0, where["pad_lo"] if split else 0,
+                                     where["pad_hi"] if split else 0, self.row_pointer_spans[-1][0]])
+                self.counted_stacks.append(si)
             self.kinds.append(kind)
             self.statics.append(job.__dict__)
             self.counters.append(counters)
+        self.row_pointers_len = rp_len
+        self.counted_table = np.array(counted_rows, np.int64).reshape(len(counted_rows), 11)
         # what the views use of the bound above (about half: a statistics-only job has no
         # CSR counters): each call zeroes that much
         self.block_len = max(1, pos[0])
@@ -1227,8 +1292,10 @@ def _make_jobs(plan: StackingPlan, batch: FeatureBatch, G: int, S: int, want_csr
     shape = (batch.batch_size, G, S, bool(config.allow_id_dropping), bool(count_first))
     template = plan_derived("jobs", stacks, layout + shape,
                             lambda: _JobTemplate(stacks, tables, batch, G, S, want_csr, config, count_first))
-    # one zeroed block for every counter of every job
+    # one zeroed block for every counter of every job, one int32 block for their row pointers
     block = np.zeros(template.block_len, np.int64)
+    row_pointers = np.empty(template.row_pointers_len, np.int32) if want_csr else None
+    spans = template.row_pointer_spans
     jobs = []
     for si in range(len(stacks)):
         g0, g1 = stack_groups[si], stack_groups[si + 1]
@@ -1240,18 +1307,53 @@ def _make_jobs(plan: StackingPlan, batch: FeatureBatch, G: int, S: int, want_csr
             slice_ids = gcounts[g0:g1].sum(axis=0)
             job.setup_counts(uloff_all[g0:g1], gcounts[g0:g1], sloff_all[g0:g1], slice_ids, slice_ids.tolist(),
                              int(gcounts[g0:g1].max(initial=0)) if g1 > g0 and nsl else 0)
-        job.setup_fresh(batch)
+        span = spans[si]
+        job.setup_fresh(batch, None if span is None else row_pointers[span[0]:span[1]])
         jobs.append(job)
+    if template.counted_stacks:
+        # what _set_counted_sizes needs to lay out every counted job in one compiled call
+        # (the jobs by id: a list of them here would be a reference cycle, which kept the
+        # call's CSR buffers from the pool until the garbage collector ran)
+        jobs[template.counted_stacks[0]].counted_layout = _CountedLayout(
+            block, template.counted_table, nsl, row_pointers, tuple(id(jobs[si]) for si in template.counted_stacks))
     return jobs
 
 
-def _set_counted_sizes(jobs: list[_StackJob]) -> None:
-    """:meth:`_StackJob.set_counted_size` of every job, a few numpy calls per shape of job.
+@dataclass
+class _CountedLayout:
+    """A call's counted jobs as :func:`~scwork.sharding._split_kernels.counted_layouts` reads them:
+    their counters' block, one row per job of places in it, the row pointers' block, and
+    the ids of the jobs the rows are (in order)."""
 
-    Jobs of the same shape (groups, slices, partitions) are stacked and computed at
-    once; each job then takes its rows (the per-job method costs some twenty numpy
-    calls per stack, most of a preprocess call's serial time at 26 stacks).
+    block: np.ndarray
+    table: np.ndarray
+    nsl: int
+    row_pointers: np.ndarray
+    job_ids: tuple
+
+
+def _set_counted_sizes(jobs: list[_StackJob]) -> None:
+    """:meth:`_StackJob.set_counted_size` of every job.
+
+    The counted jobs of one call, as :func:`_make_jobs` made them (their layout
+    arrays views of the call's block): one compiled call for all
+    (:func:`~scwork.sharding._split_kernels.counted_layouts`), then each job's ``C``.
+    Other lists (jobs of several calls, or made one by one): jobs of the same shape
+    (groups, slices, partitions) stacked and computed with numpy at once (the
+    per-job method costs some twenty numpy calls per stack; the numpy calls per
+    shape still cost 0.4 ms at 26 stacks, a fifth of a preprocess call's serial time).
     """
+    layout = getattr(jobs[0], "counted_layout", None) if jobs else None
+    if layout is not None and layout.job_ids == tuple(map(id, jobs)) \
+            and all(j.base.base is layout.block for j in jobs):
+        from scwork.sharding._split_kernels import counted_layouts
+
+        C = np.empty(len(jobs), np.int64)
+        counted_layouts(layout.block, layout.table, layout.nsl, layout.row_pointers, C)
+        for j, c in zip(jobs, C.tolist()):
+            j.C = j.cap = c
+            j.out_size = j.nsl * c
+        return
     by_shape: dict[tuple, list[_StackJob]] = {}
     for j in jobs:
         by_shape.setdefault((len(j.groups), j.nsl, j.P, j.split_csr), []).append(j)
@@ -1310,7 +1412,8 @@ def _row_gains(stack: Stack, batch: FeatureBatch, nsl: int, n: int, lbits: int) 
 # --------------------------------------------------------------------------------------
 def _execute(plan: StackingPlan, batch: FeatureBatch, G: int, S: int, kern: _Backend, config: SparsecoreConfig,
              want_csr: bool, num_threads: int, prepare=None, after_slices=None,
-             counts: np.ndarray | None = None, jobs: list | None = None) -> tuple[list[dict], np.ndarray]:
+             counts: np.ndarray | None = None, jobs: list | None = None,
+             fill_statistics=None) -> tuple[list[dict], np.ndarray]:
     """Run every stack: task batches (counts for C, slices, naive view and compaction), checks, results.
 
     Every step that grows with the input runs as tasks of about ``total ids /
@@ -1318,9 +1421,14 @@ def _execute(plan: StackingPlan, batch: FeatureBatch, G: int, S: int, kern: _Bac
     thread each batch has one task per stack. ``prepare`` (no arguments): serial work
     of the caller that does not depend on the results (the statistics' buffers and
     Dataset), done by the calling thread while the slices run, with the naive view's
-    task list. ``after_slices(results)``: what the caller does with the results
-    (checks, statistics), run as one more task beside the naive view's (it needs
-    the slices, not the naive view).
+    task list. ``after_slices(results, first, fill)``: what the caller does with the
+    results of the stacks ``first, first + 1, ...`` (checks; with ``fill``, the
+    statistics too), run as more tasks beside the naive view's (it needs the slices,
+    not the naive view); ``fill_statistics(rows)``: with CSR, the statistics filled
+    from every stack's counters (:meth:`_StackJob.statistics_row`), a task of its own
+    while ``after_slices`` checks the stacks part by part (``fill`` False). Errors of
+    these tasks are raised after the batch, the first a single task over every stack
+    in order would have raised.
 
     ``counts``: :func:`_slice_counts` of ``batch`` if the caller has it; ``jobs``:
     :func:`_jobs_of` for these arguments, if made ahead (their counters untouched).
@@ -1350,10 +1458,7 @@ def _execute(plan: StackingPlan, batch: FeatureBatch, G: int, S: int, kern: _Bac
 
     # buffers: scratch per worker and the naive-view lists (internal, back to the pool
     # at the end); the CSR buffers handed to the caller (back when they are dropped)
-    needs: dict[str, int] = {}
-    for j in jobs:
-        for name, length in j.scratch_needs().items():
-            needs[name] = max(needs.get(name, 1), length)
+    needs = _scratch_needs(jobs)
     names = list(needs)
     specs = [(needs[name], np.float32 if name in ("sg", "ag", "bg") else np.int64) for name in names]
     # one pooled buffer for every worker (recycled by the next call: no fresh pages);
@@ -1396,47 +1501,133 @@ def _execute(plan: StackingPlan, batch: FeatureBatch, G: int, S: int, kern: _Bac
         if prepare is not None:
             overlap += list(prepare) if isinstance(prepare, (list, tuple)) else [prepare]
         _run_tasks(slices, work, sizes, num_threads, "slices", overlap=overlap)
-        # errors in stack order, as a stack-by-stack run would raise them
-        for j in jobs:
+        # errors in stack order, as a stack-by-stack run would raise them (only a job with
+        # an error or a dropped pair kept a task record)
+        for j in [j for j in jobs if j.tasks]:
             err = j.first_error(("oov",))
             if err is not None:
                 raise _Oov(err[1])
-        done: list = []
-
-        def after():
-            # the checks and results need the slices only: a task beside the naive view's.
-            # It is Python holding the GIL, which the other workers need between their
-            # tasks: it lets go of it between its steps
-            for j in jobs:
-                j.finish_sums()
-            let_workers_run()
-            results = _check_jobs(jobs, batch, G, S, config, want_csr)
-            if after_slices is not None:
-                let_workers_run()
-                after_slices(results)
-            done.append(results)
-
         staged = any(j.staged for j in jobs)      # results read the compacted CSR: after it
+        split = want_csr and not staged and fill_statistics is not None and num_threads > 1
+        parts = _ResultParts(jobs, batch, G, S, config, want_csr, after_slices, fill_statistics,
+                             num_threads if split else 1)
         if not staged:
-            # first in the batch (the largest size): what follows the batch waits for it
-            finish.append([(None, after)])
-            finish_sizes.append(largest[0] + 1)     # (the largest, found while the slices ran)
-            order.insert(0, len(finish_sizes) - 1)   # (its index: the chain's last item)
+            # first in the batch (the largest sizes): what follows the batch waits for them
+            # (the largest, found while the slices ran; their indices: the chain's last items)
+            firsts = parts.items()
+            finish.append(firsts)
+            finish_sizes.extend([largest[0] + 1] * len(firsts))
+            order[:0] = range(len(finish_sizes) - len(firsts), len(finish_sizes))
         _run_tasks(_finish_task(kern), _Chain(finish), finish_sizes, num_threads, "finish", order=order)
         if staged:
-            after()
+            parts.run(0)
+        results = parts.results()
         naive = [j.naive_rows() for j in jobs]
         if not want_csr:
             # nobody reads a statistics call's jobs and task lists any more (their counters
             # are in the results): the next call frees them while its slices run
             keep_until_next_call((jobs, work, sizes, finish, finish_sizes))
-        return done[0], (naive[0] if len(naive) == 1 else np.concatenate(naive))
+        return results, (naive[0] if len(naive) == 1 else np.concatenate(naive))
     finally:
         del scratch, ulists
         for j in jobs:
             j.ulist = None
         _POOL.give(scratch_buf)
         _POOL.give(ulist_buf)
+
+
+class _ResultParts:
+    """The finish batch's checks and results (:func:`_execute`), in parts of consecutive jobs.
+
+    With CSR each stack is a job, and its checks, CSR buffers (``CsrBuffers``), drop
+    records and statistics were one task: 0.5 ms at 26 stacks, the finish batch's
+    longest at 64 threads. With ``parts_of`` threads (> 1) they run as parts of
+    consecutive jobs (:func:`_result_parts`), each checking its stacks
+    (``after_slices(results, first, False)``), beside one task that fills the
+    statistics from every stack's counters (``fill_statistics``, from
+    :meth:`_StackJob.statistics_row`: filling them part by part cost a dozen numpy calls
+    a part). With one, a single part does it all (``after_slices(results, 0, True)``).
+    Errors are kept and :meth:`results` raises the one a single task over every stack
+    in order raises first: the errors of a call come in phases (limits of every stack,
+    then zero divisors, then the caller's checks, then the fill), stacks in order within
+    a phase, so the least (phase, part).
+    """
+
+    def __init__(self, jobs, batch, G, S, config, want_csr, after_slices, fill_statistics, parts_of: int):
+        self.jobs, self.batch, self.G, self.S, self.config, self.want_csr = jobs, batch, G, S, config, want_csr
+        self.after_slices, self.fill_statistics = after_slices, fill_statistics
+        self.cuts = _result_parts(len(jobs), parts_of)
+        self.split = parts_of > 1
+        self.done: list = [None] * (len(self.cuts) - 1)
+        self.failed: list = []          # (phase, part, error), appended by the tasks (one step under the GIL)
+
+    def items(self) -> list:
+        """The finish batch's items of the parts (and the fill task first, when split)."""
+        firsts = [(None, functools.partial(self.run, k)) for k in range(len(self.done))]
+        if self.split:
+            firsts.insert(0, (None, self.fill))
+        return firsts
+
+    def fill(self) -> None:
+        """Task: the statistics of every stack, from the jobs' counters."""
+        try:
+            self.fill_statistics([j.statistics_row() for j in self.jobs])
+        except Exception as err:  # noqa: BLE001 - raised by results(), after every check's
+            self.failed.append((3, 0, err))
+
+    def run(self, k: int) -> None:
+        """Task: part ``k``'s checks and results. It is Python holding the GIL, which the other
+        workers need between their tasks: it lets go of it between its steps."""
+        a, b = self.cuts[k], self.cuts[k + 1]
+        mine = self.jobs[a:b]
+        phase = [0]
+        try:
+            for j in mine:
+                j.finish_sums()
+            let_workers_run()
+            results = _check_jobs(mine, self.batch, self.G, self.S, self.config, self.want_csr, phase)
+            if self.after_slices is not None:
+                let_workers_run()
+                phase[:] = [2]
+                self.after_slices(results, a, not self.split)
+        except Exception as err:  # noqa: BLE001 - raised by results(), in call order
+            self.failed.append((phase[0], k, err))
+            return
+        self.done[k] = results
+
+    def results(self) -> list[dict]:
+        """Every part's results in job order, after the batch; or the call's first error raised."""
+        if self.failed:
+            raise min(self.failed, key=lambda f: f[:2])[2]
+        return self.done[0] if len(self.done) == 1 else [res for part in self.done for res in part]
+
+
+# jobs per part of the finish batch's checks-and-results tasks (each part also fills its rows
+# of the statistics, a dozen numpy calls: parts of fewer jobs would cost more than they save)
+_JOBS_PER_RESULT_PART = 3
+
+
+def _result_parts(num_jobs: int, num_threads: int) -> list[int]:
+    """Cuts ``[0, ..., num_jobs]`` of the checks-and-results parts: one part with one thread, else
+    up to ``num_threads`` parts of at least :data:`_JOBS_PER_RESULT_PART` consecutive jobs, sizes
+    as even as the cut allows."""
+    parts = max(1, min(num_threads, num_jobs // _JOBS_PER_RESULT_PART))
+    return [num_jobs * k // parts for k in range(parts + 1)]
+
+
+def _scratch_needs(jobs) -> dict[str, int]:
+    """The longest of each per-worker scratch array over ``jobs``' :meth:`_StackJob.scratch_needs` (at least 1)."""
+    if len(jobs) == 1:
+        return {name: max(1, length) for name, length in jobs[0].scratch_needs().items()}
+    # (the maxima of its terms over the jobs: a dict per job was most of this step)
+    gmax = max(max(1, j.group_slice_max) for j in jobs)
+    sk = max(max(1, j.stack_slice_max if j.keep_all else j.group_slice_max) for j in jobs)
+    gains = [j for j in jobs if j.any_gains]
+    sg = max((max(1, j.stack_slice_max if j.keep_all else j.group_slice_max) for j in gains), default=1)
+    ag = max((max(1, j.group_slice_max) for j in gains), default=1)
+    return {"sk": sk, "sg": sg, "ak": gmax, "bk": gmax, "ag": ag, "bg": ag, "hist": _HIST_SIZE,
+            "gm": max(1, max(len(j.groups) for j in jobs)),
+            "bounds": max(1, max(len(j.groups) * (j.P + 1) for j in jobs))}
 
 
 def _finish_list_steps(jobs, target: float, finish: list, finish_sizes: list, largest: list, order: list) -> list:
@@ -1540,10 +1731,32 @@ class _Chain:
         return (item for part in self.parts for item in part)
 
 
+class _SliceCut(_LazyRows):
+    """Rows ``(job, s0, s1, size)`` of :func:`~scwork.sharding._split_kernels.cut_slices` over a
+    list of jobs (``self.job``): item ``i`` is the task ``(jobs[job], s0, s1, 0, groups)``."""
+
+    __slots__ = ()
+
+    def __getitem__(self, i: int) -> tuple:
+        j, s0, s1, _ = self.rows[i].tolist()
+        job = self.job[j]
+        return job, s0, s1, 0, len(job.groups)
+
+
 def _units(jobs, target: float, by_group) -> tuple[Any, list[int]]:
     """``(job, s0, s1, g0, g1)`` tasks of every job (a sequence) and their sizes (raw ids)."""
     if len(jobs) == 1:                    # one job (every statistics call on one P): its own items
         return jobs[0].tasks_of(target, by_group(jobs[0]))
+    if all(len(j.groups) == 1 for j in jobs) and len({j.nsl for j in jobs}) == 1:
+        # one table per job (preprocess without stacking: a job per stack): every job is cut
+        # by slices alone (_StackJob.ranges), all in one compiled call instead of a few list
+        # operations per job; a worker makes its task's tuple when it takes it
+        from scwork.sharding._split_kernels import cut_slices
+
+        counts = np.array([j.slice_list for j in jobs], np.int64).reshape(len(jobs), jobs[0].nsl)
+        cut = np.empty((counts.size + len(jobs), 4), np.int64)
+        k = cut_slices(counts, float(target), cut)
+        return _SliceCut(jobs, cut[:k]), cut[:k, 3]
     work, sizes = [], []
     for j in jobs:
         items, item_sizes = j.tasks_of(target, by_group(j))
@@ -1564,14 +1777,20 @@ def _finish_task(kern: _Backend):
     return run
 
 
-def _check_jobs(jobs, batch, G, S, config, want_csr):
-    """Limit and gain errors, in the order compute_stats meets them; then the results."""
+def _check_jobs(jobs, batch, G, S, config, want_csr, phase: list | None = None):
+    """Limit and gain errors, in the order compute_stats meets them; then the results.
+
+    ``phase``: set to ``[1]`` once the limits passed (an error raised after is a gain's
+    zero divisor), for a caller that orders the errors of several parts of a call.
+    """
     B = batch.batch_size
     # errors in the order compute_stats (which computes no gains) meets them:
     # out-of-vocabulary ids (checked by the caller), then the limits, then the gains' zero divisors
     if want_csr:
         for j in jobs:
             _check_limits(j.stack, {"pairs": j.pairs, "distinct": j.distinct, "kept": j.kept}, G, S, config, B)
+    if phase is not None:
+        phase[:] = [1]
     for j in jobs:
         err = j.first_error()
         if err is not None:
@@ -1732,33 +1951,42 @@ def _complete_call(call: _PreparedCall, dataset: bool = True, overlap=None):
 
     # what the serial end of the call needs of the results, found by the checks' task:
     # the stacks that dropped ids past a static buffer (warned about), whether any id was dropped
-    found = {"static": (), "dropped": False}
+    found = {"static": [], "dropped": False}
 
-    def after_slices(results):
-        # checks and statistics (all but the naive view), a task beside the naive view's
+    def after_slices(results, first=0, fill=True):
+        # checks and statistics (all but the naive view) of the stacks first, first + 1, ...
+        # (with CSR the call's stacks come in parts, each a task beside the naive view's, and
+        # fill_statistics fills the statistics of all, in a task of its own)
+        end = first + len(results)
         if not want_csr:
-            for st, res in zip(plan.stacks, results):
+            for st, res in zip(plan.stacks[first:end], results):
                 _check_limits(st, res, G, S, config, batch.batch_size)
         else:
             # last, so that preprocess raises what compute_stats raises first (the kernels'
             # float32 gains of a rejected sample are never returned)
-            _check_gain_inputs(batch_used, plan)
-        let_workers_run()
+            _check_gain_inputs(batch_used, plan, first, end)
+        if fill:
+            let_workers_run()
+            fill_statistics(results, first)
+
+    def fill_statistics(rows, first=0):
         builder = built[0]
-        builder.fill(results, naive=False)
-        found["static"] = [i for i, res in enumerate(results) if res["static_dropped"]]
-        found["dropped"] = bool(np.count_nonzero(builder.dropped))
+        builder.fill(rows, naive=False, first=first)
+        end = first + len(rows)
+        found["static"] = [i for i, res in enumerate(rows, start=first) if res["static_dropped"]]
+        found["dropped"] = bool(np.count_nonzero(builder.dropped[first:end]))
         if not want_csr:
             # a statistics call's per-stack results are in the statistics now and nobody
             # reads them after: freed by the next call while its slices run (not here: this
             # task is the finish batch's longest at 64 threads; not at the end of the call)
-            keep_until_next_call(results)
+            keep_until_next_call(rows)
 
     for attempt in range(2):
         try:
             first = batch_used is batch
             results, naive = _execute(plan, batch_used, G, S, kern, config, want_csr, num_threads, prepare,
-                                      after_slices, slice_counts if first else None, call.jobs if first else None)
+                                      after_slices, slice_counts if first else None, call.jobs if first else None,
+                                      fill_statistics)
             break
         except _Oov as err:
             if on_out_of_vocabulary == "error" or attempt == 1:
@@ -1773,7 +2001,7 @@ def _complete_call(call: _PreparedCall, dataset: bool = True, overlap=None):
     stats_builder.fill_naive(naive)
     parts = stats_builder.parts
     stats = stats_builder.dataset if dataset else parts
-    for i in found["static"]:
+    for i in sorted(found["static"]):
         st = plan.stacks[i]
         # The library drops these with a log line whatever allow_id_dropping says;
         # scwork does the same, counts them, and says so.

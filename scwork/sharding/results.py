@@ -362,11 +362,12 @@ class _StatsBuilder:
         """:attr:`dataset`: the Dataset of :attr:`parts` (its arrays filled later or already)."""
         self.dataset = _dataset(*self.parts)
 
-    def _put(self, out: np.ndarray, results, key: str, block) -> None:
-        """Every result's ``key`` (a stack's row) into ``out`` (stack first)."""
-        rows = out.reshape(self.ns, -1)
-        if block is not None and key in block and block[key].shape[0] == self.ns:
-            np.copyto(rows, block[key].reshape(self.ns, -1))
+    def _put(self, out: np.ndarray, results, key: str, block, first: int = 0) -> None:
+        """Every result's ``key`` (a stack's row) into ``out`` (stack first), from row ``first`` on."""
+        n = len(results)
+        rows = out[first:first + n].reshape(n, -1)
+        if block is not None and key in block and block[key].shape[0] == n:
+            np.copyto(rows, block[key].reshape(n, -1))
         else:
             np.stack([np.asarray(r[key]).reshape(-1) for r in results], out=rows)
 
@@ -376,48 +377,52 @@ class _StatsBuilder:
         if naive is not self.naive_unique:
             np.copyto(self.naive_unique, naive)
 
-    def fill(self, results, naive: bool = True) -> None:
+    def fill(self, results, naive: bool = True, first: int = 0) -> None:
         """The counters of ``results`` (one dict per stack, the engine's) in, the derived variables computed.
 
-        ``naive=False``: all but the naive view (:meth:`fill_naive` then).
+        ``naive=False``: all but the naive view (:meth:`fill_naive` then). ``first``: the
+        results are those of the stacks ``first, first + 1, ...`` only (the engine fills
+        the rows of a call's stacks part by part, in tasks of their own); every row is
+        written by exactly one call.
         """
-        ns = self.ns
-        if ns == 0:
+        n = len(results)
+        if n == 0:
             return
+        a, b = first, first + n
         block = _block_of(results)              # checked once for every counter
-        ids = self.ids
-        self._put(ids, results, "pairs", block)
-        self._put(self.uniq, results, "distinct", block)
+        ids = self.ids[a:b]
+        self._put(self.ids, results, "pairs", block, first)
+        self._put(self.uniq, results, "distinct", block, first)
         same_kept = all(r["kept"] is r["pairs"] for r in results)
         if same_kept:
-            np.copyto(self.kept, ids)
+            np.copyto(self.kept[a:b], ids)
         else:
-            self._put(self.kept, results, "kept", block)
+            self._put(self.kept, results, "kept", block, first)
         if all("input" in r for r in results):      # raw ids per slice, counted by the engine already
-            self._put(self.raw, results, "input", block)
+            self._put(self.raw, results, "input", block, first)
         else:
-            G, S, n = self.G, self.S, self.batch.batch_size // (self.G * self.S)
+            G, S, spc = self.G, self.S, self.batch.batch_size // (self.G * self.S)
             batch = self.batch
-            self.raw[...] = 0
-            for a, (st, r) in enumerate(zip(self.plan.stacks, results)):
+            self.raw[a:b] = 0
+            for i, (st, r) in enumerate(zip(self.plan.stacks[a:b], results), start=a):
                 if "input" in r:
-                    self.raw[a] = r["input"].reshape(G, S)
+                    self.raw[i] = r["input"].reshape(G, S)
                     continue
                 for f in st.features:
                     rs = batch._splits[batch._feature_index(f.name)]
-                    self.raw[a] += (rs[n::n] - rs[:-1:n]).reshape(G, S)
+                    self.raw[i] += (rs[spc::spc] - rs[:-1:spc]).reshape(G, S)
         if naive:
-            self._put(self.naive_unique, results, "naive", block)
-        np.max(ids, axis=2, out=self.max_ids)
-        np.max(self.uniq, axis=2, out=self.max_uniq)
-        np.sum(_round_up_8(ids), axis=3, out=self.required)
+            self._put(self.naive_unique, results, "naive", block, first)
+        np.max(ids, axis=2, out=self.max_ids[a:b])
+        np.max(self.uniq[a:b], axis=2, out=self.max_uniq[a:b])
+        np.sum(_round_up_8(ids), axis=3, out=self.required[a:b])
         if same_kept:
-            np.sum(self.required, axis=2, out=self.required_device)
+            np.sum(self.required[a:b], axis=2, out=self.required_device[a:b])
         else:
-            np.sum(_round_up_8(self.kept), axis=(2, 3), out=self.required_device)
-        np.sum(ids, axis=(1, 2), out=self.naive_ids)
-        self.dropped[:] = [r["dropped"] for r in results]
-        self.static_dropped[:] = [r["static_dropped"] for r in results]
+            np.sum(_round_up_8(self.kept[a:b]), axis=(2, 3), out=self.required_device[a:b])
+        np.sum(ids, axis=(1, 2), out=self.naive_ids[a:b])
+        self.dropped[a:b] = [r["dropped"] for r in results]
+        self.static_dropped[a:b] = [r["static_dropped"] for r in results]
 
 
 _COORDS_CACHE: dict[tuple, Any] = {}

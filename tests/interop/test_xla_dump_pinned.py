@@ -19,8 +19,10 @@ ROOT); neg 5-6 (last use: out); out 6-7. Live bytes per time: 96, 96, 160, 224, 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -515,3 +517,209 @@ def test_bad_live_range_lines(tmp_path, old, new, line, message):
 
 def test_allocation_kinds():
     assert ALLOCATION_KINDS == ("parameter", "constant", "output", "temp", "preallocated-temp", "thread-local")
+
+
+# ======================================================================================
+# Pinned by mutation testing (tools/mutation.py): each test below fails on a mutant
+# that the tests above let through; the values are worked out by hand in the comments.
+# ======================================================================================
+def test_records_are_frozen_and_the_views_name_their_coords(module):
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        module.instructions[0].name = "q"
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        module.allocations[0].size = 1
+    # The shape coord is each leaf's text (not its tuple index nor its Shape).
+    assert module.instructions_dataset()["shape"].values.tolist() == [
+        "f32[2]{0}", "f32[2]{0}", "f32[4,4]{1,0}", "s32[3]{0:T(8)}", "f32[4,4]{1,0}", "f32[4,4]{1,0}", "token[]",
+        "s32[3]{0}", "f32[4,4]{1,0}", "s32[3]{0}"]
+    timeline = module.timeline()
+    # Each interval's end_s is one past its last live time: a 0-7 -> 0.0-8.0, c 2-3 -> 2.0-4.0 ...
+    assert [(iv.start_s, iv.end_s) for iv in timeline.intervals] == [
+        (0.0, 8.0), (0.0, 8.0), (2.0, 4.0), (3.0, 8.0), (5.0, 7.0), (6.0, 8.0)]
+    usage = timeline.usage()
+    assert usage["start_s"].dims == ("event",) and usage["end_s"].dims == ("event",)
+    assert usage["end_s"].values.tolist() == [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0]
+
+
+def test_numbers_in_error_messages_are_cut_to_30_characters(tmp_path):
+    # repr of the 40 digits is 42 characters: shown() keeps 27 of them ("'" and 26 digits) and "...".
+    buffers = BUFFERS.replace("allocation 4: size 12:", "allocation 4: size 1234567890123456789012345678901234567890:")
+    with pytest.raises(XlaDumpError) as raised:
+        read_xla_dump(write_dump(tmp_path, buffers=buffers))
+    assert raised.value.reason == ("allocation size '12345678901234567890123456... is not a number that fits int64 "
+                                   "(XLA writes int64 values)")
+
+
+def test_a_module_number_past_int64_names_the_file_and_no_line(tmp_path):
+    folder = write_dump(tmp_path, buffers=None, report=None, number="123456789012345678901")
+    file = folder / "module_123456789012345678901.jit_f.cpu_after_optimizations.txt"
+    with pytest.raises(XlaDumpError) as raised:
+        read_xla_dump(folder)
+    assert (raised.value.path, raised.value.line) == (str(file), None)
+    assert str(raised.value).startswith(f"{file}: module number '123456789012345678901' is not a number that fits")
+
+
+@pytest.mark.parametrize("file, old, new, shown", [
+    # Inside a computation: 80 g's of the 100 characters.
+    ("hlo", "  %tok = token[] after-all()", "  " + "g" * 80 + "h" * 20,
+     "expected an instruction 'name = shape opcode(...)' in computation 'main', got '" + "g" * 80 + "'"),
+    # An allocation line that does not parse: "allocation 4: size " (19 characters) and 61 t's.
+    ("buffers", "allocation 4: size 12:", "allocation 4: size " + "t" * 80,
+     "expected 'allocation N: size S, ...:' or ' value: <id name @color> (size=S,offset=O): shape', got "
+     "'allocation 4: size " + "t" * 61 + "'"),
+    # A live range that does not parse: 80 c's of the 100 characters.
+    ("live-range", "    c{}:2-2", "    " + "c" * 80 + "d" * 20, "expected 'name{index}:start-end', got '" + "c" * 80 + "'"),
+])
+def test_bad_lines_are_shown_to_80_characters(tmp_path, file, old, new, shown):
+    texts = {"hlo": HLO, "buffers": BUFFERS, "live-range": LIVE_RANGE}
+    assert texts[file].count(old) == 1
+    texts[file] = texts[file].replace(old, new)
+    folder = write_dump(tmp_path, hlo=texts["hlo"], buffers=texts["buffers"])
+    (folder / "module_0003.jit_f.cpu_after_optimizations-live-range.txt").write_text(texts["live-range"])
+    with pytest.raises(XlaDumpError) as raised:
+        read_xla_dump(folder)
+    assert raised.value.reason == shown
+
+
+def test_a_computation_off_the_main_thread_ends_at_its_brace(tmp_path):
+    # XLA's HloComputation::Print writes '}, execution_thread="..."' after a computation of
+    # another thread (and '} // name' with print_name_after_closing_brace): helper ends
+    # there and main is read after it.
+    hlo = HLO.replace("  ROOT %neg.9 = f32[2]{0} negate(%p)\n}\n", "  ROOT %neg.9 = f32[2]{0} negate(%p)\n"
+                      '}, execution_thread="sparsecore"\n')
+    m = read_xla_dump(write_dump(tmp_path / "thread", hlo=hlo)).module(3)
+    assert [(i.name, i.computation) for i in m.instructions[:3]] == [("p", "helper"), ("neg.9", "helper"),
+                                                                      ("a", "main")]
+    assert len(m.instructions) == 9
+    named = HLO.replace("  ROOT %neg.9 = f32[2]{0} negate(%p)\n}\n", "  ROOT %neg.9 = f32[2]{0} negate(%p)\n"
+                        "} // helper\n")
+    assert len(read_xla_dump(write_dump(tmp_path / "named", hlo=named)).module(3).instructions) == 9
+
+
+def test_a_brace_followed_by_anything_else_is_not_an_end(tmp_path):
+    # Inside main, "}x" and a line of another character than an instruction's are neither
+    # an end nor an instruction: they raise, naming the line, instead of ending main there.
+    for bad in ("}x", "~ %a = f32[] parameter(0)"):
+        hlo = HLO.replace("  %tok = token[] after-all()", bad)
+        with pytest.raises(XlaDumpError, match=re.escape(f"in computation 'main', got {bad!r}")) as raised:
+            read_xla_dump(write_dump(tmp_path / "bad", hlo=hlo))
+        assert raised.value.line == 14
+
+
+def test_sections_of_one_file_after_the_stack_trace_breakdown(tmp_path):
+    # Older XLA writes the live ranges inside the buffer-assignment file. The stack trace
+    # breakdown is skipped, a value-shaped line in it included (only BufferAssignment has
+    # values), and the "Used values" after it are still read.
+    breakdown = "  a{}: nothing read here\n"
+    live_range = LIVE_RANGE.replace(breakdown, breakdown + "   value: <9 z @0> (size=4,offset=0): f32[]\n")
+    before, after = BUFFERS.split("Used values:")
+    m = read_xla_dump(write_dump(tmp_path, buffers=before + live_range + "\nUsed values:" + after)).module(3)
+    assert m.live_range_source == "HloLiveRange" and (m.xla_peak_time, m.xla_peak_bytes) == (6, 188)
+    assert [(v.label, v.start, v.end, v.uses) for v in m.values] == [
+        ("a", 0, 7, ("add",)), ("b", 0, 7, ()), ("c", 2, 2, ("add",)), ("add", 3, 7, ("out",)),
+        ("neg", 5, 6, ("out",)), ("out", 6, 7, ()), ("p", -1, -1, ()), ("neg.9", -1, -1, ())]
+
+
+def test_lines_outside_the_sections_read_are_skipped(tmp_path):
+    # A line before the first section and one between "HloLiveRange (max 7):" and its
+    # InstructionSequence belong to no section these readers parse.
+    folder = write_dump(tmp_path, buffers="XLA buffer assignment of jit_f\n" + BUFFERS)
+    live_range = LIVE_RANGE.replace("  InstructionSequence:", "  schedule of 7 instructions\n  InstructionSequence:")
+    (folder / "module_0003.jit_f.cpu_after_optimizations-live-range.txt").write_text(live_range)
+    m = read_xla_dump(folder).module(3)
+    assert len(m.allocations) == 9 and len(m.values) == 8 and m.memory_report[0]["size"] == "64B"
+    assert m.sequence == ("a", "b", "c", "add", "tok", "neg", "out")
+
+
+def test_a_bare_name_under_uses_is_neither_a_use_nor_a_position(tmp_path):
+    # "  out" under c's uses has no ", operand N": it ends the listing. Were it read as a
+    # position at the ROOT, c would live to the end (7) instead of its last use, add (3).
+    buffers = BUFFERS.replace("  add, operand 1\n", "  add, operand 1\n  out\n")
+    assert buffers.count("  out\n") == 1
+    m = read_xla_dump(write_dump(tmp_path, buffers=buffers)).module(3)
+    assert [(v.label, v.start, v.end, v.uses) for v in m.values[:4]] == [
+        ("a", 0, 7, ("add",)), ("b", 0, 7, ()), ("c", 2, 3, ("add",)), ("add", 3, 7, ("out",))]
+
+
+def test_values_of_zero_and_one_byte_and_a_one_element_tuple(tmp_path):
+    # Allocation 8 gets four values: z f32[0] (0 bytes: no padding fraction, and no 0/0
+    # warning), flag pred[] (1 byte, no padding: fraction 0.0), one (f32[4,4]) a tuple of
+    # one array and none () the empty tuple (no layout: NaN); and b is given 64 bytes,
+    # more than scwork's 32.
+    buffers = BUFFERS.replace("allocation 8: size 4, constant:\n", "allocation 8: size 4, constant:\n"
+                              " value: <9 z @0> (size=0,offset=0): f32[0]{0}\n"
+                              " value: <10 flag @0> (size=1,offset=0): pred[]\n"
+                              " value: <11 one{} @0> (size=8,offset=0): (f32[4,4]{1,0})\n"
+                              " value: <12 none{} @0> (size=0,offset=0): ()\n")
+    buffers = buffers.replace("<1 b @0> (size=32,", "<1 b @0> (size=64,")
+    m = read_xla_dump(write_dump(tmp_path, buffers=buffers)).module(3)
+    assert [v.label for v in m.values[8:]] == ["z", "flag", "one", "none"]
+    assert m.values[10].shape is None and m.values[11].shape is None
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        ds = m.buffers_dataset()
+    padded = ds["padded_bytes"].values
+    assert padded[8:10].tolist() == [0.0, 1.0] and math.isnan(padded[10]) and math.isnan(padded[11])
+    fraction = ds["padding_fraction"].values
+    assert math.isnan(fraction[8]) and fraction[9] == 0.0 and math.isnan(fraction[10]) and math.isnan(fraction[11])
+    assert ds["layout_matches_size"].values.tolist() == [True, False, True, True, True, False, True, True,
+                                                         True, True, False, False]
+    assert m.allocations_dataset()["num_values"].values.tolist() == [1, 1, 1, 1, 1, 1, 1, 1, 4]
+
+
+def sized_module(folder: Path, ranges, *, schedule_end: int | None, steps: int) -> HloModuleDump:
+    """A module of s8[n] values in allocations of their own, with HloLiveRange's ranges (no HLO file)."""
+    folder.mkdir(parents=True)
+    lines = ["BufferAssignment:"]
+    for k, (name, size, _, _) in enumerate(ranges):
+        lines += [f"allocation {k}: size {size}:", f" value: <{k} {name} @0> (size={size},offset=0): s8[{size}]{{0}}"]
+    (folder / "module_0001.jit_g.cpu_after_optimizations-buffer-assignment.txt").write_text("\n".join(lines) + "\n")
+    live = [] if schedule_end is None else [f"HloLiveRange (max {schedule_end}):"]
+    live += ["  InstructionSequence:", *(f"    {t}:i{t}" for t in range(steps)), "  BufferLiveRange:",
+             *(f"    {name}{{}}:{start}-{end}" for name, _, start, end in ranges)]
+    (folder / "module_0001.jit_g.cpu_after_optimizations-live-range.txt").write_text("\n".join(live) + "\n")
+    return read_xla_dump(folder).module(1)
+
+
+def test_the_peak_is_the_first_time_of_the_largest_total(tmp_path):
+    # x 2 B at 1, z 4 B at 4, y 3 B at 2-4, w 4 B at 0-2 (in this order in the file).
+    # Live bytes per time: 4, 6, 7 (w + y), 3, 7 (y + z): the peak 7 is first reached at 2.
+    m = sized_module(tmp_path / "tie", [("x", 2, 1, 1), ("z", 4, 4, 4), ("y", 3, 2, 4), ("w", 4, 0, 2)],
+                     schedule_end=4, steps=5)
+    assert m._peak_time() == 2
+    assert m.buffers_dataset()["live_at_peak"].values.tolist() == [False, False, True, True]
+    t = m.timeline()
+    assert t.usage_bytes.tolist() == [4, 6, 7, 3, 7] and t.peak_event.index == 2
+    # Only zero-byte values: every total is 0, the peak is at time 0 (nothing is live there).
+    m = sized_module(tmp_path / "zero", [("e", 0, 2, 3)], schedule_end=4, steps=5)
+    assert m._peak_time() == 0 and m.timeline().peak_event.index == 0
+    assert m.buffers_dataset()["live_at_peak"].values.tolist() == [False]
+    # One byte at 2-3: the peak is 1 byte at time 2.
+    m = sized_module(tmp_path / "one", [("o", 1, 2, 3)], schedule_end=4, steps=5)
+    assert m._peak_time() == 2 and m.timeline().peak_event.index == 2
+    assert m.buffers_dataset()["live_at_peak"].values.tolist() == [True]
+
+
+def test_schedule_steps_run_to_the_last_time_anything_is_live(tmp_path):
+    # HloLiveRange's max 9 past a schedule of 7 whose values end by 7: times 0 to 9,
+    # times 7, 8 and 9 are the program's end, with nothing live at 8 and 9.
+    folder = write_dump(tmp_path / "max9")
+    (folder / "module_0003.jit_f.cpu_after_optimizations-live-range.txt").write_text(
+        LIVE_RANGE.replace("HloLiveRange (max 7):", "HloLiveRange (max 9):"))
+    m = read_xla_dump(folder).module(3)
+    t = m.timeline()
+    assert [e.name for e in t.events] == ["a", "b", "c", "add", "tok", "neg", "out"] + ["program end"] * 3
+    assert t.usage_bytes.tolist() == [96, 96, 160, 160, 160, 172, 188, 176, 0, 0]
+    with pytest.raises(XlaDumpError, match=re.escape("would have 10 schedule steps, more than "
+                                                     "max_schedule_steps=9")):
+        m.timeline(max_schedule_steps=9)
+    # A live range past HloLiveRange's max 7 (out to 9): times 0 to 9, out's 16 bytes at 8 and 9.
+    folder = write_dump(tmp_path / "past")
+    (folder / "module_0003.jit_f.cpu_after_optimizations-live-range.txt").write_text(
+        LIVE_RANGE.replace("    out{}:6-7", "    out{}:6-9"))
+    t = read_xla_dump(folder).module(3).timeline()
+    assert len(t.events) == 10 and t.usage_bytes.tolist() == [96, 96, 160, 160, 160, 172, 188, 176, 16, 16]
+    # A one-instruction schedule, HloLiveRange (max 0): one step, time 0.
+    m = sized_module(tmp_path / "single", [("s", 4, 0, 0)], schedule_end=0, steps=1)
+    t = m.timeline(max_schedule_steps=1)
+    assert [(e.index, e.name) for e in t.events] == [(0, "i0")] and t.usage_bytes.tolist() == [4]

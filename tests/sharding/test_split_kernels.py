@@ -393,3 +393,158 @@ def test_naive_tasks_cover_every_partition_of_every_group_once(seed, target):
         expected_units += [(g, a, b) for a, b in zip(edges, edges[1:])]
         expected_sizes += [num * (b - a) // P for a, b in zip(edges, edges[1:])]
     assert (u7, s7) == (expected_units, expected_sizes)
+
+
+def _layout_case(rng):
+    """Random counted stacks laid out in one block as the engine's jobs are: ``(block, table, nsl, rp_len)``."""
+    nsl = int(rng.integers(1, 6))
+    rows, pos, rp = [], 0, 0
+    parts = []
+    for _ in range(int(rng.integers(1, 5))):
+        ng, P = int(rng.integers(1, 4)), int(rng.integers(1, 11))
+        R = max(P, 8)
+        split = int(rng.integers(0, 2))
+        where = {}
+        # the arrays in a shuffled order, with gaps, as a template's counters fall
+        for name in rng.permutation(["count_pairs", "base", "used", "offs", "pad_lo", "pad_hi"]).tolist():
+            pos += int(rng.integers(0, 3))
+            where[name] = pos
+            pos += {"count_pairs": ng * nsl * P, "offs": ng * nsl * P, "base": nsl, "used": nsl}.get(
+                name, nsl * (P + 1))
+        rows.append([where["count_pairs"], ng, P, R, split, where["base"], where["used"], where["offs"],
+                     where["pad_lo"], where["pad_hi"], rp])
+        parts.append((where["count_pairs"], ng * nsl * P))
+        rp += nsl * R
+    block = rng.integers(-50, 50, pos + 2).astype(np.int64)        # not zeroed: each output written where it must be
+    for start, size in parts:
+        # pairs per (group, slice, partition): zeros, small counts, counts on a multiple of 8
+        block[start:start + size] = rng.integers(0, 30, size) * (rng.random(size) < 0.7) \
+            + 8 * (rng.random(size) < 0.1)
+    return block, np.array(rows, np.int64).reshape(len(rows), len(SK.COUNTED_LAYOUT_COLUMNS)), nsl, rp
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.integers(0, 2**32 - 1))
+def test_counted_layouts_matches_reference(seed):
+    """counted_layouts (one compiled pass over every counted stack) = its numpy reference, on random layouts:
+    the same C, the same block (outside the layouts' places untouched) and row pointers."""
+    rng = np.random.default_rng(seed)
+    block, table, nsl, rp_len = _layout_case(rng)
+    got = []
+    for fn in (SK.counted_layouts, SK.counted_layouts_reference):
+        b = block.copy()
+        rp = np.full(rp_len, -3, np.int32)
+        C = np.full(table.shape[0], -1, np.int64)
+        fn(b, table, nsl, rp, C)
+        got.append((b, rp, C))
+    (b1, rp1, C1), (b2, rp2, C2) = got
+    assert np.array_equal(C1, C2) and np.array_equal(b1, b2) and np.array_equal(rp1, rp2)
+    assert (C1 >= 8).all() and (C1 % 8 == 0).all()
+    # the counts are only read; a stack without split gets its C and slice bases, nothing else
+    for j, (cp0, ng, P, R, split, b0, u0, o0, lo0, hi0, rp0) in enumerate(table.tolist()):
+        assert np.array_equal(b1[cp0:cp0 + ng * nsl * P], block[cp0:cp0 + ng * nsl * P])
+        assert b1[b0:b0 + nsl].tolist() == [sl * int(C1[j]) for sl in range(nsl)]
+        if not split:
+            assert np.array_equal(b1[u0:u0 + nsl], block[u0:u0 + nsl])
+            assert (rp1[rp0:rp0 + nsl * R] == -3).all()
+
+
+def test_counted_layouts_by_hand():
+    """One stack, 2 groups, 2 slices, 2 partitions, 8 row pointers a slice: every output worked out."""
+    # count_pairs[g, sl, p]: group 0 [[3, 0], [9, 1]], group 1 [[2, 5], [0, 0]]
+    block = np.zeros(40, np.int64)
+    block[:8] = [3, 0, 9, 1, 2, 5, 0, 0]
+    table = np.array([[0, 2, 2, 8, 1, 8, 10, 12, 20, 26, 0]], np.int64)
+    for fn in (SK.counted_layouts, SK.counted_layouts_reference):
+        b, rp, C = block.copy(), np.zeros(16, np.int32), np.zeros(1, np.int64)
+        fn(b, table, 2, rp, C)
+        # pairs: slice 0 [5, 5] -> aligned [8, 8], used 16; slice 1 [9, 1] -> [16, 8], used 24: C 24
+        assert C.tolist() == [24]
+        assert b[8:10].tolist() == [0, 24]                         # base
+        assert b[10:12].tolist() == [16, 24]                       # used
+        # offs[g, sl, p]: group 0 at each stream's start, group 1 after group 0's pairs
+        assert b[12:20].tolist() == [0, 8, 24, 40, 3, 8, 33, 41]
+        assert b[20:26].tolist() == [5, 13, 16, 33, 41, 48]        # pad_lo: partitions' ends, slice's end
+        assert b[26:32].tolist() == [8, 16, 24, 40, 48, 48]        # pad_hi
+        assert rp.tolist() == [5, 13] + [16] * 6 + [9, 17] + [24] * 6
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.floats(0.5, 80.0))
+def test_cut_slices_matches_reference_and_each_stacks_ranges(seed, target):
+    """Task lists of one-table stacks cut by slices in one call: kernel = reference = every stack's own
+    greedy cut (_StackJob.ranges), runs within target unless one slice alone is larger."""
+    rng = np.random.default_rng(seed)
+    m, nsl = int(rng.integers(1, 6)), int(rng.integers(1, 7))
+    counts = (rng.integers(0, 30, (m, nsl)) * (rng.random((m, nsl)) < 0.7)).astype(np.int64)
+    target = float("inf") if rng.random() < 0.1 else target
+    got = []
+    for fn in (SK.cut_slices, SK.cut_slices_reference):
+        units = np.full((m * nsl + m, 4), -7, np.int64)
+        k = fn(counts, target, units)
+        got.append([tuple(r) for r in units[:k].tolist()])
+    assert got[0] == got[1]
+    expected = []
+    for j in range(m):
+        job = engine._StackJob.__new__(engine._StackJob)
+        job.nsl, job.slice_list, job.num_ids = nsl, counts[j].tolist(), int(counts[j].sum())
+        expected += [(j, s0, s1, int(counts[j, s0:s1].sum())) for s0, s1 in job.ranges(target)]
+    assert got[0] == expected
+    for j, s0, s1, size in got[0]:
+        # within target, or a slice larger than target alone (with empty slices at most)
+        assert size <= target or np.count_nonzero(counts[j, s0:s1]) == 1
+    assert [(j, s0) for j, s0, _, _ in got[0]] == sorted({(j, s0) for j, s0, _, _ in got[0]})
+
+
+def test_units_of_one_table_jobs_in_one_call_equal_each_jobs_own():
+    """_units over many one-table jobs (one compiled cut, tasks made when taken) = each job's tasks_of."""
+    rng = np.random.default_rng(11)
+    G, S, B = 2, 3, 24
+    topo = scwork.Topology(G, S)
+    tables = [TableSpec(f"t{i}", 500, 8) for i in range(7)]
+    feats = [FeatureSpec(f"f{i}", tables[i]) for i in range(7)]
+    data = {}
+    for f in feats:
+        lengths = rng.integers(0, 12, B)
+        data[f.name] = (rng.integers(0, 500, int(lengths.sum())), np.concatenate([[0], np.cumsum(lengths)]))
+    batch = FeatureBatch(data)
+    plan = plan_stacking(feats, topo, None, batch_size=B)
+    jobs = engine._jobs_of(plan, batch, G, S, True, SparsecoreConfig(), 16)
+    for target in (1.0, 7.5, 30.0, 1e9, float("inf")):
+        work, sizes = engine._units(jobs, target, lambda j: j.split_csr)
+        items, item_sizes = [], []
+        for j in jobs:
+            its, szs = j.tasks_of(target, j.split_csr)
+            items += list(its)
+            item_sizes += list(szs)
+        assert [tuple(w) for w in work] == items and list(sizes) == item_sizes
+        assert [work[i] for i in range(len(work))] == items
+
+
+@pytest.mark.parametrize("allow", [False, True])
+def test_counted_and_configured_stacks_in_one_call_give_one_threads_csr(allow):
+    """Stacks with a configured max_ids_per_partition (C known, not counted) between counted ones: the
+    counted stacks' layout in one call (counted_layouts, rows for the counted stacks only) gives what
+    one thread writes, at 8 and 16 threads (counted) and 2 (staged)."""
+    rng = np.random.default_rng(23)
+    G, S, B = 2, 2, 32
+    topo = scwork.Topology(G, S)
+    feats, data = [], {}
+    for i in range(9):
+        limit = 64 if i % 3 == 1 else None
+        t = TableSpec(f"t{i}", int(rng.choice([50, 5000])), 8, combiner=str(rng.choice(["sum", "mean"])),
+                      max_ids_per_partition=limit, max_unique_ids_per_partition=limit)
+        feats.append(FeatureSpec(f"f{i}", t))
+        lengths = rng.integers(0, 9, B)
+        data[f"f{i}"] = (rng.integers(0, t.vocab_size, int(lengths.sum())), np.concatenate([[0], np.cumsum(lengths)]))
+    batch = FeatureBatch(data)
+    cfg = SparsecoreConfig(allow_id_dropping=allow)
+    one = preprocess(batch, feats, topo, stacking=None, config=cfg, num_threads=1)
+    for nt in (2, 8, 16):
+        other = preprocess(batch, feats, topo, stacking=None, config=cfg, num_threads=nt)
+        assert other.stats.equals(one.stats), nt
+        for name, buf in one.csr.items():
+            got = other.csr[name]
+            assert got.buffer_size_per_sc == buf.buffer_size_per_sc, (nt, name)
+            for field in ("row_pointers", "embedding_ids", "sample_ids", "gains"):
+                assert np.array_equal(getattr(buf, field), getattr(got, field), equal_nan=True), (nt, name, field)
