@@ -570,7 +570,9 @@ def test_to_jax_tpu_embedding_without_the_library(monkeypatch):
      "stack 'a_b': feature row offsets [0, 0] are not 0, 16"),
     (lambda s: s["table_specs"][1]["feature_specs"][0].pop("output_shape"), ConfigError,
      "feature 'fb': output_shape [] needs [batch, ..., embedding_dim]"),
+    # Enum numbers past either end of OptimizerType (0 ... 7) have no name.
     (set_table(0, optimizer={"type": 8}), ConfigError, "table 'a': optimizer type 8 has no scwork name"),
+    (set_table(0, optimizer={"type": -1}), ConfigError, "table 'a': optimizer type -1 has no scwork name"),
 ])
 def test_fields_left_out_of_a_message_read_as_zero(edit, error, message):
     with pytest.raises(error, match=re.escape(message)):
