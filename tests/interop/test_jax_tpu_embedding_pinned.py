@@ -731,7 +731,7 @@ def test_a_plan_stack_without_tables_is_refused():
         embedding_spec_message(with_empty.features, with_empty)
 
 
-def test_a_name_the_file_system_refuses_is_an_input_error():
+def test_a_refused_file_name_is_reported_by_the_systems_reason():
     # Python 3.13's Path.is_dir raises for a name longer than the file system allows: the error says
     # what the system said (its strerror), not the whole 5000-character name again.
     with pytest.raises(InputError, match=r"^cannot read the embedding spec 'x{20}.*: File name too long$"):
