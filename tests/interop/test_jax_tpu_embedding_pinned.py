@@ -654,6 +654,10 @@ def test_which_stacks_count_as_left_to_prepare():
     model = from_embedding_spec({"stacked_table_specs": [big]}, num_sc_per_device=4)
     assert model.stacking == [["a"]] and model.activation_mem_bytes_limit == 2 * default
     assert model.replan().stacks == model.plan.stacks
+    # Below the default: stacked by the caller too.
+    big["activation_mem_bytes_limit"] = 1000
+    model = from_embedding_spec({"stacked_table_specs": [big]}, num_sc_per_device=4)
+    assert model.stacking == [["a"]] and model.activation_mem_bytes_limit == 1000
     # The same at the default budget: left to prepare_feature_specs_for_training.
     big.pop("activation_mem_bytes_limit")
     model = from_embedding_spec({"stacked_table_specs": [big]}, num_sc_per_device=4)
