@@ -467,6 +467,12 @@ def test_output_shapes_batch_is_the_product_of_all_but_the_last_dim():
     refused([0, 8], "feature 'fb': output_shape [0, 8] needs [batch, ..., embedding_dim] with at least one sample")
     refused([16, -1], "feature 'fb': output_shape [16, -1] needs [batch, ..., embedding_dim]")
     refused([16, 0, 8], "output_shape [16, 0, 8] needs")
+    # An output width of 0 is a sample all the same: the library slices output_shape[-1] columns of
+    # the activations and refuses only more than the table's embedding_dim (jax-tpu-embedding,
+    # embedding._get_activation_for_feature); scwork counts ids and never reads the width.
+    specs = library_specs()
+    specs["y"][0].output_shape = [16, 0]
+    assert from_jax_tpu_embedding(specs, global_device_count=2, num_sc_per_device=4).batch_size == 16
     # Unset dims are not integers (no dim is optional).
     refused([16, None], "feature 'fb': output_shape[1] must be an integer, got None")
     refused("16x8", "feature 'fb': output_shape must be a sequence of ints, got '16x8'")
