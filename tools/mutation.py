@@ -79,7 +79,8 @@ MODULES: dict[str, list[str]] = {
     # test_split_kernels.py; the by-hand and boundary files pin values neither computed.
     "scwork/sharding/_kernels.py": ["tests/sharding/test_kernels.py", "tests/sharding/test_preprocess.py",
                                     "tests/sharding/test_reference_by_hand.py",
-                                    "tests/sharding/test_limit_boundaries.py", "tests/sharding/test_split_kernels.py"],
+                                    "tests/sharding/test_limit_boundaries.py", "tests/sharding/test_split_kernels.py",
+                                    "tests/sharding/test_kernels_pinned.py"],
     "scwork/sharding/_split_kernels.py": ["tests/sharding/test_split_kernels.py", "tests/sharding/test_kernels.py",
                                           "tests/sharding/test_split_kernels_pinned.py"],
     "scwork/sharding/limits.py": ["tests/sharding/test_limits.py", "tests/sharding/test_limit_boundaries.py",

@@ -368,14 +368,12 @@ def sort_group_reference(ids, splits, weights, has_w, feat_rows, feat_k, combine
                          col_shift, qbits, lbits, want_gains, keys, gains, tmp_keys, tmp_gains, hist):
     """Numpy reference of :func:`sort_group` (same arguments and results)."""
     del tmp_keys, tmp_gains, hist
-    B = splits.shape[1] - 1
     for sl in range(nsl):            # first out-of-vocabulary id in build order
         for a in range(len(feat_rows)):
             f = int(feat_rows[a])
             seg = ids[splits[f, sl * n]:splits[f, (sl + 1) * n]]
             if seg.size and seg.max() >= vocab:
                 return 0, int(splits[f, sl * n] + np.flatnonzero(seg >= vocab)[0]), -1
-    del B
     u, R, g, bad = _keys_reference(ids, splits, weights, has_w, feat_rows, feat_k, combiner if want_gains else 0,
                                    n, nsl, K, P, col_shift, qbits, lbits)
     order = np.lexsort((R, u))

@@ -40,6 +40,8 @@ from __future__ import annotations
 import numpy as np
 
 from scwork._jit import jit
+from scwork._jit import round_up as _round_up
+from scwork._rounding import round_up
 from scwork.sharding._kernels import (_LOW32, _U, PAD_ID, count_slice, count_slice_reference, entry_gain,
                                       sort_slice, sort_slice_reference, write_csr_entry)
 
@@ -515,7 +517,7 @@ def counted_layouts(block, jobs, nsl, row_pointers, C_out):
                 pairs = np.int64(0)
                 for g in range(ng):
                     pairs += block[cp0 + (g * nsl + sl) * P + p]
-                used += (pairs + 7) & -8              # (round_up to 8 of a count >= 0)
+                used += _round_up(pairs, 8)
             if used > C:
                 C = used
         C_out[j] = C
@@ -532,7 +534,7 @@ def counted_layouts(block, jobs, nsl, row_pointers, C_out):
                     block[o0 + c] = run
                     run += block[cp0 + c]
                 pairs = run - start
-                aligned = (pairs + 7) & -8
+                aligned = _round_up(pairs, 8)
                 row_pointers[rp0 + sl * R + p] = start - base + pairs
                 block[lo0 + sl * (P + 1) + p] = start + pairs
                 block[hi0 + sl * (P + 1) + p] = start + aligned
@@ -550,7 +552,7 @@ def counted_layouts_reference(block, jobs, nsl, row_pointers, C_out):
     for j, (cp0, ng, P, R, split, b0, u0, o0, lo0, hi0, rp0) in enumerate(jobs.tolist()):
         per_group = block[cp0:cp0 + ng * nsl * P].reshape(ng, nsl, P)
         pairs = per_group.sum(axis=0)
-        aligned = (pairs + 7) // 8 * 8
+        aligned = round_up(pairs, 8)
         used = aligned.sum(axis=1)
         C = max(8, int(used.max()) if used.size else 8)
         C_out[j] = C
