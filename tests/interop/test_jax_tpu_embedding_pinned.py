@@ -649,7 +649,8 @@ def test_which_stacks_count_as_left_to_prepare():
                                   table_message("b", 100, 8, 128, 128, 4, [("fb", 16)])])
     # One table in a stack of another name.
     zz = stack_message("zz", [table_message("a", 1000, 16, 1024, 0, 0, [("fa", 0)])])
-    for first in (named_a, zz):
+    before = stack_message("a", [table_message("b", 1000, 16, 1024, 0, 0, [("fa", 0)])])    # "a" < "b"
+    for first in (named_a, zz, before):
         model = from_embedding_spec({"stacked_table_specs": [first, copy.deepcopy(c_budget)]}, num_sc_per_device=4)
         # Both stacks were the caller's, of budgets 2 MiB and 1000 bytes: no single budget, the default.
         assert [s.activation_mem_bytes_limit for s in model.plan.stacks] == [default, 1000]
