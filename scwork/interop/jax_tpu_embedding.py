@@ -427,8 +427,10 @@ def _stack_from_records(name: str, records: list[_Record], P: int, batch: int) -
     if s["vocab"] != offset * P or s["dim"] != width:
         raise ConfigError(f"stack {name!r}: stack_vocab_size {s['vocab']} / stack_embedding_dim {s['dim']} do not "
                           f"match its tables ({offset * P} rows, width {width})")
+    # The limits are Python ints here: _stack_record reads them with _int, from_embedding_spec
+    # after _pbtxt._checked_message (bools refused, numpy integers made ints).
     for key, label in (("max_ids", "max_ids_per_partition"), ("max_unique", "max_unique_ids_per_partition")):
-        if isinstance(s[key], bool) or not isinstance(s[key], int) and not hasattr(s[key], "__index__") or s[key] < 1:
+        if s[key] < 1:
             raise ConfigError(f"stack {name!r}: {label} is {s[key]!r}; scwork limits are integers >= 1 (a limit of "
                               "0 comes from an FDO history without ids: raise it)")
     if len({(t.optimizer, t.combiner, t.quantization) for t in tables}) > 1:
@@ -510,6 +512,13 @@ def _checked_plan(features: Any, plan: Any, batch_size: int | None) -> tuple[tup
         raise ConfigError(f"plan must be a scwork StackingPlan (plan_stacking(...)), got {type(plan).__name__}")
     normalized = normalize_features(features)
     plan_stacking(normalized, plan.topology, plan)       # the plan must be the features' plan
+    # A Stack may be built without tables and plan_stacking lets it by (it holds no feature), but
+    # the library's specs only say stacks through their tables: such a stack would be dropped from a
+    # message silently, and stack_tables would be asked for a stack of nothing.
+    empty = [s.name for s in plan.stacks if not s.tables]
+    if empty:
+        raise ConfigError(f"the plan's stacks {empty} hold no table; the library has no stack without tables: "
+                          "leave them out of the StackingPlan")
     batch = plan.batch_size if batch_size is None else batch_size
     if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
         raise ConfigError("the library's FeatureSpecs need the batch size (input and output shapes): pass "

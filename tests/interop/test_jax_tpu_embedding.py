@@ -491,13 +491,14 @@ def test_activation_budget_survives_every_round_trip(budget):
     assert {s.name: s.activation_mem_bytes_limit for s in again.plan.stacks} == library
 
 
-def test_round_trip_self_check_compares_the_activation_budget(monkeypatch):
+@pytest.mark.parametrize("budget", [48 * 1024, 4 * 2048 * 1024])     # below and above the default
+def test_round_trip_self_check_compares_the_activation_budget(monkeypatch, budget):
     """to_jax_tpu_embedding's read-back check fails if the library's stacks carry another budget."""
     import dataclasses as dc
 
     from scwork.interop import jax_tpu_embedding as module
 
-    feats = _auto_stacked_with_budget(48 * 1024)
+    feats = _auto_stacked_with_budget(budget)
     model = from_jax_tpu_embedding(feats, global_device_count=2, num_sc_per_device=4)
     real_replace = dc.replace
 
@@ -595,3 +596,76 @@ def test_odd_message_values_are_config_errors_naming_the_field():
 def test_integers_past_int64_or_4300_digits_are_input_errors(text):
     with pytest.raises(InputError, match="line 1"):
         parse_embedding_spec(text)
+
+
+# -- issue 21: mutation-testing survivors ------------------------------------------------------------
+def test_a_lone_table_with_its_own_budget_is_stacked_by_stack_tables():
+    """A one-table stack the caller stacked (another budget) goes through stack_tables, rotation and all."""
+    t = TableSpec("t", 100, 8, combiner="sum", optimizer="sgd", max_ids_per_partition=64,
+                  max_unique_ids_per_partition=32)
+    plan = plan_stacking([FeatureSpec("f", t)], scwork.Topology(1, 4), [["t"]], batch_size=8,
+                         activation_mem_bytes_limit=1024)
+    specs = to_jax_tpu_embedding(plan.features, plan)
+    assert specs[0].table_spec.stacked_table_spec.activation_mem_bytes_limit == 1024
+    assert from_jax_tpu_embedding(specs, global_device_count=1, num_sc_per_device=4).plan.stacks == plan.stacks
+
+
+def test_stacks_of_different_rotations_are_applied_each_with_its_own():
+    """Each multi-table stack is stacked with its own second table's rotation, not the plan's."""
+    def table(name, vocab, dim, padded, offset, rotation, feature, row):
+        return {"table_name": name, "vocab_size": vocab, "embedding_dim": dim, "padded_vocab_size": padded,
+                "padded_embedding_dim": 16, "row_offset_in_shard": offset, "shard_rotation": rotation,
+                "combiner": "sum", "optimizer": {"type": "SGD"},
+                "feature_specs": [{"feature_name": feature, "input_shape": [16, 1], "output_shape": [16, dim],
+                                   "row_offset": row, "col_offset": offset * 8, "col_shift": rotation}]}
+
+    def stack(name, rotation, first, second):
+        return {"stack_name": name, "stack_vocab_size": 1152, "stack_embedding_dim": 16, "total_sample_count": 32,
+                "max_ids_per_partition": 64, "max_unique_ids_per_partition": 32, "num_sparsecores": 8,
+                "table_specs": [table(first, 1000, 16, 1024, 0, 0, f"f{first}", 0),
+                                table(second, 100, 8, 128, 128, rotation, f"f{second}", 16)]}
+    model = from_embedding_spec({"stacked_table_specs": [stack("a_b", 2, "a", "b"), stack("c_d", 1, "c", "d")]},
+                                num_sc_per_device=4)
+    assert model.rotation == 2 and model.stacking is model.plan
+    specs = to_jax_tpu_embedding(model.features, model.plan)
+    assert {f.name: f.id_transformation.col_shift for f in specs} == {"fa": 0, "fb": 2, "fc": 0, "fd": 1}
+
+
+def test_the_library_stacking_otherwise_or_refusing_is_a_config_error(monkeypatch):
+    t = TableSpec("a", 100, 8, combiner="sum", optimizer="sgd")
+    u = TableSpec("b", 100, 8, combiner="sum", optimizer="sgd")
+    plan = plan_stacking([FeatureSpec("fa", t), FeatureSpec("fb", u)], scwork.Topology(1, 4), [["a", "b"]],
+                         batch_size=8)
+    # The specs read back as stacks of other names (each table alone): the self-check says so.
+    from types import SimpleNamespace
+
+    from scwork.interop import jax_tpu_embedding as module
+
+    alone = plan_stacking(plan.features, scwork.Topology(1, 4), None, batch_size=8)
+    monkeypatch.setattr(module, "from_jax_tpu_embedding", lambda *args, **kwargs: SimpleNamespace(plan=alone))
+    with pytest.raises(ConfigError, match=r"jax-tpu-embedding built stacks \['a', 'b'\], the plan has \['a_b'\]"):
+        to_jax_tpu_embedding(plan.features, plan)
+
+    def refuse(*args, **kwargs):
+        raise ValueError("no room")
+    monkeypatch.setattr(table_stacking, "stack_tables", refuse)
+    with pytest.raises(ConfigError, match="jax-tpu-embedding refused the plan: no room"):
+        to_jax_tpu_embedding(plan.features, plan)
+
+
+def test_initializer_input_shapes_and_optimizers_reach_the_library_specs():
+    t = TableSpec("t", 100, 8, combiner="sum", optimizer="adagrad")
+    plan = plan_stacking([FeatureSpec("f", t), FeatureSpec("g", t)], scwork.Topology(1, 4), None, batch_size=8)
+    specs = to_jax_tpu_embedding(plan.features, plan)
+    assert [f.input_shape for f in specs] == [[8, 1], [8, 1]] and [f.output_shape for f in specs] == [[8, 8], [8, 8]]
+    assert callable(specs[0].table_spec.initializer)
+    assert specs[0].table_spec.optimizer == es.AdagradOptimizerSpec()
+    assert (specs[0].table_spec.max_ids_per_partition, specs[0].table_spec.max_unique_ids_per_partition) == (256, 256)
+
+    def initializer(*args, **kwargs):
+        return None
+    optimizer = es.AdagradOptimizerSpec(learning_rate=0.5)
+    specs = to_jax_tpu_embedding(plan.features, plan, initializer=initializer, input_shapes={"g": [8, 3]},
+                                 optimizers={"t": optimizer})
+    assert specs[0].table_spec.initializer is initializer and specs[0].table_spec.optimizer is optimizer
+    assert [f.input_shape for f in specs] == [[8, 1], [8, 3]]

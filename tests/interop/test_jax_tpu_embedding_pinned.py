@@ -116,6 +116,8 @@ def test_message_text_written_read_and_parsed(tmp_path):
     assert format_embedding_spec(read) == text
     path = write_embedding_spec(MESSAGE, tmp_path / "step" / "embedding_spec" / "proto.pbtxt")
     assert path.read_text() == text
+    # Written again into the folder that now exists: the same file.
+    assert write_embedding_spec(MESSAGE, path) == path and path.read_text() == text
     for where in (path, path.parent, path.parent.parent):
         assert read_embedding_spec(where) == parse_embedding_spec(text)
     model = from_embedding_spec(tmp_path / "step", num_sc_per_device=4)
@@ -232,6 +234,11 @@ def set_feature(index, **fields):
     (lambda s: s.update(stack_vocab_size=1024), ConfigError,
      "stack 'a_b': stack_vocab_size 1024 / stack_embedding_dim 16 do not match its tables (1152 rows, width 16)"),
     (lambda s: s.update(stack_embedding_dim=8), ConfigError, "stack_embedding_dim 8 do not match its tables"),
+    (lambda s: s.update(stack_vocab_size=2048), ConfigError, "stack_vocab_size 2048 / stack_embedding_dim 16 do not "
+                                                             "match its tables (1152 rows, width 16)"),
+    (lambda s: s.update(stack_embedding_dim=32), ConfigError, "stack_embedding_dim 32 do not match its tables"),
+    (lambda s: (set_table(1, row_offset_in_shard=120)(s), set_feature(1, col_offset=960)(s)), ConfigError,
+     "stack 'a_b': table 'b' starts at row 120 of every shard, but the tables before it end at row 128"),
     (lambda s: s.update(max_ids_per_partition=0), ConfigError,
      "stack 'a_b': max_ids_per_partition is 0; scwork limits are integers >= 1 (a limit of 0 comes from an FDO "
      "history without ids: raise it)"),
@@ -393,6 +400,11 @@ def test_inconsistent_specs_are_refused():
             "feature 'fb' is not a jax-tpu-embedding FeatureSpec as scwork reads it:")
     refused(lambda specs: setattr(specs["y"][0].table_spec, "embedding_dim", 8.0),
             "table 'b': embedding_dim must be an integer, got 8.0")
+    # What scwork's TableSpec refuses comes back naming the library's table.
+    with pytest.raises(ConfigError, match=r"^jax-tpu-embedding table 'b': .*vocab"):
+        specs = library_specs()
+        specs["y"][0].table_spec.vocabulary_size = 0
+        from_jax_tpu_embedding(specs, global_device_count=2, num_sc_per_device=4)
     refused(lambda specs: setattr(specs["y"][0].table_spec, "name", "a"),
             "two different tables are named 'a'")
     refused(lambda specs: setattr(specs["y"][0], "name", 5), "a FeatureSpec's name must be a str, got 5")
@@ -434,3 +446,313 @@ def test_feature_spec_trees():
     with pytest.raises(ConfigError, match=re.escape("(col_offset 1024, col_shift 4) does not match "
                                                     "row_offset_in_shard 128 x P=4")):
         from_jax_tpu_embedding(library_specs(), global_device_count=1, num_sc_per_device=4)
+
+
+# -- issue 21: mutation-testing survivors and lines no test ran -------------------------------------
+
+
+def test_output_shapes_batch_is_the_product_of_all_but_the_last_dim():
+    # A [2, 8, 16] output is 2 x 8 = 16 samples of width 16 (the library's batch of a sequence feature).
+    specs = library_specs()
+    specs["x"].output_shape = [2, 8, 16]
+    model = from_jax_tpu_embedding(specs, global_device_count=2, num_sc_per_device=4)
+    assert model.batch_size == 16 and [stack_facts(s) for s in model.plan.stacks] == [A_B]
+
+    def refused(shape, message):
+        specs = library_specs()
+        specs["y"][0].output_shape = shape
+        with pytest.raises(ConfigError, match=re.escape(message)):
+            from_jax_tpu_embedding(specs, global_device_count=2, num_sc_per_device=4)
+    # No sample, or a negative width: not a shape.
+    refused([0, 8], "feature 'fb': output_shape [0, 8] needs [batch, ..., embedding_dim] with at least one sample")
+    refused([16, -1], "feature 'fb': output_shape [16, -1] needs [batch, ..., embedding_dim]")
+    refused([16, 0, 8], "output_shape [16, 0, 8] needs")
+    # An output width of 0 is a sample all the same: the library slices output_shape[-1] columns of
+    # the activations and refuses only more than the table's embedding_dim (jax-tpu-embedding,
+    # embedding._get_activation_for_feature); scwork counts ids and never reads the width.
+    specs = library_specs()
+    specs["y"][0].output_shape = [16, 0]
+    assert from_jax_tpu_embedding(specs, global_device_count=2, num_sc_per_device=4).batch_size == 16
+    # Unset dims are not integers (no dim is optional).
+    refused([16, None], "feature 'fb': output_shape[1] must be an integer, got None")
+    refused("16x8", "feature 'fb': output_shape must be a sequence of ints, got '16x8'")
+
+
+def test_table_sizes_and_quantization_of_specs():
+    specs = library_specs()
+    specs["y"][0].table_spec.vocabulary_size = None
+    with pytest.raises(ConfigError, match=re.escape("table 'b': vocabulary_size must be an integer, got None")):
+        from_jax_tpu_embedding(specs, global_device_count=2, num_sc_per_device=4)
+    from scwork.quant import QuantizationConfig
+
+    def quantized(q):
+        specs = library_specs(stacked=False)
+        for f in (specs["x"], specs["y"][0]):
+            f.table_spec.quantization_config = q
+        return specs
+    model = from_jax_tpu_embedding(quantized(NS(num_buckets=256, min_value=-1, max_value=0.5)), global_device_count=2,
+                                   num_sc_per_device=4)
+    assert {f.table.quantization for f in model.features} == {QuantizationConfig(num_buckets=256, low=-1.0, high=0.5)}
+    # float("low") and num_buckets None are ValueErrors, float(None) a TypeError, float(10**400) an OverflowError.
+    for q in (NS(num_buckets=256, min_value="low", max_value=0.5), NS(num_buckets=None, min_value=0, max_value=1),
+              NS(num_buckets=256, min_value=None, max_value=1), NS(num_buckets=256, min_value=0, max_value=10**400)):
+        with pytest.raises(ConfigError, match=re.escape("table 'a': quantization_config is not usable: ")):
+            from_jax_tpu_embedding(quantized(q), global_device_count=2, num_sc_per_device=4)
+
+
+def test_rows_of_two_features_at_one_offset_are_refused():
+    with pytest.raises(ConfigError, match=re.escape("stack 'a_b': feature row offsets [0, 0] are not 0, 16, 2 x 16")):
+        from_embedding_spec(edited(set_feature(1, row_offset=0)), num_sc_per_device=4)
+
+
+def test_smallest_activation_budget_and_batch_are_accepted():
+    # One byte is a positive budget (the library takes any positive int).
+    model = from_embedding_spec(edited(lambda s: s.update(activation_mem_bytes_limit=1)), num_sc_per_device=4)
+    assert model.plan.stacks[0].activation_mem_bytes_limit == 1 and model.activation_mem_bytes_limit == 1
+    # Left out of the message: the library's default, 2 MiB.
+    model = from_embedding_spec(edited(lambda s: s.pop("activation_mem_bytes_limit")), num_sc_per_device=4)
+    assert model.plan.stacks[0].activation_mem_bytes_limit == 2048 * 1024
+    a = TableSpec("a", 1000, 16, combiner="sum", optimizer="adam")
+    plan = plan_stacking([FeatureSpec("fa", a)], scwork.Topology(2, 4), None, batch_size=16)
+    message = embedding_spec_message(plan.features, plan, batch_size=1, activation_mem_bytes_limit=1)
+    stack = message["stacked_table_specs"][0]
+    assert stack["total_sample_count"] == 1 and stack["activation_mem_bytes_limit"] == 1
+    assert stack["table_specs"][0]["feature_specs"][0]["output_shape"] == [1, 16]
+
+
+def test_the_batch_size_and_plan_a_message_needs():
+    a = TableSpec("a", 1000, 16, combiner="sum", optimizer="adam")
+    plan = plan_stacking([FeatureSpec("fa", a)], scwork.Topology(2, 4), None, batch_size=16)
+    for bad in (0, True, 2.0, -3):
+        with pytest.raises(ConfigError, match=re.escape("the library's FeatureSpecs need the batch size (input and "
+                                                        "output shapes): pass batch_size=...")):
+            embedding_spec_message(plan.features, plan, batch_size=bad)
+    no_batch = plan_stacking([FeatureSpec("fa", a)], scwork.Topology(2, 4), None)
+    with pytest.raises(ConfigError, match="need the batch size"):
+        embedding_spec_message(no_batch.features, no_batch)
+    assert embedding_spec_message(no_batch.features, no_batch, batch_size=3)["stacked_table_specs"][0][
+        "total_sample_count"] == 3
+    with pytest.raises(ConfigError, match=re.escape("plan must be a scwork StackingPlan (plan_stacking(...)), got "
+                                                    "list")):
+        embedding_spec_message(plan.features, [plan])
+
+
+def test_to_jax_tpu_embedding_without_the_library(monkeypatch):
+    import sys
+
+    a = TableSpec("a", 1000, 16, combiner="sum", optimizer="adam")
+    plan = plan_stacking([FeatureSpec("fa", a)], scwork.Topology(2, 4), None, batch_size=16)
+    from scwork.interop.jax_tpu_embedding import to_jax_tpu_embedding
+
+    monkeypatch.setitem(sys.modules, "jax_tpu_embedding.sparsecore.lib.nn", None)   # import fails as if absent
+    with pytest.raises(ConfigError, match=re.escape("to_jax_tpu_embedding needs jax-tpu-embedding (pip install "
+                                                    "'scwork[interop]')")):
+        to_jax_tpu_embedding(plan.features, plan)
+
+
+@pytest.mark.parametrize("edit, error, message", [
+    # proto3 leaves zeros out of the text: a field left out reads as 0, and 0 is checked like any value.
+    (lambda s: s["table_specs"][0].pop("vocab_size"), InputError,
+     "EmbeddingSpecProto stack 'a_b', table 'a': TableSpec.vocab_size must be >= 1, got 0"),
+    (lambda s: s["table_specs"][0].pop("embedding_dim"), InputError,
+     "EmbeddingSpecProto stack 'a_b', table 'a': TableSpec.embedding_dim must be >= 1, got 0"),
+    (lambda s: s.pop("stack_vocab_size"), ConfigError,
+     "stack 'a_b': stack_vocab_size 0 / stack_embedding_dim 16 do not match its tables (1152 rows, width 16)"),
+    (lambda s: s.pop("stack_embedding_dim"), ConfigError,
+     "stack 'a_b': stack_vocab_size 1152 / stack_embedding_dim 0 do not match its tables"),
+    (lambda s: s.pop("max_ids_per_partition"), ConfigError, "stack 'a_b': max_ids_per_partition is 0;"),
+    (lambda s: s.pop("max_unique_ids_per_partition"), ConfigError, "stack 'a_b': max_unique_ids_per_partition is 0;"),
+    (lambda s: s["table_specs"][1].pop("padded_vocab_size"), ConfigError,
+     "stack 'a_b', table 'b' (feature 'fb'): padded_vocab_size 0 is not round_up(100, 8 x P=8)"),
+    (lambda s: s["table_specs"][1].pop("row_offset_in_shard"), ConfigError,
+     "(col_offset 1024, col_shift 4) does not match row_offset_in_shard 0 x P=8 and shard_rotation 4"),
+    (lambda s: s["table_specs"][1].pop("shard_rotation"), ConfigError,
+     "(col_offset 1024, col_shift 4) does not match row_offset_in_shard 128 x P=8 and shard_rotation 0"),
+    (lambda s: s["table_specs"][1]["feature_specs"][0].pop("col_offset"), ConfigError,
+     "(col_offset 0, col_shift 4) does not match row_offset_in_shard 128 x P=8"),
+    (lambda s: s["table_specs"][1]["feature_specs"][0].pop("col_shift"), ConfigError,
+     "(col_offset 1024, col_shift 0) does not match row_offset_in_shard 128 x P=8 and shard_rotation 4"),
+    (lambda s: s["table_specs"][1]["feature_specs"][0].pop("row_offset"), ConfigError,
+     "stack 'a_b': feature row offsets [0, 0] are not 0, 16"),
+    (lambda s: s["table_specs"][1]["feature_specs"][0].pop("output_shape"), ConfigError,
+     "feature 'fb': output_shape [] needs [batch, ..., embedding_dim]"),
+    # Enum numbers past either end of OptimizerType (0 ... 7) have no name.
+    (set_table(0, optimizer={"type": 8}), ConfigError, "table 'a': optimizer type 8 has no scwork name"),
+    (set_table(0, optimizer={"type": -1}), ConfigError, "table 'a': optimizer type -1 has no scwork name"),
+])
+def test_fields_left_out_of_a_message_read_as_zero(edit, error, message):
+    with pytest.raises(error, match=re.escape(message)):
+        from_embedding_spec(edited(edit), num_sc_per_device=4)
+
+
+def table_message(name, vocab, dim, padded, offset, rotation, features):
+    """A TableSpecProto (adam, sum); ``features``: (name, row offset) pairs, batch 16, P = 8."""
+    return {"table_name": name, "vocab_size": vocab, "embedding_dim": dim, "padded_vocab_size": padded,
+            "padded_embedding_dim": 16, "row_offset_in_shard": offset, "shard_rotation": rotation,
+            "combiner": "sum", "optimizer": {"type": "ADAM"},
+            "feature_specs": [feature_spec(f, [16, dim], row, offset * 8, rotation) for f, row in features]}
+
+
+def stack_message(name, tables, **fields):
+    """A StackedTableSpecProto of ``tables`` (P = 8, batch 16, limits 64 / 32, dim 16)."""
+    rows = sum(t["padded_vocab_size"] for t in tables)
+    samples = sum(len(t["feature_specs"]) for t in tables) * 16
+    return {"stack_name": name, "stack_vocab_size": rows, "stack_embedding_dim": 16, "total_sample_count": samples,
+            "max_ids_per_partition": 64, "max_unique_ids_per_partition": 32, "num_sparsecores": 8,
+            "table_specs": tables, **fields}
+
+
+def test_a_table_in_two_stacks_is_refused():
+    # Table a with its own limits, so that it reads the same in both stacks (alone in a stack, a
+    # table without them would take the stack's).
+    message = edited(set_table(0, max_ids_per_partition=64, max_unique_ids_per_partition=32))
+    message["stacked_table_specs"].append(stack_message("a_again", [table_message("a", 1000, 16, 1024, 0, 0,
+                                                                                  [("fc", 0)])]))
+    with pytest.raises(ConfigError, match=re.escape("a table is in more than one stack: [('a', 'b'), ('a',)]")):
+        from_embedding_spec(message, num_sc_per_device=4)
+
+
+def test_stacks_of_different_rotations_keep_the_first_stacks():
+    # 4 SparseCores per device: stack a_b rotates b by 2, stack c_d rotates d by 1. No single
+    # rotation plans both, so the model is the plan itself with the first stack's rotation.
+    message = {"stacked_table_specs": [
+        stack_message("a_b", [table_message("a", 1000, 16, 1024, 0, 0, [("fa", 0)]),
+                              table_message("b", 100, 8, 128, 128, 2, [("fb", 16)])], activation_mem_bytes_limit=1000),
+        stack_message("c_d", [table_message("c", 1000, 16, 1024, 0, 0, [("fc", 0)]),
+                              table_message("d", 100, 8, 128, 128, 1, [("fd", 16)])], activation_mem_bytes_limit=3000)]}
+    model = from_embedding_spec(message, num_sc_per_device=4)
+    assert model.rotation == 2 and model.stacking is model.plan and model.plan.rotation == 2
+    # Two budgets, neither the model's: it keeps the library's default.
+    assert [s.activation_mem_bytes_limit for s in model.plan.stacks] == [1000, 3000]
+    assert model.activation_mem_bytes_limit == 2048 * 1024
+    assert [[(t.name, t.shard_rotation) for t in s.tables] for s in model.plan.stacks] == [
+        [("a", 0), ("b", 2)], [("c", 0), ("d", 1)]]
+    # The default rotation first (4 = S): the model's rotation is the default, 4.
+    message["stacked_table_specs"][0]["table_specs"][1] = table_message("b", 100, 8, 128, 128, 4, [("fb", 16)])
+    model = from_embedding_spec(message, num_sc_per_device=4)
+    assert model.rotation == 4 and model.stacking is model.plan
+    # Only the first stack counts: b by 2, d by the default 4 make the model's rotation 2.
+    message["stacked_table_specs"][0]["table_specs"][1] = table_message("b", 100, 8, 128, 128, 2, [("fb", 16)])
+    message["stacked_table_specs"][1]["table_specs"][1] = table_message("d", 100, 8, 128, 128, 4, [("fd", 16)])
+    model = from_embedding_spec(message, num_sc_per_device=4)
+    assert model.rotation == 2 and model.stacking is model.plan
+
+
+def test_which_stacks_count_as_left_to_prepare():
+    """Only a stack prepare_feature_specs_for_training builds itself (one table, named as it, features
+    by name, the default budget) is left out of the groups and of the model's activation budget."""
+    default = 2048 * 1024
+    c_budget = stack_message("c", [table_message("c", 1000, 16, 1024, 0, 0, [("fc", 0)])],
+                             activation_mem_bytes_limit=1000)
+    # Two tables in a stack named after the first: a stack the caller named, not prepare's.
+    named_a = stack_message("a", [table_message("a", 1000, 16, 1024, 0, 0, [("fa", 0)]),
+                                  table_message("b", 100, 8, 128, 128, 4, [("fb", 16)])])
+    # One table in a stack of another name.
+    zz = stack_message("zz", [table_message("a", 1000, 16, 1024, 0, 0, [("fa", 0)])])
+    before = stack_message("a", [table_message("b", 1000, 16, 1024, 0, 0, [("fa", 0)])])    # "a" < "b"
+    for first in (named_a, zz, before):
+        model = from_embedding_spec({"stacked_table_specs": [first, copy.deepcopy(c_budget)]}, num_sc_per_device=4)
+        # Both stacks were the caller's, of budgets 2 MiB and 1000 bytes: no single budget, the default.
+        assert [s.activation_mem_bytes_limit for s in model.plan.stacks] == [default, 1000]
+        assert model.activation_mem_bytes_limit == default and model.stacking is model.plan
+    # A lone table named as its stack, with a budget above the default: stacked by the caller.
+    big = stack_message("a", [table_message("a", 1000, 16, 1024, 0, 0, [("fa", 0)])],
+                        activation_mem_bytes_limit=2 * default)
+    model = from_embedding_spec({"stacked_table_specs": [big]}, num_sc_per_device=4)
+    assert model.stacking == [["a"]] and model.activation_mem_bytes_limit == 2 * default
+    assert model.replan().stacks == model.plan.stacks
+    # Below the default: stacked by the caller too.
+    big["activation_mem_bytes_limit"] = 1000
+    model = from_embedding_spec({"stacked_table_specs": [big]}, num_sc_per_device=4)
+    assert model.stacking == [["a"]] and model.activation_mem_bytes_limit == 1000
+    # The same at the default budget: left to prepare_feature_specs_for_training.
+    big.pop("activation_mem_bytes_limit")
+    model = from_embedding_spec({"stacked_table_specs": [big]}, num_sc_per_device=4)
+    assert model.stacking is None and model.activation_mem_bytes_limit == default
+
+
+def test_a_lone_table_of_a_long_name_is_left_to_prepare():
+    # plan_stacking names a group "_".join(tables) cut at 50 characters plus a hash, but a lone table's
+    # stack by the table's own name, however long: the model still needs no groups.
+    long = "t" * 60
+    specs = library_specs(stacked=False)
+    specs["x"].table_spec.name = long
+    model = from_jax_tpu_embedding(specs, global_device_count=2, num_sc_per_device=4)
+    assert [s.name for s in model.plan.stacks] == [long, "b"] and model.stacking is None
+
+
+def test_a_setting_naming_a_stack_before_its_own_is_refused():
+    specs = library_specs()
+    specs["y"][0].table_spec.setting_in_stack.stack_name = "a"     # "a" < "a_b": any other name is refused
+    with pytest.raises(ConfigError, match=re.escape("stack 'a_b', table 'b' (feature 'fb'): setting_in_stack names "
+                                                    "stack 'a'")):
+        from_jax_tpu_embedding(specs, global_device_count=2, num_sc_per_device=4)
+
+
+def test_one_device_rotation_is_the_library_default():
+    # 1 device of 4 SparseCores (P = 4): the library's rotation 4 is 0 modulo P, which b carries.
+    # a: 1000 rows padded to round_up(1000, 32) = 1024, 256 per shard; b: 128 rows, 32 per shard at
+    # row 256 (column offset 256 x 4 = 1024); the stack (256 + 32) x 4 = 1152 rows.
+    def one_device(s):
+        s["num_sparsecores"] = 4
+        s["table_specs"][1].update(row_offset_in_shard=256, shard_rotation=0)
+        s["table_specs"][1]["feature_specs"][0].update(col_offset=1024, col_shift=0)
+    model = from_embedding_spec(edited(one_device), num_sc_per_device=4)
+    assert model.rotation == 4 and model.stacking == [["a", "b"]] and model.topology.num_devices == 1
+    assert [(t.row_offset_in_shard, t.shard_rotation) for t in model.plan.stacks[0].tables] == [(0, 0), (256, 0)]
+    # Stacked with rotation 2 instead: the model's rotation is 2.
+    def rotation_2(s):
+        one_device(s)
+        s["table_specs"][1].update(shard_rotation=2)
+        s["table_specs"][1]["feature_specs"][0].update(col_shift=2)
+    model = from_embedding_spec(edited(rotation_2), num_sc_per_device=4)
+    assert model.rotation == 2 and model.stacking == [["a", "b"]]
+    assert [t.shard_rotation for t in model.plan.stacks[0].tables] == [0, 2]
+
+
+def test_smallest_limits_and_partitions_are_accepted():
+    model = from_embedding_spec(edited(lambda s: s.update(max_ids_per_partition=1, max_unique_ids_per_partition=1)),
+                                num_sc_per_device=4)
+    assert (model.plan.stacks[0].max_ids_per_partition, model.plan.stacks[0].max_unique_ids_per_partition) == (1, 1)
+    # One SparseCore in all: a's 1000 rows pad to round_up(1000, 8) = 1000.
+    one = stack_message("a", [table_message("a", 1000, 16, 1000, 0, 0, [("fa", 0)])], num_sparsecores=1)
+    model = from_embedding_spec({"stacked_table_specs": [one]}, num_sc_per_device=1)
+    assert model.topology.num_partitions == 1 and model.plan.stacks[0].vocab_size == 1000
+
+
+def test_an_object_with_a_name_but_no_table_spec_is_not_a_feature():
+    with pytest.raises(ConfigError, match=re.escape("feature_specs[0]: expected a jax-tpu-embedding FeatureSpec (with "
+                                                    ".name and .table_spec) or a list / dict of them, got "
+                                                    "SimpleNamespace")):
+        from_jax_tpu_embedding([NS(name="fa")], global_device_count=2, num_sc_per_device=4)
+
+
+def test_a_plan_stack_without_tables_is_refused():
+    # A hand-made StackingPlan may carry a stack of no table (plan_stacking lets it by: it holds no
+    # feature); no library spec can say it, so a message would drop it silently.
+    from scwork.sharding import StackingPlan
+    from scwork.sharding.stacking import Stack
+
+    a = TableSpec("a", 1000, 16, combiner="sum", optimizer="adam")
+    plan = plan_stacking([FeatureSpec("fa", a)], scwork.Topology(2, 4), None, batch_size=16)
+    with_empty = StackingPlan([*plan.stacks, Stack("nothing", (), (), 16, "adam", "sum", 8, 64, 32)], plan.topology,
+                              plan.rotation, 16)
+    with pytest.raises(ConfigError, match=re.escape("the plan's stacks ['nothing'] hold no table; the library has "
+                                                    "no stack without tables")):
+        embedding_spec_message(with_empty.features, with_empty)
+
+
+def test_a_refused_file_name_is_reported_by_the_systems_reason():
+    # Python 3.13's Path.is_dir raises for a name longer than the file system allows: the error says
+    # what the system said (its strerror), not the whole 5000-character name again.
+    with pytest.raises(InputError, match=r"^cannot read the embedding spec 'x{20}.*: File name too long$"):
+        read_embedding_spec("x" * 5000)
+
+
+def test_numpy_integer_limits_are_read_as_ints():
+    import numpy as np
+
+    message = edited(lambda s: s.update(max_ids_per_partition=np.int64(64), max_unique_ids_per_partition=np.int32(32)))
+    stack = from_embedding_spec(message, num_sc_per_device=4).plan.stacks[0]
+    assert (stack.max_ids_per_partition, stack.max_unique_ids_per_partition) == (64, 32)
+    assert type(stack.max_ids_per_partition) is int and type(stack.max_unique_ids_per_partition) is int
