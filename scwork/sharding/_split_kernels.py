@@ -342,6 +342,32 @@ def write_groups_reference(ids, splits, weights, has_w, combiner, n, P, lbits, g
 # --------------------------------------------------------------------------------------
 # cut_groups (task lists: plain integer work, compiled because it runs once per call, serially)
 # --------------------------------------------------------------------------------------
+@jit(inline="always")
+def _runs_within(row, target, label, units, k):
+    """Cut ``row`` (ids per item, in order) into runs of contiguous items of at most
+    ``target`` ids (an item larger than ``target`` is a run of its own); write each run as
+    ``(label, first item, end item, ids)`` into ``units[k], units[k + 1], ...`` and return
+    the next free row. A row of no items is one empty run."""
+    start = 0
+    acc = 0
+    for i in range(row.shape[0]):
+        c = row[i]
+        if acc > 0 and acc + c > target:
+            units[k, 0] = label
+            units[k, 1] = start
+            units[k, 2] = i
+            units[k, 3] = acc
+            k += 1
+            start = i
+            acc = 0
+        acc += c
+    units[k, 0] = label
+    units[k, 1] = start
+    units[k, 2] = row.shape[0]
+    units[k, 3] = acc
+    return k + 1
+
+
 @jit
 def cut_groups(counts, target, units):
     """Tasks of a stack counted per group: each slice cut into runs of contiguous groups.
@@ -355,24 +381,7 @@ def cut_groups(counts, target, units):
     ng, nsl = counts.shape
     k = 0
     for sl in range(nsl):
-        g0 = 0
-        acc = 0
-        for g in range(ng):
-            c = counts[g, sl]
-            if acc > 0 and acc + c > target:
-                units[k, 0] = sl
-                units[k, 1] = g0
-                units[k, 2] = g
-                units[k, 3] = acc
-                k += 1
-                g0 = g
-                acc = 0
-            acc += c
-        units[k, 0] = sl
-        units[k, 1] = g0
-        units[k, 2] = ng
-        units[k, 3] = acc
-        k += 1
+        k = _runs_within(counts[:, sl], target, sl, units, k)
     return k
 
 
@@ -410,37 +419,12 @@ def cut_slices(counts, target, units):
     Row ``k`` of ``units`` gets ``(j, s0, s1, ids)``; returns the number of runs (at
     most ``stacks * nsl``, plus one per stack without slices: the rows ``units`` needs).
     """
+    # (a stack of at most target ids comes out as one run of all its slices: no cut is
+    # ever due within it)
     m, nsl = counts.shape
     k = 0
     for j in range(m):
-        total = 0
-        for sl in range(nsl):
-            total += counts[j, sl]
-        if total <= target:
-            units[k, 0] = j
-            units[k, 1] = 0
-            units[k, 2] = nsl
-            units[k, 3] = total
-            k += 1
-            continue
-        s0 = 0
-        acc = 0
-        for sl in range(nsl):
-            c = counts[j, sl]
-            if acc > 0 and acc + c > target:
-                units[k, 0] = j
-                units[k, 1] = s0
-                units[k, 2] = sl
-                units[k, 3] = acc
-                k += 1
-                s0 = sl
-                acc = 0
-            acc += c
-        units[k, 0] = j
-        units[k, 1] = s0
-        units[k, 2] = nsl
-        units[k, 3] = acc
-        k += 1
+        k = _runs_within(counts[j], target, j, units, k)
     return k
 
 
