@@ -246,6 +246,7 @@ def test_a_counted_preprocess_call_leaves_no_reference_cycle(stacking):
     compiled call; what that call needs must not tie the jobs into a cycle: the jobs hold the CSR
     buffers' views, and a cycle kept them from the pool (fresh pages for the next call's buffers,
     its first task 10 times slower) until the garbage collector ran."""
+    import collections
     import gc
 
     batch, features = synthetic_batch(batch_size=256, num_features=5, vocab_size=1000, valency=5.0, zipf_s=1.05,
@@ -253,8 +254,14 @@ def test_a_counted_preprocess_call_leaves_no_reference_cycle(stacking):
     topo = scwork.Topology(2, 2)
     preprocess(batch, features, topo, stacking, num_threads=8)      # plan, templates and checks kept
     one = preprocess(batch, features, topo, stacking, num_threads=1)
+    from scwork.sharding import engine
+
     gc.collect()
     gc.disable()
+    # Every object the collector finds unreachable is kept in gc.garbage, to see whose they are:
+    # not a count of all of them, since the call may drop caches that other tests filled (the
+    # plan cache starts again when full), whose cycles are not this call's jobs.
+    gc.set_debug(gc.DEBUG_SAVEALL)
     try:
         res = preprocess(batch, features, topo, stacking, num_threads=8)
         for name, buf in one.csr.items():
@@ -262,6 +269,11 @@ def test_a_counted_preprocess_call_leaves_no_reference_cycle(stacking):
             for field in ("row_pointers", "embedding_ids", "sample_ids", "gains"):
                 assert np.array_equal(getattr(buf, field), getattr(other, field), equal_nan=True), (name, field)
         del res
-        assert gc.collect() == 0
+        gc.collect()
+        in_cycles = [type(o).__name__ for o in gc.garbage if isinstance(o, (engine._StackJob, engine._CountedLayout))]
+        found = collections.Counter(type(o).__name__ for o in gc.garbage).most_common(8)
+        assert in_cycles == [], f"the call's jobs in cycles: {in_cycles}; all unreachable objects: {found}"
     finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
         gc.enable()
