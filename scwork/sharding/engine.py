@@ -769,21 +769,19 @@ class _StackJob:
 
     def finish_sums(self) -> None:
         """Per-group counters summed (statistics-only stacks): needs the slices, not the naive view."""
-        ng = len(self.groups)
         if self.by_group or self.split_csr:
-            nsl, P = self.nsl, self.P
-            per_group = self.count_pairs if self.split_csr else self.pairs_g
-            if ng == 1:
+            pairs, distinct, kept = self.counter_rows()
+            if len(self.groups) == 1:
                 # one table: its counters are the stack's (read from here on, never written)
-                self.pairs, self.distinct, self.kept = per_group, self.distinct_g, per_group
+                self.pairs, self.distinct, self.kept = pairs, distinct, kept
             else:
-                np.sum(per_group.reshape(ng, nsl * P), axis=0, out=self.pairs)
-                np.sum(self.distinct_g.reshape(ng, nsl * P), axis=0, out=self.distinct)
-                self.kept[:] = self.pairs
+                self.pairs[:] = pairs
+                self.distinct[:] = distinct
+                self.kept[:] = pairs
 
     def counter_rows(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """``(pairs, distinct, kept)`` as :meth:`finish_sums` leaves them, without setting them
-        (another task may be reading the job meanwhile: the checks' parts)."""
+        """``(pairs, distinct, kept)``: the groups' counters summed, without setting them (another
+        task may be reading the job meanwhile: the checks' parts); :meth:`finish_sums` keeps them."""
         ng = len(self.groups)
         if self.by_group or self.split_csr:
             per_group = self.count_pairs if self.split_csr else self.pairs_g
