@@ -57,6 +57,7 @@ the work cut for T threads.
     python benchmarks/bench_sharding.py [--quick] [--json] [--repeats 7] [--threads 1,2]
                                         [--stacking none,auto] [--subset 1024] [--large] [--jte-only]
     python benchmarks/bench_sharding.py --project [--paths] [--large] [--repeats 3]
+    python benchmarks/bench_sharding.py --paths [--threads 1,4,16] [--stacking none,auto] [--repeats 3]
 """
 
 from __future__ import annotations
@@ -358,6 +359,80 @@ PATHS = {"collect_stats_8_batches": _collect_8, "minibatch": _minibatch, "scenar
          "stats_over_dataset_8_shards": _over_dataset}
 
 
+def _same_path(a, b) -> bool:
+    """Identical results of a path at two thread counts (Datasets, or a MiniBatchPlan's parts)."""
+    if hasattr(a, "assignment"):
+        return bool(a.stats.equals(b.stats)) and bool(a.assignment.equals(b.assignment)) \
+            and bool(a.num_minibatches.equals(b.num_minibatches))
+    return bool(a.equals(b))
+
+
+def paths_main(args) -> int:
+    """``--paths`` without ``--project``: the paths built on the engine, timed with real threads.
+
+    Standard input; per stacking mode and path (``collect_stats`` over 8 batches,
+    ``minibatch``, ``Scenario.compute()``): one call per thread count of ``--threads``
+    (results compared: identical for every count), then ``--repeats`` rounds of calls
+    alternating the thread counts, medians; the speedup of each count over the first,
+    and the peak allocation (``tracemalloc``) of one call at the last count with no
+    recycled buffer. ``stats_over_dataset`` has its own sweep:
+    ``benchmarks/bench_dataset_stats.py --standard --compare --threads ...``.
+    """
+    import scwork
+    from scwork.sharding import release_buffers
+    from scwork.sharding._synthetic import synthetic_batch
+
+    threads = [int(t) for t in args.threads.split(",") if t]
+    modes = [m for m in args.stacking.split(",") if m]
+    repeats = max(3, args.repeats)
+    scwork.warmup()
+    batch, features = synthetic_batch(batch_size=16384, num_features=26, vocab_size=1_000_000, valency=20.0,
+                                      zipf_s=1.05, embedding_dim=args.dim, seed=0)
+    topo = scwork.Topology(4, 4)
+    paths = {k: v for k, v in PATHS.items() if k != "stats_over_dataset_8_shards"}
+    wanted = [w for w in (args.only or "").split(",") if w]
+    result = {"machine": {"cpus": os.cpu_count(), "loadavg_start": os.getloadavg()}, "threads": threads,
+              "repeats": repeats, "num_ids": batch.num_ids, "paths": {}}
+    ok = True
+    for mode in modes:
+        for name, fn in paths.items():
+            key = f"{mode}/{name}"
+            if wanted and not any(w in key for w in wanted):
+                continue
+            outputs = [fn(batch, features, topo, STACKING[mode], num_threads=T) for T in threads]
+            same = all(_same_path(outputs[0], o) for o in outputs[1:])
+            ok &= same
+            del outputs
+            runs = {T: [] for T in threads}
+            for _ in range(repeats):
+                for T in threads:
+                    runs[T] += timed_runs(lambda T=T: fn(batch, features, topo, STACKING[mode], num_threads=T), 1)
+            med = {T: statistics.median(v) for T, v in runs.items()}
+            release_buffers()
+            tracemalloc.start()
+            kept = fn(batch, features, topo, STACKING[mode], num_threads=threads[-1])
+            peak = tracemalloc.get_traced_memory()[1] / 2**20
+            tracemalloc.stop()
+            del kept
+            result["paths"][key] = {"median_s": {str(T): med[T] for T in threads},
+                                    "speedup": {str(T): med[threads[0]] / med[T] for T in threads},
+                                    "runs_s": {str(T): v for T, v in runs.items()},
+                                    "identical": same, "peak_alloc_mb": peak}
+    result["machine"]["loadavg_end"] = os.getloadavg()
+    result["results_identical"] = ok
+    if args.json:
+        print(json.dumps(result, indent=1))
+        return 0 if ok else 1
+    print(f"paths built on the engine, standard input ({batch.num_ids} ids), {result['machine']['cpus']} CPUs, "
+          f"medians of {repeats} alternating calls per thread count")
+    for key, r in result["paths"].items():
+        cells = ", ".join(f"{T}: {r['median_s'][str(T)] * 1e3:.1f} ms (x{r['speedup'][str(T)]:.2f})"
+                          for T in threads)
+        print(f"  {key}: {cells}; identical: {r['identical']}; peak allocation at {threads[-1]} threads "
+              f"{r['peak_alloc_mb']:.0f} MB")
+    return 0 if ok else 1
+
+
 def project_main(args) -> int:
     """``--project``: the projection of speedups at 16, 64 and 208 threads, computed on this machine."""
     import scwork
@@ -421,7 +496,9 @@ def main() -> int:
     parser.add_argument("--project", action="store_true",
                         help="only the projection: speedups at 16, 64, 208 threads from one-thread profiles")
     parser.add_argument("--paths", action="store_true",
-                        help="with --project: also collect_stats over 8 batches and minibatch (standard input)")
+                        help="with --project: also the paths built on the engine (standard input); without it: "
+                             "those paths timed at --threads (collect_stats over 8 batches, minibatch, "
+                             "Scenario.compute)")
     parser.add_argument("--only", default=None,
                         help="with --project: only the cases whose 'input/stacking/call' key contains one of "
                              "these comma-separated strings (e.g. standard/none/preprocess,minibatch)")
@@ -433,6 +510,8 @@ def main() -> int:
     args = parser.parse_args()
     if args.project:
         return project_main(args)
+    if args.paths:
+        return paths_main(args)
     repeats = max(5, args.repeats)
     threads = [int(t) for t in args.threads.split(",") if t]
     modes = [m for m in args.stacking.split(",") if m]
