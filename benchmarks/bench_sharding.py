@@ -116,8 +116,22 @@ def _subset(batch, size: int):
     return FeatureBatch(data)
 
 
-def _jte_side_by_side(batch, features, topo, modes, repeats):
-    """Time jax-tpu-embedding and scwork on the same input, alternating; None if not installed."""
+def _usage() -> tuple[float, float, int]:
+    """Process CPU seconds (user, system) and minor page faults so far (every thread)."""
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime, r.ru_stime, r.ru_minflt
+
+
+def _jte_side_by_side(batch, features, topo, modes, repeats, pauses=(0.0,)):
+    """Time jax-tpu-embedding and scwork on the same input, alternating; None if not installed.
+
+    ``pauses``: seconds of sleep after every call; each value is one more round of
+    ``repeats`` alternating calls (0: back to back, the issue's protocol; a pause lets
+    whatever one side leaves running or to be paged in settle before the other side's
+    call). Besides wall time, each call's process CPU time (user and system, every
+    thread) and minor page faults are recorded: system time and faults show the cost
+    of memory the OS must hand out anew.
+    """
     try:
         from absl import logging as absl_logging
         from jax_tpu_embedding.sparsecore.lib.nn import embedding as jte
@@ -183,11 +197,24 @@ def _jte_side_by_side(batch, features, topo, modes, repeats):
                                np.asarray(jte_stats.required_buffer_size_per_sc[st.name]))
             for st in plan.stacks)
         run_pre()
-        times = {"jte": [], "preprocess": [], "compute_stats": []}
-        load = os.getloadavg()
-        for _ in range(repeats):  # alternating, so that all three see the same load
-            for key, fn in (("jte", run_jte), ("preprocess", run_pre), ("compute_stats", run_stats)):
-                times[key] += timed_runs(fn, 1)
+        rounds = {}
+        for pause in pauses:
+            times = {"jte": [], "preprocess": [], "compute_stats": []}
+            cost = {k: {"user_s": [], "sys_s": [], "minor_faults": []} for k in times}
+            load = os.getloadavg()
+            for _ in range(repeats):  # alternating, so that all three see the same load
+                for key, fn in (("jte", run_jte), ("preprocess", run_pre), ("compute_stats", run_stats)):
+                    u0, s0, f0 = _usage()
+                    times[key] += timed_runs(fn, 1)
+                    u1, s1, f1 = _usage()
+                    cost[key]["user_s"].append(u1 - u0)
+                    cost[key]["sys_s"].append(s1 - s0)
+                    cost[key]["minor_faults"].append(f1 - f0)
+                    if pause:
+                        time.sleep(pause)
+            rounds[pause] = (times, {k: {m: statistics.median(v) for m, v in c.items()} for k, c in cost.items()},
+                             load)
+        times, cost, load = rounds[pauses[0]]
         med = {k: statistics.median(v) for k, v in times.items()}
         # peak allocation of one call at the defaults (numpy reports to tracemalloc;
         # recycled buffers dropped first, so this is a call that gets none)
@@ -205,7 +232,14 @@ def _jte_side_by_side(batch, features, topo, modes, repeats):
             "preprocess_ratio": med["jte"] / med["preprocess"],
             "compute_stats_ratio": med["jte"] / med["compute_stats"],
             "jte_ids_per_s": batch.num_ids / med["jte"], "stats_identical": bool(same),
-            "runs_s": times, "loadavg": load}
+            "runs_s": times, "loadavg": load, "cpu_per_call": cost, "pause_s": pauses[0],
+            "other_pauses": {
+                str(p): {"jte_s": statistics.median(t["jte"]), "preprocess_s": statistics.median(t["preprocess"]),
+                         "compute_stats_s": statistics.median(t["compute_stats"]),
+                         "preprocess_ratio": statistics.median(t["jte"]) / statistics.median(t["preprocess"]),
+                         "compute_stats_ratio": statistics.median(t["jte"]) / statistics.median(t["compute_stats"]),
+                         "runs_s": t, "cpu_per_call": c}
+                for p, (t, c, _) in rounds.items() if p != pauses[0]}}
     return out
 
 
@@ -505,6 +539,9 @@ def main() -> int:
     parser.add_argument("--large", action="store_true",
                         help="the large input (131072 samples, 16 x 4 SparseCores); with --project: as well as "
                              "the standard one")
+    parser.add_argument("--pause", default="0",
+                        help="side by side: seconds of sleep after every call; several comma-separated values "
+                             "are several rounds (the first is the headline)")
     parser.add_argument("--jte-only", action="store_true",
                         help="only the side-by-side run with jax-tpu-embedding (no thread sweep, no numpy subset)")
     args = parser.parse_args()
@@ -611,7 +648,8 @@ def main() -> int:
         res_mode["numpy_reference_subset"] = {"batch_size": subset, "num_ids": small.num_ids, **ref}
         result["modes"][mode] = res_mode
     if not args.no_jte:
-        jte = _jte_side_by_side(batch, features, topo, modes, repeats)
+        jte = _jte_side_by_side(batch, features, topo, modes, repeats,
+                                pauses=tuple(float(p) for p in args.pause.split(",") if p))
         if jte is not None:
             result["jax_tpu_embedding"] = jte
             ok &= all(r["stats_identical"] for r in jte["modes"].values())
@@ -676,6 +714,15 @@ def main() -> int:
                   f"statistics identical: {r['stats_identical']}; load {r['loadavg'][0]:.2f}; peak allocation of one "
                   f"call: preprocess {r['preprocess_peak_alloc_mb']:.0f} MB, compute_stats "
                   f"{r['compute_stats_peak_alloc_mb']:.0f} MB")
+            rows = [(r["pause_s"], r)] + [(float(p), x) for p, x in r["other_pauses"].items()]
+            for pause, x in rows:
+                c = x["cpu_per_call"]
+                print(f"    pause {pause:g} s after each call: library {x['jte_s'] * 1e3:.1f} ms, preprocess "
+                      f"{x['preprocess_s'] * 1e3:.1f} ms (x{x['preprocess_ratio']:.2f}), compute_stats "
+                      f"{x['compute_stats_s'] * 1e3:.1f} ms (x{x['compute_stats_ratio']:.2f}); CPU per call (user + "
+                      "system, minor faults): " + ", ".join(
+                          f"{k} {v['user_s'] * 1e3:.0f} + {v['sys_s'] * 1e3:.0f} ms, {v['minor_faults']:.0f}"
+                          for k, v in c.items()))
     elif not args.no_jte:
         print("\njax-tpu-embedding is not installed (pip install -e '.[oracle]', Python >= 3.12): no side-by-side run")
     print(f"\npeak RSS {result['peak_rss_mb']:.0f} MB (after input generation {rss_input:.0f} MB)")
