@@ -44,10 +44,11 @@ never cross tables); only one table of one slice may be larger. Per slice and gr
 counted, and with CSR written partition by partition (:mod:`scwork.sharding._kernels`,
 :mod:`scwork.sharding._split_kernels`). Every step after the slices is a batch of
 tasks too: the naive view by (group, partition range), and, without a configured
-``max_ids_per_partition``, the buffer size ``C`` (the longest slice): with 8 or more
-threads every slice's CSR size is counted first (a pass over the ids without
-sorting) so that each (slice, table) task writes in place; with fewer, slices are
-written at a bounding stride and moved left in place, one task per stack. For
+``max_ids_per_partition``, the buffer size ``C`` (the longest slice): every slice's
+CSR size is counted first (a pass over the ids without sorting) so that each
+(slice, table) task writes in place, at any number of threads; only a prefix cut
+(limits with ``allow_id_dropping``) writes slices at a bounding stride and moves
+them left in place afterwards, one task per stack. For
 statistics only (:func:`compute_stats`), neighbouring stacks run as one job whose
 groups are all their tables (:class:`_MergedStacks`: each stack's counters are the
 sums of its groups'), so that a call builds one job, one task list and one result
@@ -162,10 +163,16 @@ __all__ = ["preprocess", "compute_stats", "PreprocessResult", "CsrBuffers", "rel
 
 _COMBINER_CODE = {"sum": 0, "mean": 1, "sqrtn": 2}
 # From this many threads on, preprocess counts every slice's CSR size first (an
-# extra pass over the ids, about a third of the sort's cost) so that no step after
-# the slices is serial; with fewer, moving the slices afterwards (one task per
-# stack) costs less.
-_COUNT_FIRST_THREADS = 8
+# extra pass over the ids, about a third of the sort's cost) so that slices are
+# written in place and no step after the slices is serial. That is every count:
+# writing slices at a bounding stride and moving them left afterwards (the path a
+# prefix cut still needs) was measured slower even on one thread, where it was
+# meant to save the extra pass: standard input of benchmarks/bench_sharding.py,
+# one thread, preprocess CPU 200 ms staged vs 115 ms counted on a 2-core AMD EPYC,
+# 904 ms vs 273 ms (summed over 16 threads) on a 16-core Xeon VM, whose page walks
+# make the sparse bounding-stride writes dearer still. Tests set it higher to run
+# the staged path on unlimited input.
+_COUNT_FIRST_THREADS = 1
 # stack_slices takes a bitmap for the naive view; the engine always uses lists
 _NO_BITMAP = np.zeros(1, np.int64)
 _NO_LIMIT = 2**62
@@ -466,13 +473,12 @@ class _StackJob:
             self.C = self.cap = round_up(stack.max_ids_per_partition, _ALIGN) * P
             self.base = np.arange(nsl, dtype=np.int64) * self.C
             self.out_size = nsl * self.C
-        # Without a configured C, with many threads (count_first), C (the longest
-        # slice) is counted first (slice_pairs, no sort) so that slices are written
-        # in place at once, by tasks as small as one table of one slice. Else slices
-        # are written at a bounding stride and moved left afterwards (one task per
-        # stack, cheaper on few cores than the extra pass over the ids); a prefix cut
-        # (limits with allow_id_dropping) always needs that, as only the sort knows
-        # a slice's size.
+        # Without a configured C (and with count_first, see _COUNT_FIRST_THREADS), C
+        # (the longest slice) is counted first (slice_pairs, no sort) so that slices
+        # are written in place at once, by tasks as small as one table of one slice.
+        # Else slices are written at a bounding stride and moved left afterwards (one
+        # task per stack); a prefix cut (limits with allow_id_dropping) always needs
+        # that, as only the sort knows a slice's size.
         self.counted = want_csr and self.C is None and not (limited and self.allow_cut) and count_first
         self.count_pairs = zeros(ng * nsl * P if self.counted else 1)
         # Without limits the count also fixes where each group's ids of each stream

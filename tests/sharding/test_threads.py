@@ -107,10 +107,18 @@ def _assert_same_outcome(a, b):
 @given(st.integers(0, 2**32 - 1))
 def test_threads_give_the_results_of_one_thread(seed):
     batch, feats, topo, stacking, cfg = _case(seed)
+    one = {}
     for fn in (preprocess, compute_stats):
-        one = _run_or_error(fn, batch, feats, topo, stacking, cfg)
-        for nt in (2, 3, 8):        # 8: preprocess counts CSR sizes first (_COUNT_FIRST_THREADS)
-            _assert_same_outcome(one, _run_or_error(fn, batch, feats, topo, stacking, cfg, num_threads=nt))
+        one[fn] = _run_or_error(fn, batch, feats, topo, stacking, cfg)
+        for nt in (2, 3, 8):
+            _assert_same_outcome(one[fn], _run_or_error(fn, batch, feats, topo, stacking, cfg, num_threads=nt))
+    # preprocess counts CSR sizes first at every thread count (_COUNT_FIRST_THREADS); the
+    # staged path (slices at a bounding stride, moved left) must give the same
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(engine, "_COUNT_FIRST_THREADS", 10**6)
+        for nt in (1, 3):
+            _assert_same_outcome(one[preprocess],
+                                 _run_or_error(preprocess, batch, feats, topo, stacking, cfg, num_threads=nt))
 
 
 @settings(max_examples=30, deadline=None)
