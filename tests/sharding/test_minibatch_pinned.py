@@ -515,6 +515,35 @@ def test_a_bucket_over_the_distinct_ids_limit_is_named_after_the_ids_limit_fits(
         "sends to partition 1, above max_unique_ids_per_partition=2 (1 of 8 buckets overflow on their own); ")
 
 
+def test_the_message_counts_overflowing_buckets_not_streams():
+    # "(k of nb buckets overflow on their own)" counts buckets over the limit in any slice
+    # and partition: neither the slices nor the (slice, partition) streams that hold them.
+    # Identity hash, 8 buckets, max_ids_per_partition = 2.
+    t = TableSpec("t", 64, 8, max_ids_per_partition=2)
+    # Topology(1, 1): one slice of 8 samples, P = 1, col_id = id. id 1 in samples 0..2
+    # (3 ids, bucket 1), id 2 in samples 3..6 (4 ids, bucket 2), id 3 in sample 7 (1 id,
+    # bucket 3): buckets 1 and 2 overflow, both in slice 0; bucket 2 is the largest.
+    batch = FeatureBatch.from_ragged({"f": _samples([[1]] * 3 + [[2]] * 4 + [[3]])})
+    with pytest.raises(LimitExceededError) as info:
+        minibatch(batch, [FeatureSpec("f", t)], scwork.Topology(1, 1), num_buckets=8, **IDENTITY)
+    err = info.value
+    assert (err.observed, err.device, err.sc, err.partition, err.bucket) == (4, 0, 0, 0, 2)
+    assert str(err).startswith(
+        "stack 't' (tables: t): bucket 2 alone holds 4 ids that source SparseCore 0 of device 0 sends to "
+        "partition 0, above max_ids_per_partition=2 (2 of 8 buckets overflow on their own); ")
+    # Topology(2, 1): P = 2, slices of 4 samples. id 1 (partition 1, col_id 1 + 2 * 0 = 1,
+    # bucket 1) in samples 0..2 (slice 0: 3 ids) and 4..7 (slice 1: 4 ids): one bucket
+    # overflows, in two slices; the largest stream is slice 1's (device 1, sc 0).
+    batch = FeatureBatch.from_ragged({"f": _samples([[1]] * 3 + [[]] + [[1]] * 4)})
+    with pytest.raises(LimitExceededError) as info:
+        minibatch(batch, [FeatureSpec("f", t)], scwork.Topology(2, 1), num_buckets=8, **IDENTITY)
+    err = info.value
+    assert (err.observed, err.device, err.sc, err.partition, err.bucket) == (4, 1, 0, 1, 1)
+    assert str(err).startswith(
+        "stack 't' (tables: t): bucket 1 alone holds 4 ids that source SparseCore 0 of device 1 sends to "
+        "partition 1, above max_ids_per_partition=2 (1 of 8 buckets overflow on their own); ")
+
+
 def test_the_first_sample_over_a_limit_is_named_with_the_largest_sample_count():
     # Topology(2, 2), B = 8: slices of 2 samples. Sample 5 (slice 2: device 1, sc 0, local
     # sample 1) sends ids 1, 5, 9 to partition 1: 3 distinct; sample 7 (slice 3) sends 3, 7,
