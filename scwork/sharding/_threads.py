@@ -11,7 +11,7 @@ import threading
 import time
 
 from scwork.errors import ConfigError
-from scwork.sharding import _profile
+from scwork.sharding import _profile, _trace
 
 __all__ = ["available_cores", "let_workers_run", "resolve_num_threads"]
 
@@ -71,13 +71,24 @@ def _run_tasks(fn, items, sizes, num_threads: int, name: str = "tasks", overlap=
     errors: dict[int, Exception] = {}
     fatal: list[BaseException] = []        # a BaseException that ended a pooled worker's share
     stop = threading.Event()
+    helpers = min(num_threads, len(items)) - 1
+    trace = _trace.sink()                  # None unless a benchmark traces the workers
+    if trace is not None:
+        record = _trace.BatchTrace(name, helpers + 1, time.perf_counter())
+        trace.append(record)
+        spans = record.tasks
 
     def work(worker: int) -> None:
         for i in order:                    # next() of a shared iterator is atomic under the GIL
             if stop.is_set():
                 return
             try:
-                results[i] = fn(items[i], worker)
+                if trace is None:
+                    results[i] = fn(items[i], worker)
+                else:
+                    began = time.perf_counter()
+                    results[i] = fn(items[i], worker)
+                    spans.append((worker, began, time.perf_counter()))
             except Exception as err:  # noqa: BLE001 - re-raised below, the first in item order
                 errors[i] = err
 
@@ -88,7 +99,6 @@ def _run_tasks(fn, items, sizes, num_threads: int, name: str = "tasks", overlap=
             stop.set()
             fatal.append(err)
 
-    helpers = min(num_threads, len(items)) - 1
     pool = _take_pool()
     _count_helpers(helpers)
     try:
@@ -106,6 +116,8 @@ def _run_tasks(fn, items, sizes, num_threads: int, name: str = "tasks", overlap=
         raise
     finally:                               # no task outlives the call (it uses pooled buffers)
         pool.wait()                        # if this is interrupted the pool is dropped, not reused
+        if trace is not None:
+            record.end = time.perf_counter()
         _count_helpers(-helpers)
         _give_back(pool)
     if fatal:
