@@ -57,6 +57,8 @@ the work cut for T threads.
     python benchmarks/bench_sharding.py [--quick] [--json] [--repeats 7] [--threads 1,2]
                                         [--stacking none,auto] [--subset 1024] [--large] [--jte-only]
     python benchmarks/bench_sharding.py --project [--paths] [--large] [--repeats 3]
+    python benchmarks/bench_sharding.py --paths [--threads 1,4,16] [--stacking none,auto] [--repeats 3]
+    python benchmarks/bench_sharding.py --trace [--threads 16] [--paths] [--large] [--only ...]
 """
 
 from __future__ import annotations
@@ -115,8 +117,22 @@ def _subset(batch, size: int):
     return FeatureBatch(data)
 
 
-def _jte_side_by_side(batch, features, topo, modes, repeats):
-    """Time jax-tpu-embedding and scwork on the same input, alternating; None if not installed."""
+def _usage() -> tuple[float, float, int]:
+    """Process CPU seconds (user, system) and minor page faults so far (every thread)."""
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime, r.ru_stime, r.ru_minflt
+
+
+def _jte_side_by_side(batch, features, topo, modes, repeats, pauses=(0.0,)):
+    """Time jax-tpu-embedding and scwork on the same input, alternating; None if not installed.
+
+    ``pauses``: seconds of sleep after every call; each value is one more round of
+    ``repeats`` alternating calls (0: back to back, the issue's protocol; a pause lets
+    whatever one side leaves running or to be paged in settle before the other side's
+    call). Besides wall time, each call's process CPU time (user and system, every
+    thread) and minor page faults are recorded: system time and faults show the cost
+    of memory the OS must hand out anew.
+    """
     try:
         from absl import logging as absl_logging
         from jax_tpu_embedding.sparsecore.lib.nn import embedding as jte
@@ -182,11 +198,24 @@ def _jte_side_by_side(batch, features, topo, modes, repeats):
                                np.asarray(jte_stats.required_buffer_size_per_sc[st.name]))
             for st in plan.stacks)
         run_pre()
-        times = {"jte": [], "preprocess": [], "compute_stats": []}
-        load = os.getloadavg()
-        for _ in range(repeats):  # alternating, so that all three see the same load
-            for key, fn in (("jte", run_jte), ("preprocess", run_pre), ("compute_stats", run_stats)):
-                times[key] += timed_runs(fn, 1)
+        rounds = {}
+        for pause in pauses:
+            times = {"jte": [], "preprocess": [], "compute_stats": []}
+            cost = {k: {"user_s": [], "sys_s": [], "minor_faults": []} for k in times}
+            load = os.getloadavg()
+            for _ in range(repeats):  # alternating, so that all three see the same load
+                for key, fn in (("jte", run_jte), ("preprocess", run_pre), ("compute_stats", run_stats)):
+                    u0, s0, f0 = _usage()
+                    times[key] += timed_runs(fn, 1)
+                    u1, s1, f1 = _usage()
+                    cost[key]["user_s"].append(u1 - u0)
+                    cost[key]["sys_s"].append(s1 - s0)
+                    cost[key]["minor_faults"].append(f1 - f0)
+                    if pause:
+                        time.sleep(pause)
+            rounds[pause] = (times, {k: {m: statistics.median(v) for m, v in c.items()} for k, c in cost.items()},
+                             load)
+        times, cost, load = rounds[pauses[0]]
         med = {k: statistics.median(v) for k, v in times.items()}
         # peak allocation of one call at the defaults (numpy reports to tracemalloc;
         # recycled buffers dropped first, so this is a call that gets none)
@@ -204,7 +233,14 @@ def _jte_side_by_side(batch, features, topo, modes, repeats):
             "preprocess_ratio": med["jte"] / med["preprocess"],
             "compute_stats_ratio": med["jte"] / med["compute_stats"],
             "jte_ids_per_s": batch.num_ids / med["jte"], "stats_identical": bool(same),
-            "runs_s": times, "loadavg": load}
+            "runs_s": times, "loadavg": load, "cpu_per_call": cost, "pause_s": pauses[0],
+            "other_pauses": {
+                str(p): {"jte_s": statistics.median(t["jte"]), "preprocess_s": statistics.median(t["preprocess"]),
+                         "compute_stats_s": statistics.median(t["compute_stats"]),
+                         "preprocess_ratio": statistics.median(t["jte"]) / statistics.median(t["preprocess"]),
+                         "compute_stats_ratio": statistics.median(t["jte"]) / statistics.median(t["compute_stats"]),
+                         "runs_s": t, "cpu_per_call": c}
+                for p, (t, c, _) in rounds.items() if p != pauses[0]}}
     return out
 
 
@@ -358,6 +394,154 @@ PATHS = {"collect_stats_8_batches": _collect_8, "minibatch": _minibatch, "scenar
          "stats_over_dataset_8_shards": _over_dataset}
 
 
+def _same_path(a, b) -> bool:
+    """Identical results of a path at two thread counts (Datasets, or a MiniBatchPlan's parts)."""
+    if hasattr(a, "assignment"):
+        return bool(a.stats.equals(b.stats)) and bool(a.assignment.equals(b.assignment)) \
+            and bool(a.num_minibatches.equals(b.num_minibatches))
+    return bool(a.equals(b))
+
+
+def paths_main(args) -> int:
+    """``--paths`` without ``--project``: the paths built on the engine, timed with real threads.
+
+    Standard input; per stacking mode and path (``collect_stats`` over 8 batches,
+    ``minibatch``, ``Scenario.compute()``): one call per thread count of ``--threads``
+    (results compared: identical for every count), then ``--repeats`` rounds of calls
+    alternating the thread counts, medians; the speedup of each count over the first,
+    and the peak allocation (``tracemalloc``) of one call at the last count with no
+    recycled buffer. ``stats_over_dataset`` has its own sweep:
+    ``benchmarks/bench_dataset_stats.py --standard --compare --threads ...``.
+    """
+    import scwork
+    from scwork.sharding import release_buffers
+    from scwork.sharding._synthetic import synthetic_batch
+
+    threads = [int(t) for t in args.threads.split(",") if t]
+    modes = [m for m in args.stacking.split(",") if m]
+    repeats = max(3, args.repeats)
+    scwork.warmup()
+    batch, features = synthetic_batch(batch_size=16384, num_features=26, vocab_size=1_000_000, valency=20.0,
+                                      zipf_s=1.05, embedding_dim=args.dim, seed=0)
+    topo = scwork.Topology(4, 4)
+    paths = {k: v for k, v in PATHS.items() if k != "stats_over_dataset_8_shards"}
+    wanted = [w for w in (args.only or "").split(",") if w]
+    result = {"machine": {"cpus": os.cpu_count(), "loadavg_start": os.getloadavg()}, "threads": threads,
+              "repeats": repeats, "num_ids": batch.num_ids, "paths": {}}
+    ok = True
+    for mode in modes:
+        for name, fn in paths.items():
+            key = f"{mode}/{name}"
+            if wanted and not any(w in key for w in wanted):
+                continue
+            outputs = [fn(batch, features, topo, STACKING[mode], num_threads=T) for T in threads]
+            same = all(_same_path(outputs[0], o) for o in outputs[1:])
+            ok &= same
+            del outputs
+            runs = {T: [] for T in threads}
+            for _ in range(repeats):
+                for T in threads:
+                    runs[T] += timed_runs(lambda T=T: fn(batch, features, topo, STACKING[mode], num_threads=T), 1)
+            med = {T: statistics.median(v) for T, v in runs.items()}
+            release_buffers()
+            tracemalloc.start()
+            kept = fn(batch, features, topo, STACKING[mode], num_threads=threads[-1])
+            peak = tracemalloc.get_traced_memory()[1] / 2**20
+            tracemalloc.stop()
+            del kept
+            result["paths"][key] = {"median_s": {str(T): med[T] for T in threads},
+                                    "speedup": {str(T): med[threads[0]] / med[T] for T in threads},
+                                    "runs_s": {str(T): v for T, v in runs.items()},
+                                    "identical": same, "peak_alloc_mb": peak}
+    result["machine"]["loadavg_end"] = os.getloadavg()
+    result["results_identical"] = ok
+    if args.json:
+        print(json.dumps(result, indent=1))
+        return 0 if ok else 1
+    print(f"paths built on the engine, standard input ({batch.num_ids} ids), {result['machine']['cpus']} CPUs, "
+          f"medians of {repeats} alternating calls per thread count")
+    for key, r in result["paths"].items():
+        cells = ", ".join(f"{T}: {r['median_s'][str(T)] * 1e3:.1f} ms (x{r['speedup'][str(T)]:.2f})"
+                          for T in threads)
+        print(f"  {key}: {cells}; identical: {r['identical']}; peak allocation at {threads[-1]} threads "
+              f"{r['peak_alloc_mb']:.0f} MB")
+    return 0 if ok else 1
+
+
+def trace_main(args) -> int:
+    """``--trace``: what real worker threads do with a call's wall time (scwork/sharding/_trace.py).
+
+    At the last count of ``--threads`` (real threads, not a projection): per input,
+    stacking and call (``--paths`` adds collect_stats over 8 batches, minibatch and
+    Scenario.compute()), two untraced calls, then ``--repeats`` traced ones. Per call:
+    wall time, the time inside task batches and the rest (the calling thread's serial
+    work); per batch (medians over the calls): span, tasks, workers, utilisation (task
+    time over workers x span), ramp (mean wait of a worker for its first task), gap
+    (mean wait between two tasks of one worker) and tail (from the first worker running
+    out of tasks to the batch's end).
+    """
+    import scwork
+    from scwork.sharding import compute_stats, preprocess
+    from scwork.sharding._synthetic import synthetic_batch
+    from scwork.sharding._threads import resolve_num_threads
+    from scwork.sharding._trace import summary, traced
+
+    threads = [int(t) for t in args.threads.split(",") if t]
+    T = resolve_num_threads(threads[-1] if threads else None)
+    modes = [m for m in args.stacking.split(",") if m]
+    repeats = max(3, args.repeats)
+    scwork.warmup()
+    inputs = {"standard": (dict(batch_size=16384, num_features=26, vocab_size=1_000_000), scwork.Topology(4, 4))}
+    if args.large:
+        inputs["large"] = (dict(batch_size=131072, num_features=26, vocab_size=1_000_000), scwork.Topology(16, 4))
+    calls = {"preprocess": preprocess, "compute_stats": compute_stats}
+    if args.paths:
+        calls.update((k, v) for k, v in PATHS.items() if k != "stats_over_dataset_8_shards")
+    wanted = [w for w in (args.only or "").split(",") if w]
+    result = {"machine": {"cpus": os.cpu_count(), "loadavg_start": os.getloadavg()}, "threads": T, "cases": {}}
+    for label, (params, topo) in inputs.items():
+        batch, features = synthetic_batch(**params, valency=20.0, zipf_s=1.05, embedding_dim=args.dim, seed=0)
+        for mode in modes:
+            for name, fn in calls.items():
+                key = f"{label}/{mode}/{name}"
+                if wanted and not any(w in key for w in wanted):
+                    continue
+                for _ in range(2):
+                    fn(batch, features, topo, STACKING[mode], num_threads=T)
+                walls, inside, per_batch = [], [], {}
+                for _ in range(repeats):
+                    with traced() as batches:
+                        t0 = time.perf_counter()
+                        fn(batch, features, topo, STACKING[mode], num_threads=T)
+                        walls.append(time.perf_counter() - t0)
+                    inside.append(sum(b.end - b.start for b in batches))
+                    for b in batches:
+                        per_batch.setdefault(b.name, []).append({**summary(b), "workers": b.workers})
+                med = {bname: {k: statistics.median(r[k] for r in rows) for k in rows[0]}
+                       for bname, rows in per_batch.items()}
+                result["cases"][key] = {"wall_s": statistics.median(walls), "in_batches_s": statistics.median(inside),
+                                        "batches": med, "batch_count": {b: len(r) // repeats
+                                                                         for b, r in per_batch.items()}}
+        del batch, features
+    result["machine"]["loadavg_end"] = os.getloadavg()
+    if args.json:
+        print(json.dumps(result, indent=1))
+        return 0
+    print(f"real worker threads at T = {T} ({result['machine']['cpus']} CPUs, load "
+          f"{result['machine']['loadavg_start'][0]:.2f} -> {result['machine']['loadavg_end'][0]:.2f}); medians of "
+          f"{repeats} traced calls; per batch: span, tasks, utilisation (task time / workers x span), ramp (a "
+          "worker's wait for its first task), gap (between two tasks of a worker), tail (first worker out of "
+          "tasks -> batch end)")
+    for key, r in result["cases"].items():
+        print(f"  {key}: wall {r['wall_s'] * 1e3:.2f} ms, in task batches {r['in_batches_s'] * 1e3:.2f} ms, "
+              f"outside {(r['wall_s'] - r['in_batches_s']) * 1e3:.2f} ms")
+        for bname, x in r["batches"].items():
+            print(f"    {bname} (x{r['batch_count'][bname]} per call): span {x['span_s'] * 1e3:.2f} ms, "
+                  f"{x['tasks']:.0f} tasks on {x['workers']:.0f} workers, utilisation {x['utilisation'] * 100:.0f}%, "
+                  f"ramp {x['ramp_s'] * 1e3:.3f} ms, gap {x['gap_s'] * 1e6:.1f} us, tail {x['tail_s'] * 1e3:.3f} ms")
+    return 0
+
+
 def project_main(args) -> int:
     """``--project``: the projection of speedups at 16, 64 and 208 threads, computed on this machine."""
     import scwork
@@ -421,18 +605,30 @@ def main() -> int:
     parser.add_argument("--project", action="store_true",
                         help="only the projection: speedups at 16, 64, 208 threads from one-thread profiles")
     parser.add_argument("--paths", action="store_true",
-                        help="with --project: also collect_stats over 8 batches and minibatch (standard input)")
+                        help="with --project: also the paths built on the engine (standard input); without it: "
+                             "those paths timed at --threads (collect_stats over 8 batches, minibatch, "
+                             "Scenario.compute)")
+    parser.add_argument("--trace", action="store_true",
+                        help="only a trace of real worker threads at the last --threads count: per batch of "
+                             "tasks the utilisation, ramp, gaps and tail (with --paths: the paths too)")
     parser.add_argument("--only", default=None,
                         help="with --project: only the cases whose 'input/stacking/call' key contains one of "
                              "these comma-separated strings (e.g. standard/none/preprocess,minibatch)")
     parser.add_argument("--large", action="store_true",
                         help="the large input (131072 samples, 16 x 4 SparseCores); with --project: as well as "
                              "the standard one")
+    parser.add_argument("--pause", default="0",
+                        help="side by side: seconds of sleep after every call; several comma-separated values "
+                             "are several rounds (the first is the headline)")
     parser.add_argument("--jte-only", action="store_true",
                         help="only the side-by-side run with jax-tpu-embedding (no thread sweep, no numpy subset)")
     args = parser.parse_args()
     if args.project:
         return project_main(args)
+    if args.trace:
+        return trace_main(args)
+    if args.paths:
+        return paths_main(args)
     repeats = max(5, args.repeats)
     threads = [int(t) for t in args.threads.split(",") if t]
     modes = [m for m in args.stacking.split(",") if m]
@@ -532,7 +728,8 @@ def main() -> int:
         res_mode["numpy_reference_subset"] = {"batch_size": subset, "num_ids": small.num_ids, **ref}
         result["modes"][mode] = res_mode
     if not args.no_jte:
-        jte = _jte_side_by_side(batch, features, topo, modes, repeats)
+        jte = _jte_side_by_side(batch, features, topo, modes, repeats,
+                                pauses=tuple(float(p) for p in args.pause.split(",") if p))
         if jte is not None:
             result["jax_tpu_embedding"] = jte
             ok &= all(r["stats_identical"] for r in jte["modes"].values())
@@ -597,6 +794,15 @@ def main() -> int:
                   f"statistics identical: {r['stats_identical']}; load {r['loadavg'][0]:.2f}; peak allocation of one "
                   f"call: preprocess {r['preprocess_peak_alloc_mb']:.0f} MB, compute_stats "
                   f"{r['compute_stats_peak_alloc_mb']:.0f} MB")
+            rows = [(r["pause_s"], r)] + [(float(p), x) for p, x in r["other_pauses"].items()]
+            for pause, x in rows:
+                c = x["cpu_per_call"]
+                print(f"    pause {pause:g} s after each call: library {x['jte_s'] * 1e3:.1f} ms, preprocess "
+                      f"{x['preprocess_s'] * 1e3:.1f} ms (x{x['preprocess_ratio']:.2f}), compute_stats "
+                      f"{x['compute_stats_s'] * 1e3:.1f} ms (x{x['compute_stats_ratio']:.2f}); CPU per call (user + "
+                      "system, minor faults): " + ", ".join(
+                          f"{k} {v['user_s'] * 1e3:.0f} + {v['sys_s'] * 1e3:.0f} ms, {v['minor_faults']:.0f}"
+                          for k, v in c.items()))
     elif not args.no_jte:
         print("\njax-tpu-embedding is not installed (pip install -e '.[oracle]', Python >= 3.12): no side-by-side run")
     print(f"\npeak RSS {result['peak_rss_mb']:.0f} MB (after input generation {rss_input:.0f} MB)")

@@ -44,10 +44,11 @@ never cross tables); only one table of one slice may be larger. Per slice and gr
 counted, and with CSR written partition by partition (:mod:`scwork.sharding._kernels`,
 :mod:`scwork.sharding._split_kernels`). Every step after the slices is a batch of
 tasks too: the naive view by (group, partition range), and, without a configured
-``max_ids_per_partition``, the buffer size ``C`` (the longest slice): with 8 or more
-threads every slice's CSR size is counted first (a pass over the ids without
-sorting) so that each (slice, table) task writes in place; with fewer, slices are
-written at a bounding stride and moved left in place, one task per stack. For
+``max_ids_per_partition``, the buffer size ``C`` (the longest slice): every slice's
+CSR size is counted first (a pass over the ids without sorting) so that each
+(slice, table) task writes in place, at any number of threads; only a prefix cut
+(limits with ``allow_id_dropping``) writes slices at a bounding stride and moves
+them left in place afterwards, one task per stack. For
 statistics only (:func:`compute_stats`), neighbouring stacks run as one job whose
 groups are all their tables (:class:`_MergedStacks`: each stack's counters are the
 sums of its groups'), so that a call builds one job, one task list and one result
@@ -162,13 +163,27 @@ __all__ = ["preprocess", "compute_stats", "PreprocessResult", "CsrBuffers", "rel
 
 _COMBINER_CODE = {"sum": 0, "mean": 1, "sqrtn": 2}
 # From this many threads on, preprocess counts every slice's CSR size first (an
-# extra pass over the ids, about a third of the sort's cost) so that no step after
-# the slices is serial; with fewer, moving the slices afterwards (one task per
-# stack) costs less.
-_COUNT_FIRST_THREADS = 8
+# extra pass over the ids, about a third of the sort's cost) so that slices are
+# written in place and no step after the slices is serial. That is every count:
+# writing slices at a bounding stride and moving them left afterwards (the path a
+# prefix cut still needs) was measured slower even on one thread, where it was
+# meant to save the extra pass: standard input of benchmarks/bench_sharding.py,
+# one thread, preprocess CPU 200 ms staged vs 115 ms counted on a 2-core AMD EPYC,
+# 904 ms vs 273 ms (summed over 16 threads) on a 16-core Xeon VM, whose page walks
+# make the sparse bounding-stride writes dearer still. Tests set it higher to run
+# the staged path on unlimited input.
+_COUNT_FIRST_THREADS = 1
 # stack_slices takes a bitmap for the naive view; the engine always uses lists
 _NO_BITMAP = np.zeros(1, np.int64)
 _NO_LIMIT = 2**62
+def _minus_ones(n: int) -> np.ndarray:
+    """A fresh int64 array of ``n`` -1s (a task's error slots: -1 is "none"). ``np.full``
+    costs three times as much, and this is Python every task pays holding the GIL."""
+    out = np.empty(n, np.int64)
+    out.fill(-1)
+    return out
+
+
 # a statistics task's dropped pairs: none (shared, never written)
 _NO_DROPS = np.zeros((0, 4), np.int64)
 _NO_DROP_G = np.zeros(0, np.int64)
@@ -466,13 +481,12 @@ class _StackJob:
             self.C = self.cap = round_up(stack.max_ids_per_partition, _ALIGN) * P
             self.base = np.arange(nsl, dtype=np.int64) * self.C
             self.out_size = nsl * self.C
-        # Without a configured C, with many threads (count_first), C (the longest
-        # slice) is counted first (slice_pairs, no sort) so that slices are written
-        # in place at once, by tasks as small as one table of one slice. Else slices
-        # are written at a bounding stride and moved left afterwards (one task per
-        # stack, cheaper on few cores than the extra pass over the ids); a prefix cut
-        # (limits with allow_id_dropping) always needs that, as only the sort knows
-        # a slice's size.
+        # Without a configured C (and with count_first, see _COUNT_FIRST_THREADS), C
+        # (the longest slice) is counted first (slice_pairs, no sort) so that slices
+        # are written in place at once, by tasks as small as one table of one slice.
+        # Else slices are written at a bounding stride and moved left afterwards (one
+        # task per stack); a prefix cut (limits with allow_id_dropping) always needs
+        # that, as only the sort knows a slice's size.
         self.counted = want_csr and self.C is None and not (limited and self.allow_cut) and count_first
         self.count_pairs = zeros(ng * nsl * P if self.counted else 1)
         # Without limits the count also fixes where each group's ids of each stream
@@ -683,7 +697,7 @@ class _StackJob:
     def run_groups(self, kern: _Backend, batch: FeatureBatch, weights, has_w, s0: int, s1: int, g0: int, g1: int,
                    sc: dict) -> dict:
         """Task: :func:`~scwork.sharding._split_kernels.count_groups` on slices ``[s0, s1)`` x groups ``[g0, g1)``."""
-        g_oov = np.full(len(self.groups), -1, np.int64)
+        g_oov = _minus_ones(len(self.groups))
         kern.count_groups(batch._ids, batch._splits, weights, has_w, self.n, self.P, self.lbits, self.gptr,
                           self.feat_rows, self.feat_k, self.g_vocab, self.g_shift, self.g_qbits, self.g_uloff,
                           self.g_sloff, s0, s1, g0, g1, sc["sk"], sc["ak"], sc["bk"], sc["hist"], self.pairs_g,
@@ -691,22 +705,23 @@ class _StackJob:
         # no gains, no cut: only an out-of-vocabulary id is worth a record (the rest is
         # shared and never written: per-task Python is paid once per task, at 8 tasks a thread)
         return {"s0": s0, "oov": g_oov, "bad": self.no_bad, "drops": _NO_DROPS, "drop_g": _NO_DROP_G,
-                "clean": bool(g_oov.max() < 0)}
+                "clean": max(g_oov.tolist()) < 0}
 
     def run_write_groups(self, kern: _Backend, batch: FeatureBatch, weights, has_w, s0: int, s1: int, g0: int,
                          g1: int, sc: dict) -> dict:
         """Task: :func:`~scwork.sharding._split_kernels.write_groups` on slices ``[s0, s1)`` x groups ``[g0, g1)``."""
         ng = len(self.groups)
-        g_oov = np.full(ng, -1, np.int64)
-        g_bad = np.full(ng, -1, np.int64)
+        flags = _minus_ones(2 * ng)                # each group's first out-of-vocabulary id, then zero divisor
+        g_oov, g_bad = flags[:ng], flags[ng:]
         kern.write_groups(batch._ids, batch._splits, weights, has_w, self.combiner, self.n, self.P, self.lbits,
                           self.gptr, self.feat_rows, self.feat_k, self.g_vocab, self.g_shift, self.g_qbits,
                           self.g_rowoff, self.g_mode, self.g_uloff, self.g_sloff, s0, s1, g0, g1, sc["sk"], sc["sg"],
                           sc["ak"], sc["ag"], sc["bk"], sc["bg"], sc["hist"], self.offs, self.pad_lo, self.pad_hi,
                           self.rowgain, self.emb, self.smp, self.gout, self.distinct_g, self.ulist, self.ul_cnt,
                           g_oov, g_bad)
-        return {"s0": s0, "oov": g_oov, "bad": g_bad, "drops": np.zeros((0, 4), np.int64),
-                "drop_g": np.zeros(0, np.int64)}
+        # no cut here (no limits): nothing is dropped, so a task is worth a record only with an error
+        return {"s0": s0, "oov": g_oov, "bad": g_bad, "drops": _NO_DROPS, "drop_g": _NO_DROP_G,
+                "clean": max(flags.tolist()) < 0}
 
     def run_slices(self, kern: _Backend, batch: FeatureBatch, weights, has_w, s0: int, s1: int, worker: int,
                    sc: dict) -> dict:
@@ -750,8 +765,8 @@ class _StackJob:
         clean = out.get("clean")
         if clean:
             return
-        if clean is not None or out["drops"].shape[0] or out["oov"].max(initial=-1) >= 0 \
-                or out["bad"].max(initial=-1) >= 0:
+        if clean is not None or out["drops"].shape[0] or max(out["oov"].tolist(), default=-1) >= 0 \
+                or max(out["bad"].tolist(), default=-1) >= 0:
             with self.lock:
                 self.tasks.append(out)
 

@@ -107,10 +107,18 @@ def _assert_same_outcome(a, b):
 @given(st.integers(0, 2**32 - 1))
 def test_threads_give_the_results_of_one_thread(seed):
     batch, feats, topo, stacking, cfg = _case(seed)
+    one = {}
     for fn in (preprocess, compute_stats):
-        one = _run_or_error(fn, batch, feats, topo, stacking, cfg)
-        for nt in (2, 3, 8):        # 8: preprocess counts CSR sizes first (_COUNT_FIRST_THREADS)
-            _assert_same_outcome(one, _run_or_error(fn, batch, feats, topo, stacking, cfg, num_threads=nt))
+        one[fn] = _run_or_error(fn, batch, feats, topo, stacking, cfg)
+        for nt in (2, 3, 8):
+            _assert_same_outcome(one[fn], _run_or_error(fn, batch, feats, topo, stacking, cfg, num_threads=nt))
+    # preprocess counts CSR sizes first at every thread count (_COUNT_FIRST_THREADS); the
+    # staged path (slices at a bounding stride, moved left) must give the same
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(engine, "_COUNT_FIRST_THREADS", 10**6)
+        for nt in (1, 3):
+            _assert_same_outcome(one[preprocess],
+                                 _run_or_error(preprocess, batch, feats, topo, stacking, cfg, num_threads=nt))
 
 
 @settings(max_examples=30, deadline=None)
@@ -640,6 +648,35 @@ def test_overlap_steps_run_in_order_once(num_threads):
     with profiled(num_threads) as profiles, call():
         _run_tasks(lambda x, w: -x, [1, 2, 3], [1, 1, 1], num_threads, overlap=tuple(steps))
     assert seen == [0, 1, 2, 3, 4] and len(profiles[0].overlaps) == 1
+
+
+def test_the_gil_is_let_go_only_while_pooled_workers_run(monkeypatch):
+    """let_workers_run sleeps (hands the GIL over) inside a call with worker threads, between
+    overlapped steps and in tasks, and not at all with one thread or after the call."""
+    from scwork.sharding import _threads
+
+    sleeps = []
+    monkeypatch.setattr(_threads.time, "sleep", lambda s: sleeps.append(s))
+    _threads.let_workers_run()
+    assert sleeps == []
+    _threads._run_tasks(lambda x, w: _threads.let_workers_run() or x, [1, 2, 3], [1, 1, 1], 1,
+                        overlap=[lambda: None, lambda: None])
+    assert sleeps == []
+    in_tasks = []
+
+    def task(x, w):
+        before = len(sleeps)
+        _threads.let_workers_run()
+        in_tasks.append(len(sleeps) - before)
+        return x
+
+    assert _threads._run_tasks(task, [1, 2, 3, 4], [1, 1, 1, 1], 3, overlap=[lambda: None, lambda: None]) \
+        == [1, 2, 3, 4]
+    assert sleeps.count(0) >= 2 and in_tasks == [1, 1, 1, 1]
+    assert _threads._helpers_running == 0
+    sleeps.clear()
+    _threads.let_workers_run()
+    assert sleeps == []
 
 
 # --------------------------------------------------------------------------------------
