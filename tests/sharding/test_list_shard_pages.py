@@ -280,3 +280,14 @@ def test_footer_checks_count_empty_and_null_lists_and_null_ids(tmp_path, version
     loaded = datasets.load_table(path, columns=["large", "scalar"])
     np.testing.assert_array_equal(loaded.features["large"][0], [1] * 4)
     np.testing.assert_array_equal(loaded.features["large"][1], [0, 1, 1, 1] + [2, 2, 2, 3, 3, 3, 4, 4, 4])
+
+
+def test_load_table_reads_parquet_files_without_row_groups(tmp_path):
+    """A file a ParquetWriter closed without rows has no row group at all: no rows, the columns asked for."""
+    schema = pa.schema([("a", pa.list_(pa.int32())), ("b", pa.int64())])
+    pq.ParquetWriter(tmp_path / "none.parquet", schema).close()
+    assert pq.ParquetFile(tmp_path / "none.parquet").metadata.num_row_groups == 0
+    table = datasets.load_table(tmp_path / "none.parquet", columns=["b"])
+    assert table.num_samples == 0 and list(table.features) == ["b"]
+    np.testing.assert_array_equal(table.features["b"][1], [0])
+    assert list(datasets.load_table(tmp_path / "none.parquet").features) == ["a", "b"]
