@@ -142,7 +142,7 @@ def count_groups_reference(ids, splits, weights, has_w, n, P, lbits, gptr, feat_
 # slice_pairs
 # --------------------------------------------------------------------------------------
 @jit(inline="always")
-def row_slot(x):
+def _row_slot(x):
     """The first table slot :func:`slice_pairs` tries for id ``x`` (a multiplicative hash).
 
     Bits 22..31 of the product of the id's low 32 bits (its high 32 bits folded in
@@ -166,7 +166,7 @@ def slice_pairs(ids, splits, n, P, gptr, feat_rows, g_vocab, g_shift, s0, s1, g0
     ``>= g_vocab[g]`` are skipped (the sorting pass reports them).
 
     A row of up to ``_SHORT_ROW`` ids looks each id up in a table of
-    ``2**_SLOT_BITS`` slots by linear probing from :func:`row_slot`: a slot taken
+    ``2**_SLOT_BITS`` slots by linear probing from :func:`_row_slot`: a slot taken
     in this row by the same id means a duplicate, a slot free in this row means a
     new id, which takes it. Slots are stamped with a row counter, so the table is
     never cleared, and a row fills at most half of it, so there is always a free
@@ -198,7 +198,7 @@ def slice_pairs(ids, splits, n, P, gptr, feat_rows, g_vocab, g_shift, s0, s1, g0
                             x = ids[_U(j)]
                             # linear probing: step past the slots that other ids of this
                             # row took, to x's own slot or to a slot free in this row
-                            h = row_slot(x)
+                            h = _row_slot(x)
                             while stamp[h] == stamp_of_row and held[h] != x:
                                 h = (h + 1) & _SLOT_MASK
                             if stamp[h] != stamp_of_row:

@@ -1,7 +1,7 @@
 """``slice_pairs``'s table of a row's ids, at its edges, with values worked out by hand.
 
 Rows of up to ``_SHORT_ROW`` ids are deduplicated through a table of slots stamped
-with the row (linear probing from ``row_slot``), longer rows by sorting a copy.
+with the row (linear probing from ``_row_slot``), longer rows by sorting a copy.
 Random rows (``tests/sharding/test_split_kernels.py``) rarely land on what is pinned
 here: rows of exactly the limit and one past it, rows of one id repeated, different
 ids of one row that hash to the same slot (the probe must step past them and wrap
@@ -62,10 +62,10 @@ def test_rows_of_one_id_repeated(fn):
 
 
 def _ids_in_slot(slot, count):
-    """The first ``count`` ids from 0 up that ``row_slot`` sends to ``slot``."""
+    """The first ``count`` ids from 0 up that ``_row_slot`` sends to ``slot``."""
     candidates = np.arange(100_000, dtype=np.int64)
-    # row_slot is elementwise integer arithmetic, so its Python body takes an array
-    slot_of = getattr(SK.row_slot, "py_func", SK.row_slot)(candidates)
+    # _row_slot is elementwise integer arithmetic, so its Python body takes an array
+    slot_of = getattr(SK._row_slot, "py_func", SK._row_slot)(candidates)
     found = candidates[slot_of == slot][:count].tolist()
     assert len(found) == count
     return found
@@ -84,7 +84,7 @@ def test_ids_that_share_a_slot_probe_past_each_other_and_wrap_around(fn):
     last = (1 << SK._SLOT_BITS) - 1
     a, b, c = _ids_in_slot(last, 3)
     (d,) = [x for x in _ids_in_slot(0, 3) if x < c][:1]
-    slot_of = getattr(SK.row_slot, "py_func", SK.row_slot)
+    slot_of = getattr(SK._row_slot, "py_func", SK._row_slot)
     assert [int(slot_of(np.int64(x))) for x in (a, b, c, d)] == [last, last, last, 0]
     rows = [[a, b, c, d, c, b, a, d, b], [d, a]]
     P = 3
