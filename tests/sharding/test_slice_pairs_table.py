@@ -127,3 +127,24 @@ def test_negative_and_zero_rotations(fn, P, shift, expected):
     rows = [[0, 1, 2, 3, 0], [0, 1, 2, 3] * 129]
     assert len(rows[1]) > SK._SHORT_ROW
     assert _counts(fn, rows, P, 10, shift) == [expected, expected]
+
+
+def test_stamps_start_again_after_the_last_one_with_the_table_cleared(monkeypatch):
+    """The int32 row stamps end at ``_STAMP_END``; then the table is cleared and they restart at 0.
+
+    Run as plain Python (``py_func``, which reads the module's ``_STAMP_END`` at each
+    row) with the end moved to 3: rows 0, 1, 2 take stamps 0, 1, 2, then row 3 takes
+    stamp 0 again. Row 0 and row 3 are both 1, 2 (P = 2): had the slots of 1 and 2
+    kept row 0's stamp, row 3 would find them taken by itself and count nothing; it
+    must count 1 and 2 again, one id per partition. Rows 1 and 2 (7; 7, 7) and row
+    4 (2, 2, 1, after the restart) count once each, so the wrong table would show.
+    """
+    kernel = getattr(SK.slice_pairs, "py_func", SK.slice_pairs)
+    monkeypatch.setattr(SK, "_STAMP_END", 3)
+    rows = [[1, 2], [7], [7, 7], [1, 2], [2, 2, 1]]
+    ids = np.array([x for r in rows for x in r], np.int64)
+    splits = np.concatenate([[0], np.cumsum([len(r) for r in rows])]).astype(np.int64)[None, :]
+    pairs = np.zeros(len(rows) * 2, np.int64)
+    kernel(ids, splits, 1, 2, np.array([0, 1], np.int64), np.zeros(1, np.int64), np.array([10], np.int64),
+           np.zeros(1, np.int64), 0, len(rows), 0, 1, pairs)
+    assert pairs.reshape(len(rows), 2).tolist() == [[1, 1], [0, 1], [0, 1], [1, 1], [1, 1]]
