@@ -58,6 +58,7 @@ the work cut for T threads.
                                         [--stacking none,auto] [--subset 1024] [--large] [--jte-only]
     python benchmarks/bench_sharding.py --project [--paths] [--large] [--repeats 3]
     python benchmarks/bench_sharding.py --paths [--threads 1,4,16] [--stacking none,auto] [--repeats 3]
+    python benchmarks/bench_sharding.py --trace [--threads 16] [--paths] [--large] [--only ...]
 """
 
 from __future__ import annotations
@@ -467,6 +468,80 @@ def paths_main(args) -> int:
     return 0 if ok else 1
 
 
+def trace_main(args) -> int:
+    """``--trace``: what real worker threads do with a call's wall time (scwork/sharding/_trace.py).
+
+    At the last count of ``--threads`` (real threads, not a projection): per input,
+    stacking and call (``--paths`` adds collect_stats over 8 batches, minibatch and
+    Scenario.compute()), two untraced calls, then ``--repeats`` traced ones. Per call:
+    wall time, the time inside task batches and the rest (the calling thread's serial
+    work); per batch (medians over the calls): span, tasks, workers, utilisation (task
+    time over workers x span), ramp (mean wait of a worker for its first task), gap
+    (mean wait between two tasks of one worker) and tail (from the first worker running
+    out of tasks to the batch's end).
+    """
+    import scwork
+    from scwork.sharding import compute_stats, preprocess
+    from scwork.sharding._synthetic import synthetic_batch
+    from scwork.sharding._threads import resolve_num_threads
+    from scwork.sharding._trace import summary, traced
+
+    threads = [int(t) for t in args.threads.split(",") if t]
+    T = resolve_num_threads(threads[-1] if threads else None)
+    modes = [m for m in args.stacking.split(",") if m]
+    repeats = max(3, args.repeats)
+    scwork.warmup()
+    inputs = {"standard": (dict(batch_size=16384, num_features=26, vocab_size=1_000_000), scwork.Topology(4, 4))}
+    if args.large:
+        inputs["large"] = (dict(batch_size=131072, num_features=26, vocab_size=1_000_000), scwork.Topology(16, 4))
+    calls = {"preprocess": preprocess, "compute_stats": compute_stats}
+    if args.paths:
+        calls.update((k, v) for k, v in PATHS.items() if k != "stats_over_dataset_8_shards")
+    wanted = [w for w in (args.only or "").split(",") if w]
+    result = {"machine": {"cpus": os.cpu_count(), "loadavg_start": os.getloadavg()}, "threads": T, "cases": {}}
+    for label, (params, topo) in inputs.items():
+        batch, features = synthetic_batch(**params, valency=20.0, zipf_s=1.05, embedding_dim=args.dim, seed=0)
+        for mode in modes:
+            for name, fn in calls.items():
+                key = f"{label}/{mode}/{name}"
+                if wanted and not any(w in key for w in wanted):
+                    continue
+                for _ in range(2):
+                    fn(batch, features, topo, STACKING[mode], num_threads=T)
+                walls, inside, per_batch = [], [], {}
+                for _ in range(repeats):
+                    with traced() as batches:
+                        t0 = time.perf_counter()
+                        fn(batch, features, topo, STACKING[mode], num_threads=T)
+                        walls.append(time.perf_counter() - t0)
+                    inside.append(sum(b.end - b.start for b in batches))
+                    for b in batches:
+                        per_batch.setdefault(b.name, []).append({**summary(b), "workers": b.workers})
+                med = {bname: {k: statistics.median(r[k] for r in rows) for k in rows[0]}
+                       for bname, rows in per_batch.items()}
+                result["cases"][key] = {"wall_s": statistics.median(walls), "in_batches_s": statistics.median(inside),
+                                        "batches": med, "batch_count": {b: len(r) // repeats
+                                                                         for b, r in per_batch.items()}}
+        del batch, features
+    result["machine"]["loadavg_end"] = os.getloadavg()
+    if args.json:
+        print(json.dumps(result, indent=1))
+        return 0
+    print(f"real worker threads at T = {T} ({result['machine']['cpus']} CPUs, load "
+          f"{result['machine']['loadavg_start'][0]:.2f} -> {result['machine']['loadavg_end'][0]:.2f}); medians of "
+          f"{repeats} traced calls; per batch: span, tasks, utilisation (task time / workers x span), ramp (a "
+          "worker's wait for its first task), gap (between two tasks of a worker), tail (first worker out of "
+          "tasks -> batch end)")
+    for key, r in result["cases"].items():
+        print(f"  {key}: wall {r['wall_s'] * 1e3:.2f} ms, in task batches {r['in_batches_s'] * 1e3:.2f} ms, "
+              f"outside {(r['wall_s'] - r['in_batches_s']) * 1e3:.2f} ms")
+        for bname, x in r["batches"].items():
+            print(f"    {bname} (x{r['batch_count'][bname]} per call): span {x['span_s'] * 1e3:.2f} ms, "
+                  f"{x['tasks']:.0f} tasks on {x['workers']:.0f} workers, utilisation {x['utilisation'] * 100:.0f}%, "
+                  f"ramp {x['ramp_s'] * 1e3:.3f} ms, gap {x['gap_s'] * 1e6:.1f} us, tail {x['tail_s'] * 1e3:.3f} ms")
+    return 0
+
+
 def project_main(args) -> int:
     """``--project``: the projection of speedups at 16, 64 and 208 threads, computed on this machine."""
     import scwork
@@ -533,6 +608,9 @@ def main() -> int:
                         help="with --project: also the paths built on the engine (standard input); without it: "
                              "those paths timed at --threads (collect_stats over 8 batches, minibatch, "
                              "Scenario.compute)")
+    parser.add_argument("--trace", action="store_true",
+                        help="only a trace of real worker threads at the last --threads count: per batch of "
+                             "tasks the utilisation, ramp, gaps and tail (with --paths: the paths too)")
     parser.add_argument("--only", default=None,
                         help="with --project: only the cases whose 'input/stacking/call' key contains one of "
                              "these comma-separated strings (e.g. standard/none/preprocess,minibatch)")
@@ -547,6 +625,8 @@ def main() -> int:
     args = parser.parse_args()
     if args.project:
         return project_main(args)
+    if args.trace:
+        return trace_main(args)
     if args.paths:
         return paths_main(args)
     repeats = max(5, args.repeats)

@@ -12,6 +12,7 @@
 #             side by side with jax-tpu-embedding
 #   paths     bench_sharding.py --paths: collect_stats over 8 batches, minibatch, Scenario.compute
 #   dataset   bench_dataset_stats.py --standard --compare: stats_over_dataset vs collect_stats in memory
+#   trace     bench_sharding.py --trace --paths at the largest count: what the worker threads wait for
 #
 #   THREADS=1,4,16 REPEATS=5 bash benchmarks/sweep_threads.sh [OUTDIR]
 #
@@ -62,3 +63,4 @@ step standard "$here/bench_sharding.py" --threads "$threads" --repeats "$repeats
 step paths "$here/bench_sharding.py" --paths --threads "$threads" --repeats 3
 step dataset "$here/bench_dataset_stats.py" --standard --compare --threads "$threads" --repeat 3 \
     --dir "${TMPDIR:-/tmp}/scwork-sweep-dataset"
+step trace "$here/bench_sharding.py" --trace --paths --threads "$largest" --repeats 7

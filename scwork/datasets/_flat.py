@@ -18,8 +18,9 @@ feature ``k`` takes rows ``sum_{j<k} (num_rows + 1 + num_ids_j)`` onwards, ``num
 num_ids_k`` of them, on row-group boundaries. Any Parquet reader reads the file (it is one integer column);
 :func:`scwork.sharding.stats_over_dataset` and :func:`scwork.datasets.load_table` read the
 features back as ragged ids. Every inconsistency (row splits that do not run from 0 to the
-number of ids or decrease, features that do not fall on row groups, a malformed note) is a
-:class:`~scwork.errors.ShardError` naming the file and the feature.
+number of ids or decrease, features that do not fall on row groups, a row group that decodes to
+more or fewer values than the footer counts, a malformed note) is a :class:`~scwork.errors.ShardError`
+naming the file and the feature.
 """
 
 from __future__ import annotations
@@ -144,16 +145,28 @@ def read_flat_feature(pf, layout: FlatLayout, name: str, shown: str) -> tuple[np
                          f"{list(layout.features)[:20]}", path=shown, column=name)
     first, stop, num_ids = layout.features[name]
     n = layout.num_rows + 1
-    try:
-        table = pf.read_row_groups(list(range(first, stop)), columns=[layout.column], use_threads=False)
-    except (pa.ArrowException, OSError, ValueError) as exc:
-        raise ShardError(f"{shown}, feature {name!r}: cannot read row groups {first}..{stop - 1} "
-                         f"({' '.join(str(exc).split())[:300]}); the file is corrupt or changed since it was "
-                         "scanned", path=shown, column=name) from None
-    column = table.column(0)
-    if len(column) != n + num_ids:
-        raise ShardError(f"{shown}, feature {name!r}: row groups {first}..{stop - 1} hold {len(column)} values, "
-                         f"expected {n} row splits + {num_ids} ids; {_HOW_TO_FIX}", path=shown, column=name)
+    # Each row group is read on its own and must decode to the values the footer counts for it. A damaged
+    # page header can make pyarrow decode a row group to fewer values (a page of unknown type is skipped
+    # without an error) or, when several row groups are read in one call, to more: a page claiming more
+    # values than its row group holds runs on into padding, and the next row group's values shift and lose
+    # their end, which can leave valid-looking row splits over the wrong ids.
+    footer = pf.metadata
+    chunks = []
+    for group in range(first, stop):
+        try:
+            part = pf.read_row_group(group, columns=[layout.column], use_threads=False).column(0)
+        except (pa.ArrowException, OSError, ValueError) as exc:
+            raise ShardError(f"{shown}, feature {name!r}: cannot read row group {group} "
+                             f"({' '.join(str(exc).split())[:300]}); the file is corrupt or changed since it was "
+                             "scanned", path=shown, column=name) from None
+        counted = footer.row_group(group).num_rows
+        if len(part) != counted:
+            raise ShardError(f"{shown}, feature {name!r}: row group {group} decodes to {len(part)} values, but "
+                             f"the file's footer counts {counted}; the file is damaged; {_HOW_TO_FIX}", path=shown,
+                             column=name)
+        chunks += part.chunks
+    # the row groups' counts add up to the feature's row splits and ids (flat_layout checked their boundaries)
+    column = pa.chunked_array(chunks, pf.schema_arrow.field(layout.column).type)
     if column.null_count:
         raise ShardError(f"{shown}, feature {name!r}: {column.null_count} null value(s) among its row splits "
                          f"and ids; neither may be null; {_HOW_TO_FIX}", path=shown, column=name)

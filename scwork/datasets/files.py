@@ -19,6 +19,7 @@ from scwork._validate import decimal_int
 from scwork._validate import shown as _shown
 from scwork.datasets._checks import _positive_int
 from scwork.datasets._flat import flat_layout, flat_list_table, write_flat_shard
+from scwork.datasets._row_groups import read_checked_row_groups
 from scwork.datasets.synthetic import synthetic
 from scwork.errors import ConfigError, InputError
 
@@ -316,9 +317,14 @@ def _read_parquet(path: Path, shown: str, columns: list[str] | None):
         if names is not None:
             _check_columns(shown, columns, names)
             return flat_list_table(pf, shown, columns)
-    schema = pq.read_schema(_source(path))
-    _check_columns(shown, columns, schema.names)
-    return pq.read_table(_source(path), columns=columns)
+        schema = pf.schema_arrow
+        _check_columns(shown, columns, schema.names)
+        if pf.metadata.num_row_groups == 0:
+            empty = schema.empty_table()
+            return empty if columns is None else empty.select(columns)
+        # each row group on its own, checked against the footer: read in one call, a damaged page header can
+        # shift a list column's values between rows without an error (scwork.datasets._row_groups)
+        return read_checked_row_groups(pf, range(pf.metadata.num_row_groups), columns, shown)
 
 
 def _flat_feature_names(pf, shown: str) -> list[str] | None:

@@ -176,6 +176,14 @@ _COUNT_FIRST_THREADS = 1
 # stack_slices takes a bitmap for the naive view; the engine always uses lists
 _NO_BITMAP = np.zeros(1, np.int64)
 _NO_LIMIT = 2**62
+def _minus_ones(n: int) -> np.ndarray:
+    """A fresh int64 array of ``n`` -1s (a task's error slots: -1 is "none"). ``np.full``
+    costs three times as much, and this is Python every task pays holding the GIL."""
+    out = np.empty(n, np.int64)
+    out.fill(-1)
+    return out
+
+
 # a statistics task's dropped pairs: none (shared, never written)
 _NO_DROPS = np.zeros((0, 4), np.int64)
 _NO_DROP_G = np.zeros(0, np.int64)
@@ -689,7 +697,7 @@ class _StackJob:
     def run_groups(self, kern: _Backend, batch: FeatureBatch, weights, has_w, s0: int, s1: int, g0: int, g1: int,
                    sc: dict) -> dict:
         """Task: :func:`~scwork.sharding._split_kernels.count_groups` on slices ``[s0, s1)`` x groups ``[g0, g1)``."""
-        g_oov = np.full(len(self.groups), -1, np.int64)
+        g_oov = _minus_ones(len(self.groups))
         kern.count_groups(batch._ids, batch._splits, weights, has_w, self.n, self.P, self.lbits, self.gptr,
                           self.feat_rows, self.feat_k, self.g_vocab, self.g_shift, self.g_qbits, self.g_uloff,
                           self.g_sloff, s0, s1, g0, g1, sc["sk"], sc["ak"], sc["bk"], sc["hist"], self.pairs_g,
@@ -697,22 +705,23 @@ class _StackJob:
         # no gains, no cut: only an out-of-vocabulary id is worth a record (the rest is
         # shared and never written: per-task Python is paid once per task, at 8 tasks a thread)
         return {"s0": s0, "oov": g_oov, "bad": self.no_bad, "drops": _NO_DROPS, "drop_g": _NO_DROP_G,
-                "clean": bool(g_oov.max() < 0)}
+                "clean": max(g_oov.tolist()) < 0}
 
     def run_write_groups(self, kern: _Backend, batch: FeatureBatch, weights, has_w, s0: int, s1: int, g0: int,
                          g1: int, sc: dict) -> dict:
         """Task: :func:`~scwork.sharding._split_kernels.write_groups` on slices ``[s0, s1)`` x groups ``[g0, g1)``."""
         ng = len(self.groups)
-        g_oov = np.full(ng, -1, np.int64)
-        g_bad = np.full(ng, -1, np.int64)
+        flags = _minus_ones(2 * ng)                # each group's first out-of-vocabulary id, then zero divisor
+        g_oov, g_bad = flags[:ng], flags[ng:]
         kern.write_groups(batch._ids, batch._splits, weights, has_w, self.combiner, self.n, self.P, self.lbits,
                           self.gptr, self.feat_rows, self.feat_k, self.g_vocab, self.g_shift, self.g_qbits,
                           self.g_rowoff, self.g_mode, self.g_uloff, self.g_sloff, s0, s1, g0, g1, sc["sk"], sc["sg"],
                           sc["ak"], sc["ag"], sc["bk"], sc["bg"], sc["hist"], self.offs, self.pad_lo, self.pad_hi,
                           self.rowgain, self.emb, self.smp, self.gout, self.distinct_g, self.ulist, self.ul_cnt,
                           g_oov, g_bad)
-        return {"s0": s0, "oov": g_oov, "bad": g_bad, "drops": np.zeros((0, 4), np.int64),
-                "drop_g": np.zeros(0, np.int64)}
+        # no cut here (no limits): nothing is dropped, so a task is worth a record only with an error
+        return {"s0": s0, "oov": g_oov, "bad": g_bad, "drops": _NO_DROPS, "drop_g": _NO_DROP_G,
+                "clean": max(flags.tolist()) < 0}
 
     def run_slices(self, kern: _Backend, batch: FeatureBatch, weights, has_w, s0: int, s1: int, worker: int,
                    sc: dict) -> dict:
@@ -756,8 +765,8 @@ class _StackJob:
         clean = out.get("clean")
         if clean:
             return
-        if clean is not None or out["drops"].shape[0] or out["oov"].max(initial=-1) >= 0 \
-                or out["bad"].max(initial=-1) >= 0:
+        if clean is not None or out["drops"].shape[0] or max(out["oov"].tolist(), default=-1) >= 0 \
+                or max(out["bad"].tolist(), default=-1) >= 0:
             with self.lock:
                 self.tasks.append(out)
 

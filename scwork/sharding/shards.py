@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from scwork.datasets._flat import flat_layout, read_flat_feature
+from scwork.datasets._row_groups import read_checked_row_groups
 from scwork.errors import ConfigError, InputError, ShardError
 
 __all__ = ["DEFAULT_CHUNK_IDS", "PARQUET_SUFFIXES", "NPZ_SUFFIXES", "write_npz_shard", "write_parquet_shard"]
@@ -393,10 +394,14 @@ def _read_parquet_rows(piece: _Piece, start: int, stop: int, colmap: dict[str, s
     first = bisect.bisect_right(starts, start) - 1
     last = bisect.bisect_left(starts, stop)
     cols = list(dict.fromkeys(colmap.values()))
+    # Row groups are read one at a time and checked against the footer: read in one call, a damaged page
+    # header can shift one row group's lists into the next under the right row count (scwork.datasets._row_groups).
     try:
         with pq.ParquetFile(piece.path) as pf:
-            table = pf.read_row_groups(list(range(first, last)), columns=cols, use_threads=use_threads)
+            table = read_checked_row_groups(pf, range(first, last), cols, piece.path, use_threads)
     except (pa.ArrowException, OSError, ValueError) as exc:
+        if isinstance(exc, ShardError):
+            raise
         raise ShardError(f"{piece.path}: cannot read rows {start}..{stop - 1} ({' '.join(str(exc).split())}); "
                          "the file is corrupt or "
                          "changed since it was scanned", path=piece.path) from None

@@ -34,8 +34,11 @@ def _stack(seed: int):
     B = G * S * int(rng.integers(1, 6))
     data = {}
     for f in feats:
-        # mostly short rows; now and then one longer than the kernel's short-row limit
-        lengths = np.where(rng.random(B) < 0.1, rng.integers(40, 120, B), rng.integers(0, 9, B))
+        # mostly short rows; now and then one of tens of ids, and rarely one about as
+        # long as slice_pairs' short-row limit (its table) or past it (a sorted copy)
+        u = rng.random(B)
+        lengths = np.where(u < 0.1, rng.integers(40, 120, B), rng.integers(0, 9, B))
+        lengths = np.where(u < 0.03, rng.integers(SK._SHORT_ROW - 8, SK._SHORT_ROW + 64, B), lengths)
         m = int(lengths.sum())
         vocab = f.table.vocab_size
         ids = np.where(rng.random(m) < 0.4, rng.integers(0, min(vocab, 4), m), rng.integers(0, vocab, m))

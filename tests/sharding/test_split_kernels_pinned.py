@@ -228,19 +228,20 @@ def test_cut_groups_by_hand(cut):
 def test_slice_pairs_long_first_row_by_hand(fn):
     """A feature whose first row (offset 0) is the only row past the short-row limit.
 
-    The long row is deduplicated through a sorted copy sized by the longest row; its
-    smallest id is 1 (the sorted walk must not take it for the start marker) and it
-    holds ids 8 == vocabulary and 9 (skipped: the sorting pass reports them). Table of
-    vocabulary 8 on P = 2 partitions (partition ``x % 2``), two slices of one sample:
-    row 0 (slice 0) = 1, 3, 5, 8 and 9, each 12 times (60 ids, distinct in vocabulary
-    1, 3, 5: all odd, partition 1; 8 and 9 are not in it); row 1 (slice 1) = 2, 2, 8, 4 (short: distinct in
-    vocabulary 2 and 4, partition 0). Each slice is its own call, so the first one
-    scans no row but the long one for its scratch size.
+    The long row is deduplicated through a sorted copy; its smallest id is 1 (the
+    sorted walk must not take it for the start marker) and it holds ids 8 ==
+    vocabulary and 9 (skipped: the sorting pass reports them). Table of vocabulary 8
+    on P = 2 partitions (partition ``x % 2``), two slices of one sample: row 0
+    (slice 0) = 1, 3, 5, 8 and 9, each 103 times (515 ids, past the limit of 512;
+    distinct in vocabulary 1, 3, 5: all odd, partition 1; 8 and 9 are not in it); row
+    1 (slice 1) = 2, 2, 8, 4 (short: distinct in vocabulary 2 and 4, partition 0).
+    Each slice is its own call, so the first one sorts before any short row.
     """
     from scwork.sharding import _split_kernels as SK
 
-    ids = np.array([1, 3, 5, 8, 9] * 12 + [2, 9, 8, 4], np.int64)
-    splits = np.array([[0, 60, 64]], np.int64)
+    assert 5 * 103 == SK._SHORT_ROW + 3
+    ids = np.array([1, 3, 5, 8, 9] * 103 + [2, 9, 8, 4], np.int64)
+    splits = np.array([[0, 515, 519]], np.int64)
     args = (np.array([0, 1], np.int64), np.zeros(1, np.int64), np.array([8], np.int64), np.zeros(1, np.int64))
     pairs = np.zeros(4, np.int64)                   # (slice, partition)
     getattr(SK, fn)(ids, splits, 1, 2, *args, 0, 1, 0, 1, pairs)

@@ -650,6 +650,35 @@ def test_overlap_steps_run_in_order_once(num_threads):
     assert seen == [0, 1, 2, 3, 4] and len(profiles[0].overlaps) == 1
 
 
+def test_the_gil_is_let_go_only_while_pooled_workers_run(monkeypatch):
+    """let_workers_run sleeps (hands the GIL over) inside a call with worker threads, between
+    overlapped steps and in tasks, and not at all with one thread or after the call."""
+    from scwork.sharding import _threads
+
+    sleeps = []
+    monkeypatch.setattr(_threads.time, "sleep", lambda s: sleeps.append(s))
+    _threads.let_workers_run()
+    assert sleeps == []
+    _threads._run_tasks(lambda x, w: _threads.let_workers_run() or x, [1, 2, 3], [1, 1, 1], 1,
+                        overlap=[lambda: None, lambda: None])
+    assert sleeps == []
+    in_tasks = []
+
+    def task(x, w):
+        before = len(sleeps)
+        _threads.let_workers_run()
+        in_tasks.append(len(sleeps) - before)
+        return x
+
+    assert _threads._run_tasks(task, [1, 2, 3, 4], [1, 1, 1, 1], 3, overlap=[lambda: None, lambda: None]) \
+        == [1, 2, 3, 4]
+    assert sleeps.count(0) >= 2 and in_tasks == [1, 1, 1, 1]
+    assert _threads._helpers_running == 0
+    sleeps.clear()
+    _threads.let_workers_run()
+    assert sleeps == []
+
+
 # --------------------------------------------------------------------------------------
 # parked worker threads (_threads._WorkerPool): reused, per call, nested, after fork
 # --------------------------------------------------------------------------------------
