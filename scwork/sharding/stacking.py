@@ -875,6 +875,17 @@ def _check_plan(plan: StackingPlan, features, topology: Topology) -> None:
                           f"its stacks (and tables, as stack/table) were made for another P: {other}; build every "
                           f"stack of the plan for P={topology.num_partitions} (plan_stacking does), or plan again "
                           "for this topology")
+    # plan_stacking and stack_limits refuse limits outside int32 (the library's compiled
+    # limits and CSR sizes are int32); a plan built by hand must keep to the same range
+    for st in plan.stacks:
+        for field_name in ("max_ids_per_partition", "max_unique_ids_per_partition",
+                           "suggested_coo_buffer_size_per_device"):
+            value = getattr(st, field_name)
+            if value is not None and (isinstance(value, bool) or not hasattr(type(value), "__index__")
+                                      or not 1 <= int(value) <= INT32_MAX):
+                raise ConfigError(f"stack {st.name!r} of the StackingPlan has {field_name}={value!r}; limits "
+                                  f"must be None or ints from 1 to {INT32_MAX} (int32, as plan_stacking and "
+                                  "stack_limits take them): set it in that range, or None for no limit")
     planned = {f.name: f for f in plan.features}
     for f in features:
         if f.name not in planned:

@@ -998,6 +998,33 @@ def test_a_plan_whose_stacks_were_made_for_another_topology_is_refused(strategy)
         minibatch(batch, feats, scwork.Topology(1, 2), stacking=mixed, strategy=strategy, num_threads=1)
 
 
+@pytest.mark.parametrize("field, value", [("max_unique_ids_per_partition", 2**31),
+                                          ("max_ids_per_partition", 2**62 + 1),
+                                          ("max_ids_per_partition", 0),
+                                          ("suggested_coo_buffer_size_per_device", -8),
+                                          ("max_unique_ids_per_partition", True),
+                                          ("max_ids_per_partition", 7.0)])
+def test_a_hand_built_plan_with_limits_outside_int32_is_refused(field, value):
+    # plan_stacking and stack_limits take limits from 1 to 2**31 - 1 (the library's int32);
+    # a StackingPlan built by hand is held to the same range by every engine call.
+    import dataclasses
+
+    feats = [FeatureSpec("f", TableSpec("t", 16, 8))]
+    topo = scwork.Topology(1, 2)
+    plan = scwork.sharding.plan_stacking(feats, topo, None)
+    bad = scwork.sharding.StackingPlan([dataclasses.replace(plan.stacks[0], **{field: value})], topo, plan.rotation)
+    batch = FeatureBatch.from_ragged({"f": ([0, 1, 2, 3], [0, 2, 4])})
+    for call in (lambda: minibatch(batch, feats, topo, stacking=bad, num_threads=1),
+                 lambda: scwork.sharding.compute_stats(batch, feats, topo, bad, num_threads=1),
+                 lambda: scwork.sharding.preprocess(batch, feats, topo, bad, num_threads=1)):
+        with pytest.raises(ConfigError, match=rf"stack 't' of the StackingPlan has {field}={value!r}; limits "
+                                              r"must be None or ints from 1 to 2147483647"):
+            call()
+    good = scwork.sharding.StackingPlan([dataclasses.replace(plan.stacks[0], **{field: 2**31 - 1})], topo,
+                                        plan.rotation)
+    assert int(scwork.sharding.compute_stats(batch, feats, topo, good, num_threads=1)["ids"].sum()) == 4
+
+
 @pytest.mark.parametrize("backend", ["numba", "numpy"])
 def test_dropped_ids_are_counted_in_their_own_stack_only(backend):
     # Stacks t (limit 2 distinct ids) then u (no limit), Topology(1, 1), one bucket, dropping
