@@ -394,6 +394,18 @@ PATHS = {"collect_stats_8_batches": _collect_8, "minibatch": _minibatch, "scenar
          "stats_over_dataset_8_shards": _over_dataset}
 
 
+def _machine_done(result: dict, as_json: bool) -> str | None:
+    """Record the load average at the end of a run; print ``result`` as JSON if asked (then
+    None: nothing more to print), else the machine's line ("16 CPUs, load 0.80 -> 1.20")."""
+    machine = result["machine"]
+    machine["loadavg_end"] = os.getloadavg()
+    if as_json:
+        print(json.dumps(result, indent=1))
+        return None
+    return (f"{machine['cpus']} CPUs, load {machine['loadavg_start'][0]:.2f} -> "
+            f"{machine['loadavg_end'][0]:.2f}")
+
+
 def _same_path(a, b) -> bool:
     """Identical results of a path at two thread counts (Datasets, or a MiniBatchPlan's parts)."""
     if hasattr(a, "assignment"):
@@ -453,12 +465,11 @@ def paths_main(args) -> int:
                                     "speedup": {str(T): med[threads[0]] / med[T] for T in threads},
                                     "runs_s": {str(T): v for T, v in runs.items()},
                                     "identical": same, "peak_alloc_mb": peak}
-    result["machine"]["loadavg_end"] = os.getloadavg()
     result["results_identical"] = ok
-    if args.json:
-        print(json.dumps(result, indent=1))
+    machine = _machine_done(result, args.json)
+    if machine is None:
         return 0 if ok else 1
-    print(f"paths built on the engine, standard input ({batch.num_ids} ids), {result['machine']['cpus']} CPUs, "
+    print(f"paths built on the engine, standard input ({batch.num_ids} ids), {machine}, "
           f"medians of {repeats} alternating calls per thread count")
     for key, r in result["paths"].items():
         cells = ", ".join(f"{T}: {r['median_s'][str(T)] * 1e3:.1f} ms (x{r['speedup'][str(T)]:.2f})"
@@ -523,13 +534,10 @@ def trace_main(args) -> int:
                                         "batches": med, "batch_count": {b: len(r) // repeats
                                                                          for b, r in per_batch.items()}}
         del batch, features
-    result["machine"]["loadavg_end"] = os.getloadavg()
-    if args.json:
-        print(json.dumps(result, indent=1))
+    machine = _machine_done(result, args.json)
+    if machine is None:
         return 0
-    print(f"real worker threads at T = {T} ({result['machine']['cpus']} CPUs, load "
-          f"{result['machine']['loadavg_start'][0]:.2f} -> {result['machine']['loadavg_end'][0]:.2f}); medians of "
-          f"{repeats} traced calls; per batch: span, tasks, utilisation (task time / workers x span), ramp (a "
+    print(f"real worker threads at T = {T} ({machine}); medians of {repeats} traced calls; per batch: span, tasks, utilisation (task time / workers x span), ramp (a "
           "worker's wait for its first task), gap (between two tasks of a worker), tail (first worker out of "
           "tasks -> batch end)")
     for key, r in result["cases"].items():
@@ -576,12 +584,10 @@ def project_main(args) -> int:
         result["inputs"][label] = {"batch_size": params["batch_size"], "topology": str(topo),
                                    "num_ids": batch.num_ids, "projection": proj}
         del batch, features
-    result["machine"]["loadavg_end"] = os.getloadavg()
-    if args.json:
-        print(json.dumps(result, indent=1))
+    machine = _machine_done(result, args.json)
+    if machine is None:
         return 0
-    print(f"projection from one-thread profiles on this machine ({result['machine']['cpus']} CPUs, load "
-          f"{result['machine']['loadavg_start'][0]:.2f} -> {result['machine']['loadavg_end'][0]:.2f}); projected time "
+    print(f"projection from one-thread profiles on this machine ({machine}); projected time "
           "at T = serial + LPT makespan of each task batch on T workers, in thread CPU time (no memory-bandwidth "
           "limit: an upper bound of the speedup); design targets: serial <= 1% of one thread, at T = 64 no task "
           "over 1/(4T) = 0.39% of the task time")
