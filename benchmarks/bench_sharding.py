@@ -537,9 +537,9 @@ def trace_main(args) -> int:
     machine = _machine_done(result, args.json)
     if machine is None:
         return 0
-    print(f"real worker threads at T = {T} ({machine}); medians of {repeats} traced calls; per batch: span, tasks, utilisation (task time / workers x span), ramp (a "
-          "worker's wait for its first task), gap (between two tasks of a worker), tail (first worker out of "
-          "tasks -> batch end)")
+    print(f"real worker threads at T = {T} ({machine}); medians of {repeats} traced calls; per batch: span, "
+          "tasks, utilisation (task time / workers x span), ramp (a worker's wait for its first task), gap "
+          "(between two tasks of a worker), tail (first worker out of tasks -> batch end)")
     for key, r in result["cases"].items():
         print(f"  {key}: wall {r['wall_s'] * 1e3:.2f} ms, in task batches {r['in_batches_s'] * 1e3:.2f} ms, "
               f"outside {(r['wall_s'] - r['in_batches_s']) * 1e3:.2f} ms")
