@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from scwork.datasets._row_groups import read_checked_row_groups
 from scwork.errors import ShardError
 
 __all__ = []
@@ -138,35 +139,17 @@ def read_flat_feature(pf, layout: FlatLayout, name: str, shown: str) -> tuple[np
     (unsigned 64-bit ids as an int64 view once checked to fit); the row splits are
     int64 from 0. Negative ids are left to the caller's check (it names the row).
     """
-    import pyarrow as pa
-
     if name not in layout.features:
         raise ShardError(f"{shown}: no feature {name!r} in this flat CSR shard; it holds "
                          f"{list(layout.features)[:20]}", path=shown, column=name)
     first, stop, num_ids = layout.features[name]
     n = layout.num_rows + 1
-    # Each row group is read on its own and must decode to the values the footer counts for it. A damaged
-    # page header can make pyarrow decode a row group to fewer values (a page of unknown type is skipped
-    # without an error) or, when several row groups are read in one call, to more: a page claiming more
-    # values than its row group holds runs on into padding, and the next row group's values shift and lose
-    # their end, which can leave valid-looking row splits over the wrong ids.
-    footer = pf.metadata
-    chunks = []
-    for group in range(first, stop):
-        try:
-            part = pf.read_row_group(group, columns=[layout.column], use_threads=False).column(0)
-        except (pa.ArrowException, OSError, ValueError) as exc:
-            raise ShardError(f"{shown}, feature {name!r}: cannot read row group {group} "
-                             f"({' '.join(str(exc).split())[:300]}); the file is corrupt or changed since it was "
-                             "scanned", path=shown, column=name) from None
-        counted = footer.row_group(group).num_rows
-        if len(part) != counted:
-            raise ShardError(f"{shown}, feature {name!r}: row group {group} decodes to {len(part)} values, but "
-                             f"the file's footer counts {counted}; the file is damaged; {_HOW_TO_FIX}", path=shown,
-                             column=name)
-        chunks += part.chunks
+    # Each row group is read on its own and must decode to the values the footer counts for it: a damaged
+    # page header can make pyarrow skip a page, or run on past a row group's end when several are read in
+    # one call, leaving valid-looking row splits over the wrong ids (scwork.datasets._row_groups).
+    table = read_checked_row_groups(pf, range(first, stop), [layout.column], shown, names={layout.column: name})
     # the row groups' counts add up to the feature's row splits and ids (flat_layout checked their boundaries)
-    column = pa.chunked_array(chunks, pf.schema_arrow.field(layout.column).type)
+    column = table.column(0)
     if column.null_count:
         raise ShardError(f"{shown}, feature {name!r}: {column.null_count} null value(s) among its row splits "
                          f"and ids; neither may be null; {_HOW_TO_FIX}", path=shown, column=name)

@@ -32,12 +32,15 @@ __all__: list[str] = []
 _HOW_TO_FIX = "the file is damaged; write it again from its source"
 
 
-def read_checked_row_groups(pf, groups, columns: list[str] | None, shown: str, use_threads: bool = False):
+def read_checked_row_groups(pf, groups, columns: list[str] | None, shown: str, use_threads: bool = False,
+                            names: dict[str, str] | None = None):
     """Row groups ``groups`` of ``columns`` of the open ``pyarrow.parquet.ParquetFile`` ``pf``, as one table.
 
     Each row group is read alone and checked against the footer (see the module notes);
-    ``columns=None`` reads every column; ``shown`` names the file in errors. The table's
-    columns have one chunk per row group.
+    ``columns=None`` reads every column; ``shown`` names the file in errors, ``names`` the
+    feature a column holds where that is not the column's own name (the flat layout keeps
+    every feature in one column): errors then say ``feature 'f'`` and carry ``column='f'``.
+    The table's columns have one chunk per row group.
     """
     import pyarrow as pa
 
@@ -50,30 +53,38 @@ def read_checked_row_groups(pf, groups, columns: list[str] | None, shown: str, u
             # Read together, a column that decodes short is reported under another column's name
             # ("Column 1 named b expected length 0"); reading each column alone finds the damaged one.
             for column in (pf.schema_arrow.names if columns is None else columns):
-                _read_one(pf, group, column, leaves, shown, use_threads)
+                _read_one(pf, group, column, leaves, shown, use_threads, names)
             raise ShardError(f"{shown}: cannot read row group {group} ({' '.join(str(exc).split())[:300]}); "
                              f"{_HOW_TO_FIX}", path=shown) from None
         for index, column in enumerate(part.column_names):
-            _check(pf, group, column, part.column(index), leaves, shown)
+            _check(pf, group, column, part.column(index), leaves, shown, names)
         parts.append(part)
     if len(parts) == 1:
         return parts[0]
     return pa.concat_tables(parts)
 
 
-def _read_one(pf, group: int, column: str, leaves: dict, shown: str, use_threads: bool) -> None:
+def _damaged(shown: str, column: str, names: dict[str, str] | None, what: str) -> ShardError:
+    """The error for ``column`` of file ``shown``, named as :func:`read_checked_row_groups` says."""
+    feature = names.get(column) if names else None
+    label = f"column {column!r}" if feature is None else f"feature {feature!r}"
+    return ShardError(f"{shown}, {label}: {what}; {_HOW_TO_FIX}", path=shown,
+                      column=column if feature is None else feature)
+
+
+def _read_one(pf, group: int, column: str, leaves: dict, shown: str, use_threads: bool, names=None) -> None:
     """Read ``column`` of row group ``group`` alone and check it: the ShardError naming it if it is damaged."""
     import pyarrow as pa
 
     try:
         part = pf.read_row_group(group, columns=[column], use_threads=use_threads)
     except (pa.ArrowException, OSError, ValueError) as exc:
-        raise ShardError(f"{shown}, column {column!r}: cannot read row group {group} "
-                         f"({' '.join(str(exc).split())[:300]}); {_HOW_TO_FIX}", path=shown, column=column) from None
-    _check(pf, group, column, part.column(0), leaves, shown)
+        raise _damaged(shown, column, names,
+                       f"cannot read row group {group} ({' '.join(str(exc).split())[:300]})") from None
+    _check(pf, group, column, part.column(0), leaves, shown, names)
 
 
-def _check(pf, group: int, column: str, values, leaves: dict, shown: str) -> None:
+def _check(pf, group: int, column: str, values, leaves: dict, shown: str, names=None) -> None:
     """Compare a column of one row group, as decoded, with the footer's row and value counts."""
     footer = pf.metadata.row_group(group)
     leaf = leaves.get(column, ())
@@ -85,12 +96,12 @@ def _check(pf, group: int, column: str, values, leaves: dict, shown: str) -> Non
             # catch it).
             counted = footer.column(leaf[0]).num_values
             if entries != counted:
-                raise ShardError(f"{shown}, column {column!r}: row group {group} decodes to {entries} values "
-                                 f"(ids, and one for each empty or null list), but the file's footer counts "
-                                 f"{counted}; {_HOW_TO_FIX}", path=shown, column=column)
+                what = " (ids, and one for each empty or null list)" if _is_list(values.type) else ""
+                raise _damaged(shown, column, names, f"row group {group} decodes to {entries} values{what}, but "
+                                                     f"the file's footer counts {counted}")
     if len(values) != footer.num_rows:
-        raise ShardError(f"{shown}, column {column!r}: row group {group} decodes to {len(values)} rows, but the "
-                         f"file's footer counts {footer.num_rows}; {_HOW_TO_FIX}", path=shown, column=column)
+        raise _damaged(shown, column, names, f"row group {group} decodes to {len(values)} rows, but the file's "
+                                             f"footer counts {footer.num_rows}")
 
 
 def _leaf_indices(pf) -> dict[str, list[int]]:
@@ -99,6 +110,12 @@ def _leaf_indices(pf) -> dict[str, list[int]]:
     for index, path in enumerate(pf.reader.column_paths):
         out.setdefault(path[0], []).append(index)
     return out
+
+
+def _is_list(typ) -> bool:
+    import pyarrow as pa
+
+    return pa.types.is_list(typ) or pa.types.is_large_list(typ) or pa.types.is_fixed_size_list(typ)
 
 
 def _level_entries(values) -> int | None:
@@ -111,7 +128,7 @@ def _level_entries(values) -> int | None:
     import pyarrow.compute as pc
 
     typ = values.type
-    is_list = pa.types.is_list(typ) or pa.types.is_large_list(typ) or pa.types.is_fixed_size_list(typ)
+    is_list = _is_list(typ)
     inner = typ.value_type if is_list else typ
     if pa.types.is_dictionary(inner):
         inner = inner.value_type

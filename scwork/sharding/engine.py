@@ -176,14 +176,6 @@ _COUNT_FIRST_THREADS = 1
 # stack_slices takes a bitmap for the naive view; the engine always uses lists
 _NO_BITMAP = np.zeros(1, np.int64)
 _NO_LIMIT = 2**62
-def _minus_ones(n: int) -> np.ndarray:
-    """A fresh int64 array of ``n`` -1s (a task's error slots: -1 is "none"). ``np.full``
-    costs three times as much, and this is Python every task pays holding the GIL."""
-    out = np.empty(n, np.int64)
-    out.fill(-1)
-    return out
-
-
 # a statistics task's dropped pairs: none (shared, never written)
 _NO_DROPS = np.zeros((0, 4), np.int64)
 _NO_DROP_G = np.zeros(0, np.int64)
@@ -194,6 +186,14 @@ _HIST_SIZE = 3 * 2048
 # the configuration of calls that give none: one shared (frozen) object, so that a call
 # neither builds and checks a new one nor hashes a new one for its plan lookup
 _DEFAULT_CONFIG = SparsecoreConfig()
+
+
+def _minus_ones(n: int) -> np.ndarray:
+    """A fresh int64 array of ``n`` -1s (a task's error slots: -1 is "none"). ``np.full``
+    costs three times as much, and this is Python every task pays holding the GIL."""
+    out = np.empty(n, np.int64)
+    out.fill(-1)
+    return out
 
 
 # --------------------------------------------------------------------------------------

@@ -399,9 +399,9 @@ def _read_parquet_rows(piece: _Piece, start: int, stop: int, colmap: dict[str, s
     try:
         with pq.ParquetFile(piece.path) as pf:
             table = read_checked_row_groups(pf, range(first, last), cols, piece.path, use_threads)
+    except ShardError:                     # the row group and column named already
+        raise
     except (pa.ArrowException, OSError, ValueError) as exc:
-        if isinstance(exc, ShardError):
-            raise
         raise ShardError(f"{piece.path}: cannot read rows {start}..{stop - 1} ({' '.join(str(exc).split())}); "
                          "the file is corrupt or "
                          "changed since it was scanned", path=piece.path) from None

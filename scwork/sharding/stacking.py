@@ -436,7 +436,7 @@ def _stack_limits(stack: str, tables: Sequence[TableSpec], P: int, config: Spars
             )
         for v in pair:
             # the library's limits are int32 fields, and TableSpec caps its own the same way
-            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= INT32_MAX):
+            if not _int32_limit(v):
                 raise ConfigError(f"stack_limits[{stack!r}]: limits must be positive ints up to {INT32_MAX} (ids "
                                   f"per partition) or None, got {v!r}")
         return pair  # type: ignore[return-value]
@@ -469,8 +469,7 @@ def _stack_buffer(stack: str, default: int | None, overrides: Mapping[str, Any] 
     if overrides and stack in overrides and isinstance(overrides[stack], Mapping) \
             and "suggested_coo_buffer_size_per_device" in overrides[stack]:
         value = overrides[stack]["suggested_coo_buffer_size_per_device"]
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not
-                                  1 <= value <= INT32_MAX):
+        if not _int32_limit(value):
             raise ConfigError(f"stack_limits[{stack!r}]: suggested_coo_buffer_size_per_device must be a positive "
                               f"int (CSR entries per device) or None, got {value!r}")
     if value is None or max_ids is None:
@@ -860,6 +859,12 @@ def _auto_groups(features, tables, P, batch_size, limit) -> list[list[str]]:
     return groups
 
 
+def _int32_limit(value) -> bool:
+    """Whether ``value`` is a limit or CSR size scwork takes: None (not set) or an int from 1 to
+    ``INT32_MAX`` (the library's fields are int32; bools are not ints here)."""
+    return value is None or (isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= INT32_MAX)
+
+
 def _check_plan(plan: StackingPlan, features, topology: Topology) -> None:
     if plan.num_partitions != topology.num_partitions:
         raise ConfigError(f"the StackingPlan was made for P={plan.num_partitions} partitions but the "
@@ -881,8 +886,7 @@ def _check_plan(plan: StackingPlan, features, topology: Topology) -> None:
         for field_name in ("max_ids_per_partition", "max_unique_ids_per_partition",
                            "suggested_coo_buffer_size_per_device"):
             value = getattr(st, field_name)
-            if value is not None and (isinstance(value, bool) or not hasattr(type(value), "__index__")
-                                      or not 1 <= int(value) <= INT32_MAX):
+            if not _int32_limit(value):
                 raise ConfigError(f"stack {st.name!r} of the StackingPlan has {field_name}={value!r}; limits "
                                   f"must be None or ints from 1 to {INT32_MAX} (int32, as plan_stacking and "
                                   "stack_limits take them): set it in that range, or None for no limit")
