@@ -1457,40 +1457,51 @@ def _execute(plan: StackingPlan, batch: FeatureBatch, G: int, S: int, kern: _Bac
 
     counted = [j for j in jobs if j.counted]
     count_units = None
-    if counted:
-        count_units = _units(counted, target, lambda j: True)
-        _run_tasks(lambda item, worker: item[0].count_task(kern, batch, *item[1:]), *count_units, num_threads,
-                   "count")
-        _set_counted_sizes(counted)
+    # The slices' task list, scratch and naive-view lists depend on the raw counts alone,
+    # not on what the count batch counts: made by the calling thread while that batch
+    # runs (below), else before the slices. Buffers taken are given back at the end.
+    held: dict = {}
 
-    if count_units is not None and len(counted) == len(jobs) and all(j.split_csr for j in jobs):
-        work, sizes = count_units          # the same cut (every job is cut by groups either way)
-    else:
-        work, sizes = _units(jobs, target, lambda j: j.by_group or j.split_csr)
-    num_threads = min(num_threads, len(work))          # no scratch for threads without work
-
-    # buffers: scratch per worker and the naive-view lists (internal, back to the pool
-    # at the end); the CSR buffers handed to the caller (back when they are dropped)
-    needs = _scratch_needs(jobs)
-    names = list(needs)
-    specs = [(needs[name], np.float32 if name in ("sg", "ag", "bg") else np.int64) for name in names]
-    # one pooled buffer for every worker (recycled by the next call: no fresh pages);
-    # each worker makes its own views at its first task, so that this costs no serial time
-    offsets, per_worker = _layout(specs)
-    per_worker = (per_worker + 63) // 64 * 64
-    scratch_buf = _POOL.take(per_worker * num_threads)
-    scratch: list[dict | None] = [None] * num_threads
-
-    def scratch_of(worker: int) -> dict:
-        if scratch[worker] is None:                       # only this worker touches its entry
-            mine = scratch_buf[worker * per_worker:(worker + 1) * per_worker]
-            scratch[worker] = dict(zip(names, _views(mine, specs, offsets)))
-        return scratch[worker]
-
-    ulists, ulist_buf = _carve([(j.ulist_size, np.int64) for j in jobs])
-    try:
+    def slices_setup() -> None:
+        if count_units is not None and len(counted) == len(jobs) and all(j.split_csr for j in jobs):
+            work, sizes = count_units      # the same cut (every job is cut by groups either way)
+        else:
+            work, sizes = _units(jobs, target, lambda j: j.by_group or j.split_csr)
+        threads = min(num_threads, len(work))          # no scratch for threads without work
+        # scratch per worker and the naive-view lists (internal, back to the pool at the
+        # end of the call): one pooled buffer for every worker (recycled by the next call:
+        # no fresh pages); each worker makes its own views at its first task
+        needs = _scratch_needs(jobs)
+        names = list(needs)
+        specs = [(needs[name], np.float32 if name in ("sg", "ag", "bg") else np.int64) for name in names]
+        offsets, per_worker = _layout(specs)
+        per_worker = (per_worker + 63) // 64 * 64
+        held["scratch_buf"] = _POOL.take(per_worker * threads)
+        ulists, held["ulist_buf"] = _carve([(j.ulist_size, np.int64) for j in jobs])
         for j, ul in zip(jobs, ulists):
             j.ulist = ul
+        held.update(work=work, sizes=sizes, threads=threads, names=names, specs=specs, offsets=offsets,
+                    per_worker=per_worker)
+
+    try:
+        if counted:
+            count_units = _units(counted, target, lambda j: True)
+            _run_tasks(lambda item, worker: item[0].count_task(kern, batch, *item[1:]), *count_units, num_threads,
+                       "count", overlap=slices_setup)
+            _set_counted_sizes(counted)
+        else:
+            slices_setup()
+        work, sizes, num_threads = held["work"], held["sizes"], held["threads"]
+        names, specs, offsets, per_worker = held["names"], held["specs"], held["offsets"], held["per_worker"]
+        scratch_buf = held["scratch_buf"]
+        scratch: list[dict | None] = [None] * num_threads
+
+        def scratch_of(worker: int) -> dict:
+            if scratch[worker] is None:                       # only this worker touches its entry
+                mine = scratch_buf[worker * per_worker:(worker + 1) * per_worker]
+                scratch[worker] = dict(zip(names, _views(mine, specs, offsets)))
+            return scratch[worker]
+
         if want_csr:
             for j, (e, s, g) in zip(jobs, _csr_views([j.out_size for j in jobs])):
                 j.emb, j.smp, j.gout = e, s, g
@@ -1542,11 +1553,11 @@ def _execute(plan: StackingPlan, batch: FeatureBatch, G: int, S: int, kern: _Bac
             keep_until_next_call((jobs, work, sizes, finish, finish_sizes))
         return results, (naive[0] if len(naive) == 1 else np.concatenate(naive))
     finally:
-        del scratch, ulists
         for j in jobs:
             j.ulist = None
-        _POOL.give(scratch_buf)
-        _POOL.give(ulist_buf)
+        for key in ("scratch_buf", "ulist_buf"):
+            if key in held:
+                _POOL.give(held.pop(key))
 
 
 class _ResultParts:
