@@ -52,7 +52,9 @@ thread; at 64 threads no task over 1/(4T) of the work); ``--paths`` adds
 explorers run) and ``stats_over_dataset`` over 8 Parquet shards (dask's sync
 scheduler), ``--large`` the large input, ``--only`` a subset of the cases; each
 projected case also states the peak allocation (``tracemalloc``) of one call with
-the work cut for T threads.
+the work cut for T threads, and a second projection with the GIL: the tasks' own
+Python (outside their kernels) runs one at a time, so each batch takes at least
+its overlapped serial work plus the sum of that (``CallProfile.gil_path_s``).
 
     python benchmarks/bench_sharding.py [--quick] [--json] [--repeats 7] [--threads 1,2]
                                         [--stacking none,auto] [--subset 1024] [--large] [--jte-only]
@@ -294,8 +296,10 @@ def _project(fn, batch, features, topo, stacking, repeats: int) -> dict:
         peak_mb = tracemalloc.get_traced_memory()[1] / 2**20
         tracemalloc.stop()
         del kept
+        gil = best.gil_path_s(T)
         out["threads"][T] = {
             "projected_s": crit, "projected_speedup": one / crit, "serial_s": best.serial_s,
+            "held_s": best.held_s, "projected_gil_s": gil, "projected_gil_speedup": one / gil,
             "overlap_s": best.overlap_s,
             "serial_share": best.serial_s / one, "one_thread_total_s": statistics.median(p.total_s for p in profiles),
             "largest_task_share": best.largest_task_share(), "largest_task_target": 1 / (4 * T),
@@ -318,6 +322,10 @@ def _print_projection(proj: dict) -> None:
                   f"{'ok' if x['largest_task_share'] <= x['largest_task_target'] else 'MISSED'}), "
                   f"{x['largest_size_share'] * 100:.3f}% of its batch's ids; peak allocation "
                   f"{x['peak_alloc_mb']:.0f} MB; tasks: {tasks}")
+            if "held_s" in x:
+                print(f"           with the GIL: tasks hold it {x['held_s'] * 1e3:.2f} ms in all (outside their "
+                      f"kernels), one at a time: projected {x['projected_gil_s'] * 1e3:.2f} ms, speedup "
+                      f"x{x['projected_gil_speedup']:5.1f}")
 
 
 def _collect_8(batch, features, topo, stacking, num_threads=None):

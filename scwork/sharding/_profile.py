@@ -21,6 +21,15 @@ in full). The bound
 ignores what more threads cost (memory bandwidth shared by the cores, thread
 start-up), so it is a projection, not a measurement.
 
+A second bound comes from the GIL. The kernels release it, but a task's own Python
+(taking the task, calling the kernel, recording its result) holds it, and so does the
+calling thread's overlapped work: within a batch, those pieces run one at a time
+whatever ``T`` is. So a batch also takes at least its overlap plus the sum of its
+tasks' GIL-held seconds, and :meth:`CallProfile.gil_path_s` takes the larger of the two
+per batch. While profiling the engine calls its kernels through
+:func:`timed_kernel` (the dispatcher's Python in numba, which unboxes the arguments
+with the GIL held, counts as inside the kernel: the GIL-held time is a lower bound).
+
 Times are the calling thread's CPU time (``CLOCK_THREAD_CPUTIME_ID``: user and
 system, page faults included), not wall time: on a shared machine a thread that
 waits for a core would otherwise charge the wait to whatever task it was running.
@@ -55,7 +64,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 __all__ = ["CallProfile", "dispatch_order", "lpt_makespan", "own_work_mark", "profiled", "record_own_work",
-           "record_task", "recording", "thread_cpu_s"]
+           "record_task", "recording", "thread_cpu_s", "timed_kernel"]
 
 
 def thread_cpu_s() -> float:
@@ -109,6 +118,12 @@ class CallProfile:
     overlaps: list[float] = field(default_factory=list)
     """Per batch, seconds of serial work the calling thread did while that batch's
     tasks ran (0 for none): the ``overlap`` of :func:`~scwork.sharding._threads._run_tasks`."""
+    kernel_s: float = 0.0
+    """Seconds inside kernels called through :func:`timed_kernel` so far (a running sum)."""
+    held: list[list[float]] = field(default_factory=list)
+    """Per batch, each task's seconds outside the kernels it called (:func:`timed_kernel`):
+    its Python, which holds the GIL. Empty for a batch recorded otherwise (:func:`record_task`)
+    or whose tasks called no timed kernel (unknown: not counted)."""
     recorded_s: float = 0.0
     """Seconds recorded as tasks by the caller itself (:func:`record_task`), wherever
     they ran: an overlap step or a task that contains such work has it taken out of
@@ -139,6 +154,24 @@ class CallProfile:
         return self.serial_s + float(sum(lpt_makespan(ts, num_threads, self._overlap_of(b))
                                          for b, (_, ts) in enumerate(self.batches) if ts or self._overlap_of(b)))
 
+    def _held_of(self, b: int) -> float:
+        return float(sum(self.held[b])) if b < len(self.held) else 0.0
+
+    @property
+    def held_s(self) -> float:
+        """Seconds the tasks held the GIL (all batches): outside their kernels."""
+        return float(sum(self._held_of(b) for b in range(len(self.batches))))
+
+    def gil_path_s(self, num_threads: int) -> float:
+        """:meth:`critical_path_s` with the GIL: each batch takes at least its overlapped serial
+        work plus its tasks' GIL-held seconds (those run one at a time, whatever the threads)."""
+        total = self.serial_s
+        for b, (_, ts) in enumerate(self.batches):
+            if ts or self._overlap_of(b):
+                makespan = lpt_makespan(ts, num_threads, self._overlap_of(b))
+                total += max(makespan, self._overlap_of(b) + self._held_of(b))
+        return float(total)
+
     def largest_task_share(self) -> float:
         """The longest task's share of all task seconds (0 without tasks)."""
         longest = max((max(ts) for _, ts in self.batches if ts), default=0.0)
@@ -167,6 +200,9 @@ class CallProfile:
         best = cls(first.plan_threads, batches)
         best.sizes = [list(sz) for sz in first.sizes]
         best.overlaps = [min(p._overlap_of(b) for p in profiles) for b in range(len(first.batches))]
+        best.held = [[min(p.held[b][i] for p in profiles) for i in range(len(ts))]
+                     if all(b < len(p.held) and len(p.held[b]) == len(ts) for p in profiles) else []
+                     for b, (_, ts) in enumerate(first.batches)]
         best.total_s = best.task_s + best.overlap_s + min(p.serial_s for p in profiles)
         return best
 
@@ -179,6 +215,7 @@ class CallProfile:
             "serial_share": self.serial_s / self.total_s if self.total_s > 0 else 0.0,
             "overlap_s": self.overlap_s,
             "tasks": {name: len(ts) for name, ts in self.batches},
+            "held_s": self.held_s,
             "largest_task_share": self.largest_task_share(),
             "largest_size_share": self.largest_size_share(),
             "critical_path_s": self.critical_path_s(self.plan_threads),
@@ -276,7 +313,25 @@ def record_task(prof: CallProfile, batch: str, seconds: float, size: float) -> N
     else:
         prof.batches.append((batch, [seconds]))
         prof.sizes.append([float(size)])
+    # (what a caller records is not split into GIL-held and kernel time: none counted held)
+    prof.held.extend([] for _ in range(len(prof.batches) - len(prof.held)))
     prof.recorded_s += seconds
+
+
+def timed_kernel(kernel):
+    """``kernel`` (a compiled function) with its calls' seconds added to the active profile's
+    :attr:`CallProfile.kernel_s`: what the engine calls instead while :func:`profiled` is
+    active, so that each task's time splits into kernel time and GIL-held time."""
+    @functools.wraps(kernel)
+    def call(*args):
+        start = thread_cpu_s()
+        try:
+            return kernel(*args)
+        finally:
+            prof = getattr(_STATE, "profile", None)
+            if prof is not None:
+                prof.kernel_s += thread_cpu_s() - start
+    return call
 
 
 def dispatch_order(sizes) -> list[int]:
@@ -346,6 +401,7 @@ def run_serially(prof: CallProfile, name: str, fn, items, sizes, overlap=None, o
             # work inside the overlap that was recorded as a task (record_task) is that task's
             overlap_s = thread_cpu_s() - start - (prof.recorded_s - recorded)
             if not items:                     # nothing else records this batch
+                prof.held.extend([] for _ in range(len(prof.batches) + 1 - len(prof.held)))
                 prof.batches.append((name, []))
                 prof.sizes.append([])
                 prof.overlaps.append(overlap_s)
@@ -356,16 +412,22 @@ def run_serially(prof: CallProfile, name: str, fn, items, sizes, overlap=None, o
     entry = thread_cpu_s()
     results: list = [None] * len(items)
     times = [0.0] * len(items)
+    held = [0.0] * len(items)
     errors: dict[int, Exception] = {}
     for i in order:
-        start, recorded = thread_cpu_s(), prof.recorded_s
+        start, recorded, in_kernels = thread_cpu_s(), prof.recorded_s, prof.kernel_s
         try:
             results[i] = fn(items[i], 0)
         except Exception as err:  # noqa: BLE001 - re-raised below, as _run_tasks does
             errors[i] = err
         times[i] = thread_cpu_s() - start - (prof.recorded_s - recorded)
+        held[i] = max(0.0, times[i] - (prof.kernel_s - in_kernels))
     if overlap is None or items:
         prof.batches.append((name, times))
+        prof.held.extend([] for _ in range(len(prof.batches) - 1 - len(prof.held)))
+        # a batch none of whose tasks called a timed kernel (a path's own kernels, or plain
+        # Python) is not split: unknown, not counted as held
+        prof.held.append(held if any(h < t for h, t in zip(held, times)) else [])
         prof.sizes.append([float(x) for x in sizes])
         # batches before this one without an overlap (e.g. profiles built by hand)
         prof.overlaps.extend([0.0] * (len(prof.batches) - 1 - len(prof.overlaps)))

@@ -315,15 +315,25 @@ class _Backend:
                 setattr(self, name, getattr(module, name + ref))
 
 
-_BACKENDS: dict[str, _Backend] = {}
+_BACKENDS: dict[tuple[str, bool], _Backend] = {}
 
 
 def _backend(backend: str) -> _Backend:
-    """The kernels of ``backend``, made once (:class:`_Backend` raises on an unknown name)."""
-    kern = _BACKENDS.get(backend) if isinstance(backend, str) else None
+    """The kernels of ``backend``, made once (:class:`_Backend` raises on an unknown name).
+
+    While profiling (:func:`~scwork.sharding._profile.profiled`), the same kernels each
+    wrapped by :func:`~scwork.sharding._profile.timed_kernel`, so that the profile tells
+    a task's kernel time from its GIL-held time.
+    """
+    profiling = _profile.plan_threads() is not None
+    key = (backend, profiling)
+    kern = _BACKENDS.get(key) if isinstance(backend, str) else None
     if kern is None:
         kern = _Backend(backend)
-        _BACKENDS[backend] = kern
+        if profiling:
+            for name, kernel in list(vars(kern).items()):
+                setattr(kern, name, _profile.timed_kernel(kernel))
+        _BACKENDS[key] = kern
     return kern
 
 

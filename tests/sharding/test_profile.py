@@ -229,3 +229,59 @@ def test_the_dispatch_order_is_counted_as_serial_time_not_the_profilers():
     assert len(calls) == 1
     assert prof.profiler_s < 0.5 * calls[0]
     assert prof.serial_s >= calls[0]
+
+
+def test_the_gil_bound_adds_up_each_batchs_held_seconds_by_hand():
+    # four tasks of 1 s, each holding the GIL 0.5 s outside its kernel: 4 workers would end
+    # at 1 s, but the four 0.5 s pieces run one at a time, 2 s
+    prof = CallProfile(4, [("a", [1.0, 1.0, 1.0, 1.0])], total_s=4.25)
+    prof.held = [[0.5, 0.5, 0.5, 0.5]]
+    prof.overlaps = [0.0]
+    assert prof.serial_s == 0.25 and prof.held_s == 2.0
+    assert prof.critical_path_s(4) == 1.25
+    assert prof.gil_path_s(4) == 2.25
+    assert prof.gil_path_s(1) == prof.critical_path_s(1) == 4.25    # one worker: the LPT bound is larger
+    # the overlapped serial work holds the GIL too: 0.75 s of it before the 2 s of tasks
+    prof = CallProfile(4, [("a", [1.0, 1.0, 1.0, 1.0]), ("b", [0.25])], total_s=5.5)
+    prof.held = [[0.5, 0.5, 0.5, 0.5], []]         # b: not split (no timed kernel): unknown, not counted
+    prof.overlaps = [0.75, 0.0]
+    assert prof.serial_s == 0.5
+    assert prof.critical_path_s(4) == 0.5 + 1.75 + 0.25       # worker 0 starts its task at 0.75
+    assert prof.gil_path_s(4) == 0.5 + 2.75 + 0.25
+    assert prof.summary()["held_s"] == 2.0
+
+
+def test_best_of_takes_each_tasks_least_held_time():
+    a = CallProfile(2, [("a", [1.0, 2.0])], total_s=3.0)
+    a.held = [[0.2, 0.1]]
+    b = CallProfile(2, [("a", [1.5, 1.0])], total_s=2.5)
+    b.held = [[0.1, 0.3]]
+    assert CallProfile.best_of([a, b]).held == [[0.1, 0.1]]
+    b.held = [[]]                                   # one repeat did not split the batch: neither does best
+    assert CallProfile.best_of([a, b]).held == [[]]
+
+
+def test_profiled_engine_calls_split_each_task_into_kernel_and_gil_held_time():
+    batch, feats = synthetic_batch(batch_size=512, num_features=6, vocab_size=5000, seed=3)
+    topo = scwork.Topology(2, 4)
+    base = preprocess(batch, feats, topo, None, num_threads=1)
+    with profiled(16) as profiles:
+        pre = preprocess(batch, feats, topo, None)
+        minibatch(batch, feats, topo, stacking=None)
+    assert pre.stats.equals(base.stats)            # the timed kernels compute the same
+    engine_call, path = profiles
+    assert engine_call.kernel_s > 0
+    assert [len(h) for h in engine_call.held] == [len(ts) for _, ts in engine_call.batches]
+    for (_, ts), held in zip(engine_call.batches, engine_call.held):
+        assert all(0 <= h <= t for h, t in zip(held, ts))
+    assert 0 < engine_call.held_s < engine_call.task_s
+    for T in (1, 16, 64):
+        assert engine_call.gil_path_s(T) >= engine_call.critical_path_s(T)
+    # minibatch's own kernels are not timed: its batches are not split, so not bounded
+    assert path.held[0] == [] and path.gil_path_s(16) >= path.critical_path_s(16)
+    # outside a profile the engine calls the kernels themselves
+    from scwork.sharding import _split_kernels, engine
+
+    assert engine._backend("numba").write_groups is _split_kernels.write_groups
+    with profiled(4):
+        assert engine._backend("numba").write_groups.__wrapped__ is _split_kernels.write_groups
