@@ -16,7 +16,8 @@ KERNEL_TESTS = sorted(
                 TESTS / "sharding" / "test_threads.py", TESTS / "sharding" / "test_split_kernels.py",
                 TESTS / "collectives" / "test_fused.py",
                 TESTS / "sharding" / "test_naive_kernels.py", TESTS / "sharding" / "test_minibatch_golden.py",
-                TESTS / "sharding" / "test_minibatch_kernels_pinned.py", TESTS / "test_rounding.py"] if p.exists()
+                TESTS / "sharding" / "test_minibatch_kernels_pinned.py", TESTS / "sharding" / "test_stats_kernels.py",
+                TESTS / "test_rounding.py"] if p.exists()
 )
 
 

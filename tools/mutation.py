@@ -68,6 +68,7 @@ MODULES: dict[str, list[str]] = {
                                     "tests/sharding/test_minibatch_golden.py", "tests/plan/test_config_stacks.py",
                                     "tests/oracle/test_plan_oracle.py", "tests/sharding/test_stacking_pinned.py"],
     "scwork/sharding/_naive_kernels.py": ["tests/sharding/test_naive_kernels.py"],
+    "scwork/sharding/_stats_kernels.py": ["tests/sharding/test_stats_kernels.py"],
     "scwork/sharding/_reference.py": ["tests/sharding/test_kernels.py", "tests/sharding/test_preprocess.py",
                                       "tests/sharding/test_reference_by_hand.py"],
     "scwork/sharding/_minibatch_kernels.py": ["tests/sharding/test_minibatch_golden.py",
