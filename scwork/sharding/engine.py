@@ -1788,8 +1788,8 @@ class _NaiveCut(_LazyRows):
 
 
 class _Chain:
-    """Item sequences read as one (the finish batch: each job's naive-view tasks, compactions,
-    the checks): item ``i`` is found by a bisection over the parts' ends."""
+    """Item sequences read as one (each job's tasks of a batch; the finish batch's naive-view
+    tasks, compactions and checks): item ``i`` is found by a bisection over the parts' ends."""
 
     __slots__ = ("parts", "ends")
 
@@ -1836,12 +1836,14 @@ def _units(jobs, target: float, by_group) -> tuple[Any, list[int]]:
         cut = np.empty((counts.size + len(jobs), 4), np.int64)
         k = cut_slices(counts, float(target), cut)
         return _SliceCut(jobs, cut[:k]), cut[:k, 3]
-    work, sizes = [], []
+    # each job's items as they are (a lazy cut stays lazy: a list of them made here was
+    # some 400 tuples at 4 stacks of 8 tables, 0.3 ms of a call's serial time at 64 threads)
+    parts, size_parts = [], []
     for j in jobs:
         items, item_sizes = j.tasks_of(target, by_group(j))
-        work += items
-        sizes.extend(item_sizes)          # (not +=: a list += an array is numpy's addition)
-    return work, sizes
+        parts.append(items)
+        size_parts.append(np.asarray(item_sizes, np.int64))
+    return _Chain(parts), np.concatenate(size_parts) if size_parts else np.zeros(0, np.int64)
 
 
 def _finish_task(kern: _Backend):
