@@ -843,9 +843,25 @@ class _StackJob:
         return {"pairs": pairs, "distinct": distinct, "kept": kept, "input": self.slice_ids, "dropped": dropped,
                 "static_dropped": static}
 
+    naive_out = None
+
+    def naive_into(self, out: np.ndarray) -> None:
+        """Make the stack's naive view land in the caller's ``out``, ``(1, P)`` int64 (a row of the
+        statistics), before the naive-view tasks: with one table they add straight into it
+        (zeroed here), else :meth:`finish_naive` sums the tables' rows into it."""
+        if len(self.groups) == 1:
+            out[...] = 0
+            self.naive_g = out
+        self.naive_out = out
+
     def finish_naive(self) -> None:
         """The stack's naive view: its groups' sum (after the naive-view tasks)."""
-        self.naive_counts = self.naive_g[0] if len(self.groups) == 1 else self.naive_g.sum(axis=0)
+        if len(self.groups) == 1:
+            self.naive_counts = self.naive_g[0]
+        elif self.naive_out is not None:
+            self.naive_counts = np.sum(self.naive_g, axis=0, out=self.naive_out[0])
+        else:
+            self.naive_counts = self.naive_g.sum(axis=0)
 
     def naive_rows(self) -> np.ndarray:
         """``(stacks, P)``: the naive view of each stack this job ran, after the naive-view tasks."""
@@ -1494,7 +1510,8 @@ def _execute(plan: StackingPlan, batch: FeatureBatch, G: int, S: int, kern: _Bac
     :func:`_jobs_of` for these arguments, if made ahead (their counters untouched).
 
     Returns the per-stack results (without the naive view) and the naive view of
-    every stack, ``(stacks, P)``.
+    every stack, ``(stacks, P)``, or None where each job wrote its own into the
+    caller's rows (:meth:`_StackJob.naive_into`, made while the slices ran).
     """
     weights, has_w = _weights_of(batch)
     if jobs is None:
@@ -1595,7 +1612,14 @@ def _execute(plan: StackingPlan, batch: FeatureBatch, G: int, S: int, kern: _Bac
         if staged:
             parts.run(0)
         results = parts.results()
-        naive = [j.naive_rows() for j in jobs]
+        if not isinstance(jobs[0], _MergedJob) and all(j.naive_out is not None for j in jobs):
+            naive = None                  # in the caller's rows already (tables summed into them here)
+            for j in jobs:
+                if len(j.groups) > 1:
+                    j.finish_naive()
+        else:
+            naive = [j.naive_rows() for j in jobs]
+            naive = naive[0] if len(naive) == 1 else np.concatenate(naive)
         if want_csr:
             # the caller's CSR buffers go back to the pool once the caller drops them:
             # the jobs kept below must not hold them
@@ -1605,7 +1629,7 @@ def _execute(plan: StackingPlan, batch: FeatureBatch, G: int, S: int, kern: _Bac
         # in the results): the next call frees them while its slices run, not this one
         # after its last task (some thousand small objects: 0.1 ms at 26 stacks)
         keep_until_next_call((jobs, work, sizes, finish, finish_sizes))
-        return results, (naive[0] if len(naive) == 1 else np.concatenate(naive))
+        return results, naive
     finally:
         for j in jobs:
             j.ulist = None
@@ -2020,11 +2044,18 @@ def _complete_call(call: _PreparedCall, dataset: bool = True, overlap=None):
             built[0].build_dataset()
 
     def place_naive():
-        # a statistics call's one job (every stack merged) writes its naive view into the
-        # statistics' array itself: no copy after the last task (a retry has other jobs)
+        # each job writes its naive view into the statistics' array itself: no copy
+        # after the last task (a statistics call's one job, every stack merged, all of
+        # it; a preprocess call's job per stack its row). A retry has other jobs.
         jobs = call.jobs
-        if batch_used is batch and len(jobs) == 1 and isinstance(jobs[0], _MergedJob):
-            jobs[0].naive_into(built[0].naive_unique)
+        if batch_used is not batch:
+            return
+        rows = built[0].naive_unique
+        if len(jobs) == 1 and isinstance(jobs[0], _MergedJob):
+            jobs[0].naive_into(rows)
+        elif len(jobs) == rows.shape[0] and not any(isinstance(j, _MergedJob) for j in jobs):
+            for si, j in enumerate(jobs):
+                j.naive_into(rows[si:si + 1])
 
     prepare = [prepare_arrays, place_naive, prepare_dataset, free_leftovers]
     if overlap is not None:
@@ -2079,7 +2110,8 @@ def _complete_call(call: _PreparedCall, dataset: bool = True, overlap=None):
                 oov_counts[st.name] = int(sum(masks[f.name].sum() for f in st.features))
             batch_used = batch._without(masks)
     (stats_builder,) = built
-    stats_builder.fill_naive(naive)
+    if naive is not None:
+        stats_builder.fill_naive(naive)
     parts = stats_builder.parts
     stats = stats_builder.dataset if dataset else parts
     for i in sorted(found["static"]):
