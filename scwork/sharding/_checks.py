@@ -160,19 +160,36 @@ def estimate_scratch_bytes(plan: StackingPlan, batch: FeatureBatch, G: int, S: i
                 + 48 * int(per_stack.max(axis=1, initial=0).sum()) * workers)
     stack_ids = per_stack.sum(axis=1).tolist()
     stack_max = per_stack.max(axis=1, initial=0).tolist()
+    fixed, per_id = plan_derived("csr_scratch_terms", plan.stacks, (nsl, n),
+                                 lambda: _csr_scratch_terms(plan.stacks, nsl, n))
     total = 0
-    for i, st in enumerate(plan.stacks):
-        P = st.num_partitions
-        ids = int(stack_ids[i])
-        total += 8 * 8 * nsl * P + 8 * ids + 48 * int(stack_max[i]) * workers
-        if want_csr:
-            total += 4 * nsl * max(P, _ALIGN) + 4 * nsl * (1 << _lbits(len(st.features), n))
-            if st.max_ids_per_partition is not None:
-                slots = nsl * round_up(st.max_ids_per_partition, _ALIGN) * P
-            else:
-                slots = ids + nsl * (_ALIGN - 1) * P + nsl * _ALIGN
-            total += 12 * slots
+    for bytes_fixed, bytes_per_id, ids, largest in zip(fixed, per_id, stack_ids, stack_max):
+        total += bytes_fixed + bytes_per_id * int(ids) + 48 * int(largest) * workers
     return total
+
+
+def _csr_scratch_terms(stacks: tuple, nsl: int, n: int) -> tuple[list[int], list[int]]:
+    """Per stack, what :func:`estimate_scratch_bytes` adds with CSR besides its per-worker sort
+    scratch: bytes that depend on the plan and shape alone, and bytes per raw id. Kept per
+    plan and shape (Python ints: no overflow whatever the topology).
+
+    The counters (8 int64 arrays of ``nsl * P``), the row pointers and stacked-row
+    gains, and 12 bytes per CSR slot: ``nsl * round_up(max_ids_per_partition, 8) * P``
+    slots for a configured limit, else the raw ids plus up to 7 padding slots per
+    partition and 8 per slice; and 8 bytes per raw id for the naive-view lists.
+    """
+    fixed, per_id = [], []
+    for st in stacks:
+        P = int(st.num_partitions)
+        lbits = _lbits(len(st.features), n)
+        base = 8 * 8 * nsl * P + 4 * nsl * max(P, _ALIGN) + 4 * nsl * (1 << lbits)
+        if st.max_ids_per_partition is not None:
+            fixed.append(base + 12 * nsl * round_up(st.max_ids_per_partition, _ALIGN) * P)
+            per_id.append(8)
+        else:
+            fixed.append(base + 12 * (nsl * (_ALIGN - 1) * P + nsl * _ALIGN))
+            per_id.append(8 + 12)
+    return fixed, per_id
 
 
 def _check_scratch(plan: StackingPlan, batch: FeatureBatch, G: int, S: int, want_csr: bool,

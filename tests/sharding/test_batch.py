@@ -348,3 +348,23 @@ def test_statistics_scratch_estimate_by_hand():
     one = FeatureBatch({"f": ([1], [0] + [1] * (4 * 10**6)), "g": ([1], [0] + [1] * (4 * 10**6))})
     assert _engine.estimate_scratch_bytes(big_plan, one, 10**6, 4, False, 1) == \
         2 * 64 * (4 * 10**6) * (4 * 10**6) + 8 * 2 + 48 * 2
+
+
+def test_preprocess_scratch_estimate_by_hand():
+    """preprocess' estimate adds, per stack: row pointers (4 bytes x slices x max(P, 8)), stacked-row
+    gains (4 bytes x slices x 2**lbits) and 12 bytes per CSR slot (a configured limit: slices x
+    round_up(limit, 8) x P; else raw ids + 7 per partition and 8 per slice of padding)."""
+    import scwork
+    from scwork.sharding import FeatureSpec as _F, TableSpec as _T
+    from scwork.sharding import engine as _engine
+
+    # as in the statistics' test: 4 samples on 2 x 2 SCs (n = 1 sample per slice), P = 4
+    batch = FeatureBatch({"f": ([1, 2, 3, 4, 5, 6], [0, 1, 3, 3, 6]), "g": ([0] * 8, [0, 2, 4, 6, 8])})
+    feats = [_F("f", _T("t", 100, 8)), _F("g", _T("u", 100, 8, max_ids_per_partition=3))]
+    topo = scwork.Topology(2, 2)
+    plan = _engine.plan_stacking(feats, topo, None, batch_size=4)
+    for threads, workers in ((1, 1), (100, 8)):
+        # one feature per stack, one sample per slice: lbits = 0, 2**lbits = 1 stacked row per slice
+        t = 64 * 4 * 4 + 8 * 6 + 48 * 3 * workers + 4 * 4 * 8 + 4 * 4 * 1 + 12 * (6 + 4 * 7 * 4 + 4 * 8)
+        u = 64 * 4 * 4 + 8 * 8 + 48 * 2 * workers + 4 * 4 * 8 + 4 * 4 * 1 + 12 * (4 * 8 * 4)
+        assert _engine.estimate_scratch_bytes(plan, batch, 2, 2, True, threads) == t + u
