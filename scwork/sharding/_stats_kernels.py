@@ -60,9 +60,9 @@ def derive_statistics(ids, uniq, kept, same_kept, max_ids, max_uniq, required, r
         for p in range(P):
             naive_ids[st, p] = 0
         for g in range(G):
-            for p in range(P):
-                max_ids[st, g, p] = ids[st, g, 0, p] if S else 0
-                max_uniq[st, g, p] = uniq[st, g, 0, p] if S else 0
+            for p in range(P):             # (counts are never negative: 0 starts their max)
+                max_ids[st, g, p] = 0
+                max_uniq[st, g, p] = 0
             device = 0
             for sc in range(S):
                 need = 0
