@@ -215,3 +215,73 @@ def test_the_first_zero_divisor_past_position_0_is_kept(fn):
     assert res == (3, -1, 1)
     assert keys.tolist() == [_key(1, 1), _key(4, 0), _key(5, 2)]
     assert gains[1] == 1.0 and np.isnan(gains[[0, 2]]).all()
+
+
+# An id equal to the vocabulary is out of it (ids run 0..vocab - 1), wherever it sits:
+# sample 0 = [1, 7], sample 1 = [8, 9] (vocab 8), one feature, n = 2 samples of slice 0:
+# the first out-of-vocabulary id is 8 at flat position 2, nothing is sorted. P = 2 (the
+# shift loops, with and without gains) and P = 3 (the division loop).
+@pytest.mark.parametrize("P, qbits", [(2, 2), (3, 2)])
+@pytest.mark.parametrize("want_gains", [False, True])
+@pytest.mark.parametrize("fn", SORTS)
+def test_an_id_equal_to_the_vocabulary_is_out_of_it(fn, want_gains, P, qbits):
+    res, _, _ = _sort(fn, [1, 7, 8, 9], [[0, 2, 4]], np.ones(4), [0], [0], [0], 0, 2, 0, 1, 1, 8, P, 0, qbits, 1,
+                      want_gains)
+    assert res == (0, 2, -1)
+
+
+# ... and vocab - 1 is in it: the same samples with 8 and 9 replaced by 6, 6 under
+# vocab 8, P = 2: ids 1 (p 1, q 0: u 4), 7 (p 1, q 3: u 7), 6 (p 0, q 3: u 3) twice, in
+# rows 0, 0, 1, 1: keys (3, 1), (3, 1), (4, 0), (7, 0).
+@pytest.mark.parametrize("want_gains", [False, True])
+@pytest.mark.parametrize("fn", SORTS)
+def test_the_last_id_of_the_vocabulary_is_in_it(fn, want_gains):
+    res, keys, _ = _sort(fn, [1, 7, 6, 6], [[0, 2, 4]], np.ones(4), [0], [0], [0], 0, 2, 0, 1, 1, 8, 2, 0, 2, 1,
+                         want_gains)
+    assert res == (4, -1, -1)
+    assert keys.tolist() == [_key(3, 1), _key(3, 1), _key(4, 0), _key(7, 0)]
+
+
+# --------------------------------------------------------------------------------------
+# stack_slices counting alone (no CSR) with the prefix cut: one table of vocabulary 8 on
+# 1 chip x 2 SparseCores (P = 2, two slices of n = 2 samples, qbits 2, lbits 1)
+# --------------------------------------------------------------------------------------
+def _count_job(backend, rows, max_ids, max_uniq, allow_dropping):
+    import scwork
+    from scwork.sharding import FeatureBatch, FeatureSpec, SparsecoreConfig, TableSpec, plan_stacking
+
+    engine = importlib.import_module("scwork.sharding.engine")
+    ids = np.array([x for r in rows for x in r], np.int64)
+    splits = np.concatenate([[0], np.cumsum([len(r) for r in rows])]).astype(np.int64)
+    batch = FeatureBatch({"f": (ids, splits)})
+    table = TableSpec("t", 8, 4, max_ids_per_partition=max_ids, max_unique_ids_per_partition=max_uniq)
+    plan = plan_stacking([FeatureSpec("f", table)], scwork.Topology(1, 2), stacking=None, batch_size=4)
+    job = engine._StackJob(plan.stacks[0], batch, 1, 2, False, SparsecoreConfig(allow_id_dropping=allow_dropping))
+    job.ulist = np.full(job.ulist_size, -7, np.int64)
+    job.emb, job.smp, job.gout = np.zeros(1, np.int32), np.zeros(1, np.int32), np.zeros(1, np.float32)
+    sc = {k: np.zeros(v, np.float32 if k in ("sg", "ag", "bg") else np.int64) for k, v in job.scratch_needs().items()}
+    job.run_slices(engine._Backend(backend), batch, *engine._weights_of(batch), 0, 2, 0, sc)
+    return job
+
+
+# Samples [1], [3] | [0], [2, 0]: slice 0's partition 1 holds (id 1, row 0), (id 3, row 1)
+# (u 4 and 5); slice 1's partition 0 holds (id 0, row 0), (id 0, row 1), (id 2, row 1)
+# (u 0, 0, 1): pairs [0, 2, 3, 0], distinct ids [0, 2, 2, 0] per (slice, partition).
+#   ids <= 2, unique <= 4, dropping allowed: slice 0 within; slice 1 keeps 2, drops 1
+#   ids <= 4, unique <= 1: slice 0 keeps 1 (drops id 3), slice 1 keeps the two pairs of id 0
+#   ids <= 2, not allowed to drop: every pair kept (the caller raises), nothing dropped
+@pytest.mark.parametrize("max_ids, max_uniq, allow, kept, dropped", [
+    (2, 4, True, [0, 2, 2, 0], [0, 1]),
+    (4, 1, True, [0, 1, 2, 0], [1, 1]),
+    (2, 2, False, [0, 2, 3, 0], [0, 0]),
+])
+@pytest.mark.parametrize("backend", ["numba", "numpy"])
+def test_stack_slices_counting_alone_cuts_each_slice_on_its_own(backend, max_ids, max_uniq, allow, kept, dropped):
+    job = _count_job(backend, [[1], [3], [0], [2, 0]], max_ids, max_uniq, allow)
+    assert job.pairs.tolist() == [0, 2, 3, 0]
+    assert job.distinct.tolist() == [0, 2, 2, 0]
+    assert job.kept.tolist() == kept
+    assert job.dropped.tolist() == dropped
+    assert job.ul_cnt.tolist() == [2, 2]
+    # each slice's distinct u from its first raw id (slice 0 from 0, slice 1 from 2 of 5)
+    assert job.ulist.tolist() == [4, 5, 0, 1, -7]
