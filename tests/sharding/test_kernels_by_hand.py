@@ -246,7 +246,7 @@ def test_the_last_id_of_the_vocabulary_is_in_it(fn, want_gains):
 # stack_slices counting alone (no CSR) with the prefix cut: one table of vocabulary 8 on
 # 1 chip x 2 SparseCores (P = 2, two slices of n = 2 samples, qbits 2, lbits 1)
 # --------------------------------------------------------------------------------------
-def _count_job(backend, rows, max_ids, max_uniq, allow_dropping):
+def _count_job(backend, rows, max_ids, max_uniq, allow_dropping, want_csr=False, vocab=8):
     import scwork
     from scwork.sharding import FeatureBatch, FeatureSpec, SparsecoreConfig, TableSpec, plan_stacking
 
@@ -254,14 +254,16 @@ def _count_job(backend, rows, max_ids, max_uniq, allow_dropping):
     ids = np.array([x for r in rows for x in r], np.int64)
     splits = np.concatenate([[0], np.cumsum([len(r) for r in rows])]).astype(np.int64)
     batch = FeatureBatch({"f": (ids, splits)})
-    table = TableSpec("t", 8, 4, max_ids_per_partition=max_ids, max_unique_ids_per_partition=max_uniq)
+    table = TableSpec("t", vocab, 4, max_ids_per_partition=max_ids, max_unique_ids_per_partition=max_uniq)
     plan = plan_stacking([FeatureSpec("f", table)], scwork.Topology(1, 2), stacking=None, batch_size=4)
-    job = engine._StackJob(plan.stacks[0], batch, 1, 2, False, SparsecoreConfig(allow_id_dropping=allow_dropping))
+    job = engine._StackJob(plan.stacks[0], batch, 1, 2, want_csr, SparsecoreConfig(allow_id_dropping=allow_dropping))
     job.ulist = np.full(job.ulist_size, -7, np.int64)
-    job.emb, job.smp, job.gout = np.zeros(1, np.int32), np.zeros(1, np.int32), np.zeros(1, np.float32)
+    size = job.out_size if want_csr else 1         # as the engine: one-entry arrays when nothing is written
+    job.emb, job.smp = np.full(size, -3, np.int32), np.full(size, -3, np.int32)
+    job.gout = np.full(size, -3, np.float32)
     sc = {k: np.zeros(v, np.float32 if k in ("sg", "ag", "bg") else np.int64) for k, v in job.scratch_needs().items()}
-    job.run_slices(engine._Backend(backend), batch, *engine._weights_of(batch), 0, 2, 0, sc)
-    return job
+    out = job.run_slices(engine._Backend(backend), batch, *engine._weights_of(batch), 0, 2, 0, sc)
+    return job, out
 
 
 # Samples [1], [3] | [0], [2, 0]: slice 0's partition 1 holds (id 1, row 0), (id 3, row 1)
@@ -277,7 +279,7 @@ def _count_job(backend, rows, max_ids, max_uniq, allow_dropping):
 ])
 @pytest.mark.parametrize("backend", ["numba", "numpy"])
 def test_stack_slices_counting_alone_cuts_each_slice_on_its_own(backend, max_ids, max_uniq, allow, kept, dropped):
-    job = _count_job(backend, [[1], [3], [0], [2, 0]], max_ids, max_uniq, allow)
+    job, _ = _count_job(backend, [[1], [3], [0], [2, 0]], max_ids, max_uniq, allow)
     assert job.pairs.tolist() == [0, 2, 3, 0]
     assert job.distinct.tolist() == [0, 2, 2, 0]
     assert job.kept.tolist() == kept
@@ -285,3 +287,23 @@ def test_stack_slices_counting_alone_cuts_each_slice_on_its_own(backend, max_ids
     assert job.ul_cnt.tolist() == [2, 2]
     # each slice's distinct u from its first raw id (slice 0 from 0, slice 1 from 2 of 5)
     assert job.ulist.tolist() == [4, 5, 0, 1, -7]
+
+
+# Twenty dropped pairs in one task: the drop records (the engine passes room for one)
+# grow twice, to 2 * 1 + 16 = 18 and 2 * 18 + 16 = 52 rows, keeping every record and its
+# group. Vocabulary 64 (qbits = bit_length(63 // 2) = 5), limit 1: slice 1's sample 2 (its
+# local row 0, R' = 1 << 1 | 0 = 2) = ids 0, 2, ..., 40, all in partition 0 at shard rows
+# q = 0..20 (u = q): id 0 is kept (CSR entry 16: row 0, sample 0), ids 2..40 dropped as
+# (R' 2, u q, partition 0, one id) for q = 1..20. C = 16 per slice; slice 0 is empty.
+@pytest.mark.parametrize("backend", ["numba", "numpy"])
+def test_stack_slices_grows_its_drop_records(backend):
+    job, out = _count_job(backend, [[], [], list(range(0, 42, 2)), []], 1, 1, True, want_csr=True, vocab=64)
+    assert (int(job.g_qbits[0]), job.cap) == (5, 16)
+    assert sorted(map(tuple, out["drops"].tolist())) == [(2, q, 0, 1) for q in range(1, 21)]
+    assert out["drop_g"].tolist() == [0] * 20
+    assert job.dropped.tolist() == [0, 20]
+    assert (job.pairs.tolist(), job.distinct.tolist(), job.kept.tolist()) == ([0, 0, 21, 0], [0, 0, 21, 0],
+                                                                              [0, 0, 1, 0])
+    pad = K.PAD_ID
+    assert job.emb.tolist() == [pad] * 16 + [0] + [pad] * 15
+    assert job.smp.tolist() == [pad] * 16 + [0] + [pad] * 15
