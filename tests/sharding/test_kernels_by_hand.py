@@ -307,3 +307,20 @@ def test_stack_slices_grows_its_drop_records(backend):
     pad = K.PAD_ID
     assert job.emb.tolist() == [pad] * 16 + [0] + [pad] * 15
     assert job.smp.tolist() == [pad] * 16 + [0] + [pad] * 15
+
+
+# A slice with an out-of-vocabulary id is neither counted nor written; the next slice is.
+# Samples [9], [1] | [0], [2] (vocabulary 8): slice 0 fails at flat position 0; slice 1's
+# partition 0 holds (id 0, row 0) and (id 2, row 1): 2 pairs, 2 distinct ids, written
+# (without limits) from slice 1's base 16 as shard rows 0, 1 of samples 0, 1.
+@pytest.mark.parametrize("want_csr", [False, True])
+@pytest.mark.parametrize("backend", ["numba", "numpy"])
+def test_stack_slices_goes_on_after_a_slice_with_an_oov_id(backend, want_csr):
+    job, out = _count_job(backend, [[9], [1], [0], [2]], None, None, False, want_csr=want_csr)
+    assert out["oov"].tolist() == [0]
+    assert (job.pairs.tolist(), job.distinct.tolist(), job.kept.tolist()) == ([0, 0, 2, 0], [0, 0, 2, 0],
+                                                                              [0, 0, 2, 0])
+    assert job.ulist.tolist()[2:4] == [0, 1]                # slice 1's distinct u, from its first raw id
+    if want_csr:
+        assert job.emb[16:18].tolist() == [0, 1] and job.smp[16:18].tolist() == [0, 1]
+        assert job.emb[:16].tolist() == [-3] * 16           # slice 0 untouched
