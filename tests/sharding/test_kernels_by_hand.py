@@ -324,3 +324,43 @@ def test_stack_slices_goes_on_after_a_slice_with_an_oov_id(backend, want_csr):
     if want_csr:
         assert job.emb[16:18].tolist() == [0, 1] and job.smp[16:18].tolist() == [0, 1]
         assert job.emb[:16].tolist() == [-3] * 16           # slice 0 untouched
+
+
+# --------------------------------------------------------------------------------------
+# count_slice: one id in several rows; group_tables: groups and a stack with no ids
+# --------------------------------------------------------------------------------------
+# P = 2, qbits 2, c0 0: u = 1 (partition 0) in rows 0, 1, 2, 2 (a repeat in row 2), then
+# u = 4 (partition 1) in row 2: pairs [3, 1], distinct ids [1, 1]; naive view u 1 and 4
+# (bitmap word 0: 2 + 16 = 18).
+@pytest.mark.parametrize("use_bitmap", [True, False])
+@pytest.mark.parametrize("fn", [K.count_slice, K.count_slice_reference])
+def test_count_slice_counts_one_id_in_several_rows(fn, use_bitmap):
+    keys = np.array([_key(1, 0), _key(1, 1), _key(1, 2), _key(1, 2), _key(4, 2)], np.int64)
+    pairs, distinct = np.zeros(2, np.int64), np.zeros(2, np.int64)
+    bitmap, ulist = np.zeros(1, np.int64), np.full(5, -7, np.int64)
+    nu = fn(keys, 5, 2, 2, 0, pairs, distinct, use_bitmap, bitmap, 0, ulist, 0)
+    assert (pairs.tolist(), distinct.tolist()) == ([3, 1], [1, 1])
+    if use_bitmap:
+        assert (int(nu), bitmap.tolist()) == (0, [18])
+    else:
+        assert (int(nu), ulist.tolist()[:2]) == (2, [1, 4])
+
+
+# Three groups of one feature each (counts per slice [2, 0], [0, 0], [0, 0]); stack 0 =
+# group 0, stack 1 = groups 1 and 2, which have no ids at all: their largest slice is 0,
+# and so is stack 1's. Parts from groups 0 and 2: [2, 0] (groups 0, 1) and [0, 0].
+@pytest.mark.parametrize("fn", [K.group_tables, K.group_tables_reference])
+def test_group_tables_of_groups_without_ids(fn):
+    counts = np.array([[2, 0], [0, 0], [0, 0]], np.int64)
+    rows = np.array([0, 1, 2], np.int64)
+    starts = np.array([0, 1, 2], np.int64)
+    gcounts, sloff, uloff, gmax, stack_ids, stack_max, part_ids = fn(
+        counts, rows, starts, np.array([0, 1, 1], np.int64), np.array([0, 1], np.int64), np.array([0, 2], np.int64),
+        False)
+    assert gcounts.tolist() == [[2, 0], [0, 0], [0, 0]]
+    assert sloff.tolist() == [[0, 2, 2], [0, 0, 0], [0, 0, 0]]
+    assert uloff.tolist() == [0, 0, 0]
+    assert gmax.tolist() == [2, 0, 0]
+    assert stack_ids.tolist() == [[2, 0], [0, 0]]
+    assert stack_max.tolist() == [2, 0]
+    assert part_ids.tolist() == [[2, 0], [0, 0]]
