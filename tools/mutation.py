@@ -81,7 +81,7 @@ MODULES: dict[str, list[str]] = {
     "scwork/sharding/_kernels.py": ["tests/sharding/test_kernels.py", "tests/sharding/test_preprocess.py",
                                     "tests/sharding/test_reference_by_hand.py",
                                     "tests/sharding/test_limit_boundaries.py", "tests/sharding/test_split_kernels.py",
-                                    "tests/sharding/test_kernels_pinned.py"],
+                                    "tests/sharding/test_kernels_pinned.py", "tests/sharding/test_kernels_by_hand.py"],
     "scwork/sharding/_split_kernels.py": ["tests/sharding/test_split_kernels.py", "tests/sharding/test_kernels.py",
                                           "tests/sharding/test_split_kernels_pinned.py"],
     "scwork/sharding/limits.py": ["tests/sharding/test_limits.py", "tests/sharding/test_limit_boundaries.py",
