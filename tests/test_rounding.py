@@ -111,3 +111,36 @@ def test_the_interval_of_a_partial_mutation_run():
     assert interval(10, 10) == pytest.approx((0.72246, 1.0), abs=1e-5)
     assert interval(95, 100) == pytest.approx((0.88825, 0.97846), abs=1e-5)
     assert interval(0, 0) == (0.0, 1.0)
+
+
+def test_the_lines_a_mutation_run_since_a_revision_mutates():
+    # tools/mutation.py --since REV mutates only the new-side lines a diff adds or modifies.
+    # Hunk 1 (new lines 1..4): line 1 context, old line 2 changed into new lines 2 and 3,
+    # line 4 context. Hunk 2: two old lines removed, nothing added (no new line).
+    # Hunk 3 (new 10..12): a removed line whose text starts with "--" (shown "---", not a
+    # file header), an added line "++x" at 11 (shown "+++x", not a file header), context 10, 12.
+    # Hunk 4: one line added at 20 with no count (",1" left out), then the no-newline note.
+    diff = "\n".join([
+        "diff --git a/m.py b/m.py",
+        "--- a/m.py",
+        "+++ b/m.py",
+        "@@ -1,3 +1,4 @@",
+        " keep = 1",
+        "-x = 2",
+        "+x = 3",
+        "+y = 4",
+        " z = 5",
+        "@@ -7,2 +8,0 @@",
+        "-gone = 1",
+        "-gone = 2",
+        "@@ -11,3 +10,3 @@",
+        " a = 1",
+        "--- a comment that began with two minus signs",
+        "+++x",
+        " c = 3",
+        "@@ -19,0 +20 @@ def f():",
+        "+    return 7",
+        "\\ No newline at end of file",
+    ])
+    assert _mutation_tool().changed_lines(diff) == {2, 3, 11, 20}
+    assert _mutation_tool().changed_lines("") == set()

@@ -9,6 +9,7 @@ cosmic-ray (3.12 or newer: the line map uses ``sys.monitoring``)::
     python tools/mutation.py scwork/sharding/limits.py --recheck # survivors against the current tests
     python tools/mutation.py scwork/sharding/limits.py --resume  # go on with a stopped run
     python tools/mutation.py scwork/sharding/limits.py --verify 6
+    nice -n 10 python tools/mutation.py --jobs 1 --since HEAD~3 scwork/sharding/limits.py
 
 Each module is mutated in its own copy of the working tree (under
 ``.mutation/<module>/``, git-ignored), so the checkout is never touched and two
@@ -28,6 +29,14 @@ mutants) are listed in ``tools/mutation_equivalents.toml`` with the reason; the 
 of a module is ``killed / (mutants - equivalent - incompetent)``. A survivor that is
 not listed there is a missing test.
 
+``--since REV`` mutates only the lines changed since the git revision ``REV``: the
+lines that ``git diff REV -- <module>`` adds or modifies in the working tree (the new
+side's line numbers). After ``cosmic-ray init`` every mutant whose location (its first
+to last line) touches none of them is marked skipped in the session, with the output
+``not changed since <rev>``; it is not run and not counted, and the report names the
+module ``<module> (since <rev>)``, so the score is that of the changed lines only.
+A ``--resume`` or ``--recheck`` keeps the session's choice.
+
 Why cosmic-ray and not mutmut 3: mutmut 3 does not mutate decorated functions, and
 every numba kernel is decorated (``@jit``); cosmic-ray edits the file itself.
 """
@@ -38,6 +47,7 @@ import argparse
 import concurrent.futures
 import contextlib
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -83,7 +93,8 @@ MODULES: dict[str, list[str]] = {
                                     "tests/sharding/test_limit_boundaries.py", "tests/sharding/test_split_kernels.py",
                                     "tests/sharding/test_kernels_pinned.py", "tests/sharding/test_kernels_by_hand.py"],
     "scwork/sharding/_split_kernels.py": ["tests/sharding/test_split_kernels.py", "tests/sharding/test_kernels.py",
-                                          "tests/sharding/test_split_kernels_pinned.py"],
+                                          "tests/sharding/test_split_kernels_pinned.py",
+                                          "tests/sharding/test_slice_pairs_table.py"],
     "scwork/sharding/limits.py": ["tests/sharding/test_limits.py", "tests/sharding/test_limit_boundaries.py",
                                   "tests/sharding/test_limits_by_hand.py"],
     "scwork/sharding/_fdo_csv.py": ["tests/interop/test_fdo_csv.py"],
@@ -154,6 +165,62 @@ EXCLUDED_OPERATORS = [
 
 def _slug(module: str) -> str:
     return module.replace("/", "_").removesuffix(".py")
+
+
+#: What ``--since`` writes as the output of the mutants it skips (the revision follows).
+UNCHANGED = "not changed since "
+
+_HUNK = re.compile(r"@@ -\d+(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
+
+
+def changed_lines(diff: str) -> set[int]:
+    """The new-side line numbers of the lines a unified diff adds or modifies.
+
+    A modified line is a removed line and an added one: its number is the added
+    one's. Lines only removed leave no number (no mutant can be on them).
+
+    >>> sorted(changed_lines("@@ -3,2 +3,3 @@\\n a\\n-b\\n+B\\n+c\\n"))
+    [4, 5]
+    """
+    lines: set[int] = set()
+    new = old_left = new_left = 0
+    for line in diff.splitlines():
+        hunk = _HUNK.match(line)
+        if hunk:
+            old_left, new, new_left = (int(hunk[1] or 1), int(hunk[2]), int(hunk[3] or 1))
+        elif not (old_left or new_left) or line.startswith("\\"):
+            continue                                  # file headers; "\ No newline at end of file"
+        elif line.startswith("+"):
+            lines.add(new)
+            new, new_left = new + 1, new_left - 1
+        elif line.startswith("-"):
+            old_left -= 1
+        else:                                         # a context line
+            new, old_left, new_left = new + 1, old_left - 1, new_left - 1
+    return lines
+
+
+def _since(module: str, rev: str) -> tuple[str, set[int]]:
+    """``rev`` as a short commit hash, and the lines of ``module`` changed since it in the working tree."""
+    try:
+        short = subprocess.run(["git", "rev-parse", "--short", "--verify", f"{rev}^{{commit}}"], cwd=ROOT,
+                               check=True, capture_output=True, text=True).stdout.strip()
+    except subprocess.CalledProcessError:
+        raise SystemExit(f"--since {rev}: not a git revision of {ROOT}") from None
+    diff = subprocess.run(["git", "diff", "-U0", short, "--", module], cwd=ROOT, check=True,
+                          capture_output=True, text=True).stdout
+    return short, changed_lines(diff)
+
+
+def _skip_unchanged(session: Path, rev: str, lines: set[int]) -> None:
+    """Mark skipped the pending mutants of ``session`` that touch none of ``lines``."""
+    from cosmic_ray.work_db import WorkDB, use_db
+    from cosmic_ray.work_item import WorkerOutcome, WorkResult
+
+    with use_db(str(session), WorkDB.Mode.open) as db:
+        skipped = [item.job_id for item in db.pending_work_items
+                   if not any(lines.intersection(range(m.start_pos[0], m.end_pos[0] + 1)) for m in item.mutations)]
+        db.set_multiple_results(skipped, WorkResult(worker_outcome=WorkerOutcome.SKIPPED, output=UNCHANGED + rev))
 
 
 def _copy_tree(dest: Path) -> None:
@@ -236,8 +303,9 @@ def _killed(command: list[str], work: Path, timeout: float) -> bool:
         return True
 
 
-def run_module(module: str, timeout: float, resume: bool = False) -> str:
+def run_module(module: str, timeout: float, resume: bool = False, since: str | None = None) -> str:
     tests = MODULES[module]
+    changed = None if since is None or resume else _since(module, since)
     work = WORK / _slug(module)
     resume = resume and (work / "session.sqlite").exists() and (work / "mutant_tests.json").exists()
     if resume:                         # a stopped run: its work copy, session and map as they were
@@ -256,6 +324,8 @@ def run_module(module: str, timeout: float, resume: bool = False) -> str:
         step(sys.executable, "tools/_mutant_tests.py", "map", module, *tests)
         step(_script("cosmic-ray"), "init", "cr.toml", "session.sqlite")
         step(_script("cr-filter-operators"), "session.sqlite", "cr.toml")
+        if changed is not None:
+            _skip_unchanged(work / "session.sqlite", *changed)
         step(_script("cosmic-ray"), "--verbosity", "ERROR", "baseline", "cr.toml")
     with _fork_server(work):
         step(_script("cosmic-ray"), "exec", "cr.toml", "session.sqlite")
@@ -414,14 +484,18 @@ def score(module: str, show_survivors: bool = True) -> dict | None:
         return None
     entries = _equivalents().get(module, [])
     counts = {"mutants": 0, "killed": 0, "survived": 0, "equivalent": 0, "incompetent": 0, "pending": 0,
-              "filtered": 0}
+              "filtered": 0, "unchanged": 0, "since": None}
     survivors = []
     with use_db(str(path), WorkDB.Mode.open) as db:
         done = {item.job_id: result for item, result in db.completed_work_items}
         for item in db.work_items:
             result = done.get(item.job_id)
             if result is not None and result.worker_outcome == WorkerOutcome.SKIPPED:
-                counts["filtered"] += 1               # an operator left out (EXCLUDED_OPERATORS)
+                if (result.output or "").startswith(UNCHANGED):     # a --since run: a line not changed
+                    counts["unchanged"] += 1
+                    counts["since"] = result.output.removeprefix(UNCHANGED)
+                else:
+                    counts["filtered"] += 1           # an operator left out (EXCLUDED_OPERATORS)
                 continue
             counts["mutants"] += 1
             mutation = item.mutations[0]
@@ -474,7 +548,8 @@ def report(modules: list[str]) -> None:
         c = score(module, show_survivors=False)
         if c is None:
             continue
-        print(f"| `{module}` | {c['mutants']} | {c['killed']} | {c['survived']} | {c['equivalent']} | "
+        since = f" (since {c['since']})" if c["since"] else ""     # the score is the changed lines' only
+        print(f"| `{module}`{since} | {c['mutants']} | {c['killed']} | {c['survived']} | {c['equivalent']} | "
               f"{c['incompetent']} | {c['pending']} | {100 * c['score']:.1f}%"
               # A stopped run judged a random sample: the interval is what it says of the rest.
               + (f" (95% interval {100 * c['interval'][0]:.1f}-{100 * c['interval'][1]:.1f}%)" if c["pending"] else "")
@@ -494,6 +569,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="re-run N judged mutants with the whole test files and compare verdicts")
     parser.add_argument("--resume", action="store_true",
                         help="go on with a stopped run's pending mutants instead of starting afresh")
+    parser.add_argument("--since", metavar="REV",
+                        help="mutate only the lines changed since the git revision REV (git diff REV, working "
+                             "tree); the other mutants are skipped, not counted")
     parser.add_argument("--recheck", action="store_true",
                         help="run the survivors of finished runs again against the current tests")
     args = parser.parse_args(argv)
@@ -518,7 +596,7 @@ def main(argv: list[str] | None = None) -> int:
     WORK.mkdir(exist_ok=True)
     def one(module: str) -> str | None:
         try:
-            return run_module(module, args.timeout, args.resume)
+            return run_module(module, args.timeout, args.resume, args.since)
         except subprocess.CalledProcessError as error:   # e.g. its tests fail unmutated: see its cr.log
             print(f"failed: {module}: {error}; see {WORK / _slug(module) / 'cr.log'}", flush=True)
             return None
