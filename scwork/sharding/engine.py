@@ -1612,14 +1612,7 @@ def _execute(plan: StackingPlan, batch: FeatureBatch, G: int, S: int, kern: _Bac
         if staged:
             parts.run(0)
         results = parts.results()
-        if not isinstance(jobs[0], _MergedJob) and all(j.naive_out is not None for j in jobs):
-            naive = None                  # in the caller's rows already (tables summed into them here)
-            for j in jobs:
-                if len(j.groups) > 1:
-                    j.finish_naive()
-        else:
-            naive = [j.naive_rows() for j in jobs]
-            naive = naive[0] if len(naive) == 1 else np.concatenate(naive)
+        naive = _naive_views(jobs)
         if want_csr:
             # the caller's CSR buffers go back to the pool once the caller drops them:
             # the jobs kept below must not hold them
@@ -1636,6 +1629,19 @@ def _execute(plan: StackingPlan, batch: FeatureBatch, G: int, S: int, kern: _Bac
         for key in ("scratch_buf", "ulist_buf"):
             if key in held:
                 _POOL.give(held.pop(key))
+
+
+def _naive_views(jobs) -> np.ndarray | None:
+    """Every job's naive view after the naive-view tasks, ``(stacks, P)``; or None where each
+    job's is in the caller's rows already (:meth:`_StackJob.naive_into`: a stack of several
+    tables sums them into its row here)."""
+    if not isinstance(jobs[0], _MergedJob) and all(j.naive_out is not None for j in jobs):
+        for j in jobs:
+            if len(j.groups) > 1:
+                j.finish_naive()
+        return None
+    naive = [j.naive_rows() for j in jobs]
+    return naive[0] if len(naive) == 1 else np.concatenate(naive)
 
 
 class _ResultParts:
