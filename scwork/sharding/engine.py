@@ -1233,27 +1233,25 @@ class _JobTemplate:
             self.kinds.append(kind)
             self.statics.append(job.__dict__)
             self.counters.append(counters)
+        # each job's counters split once: those the count batch writes, the others
+        self.count_counters = [[c for c in cs if c[0] in _COUNT_COUNTERS] for cs in self.counters]
+        self.later_counters = [[c for c in cs if c[0] not in _COUNT_COUNTERS] for cs in self.counters]
         self.row_pointers_len = rp_len
         self.counted_table = np.array(counted_rows, np.int64).reshape(len(counted_rows), 11)
         # what the views use of the bound above (about half: a statistics-only job has no
         # CSR counters): each call zeroes that much
         self.block_len = max(1, pos[0])
 
-    def job(self, si: int, block: np.ndarray, only: tuple[str, ...] | None = None) -> _StackJob:
+    def job(self, si: int, block: np.ndarray, count_only: bool = False) -> _StackJob:
         """Stack ``si``'s job for one call, its counters views of ``block`` (zeroed, :attr:`block_len`).
 
-        ``only``: make just these counters' views (those the count batch writes); the
-        others are made by :meth:`_StackJob.complete`, which the call runs while that
-        batch runs.
+        ``count_only``: make just the views the count batch writes (:data:`_COUNT_COUNTERS`);
+        :meth:`_StackJob.complete` makes the others (:attr:`later_counters`).
         """
         job = self.kinds[si]()
         attrs = job.__dict__
         attrs.update(self.statics[si])
-        counters = self.counters[si]
-        if only is not None:
-            attrs["_rest"] = (block, [c for c in counters if c[0] not in only])
-            counters = [c for c in counters if c[0] in only]
-        _add_views(attrs, block, counters)
+        _add_views(attrs, block, self.count_counters[si] if count_only else self.counters[si])
         return job
 
 
@@ -1371,7 +1369,7 @@ def _make_jobs(plan: StackingPlan, batch: FeatureBatch, G: int, S: int, want_csr
     jobs = []
     for si in range(len(stacks)):
         g0, g1 = stack_groups[si], stack_groups[si + 1]
-        job = template.job(si, block, _COUNT_COUNTERS if defer else None)
+        job = template.job(si, block, count_only=defer)
         if stack_max is not None:
             job.setup_counts(uloff_all[g0:g1], gcounts[g0:g1], sloff_all[g0:g1], stack_slices_all[si],
                              slice_lists[si], stack_max[si])
@@ -1382,7 +1380,7 @@ def _make_jobs(plan: StackingPlan, batch: FeatureBatch, G: int, S: int, want_csr
         span = spans[si]
         rp = None if span is None else row_pointers[span[0]:span[1]]
         if defer:
-            job._rest += (batch, rp)
+            job._rest = (block, template.later_counters[si], batch, rp)
         else:
             job.setup_fresh(batch, rp)
         jobs.append(job)
@@ -1542,12 +1540,19 @@ def _execute(plan: StackingPlan, batch: FeatureBatch, G: int, S: int, kern: _Bac
         specs = [(needs[name], np.float32 if name in ("sg", "ag", "bg") else np.int64) for name in names]
         offsets, per_worker = _layout(specs)
         per_worker = (per_worker + 63) // 64 * 64
-        held["scratch_buf"] = _POOL.take(per_worker * threads)
+        scratch_buf = held["scratch_buf"] = _POOL.take(per_worker * threads)
+        scratch: list[dict | None] = [None] * threads
+
+        def scratch_of(worker: int) -> dict:
+            if scratch[worker] is None:                       # only this worker touches its entry
+                mine = scratch_buf[worker * per_worker:(worker + 1) * per_worker]
+                scratch[worker] = dict(zip(names, _views(mine, specs, offsets)))
+            return scratch[worker]
+
         ulists, held["ulist_buf"] = _carve([(j.ulist_size, np.int64) for j in jobs])
         for j, ul in zip(jobs, ulists):
             j.ulist = ul
-        held.update(work=work, sizes=sizes, threads=threads, names=names, specs=specs, offsets=offsets,
-                    per_worker=per_worker)
+        held.update(work=work, sizes=sizes, threads=threads, scratch_of=scratch_of)
 
     try:
         if counted:
@@ -1557,17 +1562,7 @@ def _execute(plan: StackingPlan, batch: FeatureBatch, G: int, S: int, kern: _Bac
             _set_counted_sizes(counted)
         else:
             slices_setup()
-        work, sizes, num_threads = held["work"], held["sizes"], held["threads"]
-        names, specs, offsets, per_worker = held["names"], held["specs"], held["offsets"], held["per_worker"]
-        scratch_buf = held["scratch_buf"]
-        scratch: list[dict | None] = [None] * num_threads
-
-        def scratch_of(worker: int) -> dict:
-            if scratch[worker] is None:                       # only this worker touches its entry
-                mine = scratch_buf[worker * per_worker:(worker + 1) * per_worker]
-                scratch[worker] = dict(zip(names, _views(mine, specs, offsets)))
-            return scratch[worker]
-
+        work, sizes, num_threads, scratch_of = held["work"], held["sizes"], held["threads"], held["scratch_of"]
         if want_csr:
             for j, (e, s, g) in zip(jobs, _csr_views([j.out_size for j in jobs])):
                 j.emb, j.smp, j.gout = e, s, g
