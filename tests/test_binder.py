@@ -6,7 +6,8 @@ repo2docker reads ``binder/runtime.txt`` (Python version), installs
 environment, from a clean copy of the repository (the files git tracks or would
 track: no caches, no build products, no egg-info), then executes
 ``notebooks/00_tour.ipynb`` with that environment's own kernel. It reuses pip's
-download cache (``SCWORK_PIP_CACHE=1``; see postBuild) and takes a few minutes.
+download cache (``SCWORK_PIP_CACHE=1``; see postBuild) and takes a few minutes, which
+run beside the rest of the suite (``started_early``, tests/conftest.py).
 """
 
 from __future__ import annotations
@@ -86,12 +87,12 @@ def _clean_environment(venv: Path, home: Path) -> dict[str, str]:
     return env
 
 
-def _run(command: list[str], *, cwd: Path, env: dict[str, str], log: Path, timeout: float) -> None:
+def _run(job, command: list[str], *, cwd: Path, env: dict[str, str], log: Path, timeout: float) -> None:
     with open(log, "ab") as out:
         out.write(f"\n$ {' '.join(command)}\n".encode())
         out.flush()
-        result = subprocess.run(command, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, timeout=timeout, check=False)
+        result = job.run(command, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT,
+                         stdin=subprocess.DEVNULL, timeout=timeout)
     if result.returncode != 0:
         tail = "\n".join(log.read_text(errors="replace").splitlines()[-40:])
         pytest.fail(f"{' '.join(command)} exited with {result.returncode}:\n{tail}", pytrace=False)
@@ -119,43 +120,54 @@ _RUN_TOUR = textwrap.dedent("""
 """)
 
 
-@pytest.mark.slow
-def test_binder_environment_runs_the_tour(tmp_path):
+def _binder_environment_runs_the_tour(job):
     runtime = (BINDER / "runtime.txt").read_text().strip()
     here = f"python-{sys.version_info.major}.{sys.version_info.minor}"
     if here != runtime:
         pytest.skip(f"binder/runtime.txt asks for {runtime}; this is {here}")
+    tmp_path = job.tmp
     repo = _clean_copy(tmp_path / "repo")
     venv = tmp_path / "venv"
     log = tmp_path / "binder.log"
     env = _clean_environment(venv, tmp_path / "home")
     python = str(venv / "bin" / "python")
 
-    _run([sys.executable, "-m", "venv", str(venv)], cwd=tmp_path, env=env, log=log, timeout=300)
+    _run(job, [sys.executable, "-m", "venv", str(venv)], cwd=tmp_path, env=env, log=log, timeout=300)
     # What repo2docker does: requirements.txt, then postBuild from the repository root.
-    _run([python, "-m", "pip", "install", "-r", "binder/requirements.txt"], cwd=repo, env=env, log=log,
+    _run(job, [python, "-m", "pip", "install", "-r", "binder/requirements.txt"], cwd=repo, env=env, log=log,
          timeout=900)
-    _run(["bash", "binder/postBuild"], cwd=repo, env=env, log=log, timeout=1200)
+    _run(job, ["bash", "binder/postBuild"], cwd=repo, env=env, log=log, timeout=1200)
     # JupyterLab of that environment has the widget and bokeh extensions (prebuilt, from pip).
-    extensions = subprocess.run([str(venv / "bin" / "jupyter"), "labextension", "list"], cwd=repo, env=env,
-                                capture_output=True, text=True, timeout=120, check=False)
+    extensions = job.run([str(venv / "bin" / "jupyter"), "labextension", "list"], cwd=repo, env=env,
+                         capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
     listing = extensions.stdout + extensions.stderr
     for extension in ("@jupyter-widgets/jupyterlab-manager", "@bokeh/jupyter_bokeh"):
         line = next((l for l in listing.splitlines() if extension in l), "")
         assert "enabled" in line and "OK" in line, f"{extension} missing or broken:\n{listing}"
     # The environment's own kernel, under a name no other installation uses.
-    _run([python, "-m", "ipykernel", "install", "--prefix", str(venv), "--name", "scwork-binder"],
+    _run(job, [python, "-m", "ipykernel", "install", "--prefix", str(venv), "--name", "scwork-binder"],
          cwd=repo, env=env, log=log, timeout=120)
     script = tmp_path / "run_tour.py"
     script.write_text(_RUN_TOUR)
-    result = subprocess.run([python, str(script), str(repo / TOUR), "scwork-binder"], cwd=repo, env=env,
-                            capture_output=True, text=True, timeout=900, stdin=subprocess.DEVNULL, check=False)
+    result = job.run([python, str(script), str(repo / TOUR), "scwork-binder"], cwd=repo, env=env,
+                     capture_output=True, text=True, timeout=900, stdin=subprocess.DEVNULL)
     assert result.returncode == 0, f"running the tour failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
     report = json.loads(result.stdout.split("REPORT=", 1)[1])
+    where = job.run([python, "-c", "import scwork; print(scwork.__file__)"], cwd=tmp_path, env=env,
+                    capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    assert where.returncode == 0, where.stderr[-2000:]
+    return {"report": report, "venv": venv, "repo": repo, "scwork_file": Path(where.stdout.strip()),
+            "numba_cache": list((repo / "scwork").rglob("*.nbi"))}
+
+
+# Minutes of pip and a kernel: started when collection ends, beside the rest of the suite.
+@pytest.mark.slow
+@pytest.mark.started_early(work=_binder_environment_runs_the_tour)
+def test_binder_environment_runs_the_tour(started_early):
+    outcome = started_early.result()
+    report, venv, repo = outcome["report"], outcome["venv"], outcome["repo"]
     assert not report["errors"], f"{TOUR} raised in the Binder environment: {report['errors']}"
     assert f"KERNEL_PREFIX={venv}" in report["stdout"], "the tour did not run on the Binder environment's kernel"
     # scwork came from the copy, editable, as on Binder; numba's cache was filled there.
-    where = subprocess.run([python, "-c", "import scwork; print(scwork.__file__)"], cwd=tmp_path, env=env,
-                           capture_output=True, text=True, check=True).stdout.strip()
-    assert Path(where).resolve().is_relative_to(repo.resolve()), where
-    assert list((repo / "scwork").rglob("*.nbi")), "postBuild did not fill numba's cache next to the sources"
+    assert outcome["scwork_file"].resolve().is_relative_to(repo.resolve()), outcome["scwork_file"]
+    assert outcome["numba_cache"], "postBuild did not fill numba's cache next to the sources"

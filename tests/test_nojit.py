@@ -22,12 +22,17 @@ KERNEL_TESTS = sorted(
 )
 
 
+def _kernel_tests_without_jit(job):
+    env = dict(os.environ, NUMBA_DISABLE_JIT="1", HYPOTHESIS_PROFILE="default")
+    return job.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *KERNEL_TESTS],
+                   env=env, capture_output=True, text=True, cwd=TESTS.parent, stdin=subprocess.DEVNULL)
+
+
+# Minutes of one core: started when collection ends, beside the rest of the suite.
 @pytest.mark.slow
 @pytest.mark.skipif(not KERNEL_TESTS, reason="no kernel tests")
-def test_kernel_tests_pass_without_jit():
-    env = dict(os.environ, NUMBA_DISABLE_JIT="1", HYPOTHESIS_PROFILE="default")
-    result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *KERNEL_TESTS],
-        env=env, capture_output=True, text=True, cwd=TESTS.parent,
-    )
+@pytest.mark.started_early(work=_kernel_tests_without_jit)
+def test_kernel_tests_pass_without_jit(started_early):
+    result = started_early.result()
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
+    assert " passed" in result.stdout.splitlines()[-1], result.stdout[-2000:]
