@@ -553,6 +553,28 @@ def test_csr_buffers_are_recycled_only_when_no_array_uses_them():
     assert _scratch._POOL.free == []
 
 
+def test_a_grown_buffer_replaces_the_free_one_it_outgrew():
+    """A request no free buffer fits drops the free buffers between half its size and its size
+    (its own predecessors, from smaller batches); smaller and fitting ones stay. A dataset's
+    shards growing in turn kept one stale copy per size otherwise."""
+    pool = _scratch._BufferPool()
+    huge = _scratch._HUGE_PAGE
+    small, stale, large = pool.take(huge), pool.take(8 * huge), pool.take(40 * huge)
+    for buf in (small, stale, large):
+        pool.give(buf)
+    del buf
+    grown = pool.take(10 * huge)           # no fit (8 < 10, 40 > 2 x 10): allocated, the 8 dropped
+    assert grown.size == 10 * huge
+    assert sorted(b.size for b in pool.free) == [huge, 40 * huge]
+    pool.give(grown)
+    again = pool.take(9 * huge)            # fits the grown one (9 <= 10 <= 18): nothing dropped
+    assert again.ctypes.data == grown.ctypes.data
+    assert sorted(b.size for b in pool.free) == [huge, 40 * huge]
+    pool.give(again)
+    assert pool.take(80 * huge).size == 80 * huge      # 40 is exactly half of 80: dropped too
+    assert sorted(b.size for b in pool.free) == [huge, 10 * huge]
+
+
 def test_default_uses_every_available_core_and_one_stays_available():
     """num_threads=None (the default) is every core of the process's affinity mask, as
     jax-tpu-embedding's thread pool; 1 runs on the calling thread; bad values are typed."""
