@@ -122,9 +122,12 @@ def _step_buffers(size: int, shape: tuple[int, int]) -> tuple[np.ndarray, np.nda
         for i in range(len(pool)):    # no loop variable (nor enumerate's tuple) holding a reference
             pair = pool[i]
             if sys.getrefcount(pair[0]) == _UNUSED_REFS and sys.getrefcount(pair[1]) == _UNUSED_REFS:
+                # a buffer too small is let go before its successor is allocated: never both at once
                 if pair[0].size < size:
+                    pair[0] = None
                     pair[0] = np.empty(size, np.int64)
                 if pair[1].shape != shape:
+                    pair[1] = None
                     pair[1] = np.empty(shape, np.int64)
                 return pair[0][:size], pair[1]
         if len(pool) < _BUFFERS_PER_THREAD:
@@ -139,7 +142,13 @@ def _release_step_buffers() -> None:
         _STEP_BUFFERS.clear()
 
 
-def _step_batch(rows: dict, lo: int, hi: int, names: list[str], recycle: bool = False):
+#: Ids in a step below which its batch is copied in one pass whatever the cores (about 8 MB of
+#: int64: a thread pool's start costs a fraction of a millisecond, a fraction of such a copy).
+_COPY_BY_FEATURE_IDS = 1 << 20
+
+
+def _step_batch(rows: dict, lo: int, hi: int, names: list[str], recycle: bool = False, threads: int = 1,
+                prof=None):
     """Samples ``[lo, hi)`` of ``rows`` as one FeatureBatch: the ids copied once, widened to int64.
 
     The readers have checked what FeatureBatch's constructor checks (ids >= 0 and
@@ -148,8 +157,15 @@ def _step_batch(rows: dict, lo: int, hi: int, names: list[str], recycle: bool = 
     again, and converting narrower stored ids to int64 first would copy them twice.
     The row splits are passed as slices of the read ones and shifted into the batch's
     array in the same pass.
+
+    With ``threads > 1`` (a chunk that has cores of its own beyond one) a large step is
+    copied feature by feature on that many threads (numpy copies without the GIL): the
+    first step a thread builds writes fresh pages, which the kernel zeroes at their first
+    touch, and that copy alone took about 25 ms a standard step. While a profile is
+    recorded (``prof``) and the work is cut for several threads, each feature's copy is
+    timed as one task of the reads' batch (:func:`_record_read`), which is how it runs then.
     """
-    from scwork.sharding.batch import FeatureBatch
+    from scwork.sharding.batch import FeatureBatch, _copy_feature_into
 
     parts, splits = [], []
     for f in names:
@@ -158,9 +174,37 @@ def _step_batch(rows: dict, lo: int, hi: int, names: list[str], recycle: bool = 
         parts.append(ids[split[0]:split[-1]])
         splits.append(split)
     batch = FeatureBatch.__new__(FeatureBatch)
-    ids_out, splits_out = _step_buffers(sum(p.size for p in parts), (len(names), hi - lo + 1)) if recycle \
-        else (None, None)
-    batch._set(names, parts, splits, [None] * len(names), hi - lo, ids_out=ids_out, splits_out=splits_out)
+    num_ids = sum(p.size for p in parts)
+    ids_out, splits_out = _step_buffers(num_ids, (len(names), hi - lo + 1)) if recycle else (None, None)
+    by_feature = (_profile.plan_threads() or 1) > 1 if prof is not None else threads > 1
+    if not by_feature or num_ids < _COPY_BY_FEATURE_IDS or len(names) < 2:
+        if prof is None:
+            batch._set(names, parts, splits, [None] * len(names), hi - lo, ids_out=ids_out, splits_out=splits_out)
+        else:
+            started = _profile.thread_cpu_s()
+            batch._set(names, parts, splits, [None] * len(names), hi - lo, ids_out=ids_out, splits_out=splits_out)
+            _record_read(prof, _profile.thread_cpu_s() - started, num_ids)
+        return batch
+    ids_out = np.empty(num_ids, np.int64) if ids_out is None else ids_out
+    splits_out = np.empty((len(names), hi - lo + 1), np.int64) if splits_out is None else splits_out
+    offsets = np.zeros(len(parts) + 1, np.int64)
+    np.cumsum([p.size for p in parts], out=offsets[1:])
+
+    def copy(i: int) -> None:
+        _copy_feature_into(ids_out, splits_out, offsets, i, parts[i], splits[i])
+
+    if prof is not None:
+        for i in range(len(parts)):
+            started = _profile.thread_cpu_s()
+            copy(i)
+            _record_read(prof, _profile.thread_cpu_s() - started, parts[i].size)
+    else:
+        import concurrent.futures
+
+        with concurrent.futures.ThreadPoolExecutor(min(threads, len(parts))) as pool:
+            list(pool.map(copy, range(len(parts))))
+    batch._set(names, parts, splits, [None] * len(names), hi - lo, ids_out=ids_out, splits_out=splits_out,
+               filled=True)
     return batch
 
 
@@ -252,7 +296,7 @@ def _profiled_task(fn):
     the Dataset of the chunk) was counted as serial time of the whole call, as if no
     other chunk could run meanwhile. Recorded without a size: it is Python work, not ids.
 
-    With dask's threaded scheduler or a thread pool, that Python holds the GIL: the
+    On a local thread pool (or dask's threaded scheduler), that Python holds the GIL: the
     chunks' own work then runs beside the other chunks' kernels and reads (which let go
     of it), not beside each other's own work; with worker processes (a cluster) it runs
     in parallel too.
@@ -281,12 +325,13 @@ def _run_chunk(job: _Job, chunk: _Chunk, *partitions):
     data = {j: partitions[i] for i, j in enumerate(sorted({s[0] for s in chunk.segments
                                                            if job.pieces[s[0]].kind in ("frame", "bag")}))}
     prof = _profile.active()
+    threads = 1
     if prof is not None:
         rows = _profiled_read(job, chunk, data, prof, names)
     else:
         # Where this task has cores of its own beyond one (fewer chunks run at once than
-        # there are cores), pyarrow decodes the columns on its thread pool: same CPU, less
-        # wall time.
+        # there are cores), pyarrow decodes the columns on its thread pool, and the step
+        # batches are copied on as many threads: same CPU, less wall time.
         threads = _engine_threads(job) or 1
         parts = [_read_rows(job.pieces[k], data.get(k), start, stop, job.colmap, threads)
                  for k, start, stop in chunk.segments]
@@ -303,13 +348,8 @@ def _run_chunk(job: _Job, chunk: _Chunk, *partitions):
 
     def batch_of(step):
         lo, hi = job.step_rows(step)
-        if prof is None:
-            return _step_batch(rows, lo - a, hi - a, names, job.recycle)
-        # the copy into the step's batch is this chunk's work too, beside its read (see _record_read)
-        started = _profile.thread_cpu_s()
-        batch = _step_batch(rows, lo - a, hi - a, names, job.recycle)
-        _record_read(prof, _profile.thread_cpu_s() - started, batch.num_ids)
-        return batch
+        # profiled, the copy into the step's batch is this chunk's work too, beside its read (see _record_read)
+        return _step_batch(rows, lo - a, hi - a, names, job.recycle, threads, prof)
 
     short_last = chunk.step_stop == job.num_steps and job.used < job.num_steps * job.batch_size
     full_stop = chunk.step_stop - 1 if short_last else chunk.step_stop
@@ -329,7 +369,7 @@ def _record_read(prof, seconds: float, num_ids: int) -> None:
 
     While a profile is recorded (``scwork.sharding._profile``), the engine's tasks are
     timed as parallel and everything else in the call as serial. A chunk's read is
-    neither: the chunk tasks run ``num_workers`` at a time (dask's threaded scheduler,
+    neither: the chunk tasks run ``num_workers`` at a time (a local thread pool,
     or a cluster's workers) and a read holds no lock (pyarrow decodes and numpy copies
     without the GIL), so the reads of different chunks run at the same time as each
     other. One batch of tasks, every chunk's read one of them, is what the projection

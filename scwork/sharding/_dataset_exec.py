@@ -47,25 +47,35 @@ def _make_bar(total: int, progress, desc: str):
                 delay=1.0 if state is None else 0.0)
 
 
-def _run_local(tasks, mode: str, num_workers: int | None, bar, chunk_keys: set):
-    """Compute delayed ``tasks`` (or, without dask, ``(func, args)`` pairs) on the local machine."""
-    dask = _import_dask()
-    if mode == "pool":
-        import concurrent.futures
-
-        results = [None] * len(tasks)
-        with concurrent.futures.ThreadPoolExecutor(num_workers or os.cpu_count() or 1) as pool:
-            futures = {pool.submit(func, *args): i for i, (func, args) in enumerate(tasks)}
-            try:
-                for fut in concurrent.futures.as_completed(futures):
-                    results[futures[fut]] = fut.result()
-                    if bar is not None:
-                        bar.update(1)
-            except BaseException:
-                for fut in futures:
-                    fut.cancel()
-                raise
+def _run_plain(tasks, mode: str, num_workers: int | None, bar) -> list:
+    """Run ``(func, args)`` pairs (the chunks of shards on disk, which need no graph) here: in order on
+    this thread (``sync``), else on a thread pool of ``num_workers`` threads (default one per core)."""
+    results = [None] * len(tasks)
+    if mode == "sync" or len(tasks) <= 1:
+        for i, (func, args) in enumerate(tasks):
+            results[i] = func(*args)
+            if bar is not None:
+                bar.update(1)
         return results
+    import concurrent.futures
+
+    with concurrent.futures.ThreadPoolExecutor(num_workers or os.cpu_count() or 1) as pool:
+        futures = {pool.submit(func, *args): i for i, (func, args) in enumerate(tasks)}
+        try:
+            for fut in concurrent.futures.as_completed(futures):
+                results[futures[fut]] = fut.result()
+                if bar is not None:
+                    bar.update(1)
+        except BaseException:
+            for fut in futures:
+                fut.cancel()
+            raise
+    return results
+
+
+def _run_local(tasks, mode: str, num_workers: int | None, bar, chunk_keys: set):
+    """Compute delayed ``tasks`` on dask's local scheduler ``mode`` (``threads`` or ``sync``)."""
+    import dask
     from dask.callbacks import Callback
 
     class _Tick(Callback):

@@ -205,6 +205,19 @@ def _as_weights(feature: str, weights: Any, ids_shape: tuple[int, ...],
     return w32
 
 
+
+def _copy_feature_into(ids_out, splits_out, offsets, i: int, ids, row_splits) -> None:
+    """Feature ``i`` of a batch put in place: its ``ids`` widened into ``ids_out[offsets[i]:offsets[i + 1]]``
+    (skipped with ``ids_out`` None) and its ``row_splits``, which may start anywhere (a reader's slice of a
+    longer column), shifted to start at ``offsets[i]`` into row ``i`` of ``splits_out``.
+
+    Features touch disjoint parts of both buffers, so several threads may fill a batch at once.
+    """
+    if ids_out is not None:
+        np.copyto(ids_out[offsets[i]:offsets[i + 1]], ids, casting="same_kind")
+    np.add(row_splits, offsets[i] - row_splits[0], out=splits_out[i])
+
+
 class FeatureBatch(Mapping):
     """Ids (and optional weights) of every feature of one batch, in CSR form.
 
@@ -285,23 +298,29 @@ class FeatureBatch(Mapping):
             all_weights.append(w)
         self._set(names, all_ids, all_splits, all_weights, batch_size)
 
-    def _set(self, names, all_ids, all_splits, all_weights, batch_size, ids_out=None, splits_out=None) -> None:
+    def _set(self, names, all_ids, all_splits, all_weights, batch_size, ids_out=None, splits_out=None,
+             filled: bool = False) -> None:
         counts = [ids.size for ids in all_ids]
         offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
         self._names = tuple(names)
         self._index = {n: i for i, n in enumerate(names)}
-        # one pass: narrower integer ids (a reader keeps their stored width) are widened as they are
-        # copied, into ``ids_out`` (int64, sum(counts) long) when the caller recycles a buffer
-        if ids_out is not None:
-            self._ids = np.concatenate(all_ids, out=ids_out, casting="same_kind")
+        if filled:
+            # the caller has copied every feature into place already (:func:`_copy_feature_into`,
+            # feature by feature, on several threads)
+            self._ids, self._splits = ids_out, splits_out
         else:
-            self._ids = np.concatenate(all_ids, dtype=np.int64) if all_ids else np.zeros(0, np.int64)
-        # ``splits_out``: a recycled int64 [features, batch_size + 1] buffer. Each feature's
-        # splits may start anywhere (a reader's slice of a longer column): shifted into place
-        # in one pass, without a temporary per feature.
-        self._splits = np.empty((len(names), batch_size + 1), np.int64) if splits_out is None else splits_out
-        for i, rs in enumerate(all_splits):
-            np.add(rs, offsets[i] - rs[0], out=self._splits[i])
+            # one pass: narrower integer ids (a reader keeps their stored width) are widened as they are
+            # copied, into ``ids_out`` (int64, sum(counts) long) when the caller recycles a buffer
+            if ids_out is not None:
+                self._ids = np.concatenate(all_ids, out=ids_out, casting="same_kind")
+            else:
+                self._ids = np.concatenate(all_ids, dtype=np.int64) if all_ids else np.zeros(0, np.int64)
+            # ``splits_out``: a recycled int64 [features, batch_size + 1] buffer. Each feature's
+            # splits may start anywhere (a reader's slice of a longer column): shifted into place
+            # in one pass, without a temporary per feature.
+            self._splits = np.empty((len(names), batch_size + 1), np.int64) if splits_out is None else splits_out
+            for i, rs in enumerate(all_splits):
+                _copy_feature_into(None, self._splits, offsets, i, None, rs)
         self._has_weights = tuple(w is not None for w in all_weights)
         if any(self._has_weights):
             self._weights = np.concatenate(

@@ -452,6 +452,29 @@ def test_pool_without_dask(tmp_path, monkeypatch):
     check_same(res, reference(data, 32, True))
 
 
+@pytest.mark.parametrize("scheduler", ["sync", "threads"])
+def test_shards_on_disk_run_locally_without_a_dask_graph(tmp_path, monkeypatch, scheduler):
+    """The local schedulers run the chunks of files directly: no dask graph (it cost some 6 ms a
+    call), and scheduler="sync" works without dask (it raised AttributeError on dask.delayed)."""
+    import dask
+
+    data = make_data(200, seed=10)
+    write_parquet(tmp_path, split(data, [77, 123]), row_group_size=16)
+
+    def no_graph(*args, **kwargs):
+        raise AssertionError("a dask graph was built for shards on disk")
+
+    monkeypatch.setattr(dask, "delayed", no_graph)
+    res = stats_over_dataset(tmp_path, FEATURES, TOPO, batch_size=48, chunk_rows=32, num_workers=2,
+                             scheduler=scheduler)
+    assert res.scheduler == scheduler and res.num_chunks > 2
+    check_same(res, reference(data, 48, True))
+    monkeypatch.setattr(dsmod, "_import_dask", lambda: None)
+    res = stats_over_dataset(tmp_path, FEATURES, TOPO, batch_size=48, chunk_rows=32, scheduler=scheduler)
+    assert res.scheduler == ("pool" if scheduler == "threads" else "sync")
+    check_same(res, reference(data, 48, True))
+
+
 def test_per_step_summary(tmp_path):
     data = make_data(256, seed=11)
     write_parquet(tmp_path, split(data, [128, 128]))
@@ -1006,6 +1029,78 @@ def test_profile_counts_each_chunk_read_as_one_parallel_task(tmp_path):
     assert len(names) > 1                       # the engine's own batches are recorded beside it
     assert prof.critical_path_s(4) < prof.critical_path_s(1)
     check_same(res, reference(data, 32, True))
+
+
+@pytest.mark.parametrize("recycle", [False, True])
+def test_step_batch_copied_by_feature_on_threads_equals_the_one_pass_copy(monkeypatch, recycle):
+    """A chunk with cores of its own copies a large step feature by feature on its threads:
+    the same batch as the one-pass copy (ids widened from int32 and uint16, each feature's
+    splits from a slice that starts anywhere), recycled buffers or fresh ones."""
+    from scwork.sharding import _dataset_chunks as chunks
+
+    rng = np.random.default_rng(3)
+    lengths = {"a": rng.integers(0, 9, 40), "b": rng.integers(0, 3, 40), "c": np.zeros(40, np.int64)}
+    dtypes = {"a": np.int32, "b": np.uint16, "c": np.int64}
+    rows = {}
+    for name, per_row in lengths.items():
+        splits = np.concatenate([[0], np.cumsum(per_row)])
+        rows[name] = (rng.integers(0, 60000, int(splits[-1])).astype(dtypes[name]), splits)
+    names = ["b", "a", "c"]
+    want = chunks._step_batch(rows, 7, 31, names)
+    monkeypatch.setattr(chunks, "_COPY_BY_FEATURE_IDS", 0)
+    from scwork.sharding import batch as batch_module
+
+    calls, real = [], batch_module._copy_feature_into
+
+    def spy(ids_out, *args):
+        if ids_out is not None:          # a feature's ids copied on its own (not the one-pass copy's splits)
+            calls.append(args[2])
+        return real(ids_out, *args)
+
+    monkeypatch.setattr(batch_module, "_copy_feature_into", spy)
+    chunks._release_step_buffers()
+    try:
+        for threads in (2, 3, 8):
+            calls.clear()
+            got = chunks._step_batch(rows, 7, 31, names, recycle=recycle, threads=threads)
+            assert sorted(calls) == [0, 1, 2]
+            assert got._ids.dtype == np.int64 and got.batch_size == 24
+            np.testing.assert_array_equal(got._ids, want._ids)
+            np.testing.assert_array_equal(got._splits, want._splits)
+            for name in names:
+                np.testing.assert_array_equal(got.ids(name), rows[name][0][rows[name][1][7]:rows[name][1][31]])
+                np.testing.assert_array_equal(got.row_splits(name), rows[name][1][7:32] - rows[name][1][7])
+            del got
+    finally:
+        chunks._release_step_buffers()
+    calls.clear()
+    one = chunks._step_batch(rows, 7, 31, names, threads=1)     # one thread: the one-pass copy
+    assert calls == []
+    np.testing.assert_array_equal(one._ids, want._ids)
+
+
+def test_large_steps_are_copied_by_feature_and_profiled_so(tmp_path, monkeypatch):
+    """stats_over_dataset with several engine threads per chunk copies its steps by feature
+    (the results unchanged), and the profile then times each feature's copy as a task."""
+    from scwork.sharding import _dataset_chunks as chunks
+    from scwork.sharding import _profile
+    from scwork.sharding._dataset_chunks import READ_BATCH
+
+    data = make_data(256, seed=9)
+    write_parquet(tmp_path, split(data, [64] * 4), row_group_size=32)
+    monkeypatch.setattr(chunks, "_COPY_BY_FEATURE_IDS", 0)
+    res = stats_over_dataset(tmp_path, FEATURES, TOPO, batch_size=32, chunk_rows=64, num_threads=3,
+                             num_workers=2)
+    check_same(res, reference(data, 32, True))
+    with _profile.profiled(4) as profiles, _profile.call():
+        profiled = stats_over_dataset(tmp_path, FEATURES, TOPO, batch_size=32, chunk_rows=64, scheduler="sync")
+    (prof,) = profiles
+    names = [name for name, _ in prof.batches]
+    reads = prof.batches[names.index(READ_BATCH)][1]
+    # one read per column of every chunk, one copy per feature of every step
+    assert len(reads) == (profiled.num_chunks + profiled.num_steps) * len(FEATURES)
+    assert sum(prof.sizes[names.index(READ_BATCH)]) == 2 * profiled.num_ids
+    xr.testing.assert_identical(profiled.step_stats, res.step_stats)
 
 
 def test_profile_counts_each_chunk_and_boundary_task_own_work_as_one_task(tmp_path):
