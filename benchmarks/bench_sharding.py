@@ -370,7 +370,7 @@ def _dataset_dir(num_features: int) -> str:
 
 
 def _over_dataset(batch, features, topo, stacking, num_threads=None):
-    """stats_over_dataset over 8 Parquet shards of the standard input's shape, dask's sync scheduler.
+    """stats_over_dataset over 8 Parquet shards of the standard input's shape, the sync scheduler.
 
     The scheduler runs the chunks on the calling thread (so that the profile sees
     them); the engine inside uses ``num_threads`` (its default with None). Each
