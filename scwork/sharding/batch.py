@@ -205,7 +205,6 @@ def _as_weights(feature: str, weights: Any, ids_shape: tuple[int, ...],
     return w32
 
 
-
 def _copy_feature_into(ids_out, splits_out, offsets, i: int, ids, row_splits) -> None:
     """Feature ``i`` of a batch put in place: its ``ids`` widened into ``ids_out[offsets[i]:offsets[i + 1]]``
     (skipped with ``ids_out`` None) and its ``row_splits``, which may start anywhere (a reader's slice of a
