@@ -47,30 +47,95 @@ def _make_bar(total: int, progress, desc: str):
                 delay=1.0 if state is None else 0.0)
 
 
-def _run_plain(tasks, mode: str, num_workers: int | None, bar) -> list:
-    """Run ``(func, args)`` pairs (the chunks of shards on disk, which need no graph) here: in order on
-    this thread (``sync``), else on a thread pool of ``num_workers`` threads (default one per core)."""
-    results = [None] * len(tasks)
-    if mode == "sync" or len(tasks) <= 1:
-        for i, (func, args) in enumerate(tasks):
-            results[i] = func(*args)
-            if bar is not None:
-                bar.update(1)
-        return results
+def _run_here(job, chunks, boundaries: dict, mode: str, num_workers: int | None, bar, run_chunk,
+              run_boundary) -> tuple[list, dict]:
+    """Run the chunk tasks of shards on disk here, without a graph: ``(chunk results, {step: boundary result})``.
+
+    ``run_chunk(job, chunk)`` and ``run_boundary(job, step, *fragments)`` are the tasks
+    (:func:`~scwork.sharding._dataset_chunks._run_chunk` and ``_run_boundary``).
+
+    Each boundary step (``boundaries``: step -> the chunks holding its fragments, in
+    order) runs as soon as its last chunk has finished, as dask's schedulers run it, and
+    its fragments are let go once it has run: memory holds the fragments of the chunks in
+    flight, not of every chunk of the dataset.
+    ``sync`` runs everything in order on this thread (a boundary right after its last
+    chunk); ``threads`` and ``pool`` on a thread pool of ``num_workers`` threads
+    (default one per core). The first error raised stops what has not started and is
+    raised once the running tasks have finished.
+    """
+    outs: list = [None] * len(chunks)
+    done: dict = {}
+    waiting = {step: set(ks) for step, ks in boundaries.items()}
+    needed = [0] * len(chunks)              # boundaries still to run that need a chunk's fragments
+    after: list[list] = [[] for _ in chunks]
+    for step, ks in boundaries.items():
+        for k in ks:
+            needed[k] += 1
+            after[k].append(step)
+
+    def tick() -> None:
+        if bar is not None:
+            bar.update(1)
+
+    def chunk_done(k: int, out) -> list:
+        """Record chunk ``k``'s (stats, fragments); the boundary tasks now ready, as (step, args)."""
+        outs[k] = out
+        tick()
+        ready = []
+        for step in after[k]:
+            waiting[step].discard(k)
+            if not waiting[step]:
+                ready.append((step, (job, step, *[outs[j][1] for j in boundaries[step]])))
+        if not after[k]:
+            outs[k] = (out[0], None)
+        return ready
+
+    def boundary_done(step, out) -> None:
+        done[step] = out
+        tick()
+        for k in boundaries[step]:
+            needed[k] -= 1
+            if needed[k] == 0:
+                outs[k] = (outs[k][0], None)
+            else:                           # its fragment of the step at its other end is still needed
+                outs[k][1].pop(step, None)
+
+    # (ready boundaries are handled in functions of their own: a loop variable left holding the
+    # last one's arguments would keep its fragments alive through the next chunk)
+    def run_ready(ready: list) -> None:
+        while ready:
+            step, args = ready.pop(0)
+            boundary_done(step, run_boundary(*args))
+
+    if mode == "sync" or len(chunks) + len(boundaries) <= 1:
+        for k, chunk in enumerate(chunks):
+            run_ready(chunk_done(k, run_chunk(job, chunk)))
+        return [o[0] for o in outs], done
     import concurrent.futures
 
     with concurrent.futures.ThreadPoolExecutor(num_workers or os.cpu_count() or 1) as pool:
-        futures = {pool.submit(func, *args): i for i, (func, args) in enumerate(tasks)}
+        running = {pool.submit(run_chunk, job, chunk): ("chunk", k) for k, chunk in enumerate(chunks)}
+
+        def submit_ready(ready: list) -> None:
+            while ready:
+                step, args = ready.pop(0)
+                running[pool.submit(run_boundary, *args)] = ("boundary", step)
+
         try:
-            for fut in concurrent.futures.as_completed(futures):
-                results[futures[fut]] = fut.result()
-                if bar is not None:
-                    bar.update(1)
+            while running:
+                finished, _ = concurrent.futures.wait(running, return_when=concurrent.futures.FIRST_COMPLETED)
+                for fut in finished:
+                    kind, key = running.pop(fut)
+                    if kind == "chunk":
+                        submit_ready(chunk_done(key, fut.result()))
+                    else:
+                        boundary_done(key, fut.result())
+                del finished, fut
         except BaseException:
-            for fut in futures:
+            for fut in running:
                 fut.cancel()
             raise
-    return results
+    return [o[0] for o in outs], done
 
 
 def _run_local(tasks, mode: str, num_workers: int | None, bar, chunk_keys: set):

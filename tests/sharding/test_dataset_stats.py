@@ -453,6 +453,53 @@ def test_pool_without_dask(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("scheduler", ["sync", "threads"])
+def test_a_step_across_chunk_ends_runs_once_its_chunks_are_done(tmp_path, monkeypatch, scheduler):
+    """Run here, each boundary step starts after every chunk holding its fragments has
+    finished and, in order (sync), right after the last of them, before the next chunk
+    starts, which finds those fragments let go: the fragments in memory are those of the
+    chunks in flight, not the dataset's."""
+    import threading
+    import weakref
+
+    data = make_data(256, seed=9)
+    write_parquet(tmp_path, split(data, [64] * 4), row_group_size=32)
+    events, lock = [], threading.Lock()
+    run_chunk, run_boundary = dsmod._run_chunk, dsmod._run_boundary
+
+    def chunk_spy(job, chunk, *parts):
+        if scheduler == "sync":         # the fragments of every boundary run so far are let go
+            assert all(ref() is None for _, refs in fragment_refs for ref in refs)
+        out = run_chunk(job, chunk, *parts)
+        with lock:
+            events.append(("chunk", chunk.index, tuple(chunk.fragments)))
+        return out
+
+    fragment_refs = []
+
+    def boundary_spy(job, step, *fragments):
+        with lock:
+            events.append(("boundary", step, len(fragments)))
+            fragment_refs.append((step, [weakref.ref(m[step]["a"][0]) for m in fragments]))
+        return run_boundary(job, step, *fragments)
+
+    monkeypatch.setattr(dsmod, "_run_chunk", chunk_spy)
+    monkeypatch.setattr(dsmod, "_run_boundary", boundary_spy)
+    # chunks end at row groups (every 32 rows) at least 64 rows apart: steps of 48 samples
+    # cross two of their ends (64 and 128, and 192), one boundary task each
+    res = stats_over_dataset(tmp_path, FEATURES, TOPO, batch_size=48, chunk_rows=64, scheduler=scheduler,
+                             num_workers=3)
+    check_same(res, reference(data, 48, True))
+    boundaries = [e for e in events if e[0] == "boundary"]
+    assert len(boundaries) >= 2 and all(n == 2 for _, _, n in boundaries)
+    for _, step, _ in boundaries:
+        at = events.index(("boundary", step, 2))
+        holders = [e for e in events if e[0] == "chunk" and step in e[2]]
+        assert len(holders) == 2 and all(events.index(h) < at for h in holders)
+        if scheduler == "sync":
+            assert events[at - 1] == max(holders, key=lambda h: h[1])
+
+
+@pytest.mark.parametrize("scheduler", ["sync", "threads"])
 def test_shards_on_disk_run_locally_without_a_dask_graph(tmp_path, monkeypatch, scheduler):
     """The local schedulers run the chunks of files directly: no dask graph (it cost some 6 ms a
     call), and scheduler="sync" works without dask (it raised AttributeError on dask.delayed)."""
