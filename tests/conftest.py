@@ -79,9 +79,10 @@ def pytest_terminal_summary(terminalreporter):
 # soon as collection ends, beside the rest of the suite; the test asks for the
 # ``started_early`` fixture (the job) and calls its ``result()``, which waits for ``work``
 # and hands over what it returned, or raises what it raised: a failed assertion,
-# ``pytest.fail`` or ``pytest.skip`` inside ``work`` reports as the test's own). ``job.tmp`` is a directory of the test's own and
-# ``job.run`` is ``subprocess.run`` whose processes are killed if the session ends
-# first (``-x``, Ctrl-C), so that nothing outlives pytest.
+# ``pytest.fail`` or ``pytest.skip`` inside ``work`` reports as the test's own.
+# ``job.tmp`` is a directory of the test's own and ``job.run`` is ``subprocess.run``
+# whose processes are killed if the session ends first (``-x``, Ctrl-C), so that
+# nothing outlives pytest.
 
 class _EarlyJob:
     def __init__(self, work, name: str):

@@ -202,7 +202,8 @@ def _check_scratch(plan: StackingPlan, batch: FeatureBatch, G: int, S: int, want
         raise ConfigError(
             f"this call would allocate about {need:,} bytes ({need / 2**30:,.1f} GiB) of scratch for "
             f"{len(plan.stacks)} stack(s) on {G} devices x {S} SparseCores x {P} partitions, above the limit "
-            f"of {limit:,} bytes ({SCRATCH_LIMIT_ENV} or the machine's memory). Use a smaller topology or "
+            f"of {limit:,} bytes ({SCRATCH_LIMIT_ENV}, the machine's memory or the process's data-size "
+            f"limit). Use a smaller topology or "
             f"batch, lower max_ids_per_partition, or raise {SCRATCH_LIMIT_ENV} if the machine has the memory."
         )
 

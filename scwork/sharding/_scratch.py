@@ -211,7 +211,8 @@ def scratch_limit_bytes() -> int:
     """The scratch budget of one :func:`compute_stats` / :func:`preprocess` call, in bytes.
 
     ``SCWORK_MAX_SCRATCH_BYTES`` (an integer number of bytes) if set, else the
-    machine's physical memory.
+    machine's physical memory, or what the process's data-size limit still allows if
+    that is less.
     """
     text = os.environ.get(SCRATCH_LIMIT_ENV)
     if text is not None:
@@ -224,7 +225,28 @@ def scratch_limit_bytes() -> int:
             _PHYSICAL_MEMORY = int(os.sysconf("SC_PHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
         except (ValueError, OSError, AttributeError):      # no sysconf: assume 64 GiB
             _PHYSICAL_MEMORY = 64 << 30
-    return _PHYSICAL_MEMORY
+    return min(_PHYSICAL_MEMORY, _data_limit_headroom())
+
+
+def _data_limit_headroom() -> int:
+    """Bytes the process may still map under its data-size limit (``ulimit -d``, RLIMIT_DATA, which
+    counts numpy's arrays): unlimited (as usual) costs one ``getrlimit``; a finite limit, less what
+    the process has mapped already (``VmData``), is what a call may allocate before numpy's
+    MemoryError, so the budget check says so first, as a typed error."""
+    try:
+        import resource
+
+        soft = resource.getrlimit(resource.RLIMIT_DATA)[0]
+    except (ImportError, OSError, ValueError, AttributeError):    # not on this platform
+        return 1 << 62
+    if soft == resource.RLIM_INFINITY or soft < 0:
+        return 1 << 62
+    try:
+        with open("/proc/self/status") as status:
+            used = next((int(line.split()[1]) * 1024 for line in status if line.startswith("VmData:")), 0)
+    except (OSError, ValueError, IndexError):
+        used = 0
+    return max(0, soft - used)
 
 
 _PHYSICAL_MEMORY: int | None = None

@@ -778,7 +778,8 @@ class _VocabularyScan:
             raise ConfigError(
                 f"vocabulary mini-batching would allocate about {need:,} bytes ({need / 2**30:,.1f} GiB) for "
                 f"{total:,} ids of {len(plan.stacks)} stack(s) on {nsl} SparseCores x {P} partitions, above the "
-                f"limit of {scratch_limit_bytes():,} bytes ({SCRATCH_LIMIT_ENV} or the machine's memory). Use a "
+                f"limit of {scratch_limit_bytes():,} bytes ({SCRATCH_LIMIT_ENV}, the machine's memory or the "
+                f"process's data-size limit). Use a "
                 f"smaller batch or topology, or raise {SCRATCH_LIMIT_ENV} if the machine has the memory.")
         # the keys of every group and the bin positions: one buffer of the engine's pool
         # (fresh pages cost about as much as the kernels that fill them), given back by

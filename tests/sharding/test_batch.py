@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 import pandas as pd
 import pyarrow as pa
@@ -294,6 +296,51 @@ def test_huge_topology_is_refused_before_allocating(monkeypatch):
     monkeypatch.setenv("SCWORK_MAX_SCRATCH_BYTES", "1_000")
     with pytest.raises(ConfigError, match="must be a number of bytes"):
         compute_stats(small, feats, scwork.Topology(2, 2))
+
+
+_UNDER_A_DATA_LIMIT = """
+import numpy as np, scwork
+from scwork.errors import ConfigError
+from scwork.sharding import FeatureBatch, FeatureSpec, TableSpec, preprocess
+from scwork.sharding._scratch import scratch_limit_bytes
+from scwork.testing import watchdog
+B = 4096
+rng = np.random.default_rng(0)
+batch = FeatureBatch({"f": (rng.integers(0, 1000, 20 * B), np.arange(0, 20 * B + 1, 20))})
+feats = [FeatureSpec("f", TableSpec("t", 1000, 8))]
+preprocess(batch, feats, scwork.Topology(2, 2), num_threads=1)     # compiled and warm before the limit
+print("unlimited", scratch_limit_bytes())
+with watchdog(seconds=120, memory_bytes=32 << 20):
+    print("headroom", scratch_limit_bytes())
+    try:
+        preprocess(batch, feats, scwork.Topology(1024, 4), num_threads=1)
+        print("no error")
+    except ConfigError as error:
+        print("typed", error)
+print("after", scratch_limit_bytes())
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="RLIMIT_DATA and /proc/self/status: Linux")
+def test_a_data_size_limit_bounds_the_budget_as_a_typed_error(monkeypatch):
+    """Under a data-size limit (ulimit -d), the budget is what the process may still map:
+    a call that would pass it is refused with the typed budget error, not numpy's
+    MemoryError (a fuzz case needing 2.7 GiB of CSR under a 2 GiB limit raised that).
+    In a process of its own: the limit applies to the whole process."""
+    import subprocess
+
+    monkeypatch.delenv("SCWORK_MAX_SCRATCH_BYTES", raising=False)
+    done = subprocess.run([sys.executable, "-c", _UNDER_A_DATA_LIMIT], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = dict(line.split(" ", 1) for line in done.stdout.splitlines())
+    unlimited, headroom = int(lines["unlimited"]), int(lines["headroom"])
+    assert 0 < headroom <= 32 << 20 < unlimited
+    assert lines["typed"].startswith("this call would allocate about ")
+    assert "above the limit of " in lines["typed"] and " GiB) of scratch" in lines["typed"]
+    limit = int(lines["typed"].split("above the limit of ", 1)[1].split(" bytes", 1)[0].replace(",", ""))
+    assert limit <= 32 << 20
+    assert int(lines["after"]) == unlimited        # the limit lifted, the budget is back
 
 
 def test_limit_errors_come_before_gain_errors_in_both_calls():
