@@ -178,11 +178,9 @@ def _step_batch(rows: dict, lo: int, hi: int, names: list[str], recycle: bool = 
     ids_out, splits_out = _step_buffers(num_ids, (len(names), hi - lo + 1)) if recycle else (None, None)
     by_feature = (_profile.plan_threads() or 1) > 1 if prof is not None else threads > 1
     if not by_feature or num_ids < _COPY_BY_FEATURE_IDS or len(names) < 2:
-        if prof is None:
-            batch._set(names, parts, splits, [None] * len(names), hi - lo, ids_out=ids_out, splits_out=splits_out)
-        else:
-            started = _profile.thread_cpu_s()
-            batch._set(names, parts, splits, [None] * len(names), hi - lo, ids_out=ids_out, splits_out=splits_out)
+        started = _profile.thread_cpu_s() if prof is not None else 0.0
+        batch._set(names, parts, splits, [None] * len(names), hi - lo, ids_out=ids_out, splits_out=splits_out)
+        if prof is not None:
             _record_read(prof, _profile.thread_cpu_s() - started, num_ids)
         return batch
     ids_out = np.empty(num_ids, np.int64) if ids_out is None else ids_out

@@ -56,8 +56,8 @@ def _run_here(job, chunks, boundaries: dict, mode: str, num_workers: int | None,
 
     Each boundary step (``boundaries``: step -> the chunks holding its fragments, in
     order) runs as soon as its last chunk has finished, as dask's schedulers run it, and
-    its fragments are let go once it has run: memory holds the fragments of the chunks in
-    flight, not of every chunk of the dataset.
+    its fragments are taken out of its chunks' maps once it has run: memory holds the
+    fragments of the chunks in flight, not of every chunk of the dataset.
     ``sync`` runs everything in order on this thread (a boundary right after its last
     chunk); ``threads`` and ``pool`` on a thread pool of ``num_workers`` threads
     (default one per core). The first error raised stops what has not started and is
@@ -66,11 +66,9 @@ def _run_here(job, chunks, boundaries: dict, mode: str, num_workers: int | None,
     outs: list = [None] * len(chunks)
     done: dict = {}
     waiting = {step: set(ks) for step, ks in boundaries.items()}
-    needed = [0] * len(chunks)              # boundaries still to run that need a chunk's fragments
-    after: list[list] = [[] for _ in chunks]
+    after: list[list] = [[] for _ in chunks]        # per chunk, the boundary steps its fragments serve
     for step, ks in boundaries.items():
         for k in ks:
-            needed[k] += 1
             after[k].append(step)
 
     def tick() -> None:
@@ -86,19 +84,13 @@ def _run_here(job, chunks, boundaries: dict, mode: str, num_workers: int | None,
             waiting[step].discard(k)
             if not waiting[step]:
                 ready.append((step, (job, step, *[outs[j][1] for j in boundaries[step]])))
-        if not after[k]:
-            outs[k] = (out[0], None)
         return ready
 
     def boundary_done(step, out) -> None:
         done[step] = out
         tick()
-        for k in boundaries[step]:
-            needed[k] -= 1
-            if needed[k] == 0:
-                outs[k] = (outs[k][0], None)
-            else:                           # its fragment of the step at its other end is still needed
-                outs[k][1].pop(step, None)
+        for k in boundaries[step]:            # a chunk's fragments map holds only its boundary steps
+            outs[k][1].pop(step, None)
 
     # (ready boundaries are handled in functions of their own: a loop variable left holding the
     # last one's arguments would keep its fragments alive through the next chunk)

@@ -205,16 +205,20 @@ def _as_weights(feature: str, weights: Any, ids_shape: tuple[int, ...],
     return w32
 
 
+def _place_splits(splits_out, offsets, i: int, row_splits) -> None:
+    """Feature ``i``'s ``row_splits``, which may start anywhere (a reader's slice of a longer
+    column), shifted to start at ``offsets[i]`` into row ``i`` of ``splits_out``."""
+    np.add(row_splits, offsets[i] - row_splits[0], out=splits_out[i])
+
+
 def _copy_feature_into(ids_out, splits_out, offsets, i: int, ids, row_splits) -> None:
     """Feature ``i`` of a batch put in place: its ``ids`` widened into ``ids_out[offsets[i]:offsets[i + 1]]``
-    (skipped with ``ids_out`` None) and its ``row_splits``, which may start anywhere (a reader's slice of a
-    longer column), shifted to start at ``offsets[i]`` into row ``i`` of ``splits_out``.
+    and its row splits placed (:func:`_place_splits`).
 
     Features touch disjoint parts of both buffers, so several threads may fill a batch at once.
     """
-    if ids_out is not None:
-        np.copyto(ids_out[offsets[i]:offsets[i + 1]], ids, casting="same_kind")
-    np.add(row_splits, offsets[i] - row_splits[0], out=splits_out[i])
+    np.copyto(ids_out[offsets[i]:offsets[i + 1]], ids, casting="same_kind")
+    _place_splits(splits_out, offsets, i, row_splits)
 
 
 class FeatureBatch(Mapping):
@@ -319,7 +323,7 @@ class FeatureBatch(Mapping):
             # in one pass, without a temporary per feature.
             self._splits = np.empty((len(names), batch_size + 1), np.int64) if splits_out is None else splits_out
             for i, rs in enumerate(all_splits):
-                _copy_feature_into(None, self._splits, offsets, i, None, rs)
+                _place_splits(self._splits, offsets, i, rs)
         self._has_weights = tuple(w is not None for w in all_weights)
         if any(self._has_weights):
             self._weights = np.concatenate(
