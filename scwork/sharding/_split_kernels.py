@@ -98,7 +98,8 @@ def count_groups(ids, splits, weights, has_w, n, P, lbits, gptr, feat_rows, feat
     run's sorted distinct ids appended to ``ulist`` from ``g_uloff[g] +
     g_sloff[g, sl]``, their number in ``ul_cnt[g * nsl + sl]``. The first
     out-of-vocabulary position of group ``g`` in these slices goes to ``g_oov[g]``
-    (if still -1) and the group's later slices are not counted.
+    (if still -1) and the group's later slices are not counted. Returns the number of
+    groups ``[g0, g1)`` with an error (0: the caller has nothing to look at).
     """
     nsl = g_sloff.shape[1] - 1
     dummy_g = np.empty(0, np.float32)
@@ -117,6 +118,10 @@ def count_groups(ids, splits, weights, has_w, n, P, lbits, gptr, feat_rows, feat
                 continue
             ul_cnt[g * nsl + sl] = count_slice(sk, m, P, g_qbits[g], g * nsl * P + sl * P, pairs_g, distinct_g,
                                                False, dummy_bm, 0, ulist, g_uloff[g] + g_sloff[g, sl])
+    failed = 0
+    for g in range(g0, g1):
+        failed += g_oov[g] >= 0
+    return failed
 
 
 def count_groups_reference(ids, splits, weights, has_w, n, P, lbits, gptr, feat_rows, feat_k, g_vocab, g_shift,
@@ -139,6 +144,7 @@ def count_groups_reference(ids, splits, weights, has_w, n, P, lbits, gptr, feat_
             ul_cnt[g * nsl + sl] = count_slice_reference(sk, m, P, g_qbits[g], g * nsl * P + sl * P, pairs_g,
                                                          distinct_g, False, None, 0, ulist,
                                                          g_uloff[g] + g_sloff[g, sl])
+    return int(np.count_nonzero(g_oov[g0:g1] >= 0))
 
 
 # --------------------------------------------------------------------------------------
@@ -266,7 +272,8 @@ def write_groups(ids, splits, weights, has_w, combiner, n, P, lbits, gptr, feat_
     slice's last group (``g1`` = number of groups) also pads the slice: entries
     ``[pad_lo[sl * (P + 1) + t], pad_hi[...])`` for ``t <= P`` get id and sample
     ``PAD_ID``, gain NaN. Errors as :func:`count_groups`, plus the first
-    zero-divisor sample of group ``g`` in ``g_bad[g]``.
+    zero-divisor sample of group ``g`` in ``g_bad[g]``; returns the number of groups
+    ``[g0, g1)`` with either.
     """
     ng = gptr.shape[0] - 1
     nsl = g_sloff.shape[1] - 1
@@ -324,6 +331,10 @@ def write_groups(ids, splits, weights, has_w, combiner, n, P, lbits, gptr, feat_
                     emb[k] = PAD_ID
                     smp[k] = PAD_ID
                     gout[k] = nan
+    failed = 0
+    for g in range(g0, g1):
+        failed += (g_oov[g] >= 0) | (g_bad[g] >= 0)
+    return failed
 
 
 def write_groups_reference(ids, splits, weights, has_w, combiner, n, P, lbits, gptr, feat_rows, feat_k, g_vocab,
@@ -382,6 +393,7 @@ def write_groups_reference(ids, splits, weights, has_w, combiner, n, P, lbits, g
                 emb[pad_lo[t]:pad_hi[t]] = PAD_ID
                 smp[pad_lo[t]:pad_hi[t]] = PAD_ID
                 gout[pad_lo[t]:pad_hi[t]] = np.nan
+    return int(np.count_nonzero((g_oov[g0:g1] >= 0) | (g_bad[g0:g1] >= 0)))
 
 
 # --------------------------------------------------------------------------------------

@@ -514,6 +514,11 @@ class _StackJob:
                 self.pad_hi = zeros(nsl * (P + 1))
         self.staged = want_csr and self.C is None and not self.counted
         self.no_bad = np.full(ng, -1, np.int64)                 # statistics tasks: never a zero divisor
+        self.no_bad.flags.writeable = False
+        # what a task without an error returns (:meth:`run_groups`, :meth:`run_write_groups`):
+        # one record shared by every such task, read-only
+        self.clean_record = {"s0": -1, "oov": self.no_bad, "bad": self.no_bad, "drops": _NO_DROPS,
+                             "drop_g": _NO_DROP_G, "clean": True}
 
     def setup_counts(self, uloff: np.ndarray, counts: np.ndarray, sloff: np.ndarray, slice_ids: np.ndarray,
                      slice_list: list[int], group_slice_max: int) -> None:
@@ -717,14 +722,17 @@ class _StackJob:
                    sc: dict) -> dict:
         """Task: :func:`~scwork.sharding._split_kernels.count_groups` on slices ``[s0, s1)`` x groups ``[g0, g1)``."""
         g_oov = _minus_ones(len(self.groups))
-        kern.count_groups(batch._ids, batch._splits, weights, has_w, self.n, self.P, self.lbits, self.gptr,
-                          self.feat_rows, self.feat_k, self.g_vocab, self.g_shift, self.g_qbits, self.g_uloff,
-                          self.g_sloff, s0, s1, g0, g1, sc["sk"], sc["ak"], sc["bk"], sc["hist"], self.pairs_g,
-                          self.distinct_g, self.ulist, self.ul_cnt, g_oov)
-        # no gains, no cut: only an out-of-vocabulary id is worth a record (the rest is
-        # shared and never written: per-task Python is paid once per task, at 8 tasks a thread)
+        if not kern.count_groups(batch._ids, batch._splits, weights, has_w, self.n, self.P, self.lbits, self.gptr,
+                                 self.feat_rows, self.feat_k, self.g_vocab, self.g_shift, self.g_qbits, self.g_uloff,
+                                 self.g_sloff, s0, s1, g0, g1, sc["sk"], sc["ak"], sc["bk"], sc["hist"], self.pairs_g,
+                                 self.distinct_g, self.ulist, self.ul_cnt, g_oov):
+            # the kernel found no error: nothing to look at, no record made (this Python runs
+            # after the kernel has streamed megabytes, cold, holding the GIL: every
+            # operation left out here is one a task of every other thread may wait for)
+            return self.clean_record
+        # no gains, no cut: only an out-of-vocabulary id is worth a record
         return {"s0": s0, "oov": g_oov, "bad": self.no_bad, "drops": _NO_DROPS, "drop_g": _NO_DROP_G,
-                "clean": max(g_oov.tolist()) < 0}
+                "clean": False}
 
     def run_write_groups(self, kern: _Backend, batch: FeatureBatch, weights, has_w, s0: int, s1: int, g0: int,
                          g1: int, sc: dict) -> dict:
@@ -732,15 +740,15 @@ class _StackJob:
         ng = len(self.groups)
         flags = _minus_ones(2 * ng)                # each group's first out-of-vocabulary id, then zero divisor
         g_oov, g_bad = flags[:ng], flags[ng:]
-        kern.write_groups(batch._ids, batch._splits, weights, has_w, self.combiner, self.n, self.P, self.lbits,
-                          self.gptr, self.feat_rows, self.feat_k, self.g_vocab, self.g_shift, self.g_qbits,
-                          self.g_rowoff, self.g_mode, self.g_uloff, self.g_sloff, s0, s1, g0, g1, sc["sk"], sc["sg"],
-                          sc["ak"], sc["ag"], sc["bk"], sc["bg"], sc["hist"], self.offs, self.pad_lo, self.pad_hi,
-                          self.rowgain, self.emb, self.smp, self.gout, self.distinct_g, self.ulist, self.ul_cnt,
-                          g_oov, g_bad)
+        if not kern.write_groups(batch._ids, batch._splits, weights, has_w, self.combiner, self.n, self.P,
+                                 self.lbits, self.gptr, self.feat_rows, self.feat_k, self.g_vocab, self.g_shift,
+                                 self.g_qbits, self.g_rowoff, self.g_mode, self.g_uloff, self.g_sloff, s0, s1, g0, g1,
+                                 sc["sk"], sc["sg"], sc["ak"], sc["ag"], sc["bk"], sc["bg"], sc["hist"], self.offs,
+                                 self.pad_lo, self.pad_hi, self.rowgain, self.emb, self.smp, self.gout,
+                                 self.distinct_g, self.ulist, self.ul_cnt, g_oov, g_bad):
+            return self.clean_record       # no error (as run_groups)
         # no cut here (no limits): nothing is dropped, so a task is worth a record only with an error
-        return {"s0": s0, "oov": g_oov, "bad": g_bad, "drops": _NO_DROPS, "drop_g": _NO_DROP_G,
-                "clean": max(flags.tolist()) < 0}
+        return {"s0": s0, "oov": g_oov, "bad": g_bad, "drops": _NO_DROPS, "drop_g": _NO_DROP_G, "clean": False}
 
     def run_slices(self, kern: _Backend, batch: FeatureBatch, weights, has_w, s0: int, s1: int, worker: int,
                    sc: dict) -> dict:

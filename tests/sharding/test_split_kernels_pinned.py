@@ -314,3 +314,43 @@ def test_a_write_task_of_one_slice_leaves_the_other_slices_tail_padding(backend)
     C = job.out_size // job.nsl
     assert (job.emb[:C] == -3).all() and (job.smp[:C] == -3).all()
     assert int((job.emb[C:] != PAD_ID).sum()) == 11 and (job.emb[C:] != -3).all()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_the_kernels_return_how_many_groups_failed(backend):
+    """count_groups and write_groups return the number of groups of the task with an error: the
+    engine makes a task's record only then (a clean task returns the job's shared clean record)."""
+    kern = engine._Backend(backend)
+    stack, _ = _stack("mean")
+    clean = _batch([[1, 1], [2], [2], [3]], CLEAN_F1)
+    job = _count_job(clean, stack)
+    assert _task_count(kern.count_groups, job, clean) == 0
+    assert job.run_groups(kern, clean, *engine._weights_of(clean), 0, 2, 0, 2, _scratch(job)) is job.clean_record
+    oov = _batch(OOV_F0, CLEAN_F1)
+    assert _task_count(kern.count_groups, _count_job(oov, stack), oov) == 1          # t0 only
+    assert _task_count(kern.count_groups, _count_job(oov, stack), oov, g0=1) == 0    # t1 alone: clean
+    # write_groups: t0 out of vocabulary and t1 a zero divisor (weights summing to 0 at sample 0): 2
+    both = _batch(OOV_F0, CLEAN_F1, None, [[0.0], [1.0, 2.0], [1.0], [1.0]])
+    job = _write_job(_batch([[1, 1], [2], [2], [3]], CLEAN_F1, None, [[0.0], [1.0, 2.0], [1.0], [1.0]]), stack,
+                     backend)
+    assert _task_count(kern.write_groups, job, both) == 2
+    job = _write_job(clean, stack, backend)
+    assert _task_count(kern.write_groups, job, clean) == 0
+
+
+def _task_count(kernel, job, batch, g0=0):
+    """What ``kernel`` (count_groups or write_groups) returns for slices 0-1, groups ``g0``-2 of ``job``."""
+    sc = _scratch(job)
+    weights, has_w = engine._weights_of(batch)
+    ng = len(job.groups)
+    g_oov, g_bad = np.full(ng, -1, np.int64), np.full(ng, -1, np.int64)
+    if kernel.__name__.startswith("count_groups"):
+        return kernel(batch._ids, batch._splits, weights, has_w, job.n, job.P, job.lbits, job.gptr, job.feat_rows,
+                      job.feat_k, job.g_vocab, job.g_shift, job.g_qbits, job.g_uloff, job.g_sloff, 0, 2, g0, ng,
+                      sc["sk"], sc["ak"], sc["bk"], sc["hist"], job.pairs_g, job.distinct_g, job.ulist, job.ul_cnt,
+                      g_oov)
+    return kernel(batch._ids, batch._splits, weights, has_w, job.combiner, job.n, job.P, job.lbits, job.gptr,
+                  job.feat_rows, job.feat_k, job.g_vocab, job.g_shift, job.g_qbits, job.g_rowoff, job.g_mode,
+                  job.g_uloff, job.g_sloff, 0, 2, g0, ng, sc["sk"], sc["sg"], sc["ak"], sc["ag"], sc["bk"], sc["bg"],
+                  sc["hist"], job.offs, job.pad_lo, job.pad_hi, job.rowgain, job.emb, job.smp, job.gout,
+                  job.distinct_g, job.ulist, job.ul_cnt, g_oov, g_bad)
