@@ -8,6 +8,8 @@ partitions, in a bitmap over the range (or by sorting, when the range is sparse:
 large vocabularies), so tasks over disjoint partition ranges run in parallel and
 memory stays linear in the ids, never in the vocabulary or the thread count. The
 slow numpy reference beside it (``*_reference``) has the same signature.
+:func:`naive_of_group` is the engine's call: one group of a stack, its segments cut out
+of the stack's arrays inside the kernel.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from scwork._jit import jit
 __all__ = [
     "naive_from_slice_lists",
     "naive_from_slice_lists_reference",
+    "naive_of_group",
+    "naive_of_group_reference",
     "warmup",
 ]
 
@@ -115,9 +119,32 @@ def naive_from_slice_lists_reference(ulist, seg_start, seg_len, qbits, p0, p1, n
     np.add.at(naive, u >> qbits, 1)
 
 
+@jit(error_model="numpy")
+def naive_of_group(ulist, starts, ul_cnt, g_qbits, g, p0, p1, naive):
+    """:func:`naive_from_slice_lists` of group ``g`` of a stack over partitions ``[p0, p1)``.
+
+    The group's segments start at ``starts[g]`` (one per slice, ``nsl = starts.shape[1]``)
+    and hold ``ul_cnt[g * nsl:(g + 1) * nsl]`` ids; its partitions are ``u >> g_qbits[g]``;
+    counted into ``naive[g]``. The views are made here, not by the caller: a task's
+    Python runs after other kernels have evicted the caches, holding the GIL, and each
+    view it made cost microseconds there.
+    """
+    nsl = starts.shape[1]
+    naive_from_slice_lists(ulist, starts[g], ul_cnt[g * nsl:(g + 1) * nsl], g_qbits[g], p0, p1, naive[g])
+
+
+def naive_of_group_reference(ulist, starts, ul_cnt, g_qbits, g, p0, p1, naive):
+    """Numpy reference of :func:`naive_of_group`."""
+    nsl = starts.shape[1]
+    naive_from_slice_lists_reference(ulist, starts[g], ul_cnt[g * nsl:(g + 1) * nsl], int(g_qbits[g]), p0, p1,
+                                     naive[g])
+
+
 def warmup() -> None:
-    """Compile the kernel on tiny inputs (or load it from numba's cache)."""
+    """Compile the kernels on tiny inputs (or load them from numba's cache)."""
     naive = np.zeros(2, np.int64)
     for qbits in (1, 6):                          # partitions sharing words, and whole words
         naive_from_slice_lists(np.array([0, 1, 3, 1, 2], np.int64), np.array([0, 3], np.int64),
                                np.array([3, 2], np.int64), qbits, 0, 2, naive)
+    naive_of_group(np.array([0, 1, 3, 1, 2], np.int64), np.array([[0, 3]], np.int64), np.array([3, 2], np.int64),
+                   np.ones(1, np.int64), 0, 0, 2, np.zeros((1, 2), np.int64))

@@ -310,7 +310,7 @@ class _Backend:
         ref = "_reference" if backend == "numpy" else ""
         for module, names in ((_kernels, ("sort_group", "stack_slices", "compact_slices")),
                               (_split_kernels, ("count_groups", "slice_pairs", "write_groups")),
-                              (_naive_kernels, ("naive_from_slice_lists",))):
+                              (_naive_kernels, ("naive_of_group",))):
             for name in names:
                 setattr(self, name, getattr(module, name + ref))
 
@@ -474,7 +474,6 @@ class _StackJob:
         self.pairs_g = zeros(ng * nsl * P if self.by_group else 1)
         self.distinct_g = zeros(ng * nsl * P if self.by_group else 1)
         self.naive_g = zeros(ng * P).reshape(ng, P)
-        self.g_qbits_list = [g.qbits for g in groups]
 
         self.pairs = zeros(nsl * P)
         self.distinct = zeros(nsl * P)
@@ -682,12 +681,10 @@ class _StackJob:
 
     def naive_task(self, kern: _Backend, g: int, p0: int, p1: int) -> None:
         """Task: the naive view of group ``g`` over partitions ``[p0, p1)``."""
-        nsl = self.nsl
         starts = self.naive_starts
         if starts is None:              # every group's list starts, once per job (tasks only read them)
             starts = self.naive_starts = self.g_uloff[:, None] + self.g_sloff[:, :-1]
-        kern.naive_from_slice_lists(self.ulist, starts[g], self.ul_cnt[g * nsl:(g + 1) * nsl], self.g_qbits_list[g],
-                                    p0, p1, self.naive_g[g])
+        kern.naive_of_group(self.ulist, starts, self.ul_cnt, self.g_qbits, g, p0, p1, self.naive_g)
 
     def ranges(self, target: float) -> list[tuple[int, int]]:
         """Contiguous slice ranges of at most ``target`` raw ids each (one if ``target`` is inf).

@@ -137,3 +137,21 @@ def test_ids_two_partitions_past_the_range_are_left_out(fn):
     naive = np.zeros(4, np.int64)
     fn(*_lists([[1, 9], [5, 13]]), 2, 0, 2, naive)
     assert naive.tolist() == [1, 1, 0, 0]
+
+
+@pytest.mark.parametrize("fn", [K.naive_of_group, K.naive_of_group_reference], ids=IDS)
+def test_one_group_of_a_stack_counts_its_own_lists(fn):
+    """naive_of_group: group g's segments cut out of the stack's arrays, counted into naive[g] alone.
+
+    Group 0 (qbits 2) has slices [1, 5], [5, 9]; group 1 (qbits 3) has [3], [8, 20]; by sets.
+    """
+    ulist = np.array([1, 5, 5, 9, 3, 8, 20], np.int64)
+    starts = np.array([[0, 2], [4, 5]], np.int64)            # each group's slices' first places
+    ul_cnt = np.array([2, 2, 1, 2], np.int64)
+    qbits = np.array([2, 3], np.int64)
+    naive = np.zeros((2, 3), np.int64)
+    fn(ulist, starts, ul_cnt, qbits, 1, 0, 3, naive)
+    assert naive[0].tolist() == [0, 0, 0]
+    assert naive[1].tolist() == _by_sets([[3], [8, 20]], 3, 0, 3, 3) == [1, 1, 1]     # {3}, {8}, {20}
+    fn(ulist, starts, ul_cnt, qbits, 0, 1, 3, naive)        # partitions 1-2 of group 0
+    assert naive[0].tolist() == [0] + _by_sets([[1, 5], [5, 9]], 2, 1, 3, 3)[1:] == [0, 1, 1]
