@@ -1783,18 +1783,31 @@ def _jobs_of(plan: StackingPlan, batch: FeatureBatch, G: int, S: int, want_csr: 
 
 class _LazyRows:
     """Tasks of one job as rows of an int array, each turned into its task tuple only when
-    taken (``__getitem__``): the calling thread builds no list of hundreds of tuples."""
+    taken (``__getitem__``): the calling thread builds no list of hundreds of tuples.
 
-    __slots__ = ("job", "rows")
+    The rows become Python lists once, when the first task is taken (one ``tolist`` of
+    the whole array, by that worker): a numpy row and its ``tolist`` per task were two
+    numpy calls in every task's GIL-held Python, made after the kernels before it had
+    evicted the caches (``benchmarks/bench_cold_python.py``).
+    """
+
+    __slots__ = ("job", "rows", "_listed")
 
     def __init__(self, job, rows: np.ndarray):
         self.job, self.rows = job, rows
+        self._listed = None
 
     def __len__(self) -> int:
         return self.rows.shape[0]
 
     def __iter__(self):
         return (self[i] for i in range(len(self)))
+
+    def _row(self, i: int) -> list:
+        listed = self._listed
+        if listed is None:               # two workers may both make it: the same list, either kept
+            listed = self._listed = self.rows.tolist()
+        return listed[i]
 
 
 class _GroupCut(_LazyRows):
@@ -1804,7 +1817,7 @@ class _GroupCut(_LazyRows):
     __slots__ = ()
 
     def __getitem__(self, i: int) -> tuple:
-        sl, g0, g1, _ = self.rows[i].tolist()
+        sl, g0, g1, _ = self._row(i)
         return self.job, sl, sl + 1, g0, g1
 
 
@@ -1814,7 +1827,7 @@ class _NaiveCut(_LazyRows):
     __slots__ = ()
 
     def __getitem__(self, i: int) -> tuple:
-        return self.job, tuple(self.rows[i].tolist())
+        return self.job, tuple(self._row(i))
 
 
 class _Chain:
@@ -1847,7 +1860,7 @@ class _SliceCut(_LazyRows):
     __slots__ = ()
 
     def __getitem__(self, i: int) -> tuple:
-        j, s0, s1, _ = self.rows[i].tolist()
+        j, s0, s1, _ = self._row(i)
         job = self.job[j]
         return job, s0, s1, 0, len(job.groups)
 
