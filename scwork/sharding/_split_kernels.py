@@ -98,12 +98,15 @@ def count_groups(ids, splits, weights, has_w, n, P, lbits, gptr, feat_rows, feat
     run's sorted distinct ids appended to ``ulist`` from ``g_uloff[g] +
     g_sloff[g, sl]``, their number in ``ul_cnt[g * nsl + sl]``. The first
     out-of-vocabulary position of group ``g`` in these slices goes to ``g_oov[g]``
-    (if still -1) and the group's later slices are not counted. Returns the number of
-    groups ``[g0, g1)`` with an error (0: the caller has nothing to look at).
+    (set to -1 first, for ``g`` in ``[g0, g1)``: a worker's slots serve all its tasks)
+    and the group's later slices are not counted. Returns the number of groups
+    ``[g0, g1)`` with an error (0: the caller has nothing to look at).
     """
     nsl = g_sloff.shape[1] - 1
     dummy_g = np.empty(0, np.float32)
     dummy_bm = np.empty(0, np.int64)
+    for g in range(g0, g1):
+        g_oov[g] = -1
     for sl in range(s0, s1):
         for g in range(g0, g1):
             if g_oov[g] >= 0:
@@ -130,6 +133,7 @@ def count_groups_reference(ids, splits, weights, has_w, n, P, lbits, gptr, feat_
     """Numpy reference of :func:`count_groups` (the reference sort and count of each run)."""
     nsl = g_sloff.shape[1] - 1
     dummy = np.empty(0, np.float32)
+    g_oov[g0:g1] = -1
     for sl in range(s0, s1):
         for g in range(g0, g1):
             if g_oov[g] >= 0:
@@ -272,14 +276,17 @@ def write_groups(ids, splits, weights, has_w, combiner, n, P, lbits, gptr, feat_
     slice's last group (``g1`` = number of groups) also pads the slice: entries
     ``[pad_lo[sl * (P + 1) + t], pad_hi[...])`` for ``t <= P`` get id and sample
     ``PAD_ID``, gain NaN. Errors as :func:`count_groups`, plus the first
-    zero-divisor sample of group ``g`` in ``g_bad[g]``; returns the number of groups
-    ``[g0, g1)`` with either.
+    zero-divisor sample of group ``g`` in ``g_bad[g]`` (both set to -1 first for the
+    task's groups); returns the number of groups ``[g0, g1)`` with either.
     """
     ng = gptr.shape[0] - 1
     nsl = g_sloff.shape[1] - 1
     lmask = (np.int64(1) << lbits) - 1
     one = np.float32(1.0)
     nan = np.float32(np.nan)
+    for g in range(g0, g1):
+        g_oov[g] = -1
+        g_bad[g] = -1
     for sl in range(s0, s1):
         for g in range(g0, g1):
             if g_oov[g] >= 0:
@@ -344,6 +351,8 @@ def write_groups_reference(ids, splits, weights, has_w, combiner, n, P, lbits, g
     """Numpy reference of :func:`write_groups`: pairs found with ``np.unique``, gains summed with ``np.add.at``."""
     ng = len(gptr) - 1
     nsl = g_sloff.shape[1] - 1
+    g_oov[g0:g1] = -1
+    g_bad[g0:g1] = -1
     for sl in range(s0, s1):
         for g in range(g0, g1):
             if g_oov[g] >= 0:

@@ -188,6 +188,14 @@ _HIST_SIZE = 3 * 2048
 _DEFAULT_CONFIG = SparsecoreConfig()
 
 
+def _slots_of(slots: np.ndarray, g0: int, g1: int, ng: int) -> np.ndarray:
+    """A failed task's error slots for its record: groups ``[g0, g1)`` as the kernel left them
+    in the worker's scratch (which its next task overwrites), -1 for the job's other groups."""
+    out = _minus_ones(ng)
+    out[g0:g1] = slots[g0:g1]
+    return out
+
+
 def _minus_ones(n: int) -> np.ndarray:
     """A fresh int64 array of ``n`` -1s (a task's error slots: -1 is "none"). ``np.full``
     costs three times as much, and this is Python every task pays holding the GIL."""
@@ -713,12 +721,13 @@ class _StackJob:
         sk = max(1, self.stack_slice_max if self.keep_all else gmax)
         return {"sk": sk, "sg": sk if self.any_gains else 1, "ak": gmax, "bk": gmax,
                 "ag": gmax if self.any_gains else 1, "bg": gmax if self.any_gains else 1,
-                "hist": _HIST_SIZE, "gm": len(self.groups), "bounds": len(self.groups) * (self.P + 1)}
+                "hist": _HIST_SIZE, "gm": len(self.groups), "bounds": len(self.groups) * (self.P + 1),
+                "oov": len(self.groups), "bad": len(self.groups)}
 
     def run_groups(self, kern: _Backend, batch: FeatureBatch, weights, has_w, s0: int, s1: int, g0: int, g1: int,
                    sc: dict) -> dict:
         """Task: :func:`~scwork.sharding._split_kernels.count_groups` on slices ``[s0, s1)`` x groups ``[g0, g1)``."""
-        g_oov = _minus_ones(len(self.groups))
+        g_oov = sc["oov"]                # the worker's error slots: the kernel sets them to -1 first
         if not kern.count_groups(batch._ids, batch._splits, weights, has_w, self.n, self.P, self.lbits, self.gptr,
                                  self.feat_rows, self.feat_k, self.g_vocab, self.g_shift, self.g_qbits, self.g_uloff,
                                  self.g_sloff, s0, s1, g0, g1, sc["sk"], sc["ak"], sc["bk"], sc["hist"], self.pairs_g,
@@ -728,15 +737,13 @@ class _StackJob:
             # operation left out here is one a task of every other thread may wait for)
             return self.clean_record
         # no gains, no cut: only an out-of-vocabulary id is worth a record
-        return {"s0": s0, "oov": g_oov, "bad": self.no_bad, "drops": _NO_DROPS, "drop_g": _NO_DROP_G,
-                "clean": False}
+        return {"s0": s0, "oov": _slots_of(g_oov, g0, g1, len(self.groups)), "bad": self.no_bad,
+                "drops": _NO_DROPS, "drop_g": _NO_DROP_G, "clean": False}
 
     def run_write_groups(self, kern: _Backend, batch: FeatureBatch, weights, has_w, s0: int, s1: int, g0: int,
                          g1: int, sc: dict) -> dict:
         """Task: :func:`~scwork.sharding._split_kernels.write_groups` on slices ``[s0, s1)`` x groups ``[g0, g1)``."""
-        ng = len(self.groups)
-        flags = _minus_ones(2 * ng)                # each group's first out-of-vocabulary id, then zero divisor
-        g_oov, g_bad = flags[:ng], flags[ng:]
+        g_oov, g_bad = sc["oov"], sc["bad"]      # the worker's error slots: the kernel sets them to -1 first
         if not kern.write_groups(batch._ids, batch._splits, weights, has_w, self.combiner, self.n, self.P,
                                  self.lbits, self.gptr, self.feat_rows, self.feat_k, self.g_vocab, self.g_shift,
                                  self.g_qbits, self.g_rowoff, self.g_mode, self.g_uloff, self.g_sloff, s0, s1, g0, g1,
@@ -745,7 +752,9 @@ class _StackJob:
                                  self.distinct_g, self.ulist, self.ul_cnt, g_oov, g_bad):
             return self.clean_record       # no error (as run_groups)
         # no cut here (no limits): nothing is dropped, so a task is worth a record only with an error
-        return {"s0": s0, "oov": g_oov, "bad": g_bad, "drops": _NO_DROPS, "drop_g": _NO_DROP_G, "clean": False}
+        ng = len(self.groups)
+        return {"s0": s0, "oov": _slots_of(g_oov, g0, g1, ng), "bad": _slots_of(g_bad, g0, g1, ng),
+                "drops": _NO_DROPS, "drop_g": _NO_DROP_G, "clean": False}
 
     def run_slices(self, kern: _Backend, batch: FeatureBatch, weights, has_w, s0: int, s1: int, worker: int,
                    sc: dict) -> dict:
@@ -1735,7 +1744,8 @@ def _scratch_needs(jobs) -> dict[str, int]:
     ag = max((max(1, j.group_slice_max) for j in gains), default=1)
     return {"sk": sk, "sg": sg, "ak": gmax, "bk": gmax, "ag": ag, "bg": ag, "hist": _HIST_SIZE,
             "gm": max(1, max(len(j.groups) for j in jobs)),
-            "bounds": max(1, max(len(j.groups) * (j.P + 1) for j in jobs))}
+            "bounds": max(1, max(len(j.groups) * (j.P + 1) for j in jobs)),
+            "oov": max(1, max(len(j.groups) for j in jobs)), "bad": max(1, max(len(j.groups) for j in jobs))}
 
 
 def _finish_list_steps(jobs, target: float, finish: list, finish_sizes: list, largest: list, order: list) -> list:

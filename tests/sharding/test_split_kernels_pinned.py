@@ -354,3 +354,40 @@ def _task_count(kernel, job, batch, g0=0):
                   job.g_uloff, job.g_sloff, 0, 2, g0, ng, sc["sk"], sc["sg"], sc["ak"], sc["ag"], sc["bk"], sc["bg"],
                   sc["hist"], job.offs, job.pad_lo, job.pad_hi, job.rowgain, job.emb, job.smp, job.gout,
                   job.distinct_g, job.ulist, job.ul_cnt, g_oov, g_bad)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_the_kernels_reset_their_groups_error_slots_first(backend):
+    """A worker's error slots serve all its tasks: count_groups and write_groups set the slots of
+    their groups to -1 before counting (a slot left by an earlier task must not read as an error)
+    and leave the other groups' slots alone."""
+    kern = engine._Backend(backend)
+    stack, _ = _stack()
+    clean = _batch([[1, 1], [2], [2], [3]], CLEAN_F1)
+    job = _count_job(clean, stack)
+    sc = _scratch(job)
+    weights, has_w = engine._weights_of(clean)
+    g_oov = np.array([5, 7], np.int64)                     # an earlier task's errors, in both slots
+    failed = kern.count_groups(clean._ids, clean._splits, weights, has_w, job.n, job.P, job.lbits, job.gptr,
+                               job.feat_rows, job.feat_k, job.g_vocab, job.g_shift, job.g_qbits, job.g_uloff,
+                               job.g_sloff, 0, 2, 1, 2, sc["sk"], sc["ak"], sc["bk"], sc["hist"], job.pairs_g,
+                               job.distinct_g, job.ulist, job.ul_cnt, g_oov)
+    assert failed == 0 and g_oov.tolist() == [5, -1]       # group 1 reset and clean; group 0 not its task's
+    job = _write_job(clean, stack, backend)
+    g_oov, g_bad = np.array([5, 7], np.int64), np.array([6, 8], np.int64)
+    failed = kern.write_groups(clean._ids, clean._splits, weights, has_w, job.combiner, job.n, job.P, job.lbits,
+                               job.gptr, job.feat_rows, job.feat_k, job.g_vocab, job.g_shift, job.g_qbits,
+                               job.g_rowoff, job.g_mode, job.g_uloff, job.g_sloff, 0, 2, 0, 1, sc["sk"], sc["sg"],
+                               sc["ak"], sc["ag"], sc["bk"], sc["bg"], sc["hist"], job.offs, job.pad_lo, job.pad_hi,
+                               job.rowgain, job.emb, job.smp, job.gout, job.distinct_g, job.ulist, job.ul_cnt,
+                               g_oov, g_bad)
+    assert failed == 0 and g_oov.tolist() == [-1, 7] and g_bad.tolist() == [-1, 8]
+    # through the engine: a worker's slots dirty from a failed task, then a clean task on them
+    oov = _batch(OOV_F0, CLEAN_F1)
+    job = _count_job(oov, stack)
+    sc = _scratch(job)
+    out = job.run_groups(kern, oov, *engine._weights_of(oov), 0, 2, 0, 2, sc)
+    assert out["oov"].tolist() == [0, -1] and sc["oov"].tolist() == [0, -1]
+    job = _count_job(clean, stack)
+    assert job.run_groups(kern, clean, *engine._weights_of(clean), 0, 2, 0, 2, sc) is job.clean_record
+    assert out["oov"].tolist() == [0, -1]                  # the record kept a copy of the slots
