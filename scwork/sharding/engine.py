@@ -197,8 +197,8 @@ def _slots_of(slots: np.ndarray, g0: int, g1: int, ng: int) -> np.ndarray:
 
 
 def _minus_ones(n: int) -> np.ndarray:
-    """A fresh int64 array of ``n`` -1s (a task's error slots: -1 is "none"). ``np.full``
-    costs three times as much, and this is Python every task pays holding the GIL."""
+    """A fresh int64 array of ``n`` -1s (error slots: -1 is "none"). ``np.full`` costs
+    three times as much, in Python that holds the GIL."""
     out = np.empty(n, np.int64)
     out.fill(-1)
     return out
@@ -1742,10 +1742,9 @@ def _scratch_needs(jobs) -> dict[str, int]:
     gains = [j for j in jobs if j.any_gains]
     sg = max((max(1, j.stack_slice_max if j.keep_all else j.group_slice_max) for j in gains), default=1)
     ag = max((max(1, j.group_slice_max) for j in gains), default=1)
-    return {"sk": sk, "sg": sg, "ak": gmax, "bk": gmax, "ag": ag, "bg": ag, "hist": _HIST_SIZE,
-            "gm": max(1, max(len(j.groups) for j in jobs)),
-            "bounds": max(1, max(len(j.groups) * (j.P + 1) for j in jobs)),
-            "oov": max(1, max(len(j.groups) for j in jobs)), "bad": max(1, max(len(j.groups) for j in jobs))}
+    groups = max(1, max(len(j.groups) for j in jobs))
+    return {"sk": sk, "sg": sg, "ak": gmax, "bk": gmax, "ag": ag, "bg": ag, "hist": _HIST_SIZE, "gm": groups,
+            "bounds": max(1, max(len(j.groups) * (j.P + 1) for j in jobs)), "oov": groups, "bad": groups}
 
 
 def _finish_list_steps(jobs, target: float, finish: list, finish_sizes: list, largest: list, order: list) -> list:
