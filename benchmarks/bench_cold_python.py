@@ -76,7 +76,7 @@ def main() -> int:
     args = parser.parse_args()
     result = _measure(args.mb, max(3, args.repeats))
     if args.json:
-        print(json.dumps(result, indent=2))
+        print(json.dumps(result))
         return 0
     c, w = result["cold"], result["warm"]
     print(f"after a kernel streamed {args.mb:g} MB (medians of {result['repeats']}):")
