@@ -165,7 +165,7 @@ def _step_batch(rows: dict, lo: int, hi: int, names: list[str], recycle: bool = 
     recorded (``prof``) and the work is cut for several threads, each feature's copy is
     timed as one task of the reads' batch (:func:`_record_read`), which is how it runs then.
     """
-    from scwork.sharding.batch import FeatureBatch, _copy_feature_into
+    from scwork.sharding.batch import FeatureBatch
 
     parts, splits = [], []
     for f in names:
@@ -177,32 +177,25 @@ def _step_batch(rows: dict, lo: int, hi: int, names: list[str], recycle: bool = 
     num_ids = sum(p.size for p in parts)
     ids_out, splits_out = _step_buffers(num_ids, (len(names), hi - lo + 1)) if recycle else (None, None)
     by_feature = (_profile.plan_threads() or 1) > 1 if prof is not None else threads > 1
-    if not by_feature or num_ids < _COPY_BY_FEATURE_IDS or len(names) < 2:
-        started = _profile.thread_cpu_s() if prof is not None else 0.0
-        batch._set(names, parts, splits, [None] * len(names), hi - lo, ids_out=ids_out, splits_out=splits_out)
+    each_feature = None
+    if by_feature and num_ids >= _COPY_BY_FEATURE_IDS and len(names) >= 2:
         if prof is not None:
-            _record_read(prof, _profile.thread_cpu_s() - started, num_ids)
-        return batch
-    ids_out = np.empty(num_ids, np.int64) if ids_out is None else ids_out
-    splits_out = np.empty((len(names), hi - lo + 1), np.int64) if splits_out is None else splits_out
-    offsets = np.zeros(len(parts) + 1, np.int64)
-    np.cumsum([p.size for p in parts], out=offsets[1:])
+            def each_feature(n: int, copy) -> None:       # each feature's copy one task of the reads' batch
+                for i in range(n):
+                    started = _profile.thread_cpu_s()
+                    copy(i)
+                    _record_read(prof, _profile.thread_cpu_s() - started, parts[i].size)
+        else:
+            def each_feature(n: int, copy) -> None:
+                import concurrent.futures
 
-    def copy(i: int) -> None:
-        _copy_feature_into(ids_out, splits_out, offsets, i, parts[i], splits[i])
-
-    if prof is not None:
-        for i in range(len(parts)):
-            started = _profile.thread_cpu_s()
-            copy(i)
-            _record_read(prof, _profile.thread_cpu_s() - started, parts[i].size)
-    else:
-        import concurrent.futures
-
-        with concurrent.futures.ThreadPoolExecutor(min(threads, len(parts))) as pool:
-            list(pool.map(copy, range(len(parts))))
+                with concurrent.futures.ThreadPoolExecutor(min(threads, n)) as pool:
+                    list(pool.map(copy, range(n)))
+    started = _profile.thread_cpu_s() if prof is not None and each_feature is None else 0.0
     batch._set(names, parts, splits, [None] * len(names), hi - lo, ids_out=ids_out, splits_out=splits_out,
-               filled=True)
+               each_feature=each_feature)
+    if prof is not None and each_feature is None:        # the one-pass copy: one task
+        _record_read(prof, _profile.thread_cpu_s() - started, num_ids)
     return batch
 
 

@@ -302,26 +302,33 @@ class FeatureBatch(Mapping):
         self._set(names, all_ids, all_splits, all_weights, batch_size)
 
     def _set(self, names, all_ids, all_splits, all_weights, batch_size, ids_out=None, splits_out=None,
-             filled: bool = False) -> None:
+             each_feature=None) -> None:
+        """Assemble the batch from each feature's ids and row splits.
+
+        ``ids_out`` (int64, the total ids long) and ``splits_out`` (int64, ``[features,
+        batch_size + 1]``): recycled buffers to fill, else fresh ones. ``each_feature(n,
+        copy)``: how the per-feature copies run, calling ``copy(i)`` for each ``i < n``
+        (:func:`_copy_feature_into`; features touch disjoint parts of both buffers, so on
+        several threads if it likes); None: one pass over all features.
+        """
         counts = [ids.size for ids in all_ids]
         offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
         self._names = tuple(names)
         self._index = {n: i for i, n in enumerate(names)}
-        if filled:
-            # the caller has copied every feature into place already (:func:`_copy_feature_into`,
-            # feature by feature, on several threads)
-            self._ids, self._splits = ids_out, splits_out
+        # Each feature's splits may start anywhere (a reader's slice of a longer column):
+        # shifted into place without a temporary per feature.
+        self._splits = np.empty((len(names), batch_size + 1), np.int64) if splits_out is None else splits_out
+        if each_feature is not None:
+            self._ids = np.empty(int(offsets[-1]), np.int64) if ids_out is None else ids_out
+            each_feature(len(names), lambda i: _copy_feature_into(self._ids, self._splits, offsets, i, all_ids[i],
+                                                                   all_splits[i]))
         else:
             # one pass: narrower integer ids (a reader keeps their stored width) are widened as they are
-            # copied, into ``ids_out`` (int64, sum(counts) long) when the caller recycles a buffer
+            # copied, into ``ids_out`` when the caller recycles a buffer
             if ids_out is not None:
                 self._ids = np.concatenate(all_ids, out=ids_out, casting="same_kind")
             else:
                 self._ids = np.concatenate(all_ids, dtype=np.int64) if all_ids else np.zeros(0, np.int64)
-            # ``splits_out``: a recycled int64 [features, batch_size + 1] buffer. Each feature's
-            # splits may start anywhere (a reader's slice of a longer column): shifted into place
-            # in one pass, without a temporary per feature.
-            self._splits = np.empty((len(names), batch_size + 1), np.int64) if splits_out is None else splits_out
             for i, rs in enumerate(all_splits):
                 _place_splits(self._splits, offsets, i, rs)
         self._has_weights = tuple(w is not None for w in all_weights)

@@ -191,16 +191,8 @@ _DEFAULT_CONFIG = SparsecoreConfig()
 def _slots_of(slots: np.ndarray, g0: int, g1: int, ng: int) -> np.ndarray:
     """A failed task's error slots for its record: groups ``[g0, g1)`` as the kernel left them
     in the worker's scratch (which its next task overwrites), -1 for the job's other groups."""
-    out = _minus_ones(ng)
+    out = np.full(ng, -1, np.int64)
     out[g0:g1] = slots[g0:g1]
-    return out
-
-
-def _minus_ones(n: int) -> np.ndarray:
-    """A fresh int64 array of ``n`` -1s (error slots: -1 is "none"). ``np.full`` costs
-    three times as much, in Python that holds the GIL."""
-    out = np.empty(n, np.int64)
-    out.fill(-1)
     return out
 
 
