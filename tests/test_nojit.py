@@ -17,7 +17,7 @@ KERNEL_TESTS = sorted(
                 TESTS / "collectives" / "test_fused.py",
                 TESTS / "sharding" / "test_naive_kernels.py", TESTS / "sharding" / "test_minibatch_golden.py",
                 TESTS / "sharding" / "test_minibatch_kernels_pinned.py", TESTS / "sharding" / "test_stats_kernels.py",
-                TESTS / "sharding" / "test_kernels_by_hand.py",
+                TESTS / "sharding" / "test_kernels_by_hand.py", TESTS / "sharding" / "test_task_queue.py",
                 TESTS / "test_rounding.py"] if p.exists()
 )
 

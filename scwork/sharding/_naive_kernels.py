@@ -9,7 +9,8 @@ large vocabularies), so tasks over disjoint partition ranges run in parallel and
 memory stays linear in the ids, never in the vocabulary or the thread count. The
 slow numpy reference beside it (``*_reference``) has the same signature.
 :func:`naive_of_group` is the engine's call: one group of a stack, its segments cut out
-of the stack's arrays inside the kernel.
+of the stack's arrays inside the kernel; :func:`naive_group_tasks` runs a batch of them,
+each worker's call taking its next task from a shared atomic counter.
 """
 
 from __future__ import annotations
@@ -17,10 +18,13 @@ from __future__ import annotations
 import numpy as np
 
 from scwork._jit import jit
+from scwork.sharding._task_queue import take_next
 
 __all__ = [
     "naive_from_slice_lists",
     "naive_from_slice_lists_reference",
+    "naive_group_tasks",
+    "naive_group_tasks_reference",
     "naive_of_group",
     "naive_of_group_reference",
     "warmup",
@@ -140,6 +144,38 @@ def naive_of_group_reference(ulist, starts, ul_cnt, g_qbits, g, p0, p1, naive):
                                      naive[g])
 
 
+@jit
+def naive_group_tasks(ulist, starts, ul_cnt, g_qbits, tasks, order, next_task, naive):
+    """:func:`naive_of_group` over a batch of tasks, each worker thread taking the next one itself.
+
+    ``tasks``: rows ``(g, p0, p1)``; ``order``: the indices of the rows in the order they
+    are handed out (largest first); ``next_task``: the batch's shared counter
+    (:func:`~scwork.sharding._task_queue.take_next`, zero before the batch). Every worker
+    calls this with the same arguments and runs the tasks ``order[k]`` for the values
+    ``k`` it takes until they pass the end: one call per worker serves the batch, with
+    no turn of the GIL between two tasks. Returns the number of tasks this call ran.
+    """
+    done = 0
+    for _ in range(order.shape[0]):          # each turn takes a task, or ends the loop
+        k = take_next(next_task)
+        if k >= order.shape[0]:
+            break
+        i = order[k]
+        naive_of_group(ulist, starts, ul_cnt, g_qbits, tasks[i, 0], tasks[i, 1], tasks[i, 2], naive)
+        done += 1
+    return done
+
+
+def naive_group_tasks_reference(ulist, starts, ul_cnt, g_qbits, tasks, order, next_task, naive):
+    """Numpy reference of :func:`naive_group_tasks` (each task through :func:`naive_of_group_reference`)."""
+    done = 0
+    while (k := take_next(next_task)) < len(order):
+        g, p0, p1 = (int(x) for x in tasks[int(order[k])])
+        naive_of_group_reference(ulist, starts, ul_cnt, g_qbits, g, p0, p1, naive)
+        done += 1
+    return done
+
+
 def warmup() -> None:
     """Compile the kernels on tiny inputs (or load them from numba's cache)."""
     naive = np.zeros(2, np.int64)
@@ -148,3 +184,6 @@ def warmup() -> None:
                                np.array([3, 2], np.int64), qbits, 0, 2, naive)
     naive_of_group(np.array([0, 1, 3, 1, 2], np.int64), np.array([[0, 3]], np.int64), np.array([3, 2], np.int64),
                    np.ones(1, np.int64), 0, 0, 2, np.zeros((1, 2), np.int64))
+    naive_group_tasks(np.array([0, 1, 3, 1, 2], np.int64), np.array([[0, 3]], np.int64), np.array([3, 2], np.int64),
+                      np.ones(1, np.int64), np.array([[0, 0, 1], [0, 1, 2]], np.int64), np.array([1, 0], np.int64),
+                      np.zeros(1, np.int64), np.zeros((1, 2), np.int64))

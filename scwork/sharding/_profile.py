@@ -124,6 +124,10 @@ class CallProfile:
     """Per batch, each task's seconds outside the kernels it called (:func:`timed_kernel`):
     its Python, which holds the GIL. Empty for a batch recorded otherwise (:func:`record_task`)
     or whose tasks called no timed kernel (unknown: not counted)."""
+    queued: list[bool] = field(default_factory=list)
+    """Per batch, whether the real run hands its tasks out inside one compiled call per
+    worker (``dispatch="queue"`` of :func:`~scwork.sharding._threads._run_tasks`): then
+    the GIL is held once per worker, not once per task (:meth:`CallProfile.gil_path_s`)."""
     recorded_s: float = 0.0
     """Seconds recorded as tasks by the caller itself (:func:`record_task`), wherever
     they ran: an overlap step or a task that contains such work has it taken out of
@@ -154,22 +158,34 @@ class CallProfile:
         return self.serial_s + float(sum(lpt_makespan(ts, num_threads, self._overlap_of(b))
                                          for b, (_, ts) in enumerate(self.batches) if ts or self._overlap_of(b)))
 
-    def _held_of(self, b: int) -> float:
-        return float(sum(self.held[b])) if b < len(self.held) else 0.0
+    def _held_of(self, b: int, num_threads: int | None = None) -> float:
+        """Batch ``b``'s GIL-held seconds: its tasks' sum; for a queued batch at
+        ``num_threads`` workers, the sum of its ``num_threads`` largest (one Python call
+        per worker, each counted as long as the longest tasks' Python)."""
+        held = self.held[b] if b < len(self.held) else []
+        if num_threads is not None and b < len(self.queued) and self.queued[b]:
+            held = sorted(held, reverse=True)[:num_threads]
+        return float(sum(held))
 
     @property
     def held_s(self) -> float:
         """Seconds the tasks held the GIL (all batches): outside their kernels."""
         return float(sum(self._held_of(b) for b in range(len(self.batches))))
 
+    def held_at(self, num_threads: int) -> float:
+        """Seconds the GIL is held by tasks at ``num_threads`` workers (all batches): :attr:`held_s`,
+        with a queued batch's Python counted once per worker."""
+        return float(sum(self._held_of(b, num_threads) for b in range(len(self.batches))))
+
     def gil_path_s(self, num_threads: int) -> float:
         """:meth:`critical_path_s` with the GIL: each batch takes at least its overlapped serial
-        work plus its tasks' GIL-held seconds (those run one at a time, whatever the threads)."""
+        work plus its tasks' GIL-held seconds (those run one at a time, whatever the threads;
+        a queued batch's once per worker)."""
         total = self.serial_s
         for b, (_, ts) in enumerate(self.batches):
             if ts or self._overlap_of(b):
                 makespan = lpt_makespan(ts, num_threads, self._overlap_of(b))
-                total += max(makespan, self._overlap_of(b) + self._held_of(b))
+                total += max(makespan, self._overlap_of(b) + self._held_of(b, num_threads))
         return float(total)
 
     def largest_task_share(self) -> float:
@@ -203,6 +219,7 @@ class CallProfile:
         best.held = [[min(p.held[b][i] for p in profiles) for i in range(len(ts))]
                      if all(b < len(p.held) and len(p.held[b]) == len(ts) for p in profiles) else []
                      for b, (_, ts) in enumerate(first.batches)]
+        best.queued = list(first.queued)
         best.total_s = best.task_s + best.overlap_s + min(p.serial_s for p in profiles)
         return best
 
@@ -377,7 +394,8 @@ def record_own_work(prof: CallProfile, batch: str, mark: tuple[float, float], si
     return seconds
 
 
-def run_serially(prof: CallProfile, name: str, fn, items, sizes, overlap=None, order=None) -> list:
+def run_serially(prof: CallProfile, name: str, fn, items, sizes, overlap=None, order=None,
+                 dispatch: str = "tasks") -> list:
     """Run ``fn(item, 0)`` for every item on this thread, in dispatch order, timing each.
 
     ``overlap`` (serial work the dispatcher does while the batch runs) runs first,
@@ -390,7 +408,8 @@ def run_serially(prof: CallProfile, name: str, fn, items, sizes, overlap=None, o
     in a threaded run, and running every task with one scratch keeps that so here
     (cycling through ``num_workers`` scratch areas on one core would charge cache
     misses a threaded run does not have). Results come back in item order; the
-    first exception in item order is raised after all ran.
+    first exception in item order is raised after all ran. ``dispatch="queue"``: the real
+    run hands these tasks out in one compiled call per worker (:attr:`CallProfile.queued`).
     """
     overlap_s = 0.0
     if overlap is not None:
@@ -432,6 +451,8 @@ def run_serially(prof: CallProfile, name: str, fn, items, sizes, overlap=None, o
         # batches before this one without an overlap (e.g. profiles built by hand)
         prof.overlaps.extend([0.0] * (len(prof.batches) - 1 - len(prof.overlaps)))
         prof.overlaps.append(overlap_s)
+        prof.queued.extend([False] * (len(prof.batches) - 1 - len(prof.queued)))
+        prof.queued.append(dispatch == "queue")
     # everything here outside the tasks is the profiler's (the threaded dispatcher
     # does none of it), so it is not charged to the call's serial time
     prof.profiler_s += thread_cpu_s() - entry - sum(times)

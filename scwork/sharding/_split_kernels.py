@@ -12,6 +12,10 @@ count_groups
     entry; the engine adds the groups' counters. Exact because per-sample dedup
     and distinct ids never cross tables (a new table's ids are new ids of the
     stream).
+count_group_tasks
+    :func:`count_groups` over a whole batch of such rectangles, each worker's call
+    taking its next task from a shared atomic counter: one call per worker and
+    batch, no GIL between tasks.
 slice_pairs
     Ids after per-sample dedup per (slice, partition) of a range of slices,
     without sorting (a row holds few ids: each is looked up in a small table of
@@ -44,10 +48,13 @@ from scwork._jit import round_up as _round_up
 from scwork._rounding import round_up
 from scwork.sharding._kernels import (_LOW32, _U, PAD_ID, count_slice, count_slice_reference, entry_gain,
                                       sort_slice, sort_slice_reference, write_csr_entry)
+from scwork.sharding._task_queue import take_next
 
 __all__ = [
     "COUNTED_LAYOUT_COLUMNS",
     "count_groups",
+    "count_group_tasks",
+    "count_group_tasks_reference",
     "counted_layouts",
     "counted_layouts_reference",
     "count_groups_reference",
@@ -149,6 +156,55 @@ def count_groups_reference(ids, splits, weights, has_w, n, P, lbits, gptr, feat_
                                                          distinct_g, False, None, 0, ulist,
                                                          g_uloff[g] + g_sloff[g, sl])
     return int(np.count_nonzero(g_oov[g0:g1] >= 0))
+
+
+@jit(error_model="numpy")
+def count_group_tasks(ids, splits, weights, has_w, n, P, lbits, gptr, feat_rows, feat_k, g_vocab, g_shift, g_qbits,
+                      g_uloff, g_sloff, tasks, order, next_task, sk, a_keys, b_keys, hist, pairs_g, distinct_g,
+                      ulist, ul_cnt, g_oov, task_failed):
+    """:func:`count_groups` over a batch of tasks, each worker thread taking the next one itself.
+
+    ``tasks``: rows ``(slice, g0, g1, size)`` of :func:`cut_groups`; ``order``: the
+    indices of the rows in the order they are handed out (largest first); ``next_task``:
+    the batch's shared counter (:func:`~scwork.sharding._task_queue.take_next`, zero
+    before the batch). Every worker of the batch calls this with its own scratch
+    (``sk`` to ``hist``, ``g_oov``) and the same other arguments; each call runs
+    tasks ``order[k]`` for the values ``k`` it takes from the counter until they pass
+    the end, so one call per worker serves the batch and no task waits for the GIL.
+    Task ``i`` writes what :func:`count_groups` on slices ``[sl, sl + 1)`` x groups
+    ``[g0, g1)`` writes, and its number of groups with an error into
+    ``task_failed[i]`` (their error slots are in ``g_oov`` only until the worker's
+    next task: the caller runs a failed task again on its own to read them). Returns
+    the number of tasks this call ran that failed.
+    """
+    failed = 0
+    for _ in range(order.shape[0]):          # each turn takes a task, or ends the loop
+        k = take_next(next_task)
+        if k >= order.shape[0]:
+            break
+        i = order[k]
+        sl = tasks[i, 0]
+        bad = count_groups(ids, splits, weights, has_w, n, P, lbits, gptr, feat_rows, feat_k, g_vocab, g_shift,
+                           g_qbits, g_uloff, g_sloff, sl, sl + 1, tasks[i, 1], tasks[i, 2], sk, a_keys, b_keys,
+                           hist, pairs_g, distinct_g, ulist, ul_cnt, g_oov)
+        task_failed[i] = bad
+        failed += bad > 0
+    return failed
+
+
+def count_group_tasks_reference(ids, splits, weights, has_w, n, P, lbits, gptr, feat_rows, feat_k, g_vocab,
+                                g_shift, g_qbits, g_uloff, g_sloff, tasks, order, next_task, sk, a_keys, b_keys,
+                                hist, pairs_g, distinct_g, ulist, ul_cnt, g_oov, task_failed):
+    """Numpy reference of :func:`count_group_tasks` (each task through :func:`count_groups_reference`)."""
+    failed = 0
+    while (k := take_next(next_task)) < len(order):
+        i = int(order[k])
+        sl, g0, g1 = (int(x) for x in tasks[i, :3])
+        task_failed[i] = count_groups_reference(ids, splits, weights, has_w, n, P, lbits, gptr, feat_rows, feat_k,
+                                                g_vocab, g_shift, g_qbits, g_uloff, g_sloff, sl, sl + 1, g0, g1,
+                                                sk, a_keys, b_keys, hist, pairs_g, distinct_g, ulist, ul_cnt, g_oov)
+        failed += int(task_failed[i] > 0)
+    return failed
 
 
 # --------------------------------------------------------------------------------------
@@ -642,3 +698,8 @@ def warmup() -> None:
     count_groups(ids, splits, np.ones(6, np.float32), np.zeros(1, np.int8), 1, 2, 0, gptr, zero, zero,
                  np.array([4], np.int64), one, one, zero, sloff, 0, 2, 0, 1, keys, keys.copy(), keys.copy(),
                  np.empty(3 * 2048, np.int64), pairs, pairs.copy(), ulist, ul_cnt, np.full(1, -1, np.int64))
+    count_group_tasks(ids, splits, np.ones(6, np.float32), np.zeros(1, np.int8), 1, 2, 0, gptr, zero, zero,
+                      np.array([4], np.int64), one, one, zero, sloff, np.array([[0, 0, 1, 3], [1, 0, 1, 3]], np.int64),
+                      np.array([1, 0], np.int64), np.zeros(1, np.int64), keys, keys.copy(), keys.copy(),
+                      np.empty(3 * 2048, np.int64), pairs, pairs.copy(), ulist, ul_cnt, np.full(1, -1, np.int64),
+                      np.zeros(2, np.int64))

@@ -309,8 +309,9 @@ class _Backend:
             raise ConfigError(f"backend must be 'numba' or 'numpy', got {backend!r}")
         ref = "_reference" if backend == "numpy" else ""
         for module, names in ((_kernels, ("sort_group", "stack_slices", "compact_slices")),
-                              (_split_kernels, ("count_groups", "slice_pairs", "write_groups")),
-                              (_naive_kernels, ("naive_of_group",))):
+                              (_split_kernels, ("count_groups", "count_group_tasks", "slice_pairs",
+                                                "write_groups")),
+                              (_naive_kernels, ("naive_of_group", "naive_group_tasks"))):
             for name in names:
                 setattr(self, name, getattr(module, name + ref))
 
@@ -681,10 +682,16 @@ class _StackJob:
 
     def naive_task(self, kern: _Backend, g: int, p0: int, p1: int) -> None:
         """Task: the naive view of group ``g`` over partitions ``[p0, p1)``."""
+        kern.naive_of_group(self.ulist, self.list_starts(), self.ul_cnt, self.g_qbits, g, p0, p1, self.naive_g)
+
+    def list_starts(self) -> np.ndarray:
+        """``(groups, slices)``: where each (group, slice) run's sorted distinct ids start in
+        ``ulist``; made once per job by the first naive-view task (tasks only read it; two
+        tasks may both make it, the same array)."""
         starts = self.naive_starts
-        if starts is None:              # every group's list starts, once per job (tasks only read them)
+        if starts is None:
             starts = self.naive_starts = self.g_uloff[:, None] + self.g_sloff[:, :-1]
-        kern.naive_of_group(self.ulist, starts, self.ul_cnt, self.g_qbits, g, p0, p1, self.naive_g)
+        return starts
 
     def ranges(self, target: float) -> list[tuple[int, int]]:
         """Contiguous slice ranges of at most ``target`` raw ids each (one if ``target`` is inf).
@@ -1591,7 +1598,7 @@ def _execute(plan: StackingPlan, batch: FeatureBatch, G: int, S: int, kern: _Bac
         overlap = _finish_list_steps(jobs, target, finish, finish_sizes, largest, order)
         if prepare is not None:
             overlap += list(prepare) if isinstance(prepare, (list, tuple)) else [prepare]
-        _run_tasks(slices, work, sizes, num_threads, "slices", overlap=overlap)
+        _run_slices_batch(slices, kern, work, sizes, batch, weights, has_w, num_threads, scratch_of, overlap)
         # errors in stack order, as a stack-by-stack run would raise them (only a job with
         # an error or a dropped pair kept a task record)
         for j in [j for j in jobs if j.tasks]:
@@ -1609,7 +1616,7 @@ def _execute(plan: StackingPlan, batch: FeatureBatch, G: int, S: int, kern: _Bac
             finish.append(firsts)
             finish_sizes.extend([largest[0] + 1] * len(firsts))
             order[:0] = range(len(finish_sizes) - len(firsts), len(finish_sizes))
-        _run_tasks(_finish_task(kern), _Chain(finish), finish_sizes, num_threads, "finish", order=order)
+        _run_finish_batch(kern, len(jobs), finish, finish_sizes, order, None if staged else firsts, num_threads)
         if staged:
             parts.run(0)
         results = parts.results()
@@ -1630,6 +1637,90 @@ def _execute(plan: StackingPlan, batch: FeatureBatch, G: int, S: int, kern: _Bac
         for key in ("scratch_buf", "ulist_buf"):
             if key in held:
                 _POOL.give(held.pop(key))
+
+
+# Whether a statistics job's slices batch runs as one compiled call per worker over its task
+# table (_run_group_queue); off, it runs one Python call per task, as every other batch
+# does. Kept switchable for the benchmark that compares the two in one process.
+_QUEUE_GROUP_TASKS = True
+
+
+def _run_slices_batch(slices, kern: _Backend, work, sizes, batch: FeatureBatch, weights, has_w, num_threads: int,
+                      scratch_of, overlap) -> None:
+    """The slices batch: ``slices(item, worker)`` per task, or for a statistics job cut by groups
+    (:class:`_GroupCut`) on several threads, :func:`_run_group_queue`. While profiling each
+    task runs apart as usual, so that the projection sees every task, and is recorded as
+    queued (its GIL-held Python paid once per worker)."""
+    queued = _QUEUE_GROUP_TASKS and isinstance(work, _GroupCut) and work.job.by_group and num_threads > 1
+    if queued and _profile.active() is None:
+        _run_group_queue(kern, work, sizes, batch, weights, has_w, num_threads, scratch_of, overlap)
+    else:
+        _run_tasks(slices, work, sizes, num_threads, "slices", overlap=overlap, dispatch="queue" if queued else "tasks")
+
+
+def _run_finish_batch(kern: _Backend, num_jobs: int, finish: list, finish_sizes: list, order: list,
+                      firsts: list | None, num_threads: int) -> None:
+    """The finish batch (naive view, compactions, the checks-and-results parts ``firsts``, None
+    for staged stacks), one call per task; or for one job's naive-view tasks on several
+    threads, :func:`_run_naive_queue` (profiled as :func:`_run_slices_batch` says)."""
+    queued = (_QUEUE_GROUP_TASKS and num_threads > 1 and firsts is not None and num_jobs == 1
+              and isinstance(finish[0], _NaiveCut))
+    if queued and _profile.active() is None:
+        _run_naive_queue(kern, finish[0], finish_sizes[:len(finish[0])], firsts, num_threads)
+    else:
+        _run_tasks(_finish_task(kern), _Chain(finish), finish_sizes, num_threads, "finish", order=order,
+                   dispatch="queue" if queued else "tasks")
+
+
+def _run_group_queue(kern: _Backend, work: "_GroupCut", sizes, batch: FeatureBatch, weights, has_w,
+                     num_threads: int, scratch_of, overlap) -> None:
+    """The slices batch of a job cut by groups (:class:`_GroupCut`), ``num_threads`` workers each
+    running :func:`~scwork.sharding._split_kernels.count_group_tasks` once.
+
+    The workers take the tasks from a shared counter, in the dispatcher's order
+    (largest first, :func:`~scwork.sharding._profile.dispatch_order`), so the batch
+    is the same tasks in the same order as one call per task, without a turn of the
+    GIL between two tasks: on many cores each such turn waits for every other
+    worker's (the Python after a kernel and the next call's argument unboxing, run
+    one at a time). A task that met an out-of-vocabulary id runs again on its own
+    afterwards (:meth:`_StackJob.run_groups`) for its error record, as a per-task run
+    would have kept it: the call raises or starts over without those ids, so what it
+    counted again does not matter.
+    """
+    job, rows = work.job, work.rows
+    order = np.argsort(-np.asarray(sizes, np.float64), kind="stable")      # = dispatch_order(sizes)
+    next_task = np.zeros(1, np.int64)
+    task_failed = np.empty(rows.shape[0], np.int64)
+
+    def drain(_, worker: int) -> int:
+        sc = scratch_of(worker)
+        return kern.count_group_tasks(batch._ids, batch._splits, weights, has_w, job.n, job.P, job.lbits, job.gptr,
+                                      job.feat_rows, job.feat_k, job.g_vocab, job.g_shift, job.g_qbits, job.g_uloff,
+                                      job.g_sloff, rows, order, next_task, sc["sk"], sc["ak"], sc["bk"], sc["hist"],
+                                      job.pairs_g, job.distinct_g, job.ulist, job.ul_cnt, sc["oov"], task_failed)
+
+    workers = list(range(num_threads))
+    if any(_run_tasks(drain, workers, [1] * num_threads, num_threads, "slices", overlap=overlap, order=workers)):
+        for i in np.flatnonzero(task_failed).tolist():
+            sl, g0, g1 = rows[i, :3].tolist()
+            job.task_done(job.run_groups(kern, batch, weights, has_w, sl, sl + 1, g0, g1, scratch_of(0)))
+
+
+def _run_naive_queue(kern: _Backend, cut: "_NaiveCut", sizes, firsts: list, num_threads: int) -> None:
+    """The finish batch of one job: ``firsts`` (the checks-and-results parts, taken first)
+    and the naive-view tasks of ``cut``, which ``num_threads`` workers take in turn inside
+    :func:`~scwork.sharding._naive_kernels.naive_group_tasks`, largest first (the
+    dispatcher's order), one call each: no turn of the GIL between two tasks."""
+    job, rows = cut.job, cut.rows
+    order = np.argsort(-np.asarray(sizes, np.float64), kind="stable")      # = dispatch_order(sizes)
+    next_task = np.zeros(1, np.int64)
+
+    def drain() -> None:
+        kern.naive_group_tasks(job.ulist, job.list_starts(), job.ul_cnt, job.g_qbits, rows, order, next_task,
+                               job.naive_g)
+
+    items = [*firsts, *[(None, drain)] * num_threads]
+    _run_tasks(_finish_task(kern), items, [1] * len(items), num_threads, "finish", order=list(range(len(items))))
 
 
 def _naive_views(jobs) -> np.ndarray | None:
