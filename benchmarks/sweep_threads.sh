@@ -13,6 +13,8 @@
 #   paths     bench_sharding.py --paths: collect_stats over 8 batches, minibatch, Scenario.compute
 #   dataset   bench_dataset_stats.py --standard --compare: stats_over_dataset vs collect_stats in memory
 #   trace     bench_sharding.py --trace --paths at the largest count: what the worker threads wait for
+#   queue     bench_task_queue.py --paths: a statistics call's batches as one compiled call per worker
+#             (the task queue) against one Python call per task, calls alternating
 #
 #   THREADS=1,4,16 REPEATS=5 bash benchmarks/sweep_threads.sh [OUTDIR]
 #
@@ -64,3 +66,4 @@ step paths "$here/bench_sharding.py" --paths --threads "$threads" --repeats 3
 step dataset "$here/bench_dataset_stats.py" --standard --compare --threads "$threads" --repeat 3 \
     --dir "${TMPDIR:-/tmp}/scwork-sweep-dataset"
 step trace "$here/bench_sharding.py" --trace --paths --threads "$largest" --repeats 7
+step queue "$here/bench_task_queue.py" --paths --threads "$threads" --repeats 9

@@ -1,0 +1,109 @@
+"""A statistics call's batches with the task queue against one Python call per task, real threads.
+
+Since the tenth pass of issue 23 a statistics job's slices and naive-view batches run
+as one compiled call per worker thread, the workers taking the tasks from a shared
+atomic counter (``engine._run_group_queue``, ``engine._run_naive_queue``); before, each
+task was a Python call of its own, and its turn of the GIL after every kernel queued
+behind every other worker's. The switch ``engine._QUEUE_GROUP_TASKS`` turns the queue
+off in this process only, so both run here in one process, calls alternating:
+
+- ``compute_stats`` on the standard input of ``bench_sharding.py`` (16384 samples x 26
+  features x Poisson(20) ids, Zipf 1.05 hashed, 4 x 4 SparseCores, 8.5 M ids), no
+  stacking and auto stacking;
+- ``collect_stats`` over 8 such batches (``--paths``), what the dataset paths and the
+  explorers' scenarios run on.
+
+Per case and thread count: median wall milliseconds of ``--repeats`` alternating calls,
+the process CPU milliseconds per call (all threads), and the ratio per task / queue
+(above 1: the queue is faster); statistics checked identical. With one thread both run
+the same code (no queue): that ratio is the noise floor. On a 2-core machine 16 threads
+are oversubscribed; the comparison that matters is on a host with 16 or more cores
+(``sweep_threads.sh`` runs this script as its ``queue`` step).
+
+    python benchmarks/bench_task_queue.py [--threads 1,2,16] [--repeats 15] [--paths] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import statistics
+import sys
+import time
+
+
+def _compare(call, threads: list[int], repeats: int) -> dict:
+    """Median wall ms and CPU ms per call, queue on and off, calls alternating; results compared."""
+    engine = importlib.import_module("scwork.sharding.engine")
+    rows = {}
+    for nt in threads:
+        results, wall, cpu = {}, {True: [], False: []}, {True: [], False: []}
+        for queued in (True, False):                        # warm-up, and the results to compare
+            engine._QUEUE_GROUP_TASKS = queued
+            results[queued] = call(nt)
+        for _ in range(repeats):
+            for queued in (True, False):
+                engine._QUEUE_GROUP_TASKS = queued
+                c, w = time.process_time(), time.perf_counter()
+                call(nt)
+                wall[queued].append(time.perf_counter() - w)
+                cpu[queued].append(time.process_time() - c)
+        engine._QUEUE_GROUP_TASKS = True
+        q, t = statistics.median(wall[True]) * 1e3, statistics.median(wall[False]) * 1e3
+        rows[nt] = {"queue_ms": q, "per_task_ms": t, "ratio": t / q,
+                    "queue_cpu_ms": statistics.median(cpu[True]) * 1e3,
+                    "per_task_cpu_ms": statistics.median(cpu[False]) * 1e3,
+                    "identical": bool(results[True].identical(results[False]))}
+    return rows
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--threads", default="1,2,16", help="comma-separated thread counts")
+    parser.add_argument("--stacking", default="none,auto", help="comma-separated: none, auto")
+    parser.add_argument("--repeats", type=int, default=15, help="alternating calls per case")
+    parser.add_argument("--paths", action="store_true", help="also collect_stats over 8 batches")
+    parser.add_argument("--json", action="store_true", help="print the results as one line of JSON")
+    args = parser.parse_args()
+
+    import scwork
+    from scwork.sharding import collect_stats, compute_stats
+    from scwork.sharding._synthetic import synthetic_batch
+
+    scwork.warmup()
+    batch, features = synthetic_batch(batch_size=16384, num_features=26, vocab_size=1_000_000, valency=20.0,
+                                      zipf_s=1.05, embedding_dim=64, seed=0)
+    topo = scwork.Topology(4, 4)
+    threads = [int(t) for t in args.threads.split(",") if t]
+    load = os.getloadavg()
+    out = {"machine": {"cpus": os.cpu_count(), "loadavg_start": load}, "num_ids": int(batch.num_ids), "cases": {}}
+    for mode in [m for m in args.stacking.split(",") if m]:
+        stacking = None if mode == "none" else mode
+        out["cases"][f"{mode}/compute_stats"] = _compare(
+            lambda nt, s=stacking: compute_stats(batch, features, topo, s, num_threads=nt), threads, args.repeats)
+        if args.paths:
+            out["cases"][f"{mode}/collect_stats_8"] = _compare(
+                lambda nt, s=stacking: collect_stats([batch] * 8, features, topo, stacking=s, num_threads=nt),
+                threads, max(3, args.repeats // 3))
+    out["machine"]["loadavg_end"] = os.getloadavg()
+    if args.json:
+        print(json.dumps(out))
+    else:
+        print(f"{os.cpu_count()} cpus, load average {load[0]:.2f} -> {out['machine']['loadavg_end'][0]:.2f}; "
+              f"standard input, {out['num_ids']} ids; medians of alternating calls")
+        for case, rows in out["cases"].items():
+            for nt, r in rows.items():
+                print(f"  {case:>22}, {nt:>3} thread(s): queue {r['queue_ms']:8.2f} ms "
+                      f"({r['queue_cpu_ms']:8.1f} ms CPU), "
+                      f"one call per task {r['per_task_ms']:8.2f} ms ({r['per_task_cpu_ms']:8.1f} ms CPU): "
+                      f"x{r['ratio']:.3f}, identical: {r['identical']}")
+    ok = all(r["identical"] for rows in out["cases"].values() for r in rows.values())
+    if not ok:
+        print("RESULTS DIFFER between the queue and one call per task", file=sys.stderr)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
