@@ -26,3 +26,7 @@ def warmup() -> None:
     config = SparsecoreConfig(allow_id_dropping=True)
     for fn in (compute_stats, preprocess):
         fn(batch, features, Topology(1, 2), stacking=None, config=config, num_threads=2)
+    # without limits every stack's CSR is written by groups, on two threads by the queued
+    # kernels (a stack cut by a limit is written another way, above)
+    unlimited = [FeatureSpec(f.name, TableSpec(f.table.name, f.table.vocab_size, 8, combiner="mean")) for f in features]
+    preprocess(batch, unlimited, Topology(1, 2), stacking=None, num_threads=2)

@@ -145,20 +145,21 @@ def naive_of_group_reference(ulist, starts, ul_cnt, g_qbits, g, p0, p1, naive):
 
 
 @jit
-def naive_group_tasks(ulist, starts, ul_cnt, g_qbits, tasks, order, next_task, naive):
-    """:func:`naive_of_group` over a batch of tasks, each worker thread taking the next one itself.
+def naive_group_tasks(ulist, starts, ul_cnt, g_qbits, tasks, order, first, last, counters, slot, naive):
+    """:func:`naive_of_group` over a batch of tasks of one stack, each worker thread taking the next one itself.
 
-    ``tasks``: rows ``(g, p0, p1)``; ``order``: the indices of the rows in the order they
-    are handed out (largest first); ``next_task``: the batch's shared counter
-    (:func:`~scwork.sharding._task_queue.take_next`, zero before the batch). Every worker
-    calls this with the same arguments and runs the tasks ``order[k]`` for the values
-    ``k`` it takes until they pass the end: one call per worker serves the batch, with
-    no turn of the GIL between two tasks. Returns the number of tasks this call ran.
+    ``tasks``: the batch's rows ``(g, p0, p1)``; this stack's are ``order[first:last]``,
+    in the order they are handed out (largest first), and its shared counter is
+    ``counters[slot]`` (:func:`~scwork.sharding._task_queue.take_next`, zero before the
+    batch). Every worker calls this with the same arguments and runs the tasks
+    ``order[first + k]`` for the values ``k`` it takes until they pass the stack's end:
+    one call per worker serves the stack, with no turn of the GIL between two tasks.
+    Returns the number of tasks this call ran.
     """
     done = 0
-    for _ in range(order.shape[0]):          # each turn takes a task, or ends the loop
-        k = take_next(next_task)
-        if k >= order.shape[0]:
+    for _ in range(last - first):            # each turn takes a task, or ends the loop
+        k = first + take_next(counters, slot)
+        if k >= last:
             break
         i = order[k]
         naive_of_group(ulist, starts, ul_cnt, g_qbits, tasks[i, 0], tasks[i, 1], tasks[i, 2], naive)
@@ -166,10 +167,10 @@ def naive_group_tasks(ulist, starts, ul_cnt, g_qbits, tasks, order, next_task, n
     return done
 
 
-def naive_group_tasks_reference(ulist, starts, ul_cnt, g_qbits, tasks, order, next_task, naive):
+def naive_group_tasks_reference(ulist, starts, ul_cnt, g_qbits, tasks, order, first, last, counters, slot, naive):
     """Numpy reference of :func:`naive_group_tasks` (each task through :func:`naive_of_group_reference`)."""
     done = 0
-    while (k := take_next(next_task)) < len(order):
+    while (k := first + take_next(counters, slot)) < last:
         g, p0, p1 = (int(x) for x in tasks[int(order[k])])
         naive_of_group_reference(ulist, starts, ul_cnt, g_qbits, g, p0, p1, naive)
         done += 1
@@ -186,4 +187,4 @@ def warmup() -> None:
                    np.ones(1, np.int64), 0, 0, 2, np.zeros((1, 2), np.int64))
     naive_group_tasks(np.array([0, 1, 3, 1, 2], np.int64), np.array([[0, 3]], np.int64), np.array([3, 2], np.int64),
                       np.ones(1, np.int64), np.array([[0, 0, 1], [0, 1, 2]], np.int64), np.array([1, 0], np.int64),
-                      np.zeros(1, np.int64), np.zeros((1, 2), np.int64))
+                      0, 2, np.zeros(1, np.int64), 0, np.zeros((1, 2), np.int64))

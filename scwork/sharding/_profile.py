@@ -124,10 +124,11 @@ class CallProfile:
     """Per batch, each task's seconds outside the kernels it called (:func:`timed_kernel`):
     its Python, which holds the GIL. Empty for a batch recorded otherwise (:func:`record_task`)
     or whose tasks called no timed kernel (unknown: not counted)."""
-    queued: list[bool] = field(default_factory=list)
-    """Per batch, whether the real run hands its tasks out inside one compiled call per
-    worker (``dispatch="queue"`` of :func:`~scwork.sharding._threads._run_tasks`): then
-    the GIL is held once per worker, not once per task (:meth:`CallProfile.gil_path_s`)."""
+    queued: list[int] = field(default_factory=list)
+    """Per batch, 0, or the number ``q`` of jobs whose tasks the real run hands out inside
+    one compiled call per worker and job (``queued`` of
+    :func:`~scwork.sharding._threads._run_tasks`): then the GIL is held at most ``T + q -
+    1`` times at ``T`` workers, not once per task (:meth:`CallProfile.gil_path_s`)."""
     recorded_s: float = 0.0
     """Seconds recorded as tasks by the caller itself (:func:`record_task`), wherever
     they ran: an overlap step or a task that contains such work has it taken out of
@@ -159,12 +160,14 @@ class CallProfile:
                                          for b, (_, ts) in enumerate(self.batches) if ts or self._overlap_of(b)))
 
     def _held_of(self, b: int, num_threads: int | None = None) -> float:
-        """Batch ``b``'s GIL-held seconds: its tasks' sum; for a queued batch at
-        ``num_threads`` workers, the sum of its ``num_threads`` largest (one Python call
-        per worker, each counted as long as the longest tasks' Python)."""
+        """Batch ``b``'s GIL-held seconds: its tasks' sum; for a batch queued over ``q`` jobs at
+        ``num_threads`` workers, the sum of its ``num_threads + q - 1`` largest (at most one
+        Python call per worker and one more per job, each counted as long as the longest
+        tasks' Python)."""
         held = self.held[b] if b < len(self.held) else []
-        if num_threads is not None and b < len(self.queued) and self.queued[b]:
-            held = sorted(held, reverse=True)[:num_threads]
+        queued = self.queued[b] if b < len(self.queued) else 0
+        if num_threads is not None and queued:
+            held = sorted(held, reverse=True)[:num_threads + int(queued) - 1]
         return float(sum(held))
 
     @property
@@ -395,7 +398,7 @@ def record_own_work(prof: CallProfile, batch: str, mark: tuple[float, float], si
 
 
 def run_serially(prof: CallProfile, name: str, fn, items, sizes, overlap=None, order=None,
-                 dispatch: str = "tasks") -> list:
+                 queued: int = 0) -> list:
     """Run ``fn(item, 0)`` for every item on this thread, in dispatch order, timing each.
 
     ``overlap`` (serial work the dispatcher does while the batch runs) runs first,
@@ -408,8 +411,8 @@ def run_serially(prof: CallProfile, name: str, fn, items, sizes, overlap=None, o
     in a threaded run, and running every task with one scratch keeps that so here
     (cycling through ``num_workers`` scratch areas on one core would charge cache
     misses a threaded run does not have). Results come back in item order; the
-    first exception in item order is raised after all ran. ``dispatch="queue"``: the real
-    run hands these tasks out in one compiled call per worker (:attr:`CallProfile.queued`).
+    first exception in item order is raised after all ran. ``queued``: the real run hands
+    these tasks out in one compiled call per worker and job (:attr:`CallProfile.queued`).
     """
     overlap_s = 0.0
     if overlap is not None:
@@ -451,8 +454,8 @@ def run_serially(prof: CallProfile, name: str, fn, items, sizes, overlap=None, o
         # batches before this one without an overlap (e.g. profiles built by hand)
         prof.overlaps.extend([0.0] * (len(prof.batches) - 1 - len(prof.overlaps)))
         prof.overlaps.append(overlap_s)
-        prof.queued.extend([False] * (len(prof.batches) - 1 - len(prof.queued)))
-        prof.queued.append(dispatch == "queue")
+        prof.queued.extend([0] * (len(prof.batches) - 1 - len(prof.queued)))
+        prof.queued.append(int(queued))
     # everything here outside the tasks is the profiler's (the threaded dispatcher
     # does none of it), so it is not charged to the call's serial time
     prof.profiler_s += thread_cpu_s() - entry - sum(times)

@@ -12,10 +12,11 @@ count_groups
     entry; the engine adds the groups' counters. Exact because per-sample dedup
     and distinct ids never cross tables (a new table's ids are new ids of the
     stream).
-count_group_tasks
-    :func:`count_groups` over a whole batch of such rectangles, each worker's call
-    taking its next task from a shared atomic counter: one call per worker and
-    batch, no GIL between tasks.
+count_group_tasks, slice_pairs_tasks, write_group_tasks
+    :func:`count_groups`, :func:`slice_pairs` and :func:`write_groups` over a
+    stack's tasks of a batch, each worker's call taking its next task from the
+    stack's shared atomic counter: one call per worker and stack, no GIL between
+    tasks.
 slice_pairs
     Ids after per-sample dedup per (slice, partition) of a range of slices,
     without sorting (a row holds few ids: each is looked up in a small table of
@@ -55,6 +56,10 @@ __all__ = [
     "count_groups",
     "count_group_tasks",
     "count_group_tasks_reference",
+    "slice_pairs_tasks",
+    "slice_pairs_tasks_reference",
+    "write_group_tasks",
+    "write_group_tasks_reference",
     "counted_layouts",
     "counted_layouts_reference",
     "count_groups_reference",
@@ -160,48 +165,46 @@ def count_groups_reference(ids, splits, weights, has_w, n, P, lbits, gptr, feat_
 
 @jit(error_model="numpy")
 def count_group_tasks(ids, splits, weights, has_w, n, P, lbits, gptr, feat_rows, feat_k, g_vocab, g_shift, g_qbits,
-                      g_uloff, g_sloff, tasks, order, next_task, sk, a_keys, b_keys, hist, pairs_g, distinct_g,
-                      ulist, ul_cnt, g_oov, task_failed):
-    """:func:`count_groups` over a batch of tasks, each worker thread taking the next one itself.
+                      g_uloff, g_sloff, tasks, order, first, last, counters, slot, sk, a_keys, b_keys, hist,
+                      pairs_g, distinct_g, ulist, ul_cnt, g_oov, task_failed):
+    """:func:`count_groups` over a batch of tasks of one stack, each worker thread taking the next one itself.
 
-    ``tasks``: rows ``(slice, g0, g1, size)`` of :func:`cut_groups`; ``order``: the
-    indices of the rows in the order they are handed out (largest first); ``next_task``:
-    the batch's shared counter (:func:`~scwork.sharding._task_queue.take_next`, zero
-    before the batch). Every worker of the batch calls this with its own scratch
-    (``sk`` to ``hist``, ``g_oov``) and the same other arguments; each call runs
-    tasks ``order[k]`` for the values ``k`` it takes from the counter until they pass
-    the end, so one call per worker serves the batch and no task waits for the GIL.
-    Task ``i`` writes what :func:`count_groups` on slices ``[sl, sl + 1)`` x groups
-    ``[g0, g1)`` writes, and its number of groups with an error into
-    ``task_failed[i]`` (their error slots are in ``g_oov`` only until the worker's
-    next task: the caller runs a failed task again on its own to read them). Returns
-    the number of tasks this call ran that failed.
+    ``tasks``: the batch's rows ``(s0, s1, g0, g1)``; this stack's are
+    ``order[first:last]``, in the order they are handed out (largest first), and its
+    shared counter is ``counters[slot]`` (:func:`~scwork.sharding._task_queue.take_next`,
+    zero before the batch). Every worker calls this with its own scratch (``sk`` to
+    ``hist``, ``g_oov``) and the same other arguments; each call runs the tasks
+    ``order[first + k]`` for the values ``k`` it takes until they pass the stack's
+    end, so one call per worker serves the stack and no task waits for the GIL. Task
+    ``i`` writes what :func:`count_groups` on its rectangle writes, and its number of
+    groups with an error into ``task_failed[i]`` (their error slots are in ``g_oov``
+    only until the worker's next task: the caller runs a failed task again on its own
+    to read them). Returns the number of tasks this call ran that failed.
     """
     failed = 0
-    for _ in range(order.shape[0]):          # each turn takes a task, or ends the loop
-        k = take_next(next_task)
-        if k >= order.shape[0]:
+    for _ in range(last - first):            # each turn takes a task, or ends the loop
+        k = first + take_next(counters, slot)
+        if k >= last:
             break
         i = order[k]
-        sl = tasks[i, 0]
         bad = count_groups(ids, splits, weights, has_w, n, P, lbits, gptr, feat_rows, feat_k, g_vocab, g_shift,
-                           g_qbits, g_uloff, g_sloff, sl, sl + 1, tasks[i, 1], tasks[i, 2], sk, a_keys, b_keys,
-                           hist, pairs_g, distinct_g, ulist, ul_cnt, g_oov)
+                           g_qbits, g_uloff, g_sloff, tasks[i, 0], tasks[i, 1], tasks[i, 2], tasks[i, 3], sk,
+                           a_keys, b_keys, hist, pairs_g, distinct_g, ulist, ul_cnt, g_oov)
         task_failed[i] = bad
         failed += bad > 0
     return failed
 
 
 def count_group_tasks_reference(ids, splits, weights, has_w, n, P, lbits, gptr, feat_rows, feat_k, g_vocab,
-                                g_shift, g_qbits, g_uloff, g_sloff, tasks, order, next_task, sk, a_keys, b_keys,
-                                hist, pairs_g, distinct_g, ulist, ul_cnt, g_oov, task_failed):
+                                g_shift, g_qbits, g_uloff, g_sloff, tasks, order, first, last, counters, slot, sk,
+                                a_keys, b_keys, hist, pairs_g, distinct_g, ulist, ul_cnt, g_oov, task_failed):
     """Numpy reference of :func:`count_group_tasks` (each task through :func:`count_groups_reference`)."""
     failed = 0
-    while (k := take_next(next_task)) < len(order):
+    while (k := first + take_next(counters, slot)) < last:
         i = int(order[k])
-        sl, g0, g1 = (int(x) for x in tasks[i, :3])
+        s0, s1, g0, g1 = (int(x) for x in tasks[i])
         task_failed[i] = count_groups_reference(ids, splits, weights, has_w, n, P, lbits, gptr, feat_rows, feat_k,
-                                                g_vocab, g_shift, g_qbits, g_uloff, g_sloff, sl, sl + 1, g0, g1,
+                                                g_vocab, g_shift, g_qbits, g_uloff, g_sloff, s0, s1, g0, g1,
                                                 sk, a_keys, b_keys, hist, pairs_g, distinct_g, ulist, ul_cnt, g_oov)
         failed += int(task_failed[i] > 0)
     return failed
@@ -307,6 +310,35 @@ def slice_pairs_reference(ids, splits, n, P, gptr, feat_rows, g_vocab, g_shift, 
                     row = np.unique(ids[splits[f, b]:splits[f, b + 1]])
                     row = row[row < g_vocab[g]]
                     np.add.at(pairs, g * nsl * P + sl * P + (row + g_shift[g]) % P, 1)
+
+
+@jit(error_model="numpy")
+def slice_pairs_tasks(ids, splits, n, P, gptr, feat_rows, g_vocab, g_shift, tasks, order, first, last, counters,
+                      slot, pairs):
+    """:func:`slice_pairs` over a batch of tasks of one stack, each worker thread taking the next one
+    itself (``tasks``, ``order[first:last]``, ``counters[slot]`` as in :func:`count_group_tasks`).
+    Returns the number of tasks this call ran."""
+    done = 0
+    for _ in range(last - first):
+        k = first + take_next(counters, slot)
+        if k >= last:
+            break
+        i = order[k]
+        slice_pairs(ids, splits, n, P, gptr, feat_rows, g_vocab, g_shift, tasks[i, 0], tasks[i, 1], tasks[i, 2],
+                    tasks[i, 3], pairs)
+        done += 1
+    return done
+
+
+def slice_pairs_tasks_reference(ids, splits, n, P, gptr, feat_rows, g_vocab, g_shift, tasks, order, first, last,
+                                counters, slot, pairs):
+    """Numpy reference of :func:`slice_pairs_tasks` (each task through :func:`slice_pairs_reference`)."""
+    done = 0
+    while (k := first + take_next(counters, slot)) < last:
+        s0, s1, g0, g1 = (int(x) for x in tasks[int(order[k])])
+        slice_pairs_reference(ids, splits, n, P, gptr, feat_rows, g_vocab, g_shift, s0, s1, g0, g1, pairs)
+        done += 1
+    return done
 
 
 # --------------------------------------------------------------------------------------
@@ -459,6 +491,48 @@ def write_groups_reference(ids, splits, weights, has_w, combiner, n, P, lbits, g
                 smp[pad_lo[t]:pad_hi[t]] = PAD_ID
                 gout[pad_lo[t]:pad_hi[t]] = np.nan
     return int(np.count_nonzero((g_oov[g0:g1] >= 0) | (g_bad[g0:g1] >= 0)))
+
+
+@jit(error_model="numpy")
+def write_group_tasks(ids, splits, weights, has_w, combiner, n, P, lbits, gptr, feat_rows, feat_k, g_vocab, g_shift,
+                      g_qbits, g_rowoff, g_mode, g_uloff, g_sloff, tasks, order, first, last, counters, slot, sk, sg,
+                      a_keys, a_gains, b_keys, b_gains, hist, offs, pad_lo, pad_hi, rowgain, emb, smp, gout,
+                      distinct_g, ulist, ul_cnt, g_oov, g_bad, task_failed):
+    """:func:`write_groups` over a batch of tasks of one stack, each worker thread taking the next one
+    itself (``tasks``, ``order[first:last]``, ``counters[slot]``, ``task_failed`` as in
+    :func:`count_group_tasks`). Returns the number of tasks this call ran that failed."""
+    failed = 0
+    for _ in range(last - first):
+        k = first + take_next(counters, slot)
+        if k >= last:
+            break
+        i = order[k]
+        bad = write_groups(ids, splits, weights, has_w, combiner, n, P, lbits, gptr, feat_rows, feat_k, g_vocab,
+                           g_shift, g_qbits, g_rowoff, g_mode, g_uloff, g_sloff, tasks[i, 0], tasks[i, 1],
+                           tasks[i, 2], tasks[i, 3], sk, sg, a_keys, a_gains, b_keys, b_gains, hist, offs, pad_lo,
+                           pad_hi, rowgain, emb, smp, gout, distinct_g, ulist, ul_cnt, g_oov, g_bad)
+        task_failed[i] = bad
+        failed += bad > 0
+    return failed
+
+
+def write_group_tasks_reference(ids, splits, weights, has_w, combiner, n, P, lbits, gptr, feat_rows, feat_k,
+                                g_vocab, g_shift, g_qbits, g_rowoff, g_mode, g_uloff, g_sloff, tasks, order, first,
+                                last, counters, slot, sk, sg, a_keys, a_gains, b_keys, b_gains, hist, offs, pad_lo,
+                                pad_hi, rowgain, emb, smp, gout, distinct_g, ulist, ul_cnt, g_oov, g_bad,
+                                task_failed):
+    """Numpy reference of :func:`write_group_tasks` (each task through :func:`write_groups_reference`)."""
+    failed = 0
+    while (k := first + take_next(counters, slot)) < last:
+        i = int(order[k])
+        s0, s1, g0, g1 = (int(x) for x in tasks[i])
+        task_failed[i] = write_groups_reference(ids, splits, weights, has_w, combiner, n, P, lbits, gptr, feat_rows,
+                                                feat_k, g_vocab, g_shift, g_qbits, g_rowoff, g_mode, g_uloff,
+                                                g_sloff, s0, s1, g0, g1, sk, sg, a_keys, a_gains, b_keys, b_gains,
+                                                hist, offs, pad_lo, pad_hi, rowgain, emb, smp, gout, distinct_g,
+                                                ulist, ul_cnt, g_oov, g_bad)
+        failed += int(task_failed[i] > 0)
+    return failed
 
 
 # --------------------------------------------------------------------------------------
@@ -698,8 +772,10 @@ def warmup() -> None:
     count_groups(ids, splits, np.ones(6, np.float32), np.zeros(1, np.int8), 1, 2, 0, gptr, zero, zero,
                  np.array([4], np.int64), one, one, zero, sloff, 0, 2, 0, 1, keys, keys.copy(), keys.copy(),
                  np.empty(3 * 2048, np.int64), pairs, pairs.copy(), ulist, ul_cnt, np.full(1, -1, np.int64))
+    tasks, order, counters = np.array([[0, 1, 0, 1], [1, 2, 0, 1]], np.int64), np.array([1, 0], np.int64), zero.copy()
     count_group_tasks(ids, splits, np.ones(6, np.float32), np.zeros(1, np.int8), 1, 2, 0, gptr, zero, zero,
-                      np.array([4], np.int64), one, one, zero, sloff, np.array([[0, 0, 1, 3], [1, 0, 1, 3]], np.int64),
-                      np.array([1, 0], np.int64), np.zeros(1, np.int64), keys, keys.copy(), keys.copy(),
-                      np.empty(3 * 2048, np.int64), pairs, pairs.copy(), ulist, ul_cnt, np.full(1, -1, np.int64),
-                      np.zeros(2, np.int64))
+                      np.array([4], np.int64), one, one, zero, sloff, tasks, order, 0, 2, counters, 0, keys,
+                      keys.copy(), keys.copy(), np.empty(3 * 2048, np.int64), pairs, pairs.copy(), ulist, ul_cnt,
+                      np.full(1, -1, np.int64), np.zeros(2, np.int64))
+    slice_pairs_tasks(ids, splits, 1, 2, gptr, zero, np.array([4], np.int64), one, tasks, order, 0, 2, zero.copy(), 0,
+                      pairs)

@@ -24,7 +24,7 @@ _TASKS_PER_THREAD = 8
 
 
 def _run_tasks(fn, items, sizes, num_threads: int, name: str = "tasks", overlap=None, order=None,
-               dispatch: str = "tasks") -> list:
+               queued: int = 0) -> list:
     """``[fn(item, worker) for item in items]``, on ``num_threads`` threads.
 
     The calling thread is worker 0 and ``num_threads - 1`` parked threads of a
@@ -57,16 +57,17 @@ def _run_tasks(fn, items, sizes, num_threads: int, name: str = "tasks", overlap=
 
     While :func:`scwork.sharding._profile.profiled` is active the items run on the
     calling thread, each timed, and are recorded as a batch called ``name``
-    (``overlap``, timed apart, as that batch's overlapped serial time). ``dispatch``
-    is for that record alone: ``"queue"`` where the real run hands these tasks out
-    inside one compiled call per worker (``engine._run_group_queue``), so that their
-    GIL-held Python is paid once per worker, not once per task.
+    (``overlap``, timed apart, as that batch's overlapped serial time). ``queued``
+    is for that record alone: ``q > 0`` where the real run hands these tasks (of ``q``
+    jobs) out inside one compiled call per worker and job (``engine._run_swept``), so
+    that their GIL-held Python is paid at most ``num_threads + q - 1`` times, not once
+    per task.
     """
     steps = [] if overlap is None else list(overlap) if isinstance(overlap, (list, tuple)) else [overlap]
     prof = _profile.active()
     if prof is not None:
         return _profile.run_serially(prof, name, fn, items, sizes, _in_order(steps) if steps else None, order,
-                                     dispatch)
+                                     queued)
     if num_threads == 1 or len(items) <= 1:
         for step in steps:
             step()

@@ -310,7 +310,7 @@ class _Backend:
         ref = "_reference" if backend == "numpy" else ""
         for module, names in ((_kernels, ("sort_group", "stack_slices", "compact_slices")),
                               (_split_kernels, ("count_groups", "count_group_tasks", "slice_pairs",
-                                                "write_groups")),
+                                                "slice_pairs_tasks", "write_groups", "write_group_tasks")),
                               (_naive_kernels, ("naive_of_group", "naive_group_tasks"))):
             for name in names:
                 setattr(self, name, getattr(module, name + ref))
@@ -1542,8 +1542,10 @@ def _execute(plan: StackingPlan, batch: FeatureBatch, G: int, S: int, kern: _Bac
             j.complete()
         if count_units is not None and len(counted) == len(jobs) and all(j.split_csr for j in jobs):
             work, sizes = count_units      # the same cut (every job is cut by groups either way)
+            held["table"] = held.get("count_table")
         else:
             work, sizes = _units(jobs, target, lambda j: j.by_group or j.split_csr)
+            held["table"] = _task_table(work, sizes, num_threads)
         threads = min(num_threads, len(work))          # no scratch for threads without work
         # scratch per worker and the naive-view lists (internal, back to the pool at the
         # end of the call): one pooled buffer for every worker (recycled by the next call:
@@ -1570,8 +1572,8 @@ def _execute(plan: StackingPlan, batch: FeatureBatch, G: int, S: int, kern: _Bac
     try:
         if counted:
             count_units = _units(counted, target, lambda j: True)
-            _run_tasks(lambda item, worker: item[0].count_task(kern, batch, *item[1:]), *count_units, num_threads,
-                       "count", overlap=slices_setup)
+            held["count_table"] = _task_table(*count_units, num_threads)
+            _run_count_batch(kern, batch, count_units, num_threads, slices_setup, held.get("count_table"))
             _set_counted_sizes(counted)
         else:
             slices_setup()
@@ -1598,7 +1600,8 @@ def _execute(plan: StackingPlan, batch: FeatureBatch, G: int, S: int, kern: _Bac
         overlap = _finish_list_steps(jobs, target, finish, finish_sizes, largest, order)
         if prepare is not None:
             overlap += list(prepare) if isinstance(prepare, (list, tuple)) else [prepare]
-        _run_slices_batch(slices, kern, work, sizes, batch, weights, has_w, num_threads, scratch_of, overlap)
+        _run_slices_batch(slices, kern, work, sizes, batch, weights, has_w, num_threads, scratch_of, overlap,
+                          held["table"])
         # errors in stack order, as a stack-by-stack run would raise them (only a job with
         # an error or a dropped pair kept a task record)
         for j in [j for j in jobs if j.tasks]:
@@ -1639,88 +1642,231 @@ def _execute(plan: StackingPlan, batch: FeatureBatch, G: int, S: int, kern: _Bac
                 _POOL.give(held.pop(key))
 
 
-# Whether a statistics job's slices batch runs as one compiled call per worker over its task
-# table (_run_group_queue); off, it runs one Python call per task, as every other batch
-# does. Kept switchable for the benchmark that compares the two in one process.
+# Whether the batches that can run as one compiled call per worker and stack over a task
+# table (_run_swept) do so; off, every batch runs one Python call per task. Kept switchable
+# for the benchmark that compares the two in one process (bench_task_queue.py).
 _QUEUE_GROUP_TASKS = True
 
 
+class _TaskTable:
+    """A batch's tasks of one or several jobs as one int64 table, for the queued kernels.
+
+    ``rows``: ``(s0, s1, g0, g1)`` per task of a count or slices batch, ``(g, p0, p1)`` per
+    naive-view task; ``job_of``: each row's index into ``jobs``; ``order``: the row indices
+    by job, largest size first within a job (ties in row order, as
+    :func:`~scwork.sharding._profile.dispatch_order`); job ``j``'s rows are
+    ``order[starts[j]:starts[j + 1]]``.
+    """
+
+    __slots__ = ("jobs", "rows", "job_of", "order", "starts")
+
+    def __init__(self, jobs: list, rows: np.ndarray, job_of: np.ndarray, sizes):
+        self.jobs, self.rows, self.job_of = jobs, rows, job_of
+        neg = -np.asarray(sizes, np.float64)
+        if len(jobs) == 1:
+            self.order = np.argsort(neg, kind="stable")
+            self.starts = [0, rows.shape[0]]
+        else:
+            self.order = np.lexsort((neg, job_of))           # stable: ties keep row order
+            self.starts = [0, *np.cumsum(np.bincount(job_of, minlength=len(jobs))).tolist()]
+
+    @classmethod
+    def of_slices(cls, work, sizes) -> "_TaskTable | None":
+        """The ``(job, s0, s1, g0, g1)`` items of a count or slices batch (:func:`_units`) as a table;
+        None for items of another kind."""
+        parts = work.parts if isinstance(work, _Chain) else [work]
+        if isinstance(work, _SliceCut):                    # one table per job, cut by slices
+            cut = work.rows
+            rows = np.empty((cut.shape[0], 4), np.int64)
+            rows[:, :2] = cut[:, 1:3]
+            rows[:, 2] = 0
+            rows[:, 3] = np.array([len(j.groups) for j in work.job], np.int64)[cut[:, 0]]
+            return cls(list(work.job), rows, np.ascontiguousarray(cut[:, 0]), sizes)
+        jobs, blocks = [], []
+        for part in parts:
+            if isinstance(part, _GroupCut):
+                cut = part.rows
+                block = np.empty((cut.shape[0], 4), np.int64)
+                block[:, 0] = cut[:, 0]
+                block[:, 1] = cut[:, 0] + 1
+                block[:, 2:] = cut[:, 1:3]
+                jobs.append(part.job)
+            elif isinstance(part, list) and part and all(len(item) == 5 for item in part):
+                block = np.array([item[1:] for item in part], np.int64).reshape(-1, 4)
+                jobs.append(part[0][0])
+            else:
+                return None
+            blocks.append(block)
+        if not blocks or len(set(map(id, jobs))) != len(jobs):
+            return None
+        job_of = np.repeat(np.arange(len(jobs), dtype=np.int64), [b.shape[0] for b in blocks])
+        return cls(jobs, blocks[0] if len(blocks) == 1 else np.concatenate(blocks), job_of, sizes)
+
+    @classmethod
+    def of_naive(cls, parts: list, sizes) -> "_TaskTable | None":
+        """The naive-view items ``(job, (g, p0, p1))`` of the finish batch, one part per job."""
+        jobs, blocks = [], []
+        for part in parts:
+            if isinstance(part, _NaiveCut):
+                jobs.append(part.job)
+                blocks.append(part.rows)
+            elif isinstance(part, list) and part and all(unit is not None and job is part[0][0] for job, unit in part):
+                jobs.append(part[0][0])
+                blocks.append(np.array([unit for _, unit in part], np.int64).reshape(-1, 3))
+            elif not len(part):
+                continue
+            else:
+                return None
+        if not blocks:
+            return None
+        job_of = np.repeat(np.arange(len(jobs), dtype=np.int64), [b.shape[0] for b in blocks])
+        rows = np.ascontiguousarray(blocks[0]) if len(blocks) == 1 else np.concatenate(blocks)
+        return cls(jobs, rows, job_of, sizes)
+
+
+def _task_table(work, sizes, num_threads: int) -> _TaskTable | None:
+    """:meth:`_TaskTable.of_slices` of a count or slices batch's items where the batch runs swept
+    (several threads, the queue on); else None."""
+    return _TaskTable.of_slices(work, sizes) if _QUEUE_GROUP_TASKS and num_threads > 1 else None
+
+
+def _run_swept(name: str, table: _TaskTable, call, num_threads: int, overlap=None, firsts=()) -> int:
+    """Run ``table``'s tasks on ``num_threads`` workers, each making one compiled call per job it helps with.
+
+    ``call(job, first, last, counters, slot, worker)`` runs a queued kernel over
+    ``table.order[first:last]`` (the job's tasks, largest first), taking tasks from
+    ``counters[slot]``, and returns how many of them failed. Worker ``w`` starts at job
+    ``w * jobs // num_threads`` and goes round the jobs once, calling where tasks are
+    left: a job's tasks go to the workers that started on it and to those that reach it
+    after theirs, so the workers rarely meet and each makes few calls (one per job it
+    helps with: each call is one turn of the GIL, where one call per task made a turn per
+    task). ``firsts``: items of :func:`_finish_task` taken before the sweep (the finish
+    batch's checks and results). Returns the number of failed tasks.
+    """
+    jobs, starts = table.jobs, table.starts
+    J = len(jobs)
+    counters = np.zeros(8 * J, np.int64)          # each job's counter on a 64-byte line of its own
+
+    def sweep(worker: int) -> int:
+        failed = 0
+        j = worker * J // num_threads
+        for _ in range(J):
+            first, last = starts[j], starts[j + 1]
+            if first + counters[8 * j] < last:
+                failed += call(jobs[j], first, last, counters, 8 * j, worker)
+            j = j + 1 if j + 1 < J else 0
+        return failed
+
+    finish = _finish_task(None)
+
+    def item(k, worker: int) -> int:
+        if k < len(firsts):
+            finish(firsts[k], worker)
+            return 0
+        return sweep(worker)
+
+    items = list(range(len(firsts) + num_threads))
+    return sum(_run_tasks(item, items, [1] * len(items), num_threads, name, overlap=overlap, order=items))
+
+
+def _queued(num_jobs: int) -> int:
+    """What a batch run by :func:`_run_swept` over ``num_jobs`` jobs is recorded as while profiling
+    (``queued`` of :func:`_run_tasks`): its tasks' GIL-held Python is paid at most once per
+    worker and once more per job."""
+    return num_jobs
+
+
 def _run_slices_batch(slices, kern: _Backend, work, sizes, batch: FeatureBatch, weights, has_w, num_threads: int,
-                      scratch_of, overlap) -> None:
-    """The slices batch: ``slices(item, worker)`` per task, or for a statistics job cut by groups
-    (:class:`_GroupCut`) on several threads, :func:`_run_group_queue`. While profiling each
-    task runs apart as usual, so that the projection sees every task, and is recorded as
-    queued (its GIL-held Python paid once per worker)."""
-    queued = _QUEUE_GROUP_TASKS and isinstance(work, _GroupCut) and work.job.by_group and num_threads > 1
-    if queued and _profile.active() is None:
-        _run_group_queue(kern, work, sizes, batch, weights, has_w, num_threads, scratch_of, overlap)
+                      scratch_of, overlap, table: _TaskTable | None) -> None:
+    """The slices batch: ``slices(item, worker)`` per task; or, on several threads, where every job
+    is counted by groups (statistics: :func:`~scwork.sharding._split_kernels.count_group_tasks`)
+    or written by groups (CSR without limits: ``write_group_tasks``), one call per worker and
+    job (:func:`_run_swept`). A task that failed (an out-of-vocabulary id, a zero divisor)
+    runs again on its own afterwards for its error record, as a per-task run would have kept
+    it: the call raises or starts over without those ids, so what it wrote again does not
+    matter. While profiling each task runs apart as usual, so that the projection sees every
+    task, and the batch is recorded as queued."""
+    if table is None or not all(j.by_group or j.split_csr for j in table.jobs):
+        _run_tasks(slices, work, sizes, num_threads, "slices", overlap=overlap)
+        return
+    if _profile.active() is not None:
+        _run_tasks(slices, work, sizes, num_threads, "slices", overlap=overlap, queued=_queued(len(table.jobs)))
+        return
+    rows, order = table.rows, table.order
+    task_failed = np.empty(rows.shape[0], np.int64)
+    ids, splits = batch._ids, batch._splits
+
+    def call(j, first, last, counters, slot, worker) -> int:
+        sc = scratch_of(worker)
+        if j.by_group:
+            return kern.count_group_tasks(ids, splits, weights, has_w, j.n, j.P, j.lbits, j.gptr, j.feat_rows,
+                                          j.feat_k, j.g_vocab, j.g_shift, j.g_qbits, j.g_uloff, j.g_sloff, rows,
+                                          order, first, last, counters, slot, sc["sk"], sc["ak"], sc["bk"],
+                                          sc["hist"], j.pairs_g, j.distinct_g, j.ulist, j.ul_cnt, sc["oov"],
+                                          task_failed)
+        return kern.write_group_tasks(ids, splits, weights, has_w, j.combiner, j.n, j.P, j.lbits, j.gptr,
+                                      j.feat_rows, j.feat_k, j.g_vocab, j.g_shift, j.g_qbits, j.g_rowoff, j.g_mode,
+                                      j.g_uloff, j.g_sloff, rows, order, first, last, counters, slot, sc["sk"],
+                                      sc["sg"], sc["ak"], sc["ag"], sc["bk"], sc["bg"], sc["hist"], j.offs,
+                                      j.pad_lo, j.pad_hi, j.rowgain, j.emb, j.smp, j.gout, j.distinct_g, j.ulist,
+                                      j.ul_cnt, sc["oov"], sc["bad"], task_failed)
+
+    if _run_swept("slices", table, call, num_threads, overlap):
+        for i in np.flatnonzero(task_failed).tolist():
+            j = table.jobs[int(table.job_of[i])]
+            s0, s1, g0, g1 = rows[i].tolist()
+            run = j.run_groups if j.by_group else j.run_write_groups
+            j.task_done(run(kern, batch, weights, has_w, s0, s1, g0, g1, scratch_of(0)))
+
+
+def _run_count_batch(kern: _Backend, batch: FeatureBatch, count_units, num_threads: int, overlap,
+                     table: _TaskTable | None) -> None:
+    """The count batch (:meth:`_StackJob.count_task` per task); on several threads with a task
+    table, one :func:`~scwork.sharding._split_kernels.slice_pairs_tasks` call per worker and job
+    (:func:`_run_swept`; profiled as :func:`_run_slices_batch` says)."""
+    def count(item, worker):
+        item[0].count_task(kern, batch, *item[1:])
+
+    if table is None:
+        _run_tasks(count, *count_units, num_threads, "count", overlap=overlap)
+    elif _profile.active() is not None:
+        _run_tasks(count, *count_units, num_threads, "count", overlap=overlap, queued=_queued(len(table.jobs)))
     else:
-        _run_tasks(slices, work, sizes, num_threads, "slices", overlap=overlap, dispatch="queue" if queued else "tasks")
+        rows, order = table.rows, table.order
+
+        def call(j, first, last, counters, slot, worker) -> int:
+            kern.slice_pairs_tasks(batch._ids, batch._splits, j.n, j.P, j.gptr, j.feat_rows, j.g_vocab, j.g_shift,
+                                   rows, order, first, last, counters, slot, j.count_pairs)
+            return 0
+
+        _run_swept("count", table, call, num_threads, overlap)
 
 
 def _run_finish_batch(kern: _Backend, num_jobs: int, finish: list, finish_sizes: list, order: list,
                       firsts: list | None, num_threads: int) -> None:
     """The finish batch (naive view, compactions, the checks-and-results parts ``firsts``, None
-    for staged stacks), one call per task; or for one job's naive-view tasks on several
-    threads, :func:`_run_naive_queue` (profiled as :func:`_run_slices_batch` says)."""
-    queued = (_QUEUE_GROUP_TASKS and num_threads > 1 and firsts is not None and num_jobs == 1
-              and isinstance(finish[0], _NaiveCut))
-    if queued and _profile.active() is None:
-        _run_naive_queue(kern, finish[0], finish_sizes[:len(finish[0])], firsts, num_threads)
-    else:
+    for staged stacks), one call per task; or on several threads without staged stacks, the
+    parts first and every job's naive-view tasks in one
+    :func:`~scwork.sharding._naive_kernels.naive_group_tasks` call per worker and job
+    (:func:`_run_swept`; profiled as :func:`_run_slices_batch` says)."""
+    table = None
+    if _QUEUE_GROUP_TASKS and num_threads > 1 and firsts is not None:
+        naive_parts = finish[:num_jobs]
+        table = _TaskTable.of_naive(naive_parts, finish_sizes[:sum(len(p) for p in naive_parts)])
+    if table is None:
+        _run_tasks(_finish_task(kern), _Chain(finish), finish_sizes, num_threads, "finish", order=order)
+    elif _profile.active() is not None:
         _run_tasks(_finish_task(kern), _Chain(finish), finish_sizes, num_threads, "finish", order=order,
-                   dispatch="queue" if queued else "tasks")
+                   queued=_queued(len(table.jobs)))
+    else:
+        rows, order_rows = table.rows, table.order
 
+        def call(j, first, last, counters, slot, worker) -> int:
+            kern.naive_group_tasks(j.ulist, j.list_starts(), j.ul_cnt, j.g_qbits, rows, order_rows, first, last,
+                                   counters, slot, j.naive_g)
+            return 0
 
-def _run_group_queue(kern: _Backend, work: "_GroupCut", sizes, batch: FeatureBatch, weights, has_w,
-                     num_threads: int, scratch_of, overlap) -> None:
-    """The slices batch of a job cut by groups (:class:`_GroupCut`), ``num_threads`` workers each
-    running :func:`~scwork.sharding._split_kernels.count_group_tasks` once.
-
-    The workers take the tasks from a shared counter, in the dispatcher's order
-    (largest first, :func:`~scwork.sharding._profile.dispatch_order`), so the batch
-    is the same tasks in the same order as one call per task, without a turn of the
-    GIL between two tasks: on many cores each such turn waits for every other
-    worker's (the Python after a kernel and the next call's argument unboxing, run
-    one at a time). A task that met an out-of-vocabulary id runs again on its own
-    afterwards (:meth:`_StackJob.run_groups`) for its error record, as a per-task run
-    would have kept it: the call raises or starts over without those ids, so what it
-    counted again does not matter.
-    """
-    job, rows = work.job, work.rows
-    order = np.argsort(-np.asarray(sizes, np.float64), kind="stable")      # = dispatch_order(sizes)
-    next_task = np.zeros(1, np.int64)
-    task_failed = np.empty(rows.shape[0], np.int64)
-
-    def drain(_, worker: int) -> int:
-        sc = scratch_of(worker)
-        return kern.count_group_tasks(batch._ids, batch._splits, weights, has_w, job.n, job.P, job.lbits, job.gptr,
-                                      job.feat_rows, job.feat_k, job.g_vocab, job.g_shift, job.g_qbits, job.g_uloff,
-                                      job.g_sloff, rows, order, next_task, sc["sk"], sc["ak"], sc["bk"], sc["hist"],
-                                      job.pairs_g, job.distinct_g, job.ulist, job.ul_cnt, sc["oov"], task_failed)
-
-    workers = list(range(num_threads))
-    if any(_run_tasks(drain, workers, [1] * num_threads, num_threads, "slices", overlap=overlap, order=workers)):
-        for i in np.flatnonzero(task_failed).tolist():
-            sl, g0, g1 = rows[i, :3].tolist()
-            job.task_done(job.run_groups(kern, batch, weights, has_w, sl, sl + 1, g0, g1, scratch_of(0)))
-
-
-def _run_naive_queue(kern: _Backend, cut: "_NaiveCut", sizes, firsts: list, num_threads: int) -> None:
-    """The finish batch of one job: ``firsts`` (the checks-and-results parts, taken first)
-    and the naive-view tasks of ``cut``, which ``num_threads`` workers take in turn inside
-    :func:`~scwork.sharding._naive_kernels.naive_group_tasks`, largest first (the
-    dispatcher's order), one call each: no turn of the GIL between two tasks."""
-    job, rows = cut.job, cut.rows
-    order = np.argsort(-np.asarray(sizes, np.float64), kind="stable")      # = dispatch_order(sizes)
-    next_task = np.zeros(1, np.int64)
-
-    def drain() -> None:
-        kern.naive_group_tasks(job.ulist, job.list_starts(), job.ul_cnt, job.g_qbits, rows, order, next_task,
-                               job.naive_g)
-
-    items = [*firsts, *[(None, drain)] * num_threads]
-    _run_tasks(_finish_task(kern), items, [1] * len(items), num_threads, "finish", order=list(range(len(items))))
+        _run_swept("finish", table, call, num_threads, firsts=firsts)
 
 
 def _naive_views(jobs) -> np.ndarray | None:
