@@ -1,21 +1,21 @@
-"""A statistics call's batches with the task queue against one Python call per task, real threads.
+"""The engine's batches with the task queue against one Python call per task, real threads.
 
-Since the tenth pass of issue 23 a statistics job's slices and naive-view batches run
-as one compiled call per worker thread, the workers taking the tasks from a shared
-atomic counter (``engine._run_group_queue``, ``engine._run_naive_queue``); before, each
-task was a Python call of its own, and its turn of the GIL after every kernel queued
-behind every other worker's. The switch ``engine._QUEUE_GROUP_TASKS`` turns the queue
-off in this process only, so both run here in one process, calls alternating:
+Since the tenth pass of issue 23 the engine's count, slices and naive-view batches run
+as one compiled call per worker thread and job (stack), the workers taking each job's
+tasks from its own atomic counter (``engine._run_swept``); before, each task was a
+Python call of its own, and its turn of the GIL after every kernel queued behind every
+other worker's. The switch ``engine._QUEUE_GROUP_TASKS`` turns the queue off in this
+process only, so both run here in one process, calls alternating:
 
-- ``compute_stats`` on the standard input of ``bench_sharding.py`` (16384 samples x 26
-  features x Poisson(20) ids, Zipf 1.05 hashed, 4 x 4 SparseCores, 8.5 M ids), no
-  stacking and auto stacking;
+- ``compute_stats`` and ``preprocess`` on the standard input of ``bench_sharding.py``
+  (16384 samples x 26 features x Poisson(20) ids, Zipf 1.05 hashed, 4 x 4 SparseCores,
+  8.5 M ids), no stacking and auto stacking;
 - ``collect_stats`` over 8 such batches (``--paths``), what the dataset paths and the
   explorers' scenarios run on.
 
 Per case and thread count: median wall milliseconds of ``--repeats`` alternating calls,
 the process CPU milliseconds per call (all threads), and the ratio per task / queue
-(above 1: the queue is faster); statistics checked identical. With one thread both run
+(above 1: the queue is faster); statistics (and CSR) checked identical. With one thread both run
 the same code (no queue): that ratio is the noise floor. On a 2-core machine 16 threads
 are oversubscribed; the comparison that matters is on a host with 16 or more cores
 (``sweep_threads.sh`` runs this script as its ``queue`` step).
@@ -32,6 +32,17 @@ import os
 import statistics
 import sys
 import time
+
+
+def _identical(a, b) -> bool:
+    """Statistics identical; for preprocess results, every CSR array bit for bit too."""
+    import numpy as np
+
+    if not hasattr(a, "csr"):
+        return bool(a.identical(b))
+    return bool(a.stats.identical(b.stats)) and list(a.csr) == list(b.csr) and all(
+        np.array_equal(getattr(a.csr[n], f).view(np.int32), getattr(b.csr[n], f).view(np.int32))
+        for n in a.csr for f in ("row_pointers", "embedding_ids", "sample_ids", "gains"))
 
 
 def _compare(call, threads: list[int], repeats: int) -> dict:
@@ -55,7 +66,7 @@ def _compare(call, threads: list[int], repeats: int) -> dict:
         rows[nt] = {"queue_ms": q, "per_task_ms": t, "ratio": t / q,
                     "queue_cpu_ms": statistics.median(cpu[True]) * 1e3,
                     "per_task_cpu_ms": statistics.median(cpu[False]) * 1e3,
-                    "identical": bool(results[True].identical(results[False]))}
+                    "identical": _identical(results[True], results[False])}
     return rows
 
 
@@ -69,7 +80,7 @@ def main() -> int:
     args = parser.parse_args()
 
     import scwork
-    from scwork.sharding import collect_stats, compute_stats
+    from scwork.sharding import collect_stats, compute_stats, preprocess
     from scwork.sharding._synthetic import synthetic_batch
 
     scwork.warmup()
@@ -83,6 +94,8 @@ def main() -> int:
         stacking = None if mode == "none" else mode
         out["cases"][f"{mode}/compute_stats"] = _compare(
             lambda nt, s=stacking: compute_stats(batch, features, topo, s, num_threads=nt), threads, args.repeats)
+        out["cases"][f"{mode}/preprocess"] = _compare(
+            lambda nt, s=stacking: preprocess(batch, features, topo, s, num_threads=nt), threads, args.repeats)
         if args.paths:
             out["cases"][f"{mode}/collect_stats_8"] = _compare(
                 lambda nt, s=stacking: collect_stats([batch] * 8, features, topo, stacking=s, num_threads=nt),

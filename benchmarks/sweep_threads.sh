@@ -13,7 +13,7 @@
 #   paths     bench_sharding.py --paths: collect_stats over 8 batches, minibatch, Scenario.compute
 #   dataset   bench_dataset_stats.py --standard --compare: stats_over_dataset vs collect_stats in memory
 #   trace     bench_sharding.py --trace --paths at the largest count: what the worker threads wait for
-#   queue     bench_task_queue.py --paths: a statistics call's batches as one compiled call per worker
+#   queue     bench_task_queue.py --paths: the engine's batches as one compiled call per worker and stack
 #             (the task queue) against one Python call per task, calls alternating
 #
 #   THREADS=1,4,16 REPEATS=5 bash benchmarks/sweep_threads.sh [OUTDIR]

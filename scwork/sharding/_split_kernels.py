@@ -56,8 +56,12 @@ __all__ = [
     "count_groups",
     "count_group_tasks",
     "count_group_tasks_reference",
+    "order_by_job",
+    "order_by_job_reference",
     "slice_pairs_tasks",
     "slice_pairs_tasks_reference",
+    "slice_task_rows",
+    "slice_task_rows_reference",
     "write_group_tasks",
     "write_group_tasks_reference",
     "counted_layouts",
@@ -649,6 +653,77 @@ def cut_slices_reference(counts, target, units):
     return k
 
 
+@jit
+def slice_task_rows(cut, by_slices, groups_of_job, rows, job_of):
+    """The task table of a count or slices batch from its cut, for the queued kernels.
+
+    ``cut``: rows ``(slice, g0, g1, size)`` of :func:`cut_groups` (one stack;
+    ``by_slices`` False) or ``(stack, s0, s1, size)`` of :func:`cut_slices` (several,
+    each task all ``groups_of_job[stack]`` groups). Row ``i`` of ``rows`` gets the task's
+    ``(s0, s1, g0, g1)``, ``job_of[i]`` its stack.
+    """
+    for i in range(cut.shape[0]):
+        if by_slices:
+            j = cut[i, 0]
+            rows[i, 0] = cut[i, 1]
+            rows[i, 1] = cut[i, 2]
+            rows[i, 2] = 0
+            rows[i, 3] = groups_of_job[j]
+            job_of[i] = j
+        else:
+            rows[i, 0] = cut[i, 0]
+            rows[i, 1] = cut[i, 0] + 1
+            rows[i, 2] = cut[i, 1]
+            rows[i, 3] = cut[i, 2]
+            job_of[i] = 0
+
+
+def slice_task_rows_reference(cut, by_slices, groups_of_job, rows, job_of):
+    """Numpy reference of :func:`slice_task_rows`."""
+    if by_slices:
+        rows[:] = np.stack([cut[:, 1], cut[:, 2], np.zeros(len(cut), np.int64), groups_of_job[cut[:, 0]]], axis=1)
+        job_of[:] = cut[:, 0]
+    else:
+        rows[:] = np.stack([cut[:, 0], cut[:, 0] + 1, cut[:, 1], cut[:, 2]], axis=1)
+        job_of[:] = 0
+
+
+@jit
+def order_by_job(cut, size_col, job_of, order, starts):
+    """The order the queued kernels take a batch's tasks in: by job, largest first within a job.
+
+    Task ``i``'s size is ``cut[i, size_col]``, its job ``job_of[i]``. ``order`` gets the
+    task indices grouped by job (jobs in order), within a job by size, largest first,
+    ties in index order (a stable sort: :func:`~scwork.sharding._profile.dispatch_order`'s
+    order for one job); ``starts[j]`` where job ``j``'s run begins (``starts`` has one
+    entry per job plus the end).
+    """
+    n = cut.shape[0]
+    starts[:] = 0
+    for i in range(n):
+        starts[job_of[i] + 1] += 1
+    for j in range(starts.shape[0] - 1):
+        starts[j + 1] += starts[j]
+    fill = starts[:-1].copy()
+    for i in range(n):
+        order[fill[job_of[i]]] = i
+        fill[job_of[i]] += 1
+    for j in range(starts.shape[0] - 1):
+        run = order[starts[j]:starts[j + 1]].copy()
+        keys = np.empty(run.shape[0], np.int64)
+        for k in range(run.shape[0]):
+            keys[k] = -cut[run[k], size_col]
+        by_size = np.argsort(keys, kind="mergesort")        # stable
+        for k in range(run.shape[0]):
+            order[starts[j] + k] = run[by_size[k]]
+
+
+def order_by_job_reference(cut, size_col, job_of, order, starts):
+    """Numpy reference of :func:`order_by_job` (one lexsort)."""
+    order[:] = np.lexsort((-cut[:, size_col], job_of))
+    starts[:] = np.concatenate([[0], np.cumsum(np.bincount(job_of, minlength=len(starts) - 1))])
+
+
 # --------------------------------------------------------------------------------------
 # counted_layouts (serial work between the count and the slices: one call for all stacks)
 # --------------------------------------------------------------------------------------
@@ -779,3 +854,5 @@ def warmup() -> None:
                       np.full(1, -1, np.int64), np.zeros(2, np.int64))
     slice_pairs_tasks(ids, splits, 1, 2, gptr, zero, np.array([4], np.int64), one, tasks, order, 0, 2, zero.copy(), 0,
                       pairs)
+    slice_task_rows(tasks, False, one, np.empty((2, 4), np.int64), np.empty(2, np.int64))
+    order_by_job(tasks, 3, np.zeros(2, np.int64), np.empty(2, np.int64), np.empty(2, np.int64))

@@ -1597,7 +1597,7 @@ def _execute(plan: StackingPlan, batch: FeatureBatch, G: int, S: int, kern: _Bac
         # naive view (per group and partition range) and the compaction of staged stacks:
         # the task list depends on the counts alone, so it is made while the slices run
         finish, finish_sizes, largest, order = [], [], [0], []
-        overlap = _finish_list_steps(jobs, target, finish, finish_sizes, largest, order)
+        overlap = _finish_list_steps(jobs, target, finish, finish_sizes, largest, order, held, num_threads)
         if prepare is not None:
             overlap += list(prepare) if isinstance(prepare, (list, tuple)) else [prepare]
         _run_slices_batch(slices, kern, work, sizes, batch, weights, has_w, num_threads, scratch_of, overlap,
@@ -1612,14 +1612,14 @@ def _execute(plan: StackingPlan, batch: FeatureBatch, G: int, S: int, kern: _Bac
         split = want_csr and not staged and fill_statistics is not None and num_threads > 1
         parts = _ResultParts(jobs, batch, G, S, config, want_csr, after_slices, fill_statistics,
                              num_threads if split else 1)
+        firsts = None if staged else parts.items()
         if not staged:
             # first in the batch (the largest sizes): what follows the batch waits for them
             # (the largest, found while the slices ran; their indices: the chain's last items)
-            firsts = parts.items()
             finish.append(firsts)
             finish_sizes.extend([largest[0] + 1] * len(firsts))
             order[:0] = range(len(finish_sizes) - len(firsts), len(finish_sizes))
-        _run_finish_batch(kern, len(jobs), finish, finish_sizes, order, None if staged else firsts, num_threads)
+        _run_finish_batch(kern, held.get("naive_table"), finish, finish_sizes, order, firsts, num_threads)
         if staged:
             parts.run(0)
         results = parts.results()
@@ -1655,35 +1655,39 @@ class _TaskTable:
     naive-view task; ``job_of``: each row's index into ``jobs``; ``order``: the row indices
     by job, largest size first within a job (ties in row order, as
     :func:`~scwork.sharding._profile.dispatch_order`); job ``j``'s rows are
-    ``order[starts[j]:starts[j + 1]]``.
+    ``order[starts[j]:starts[j + 1]]``. Made by compiled calls where the batch's cut is
+    an array already (:func:`~scwork.sharding._split_kernels.slice_task_rows`,
+    ``order_by_job``): on the calling thread, after the kernels before it have evicted the
+    caches, a dozen numpy calls took 0.15 ms.
     """
 
     __slots__ = ("jobs", "rows", "job_of", "order", "starts")
 
-    def __init__(self, jobs: list, rows: np.ndarray, job_of: np.ndarray, sizes):
+    def __init__(self, jobs: list, rows: np.ndarray, job_of: np.ndarray, sized: np.ndarray, size_col: int):
+        from scwork.sharding._split_kernels import order_by_job
+
         self.jobs, self.rows, self.job_of = jobs, rows, job_of
-        neg = -np.asarray(sizes, np.float64)
-        if len(jobs) == 1:
-            self.order = np.argsort(neg, kind="stable")
-            self.starts = [0, rows.shape[0]]
-        else:
-            self.order = np.lexsort((neg, job_of))           # stable: ties keep row order
-            self.starts = [0, *np.cumsum(np.bincount(job_of, minlength=len(jobs))).tolist()]
+        self.order = np.empty(rows.shape[0], np.int64)
+        starts = np.empty(len(jobs) + 1, np.int64)
+        order_by_job(sized, size_col, job_of, self.order, starts)
+        self.starts = starts.tolist()
 
     @classmethod
     def of_slices(cls, work, sizes) -> "_TaskTable | None":
         """The ``(job, s0, s1, g0, g1)`` items of a count or slices batch (:func:`_units`) as a table;
         None for items of another kind."""
-        parts = work.parts if isinstance(work, _Chain) else [work]
-        if isinstance(work, _SliceCut):                    # one table per job, cut by slices
-            cut = work.rows
-            rows = np.empty((cut.shape[0], 4), np.int64)
-            rows[:, :2] = cut[:, 1:3]
-            rows[:, 2] = 0
-            rows[:, 3] = np.array([len(j.groups) for j in work.job], np.int64)[cut[:, 0]]
-            return cls(list(work.job), rows, np.ascontiguousarray(cut[:, 0]), sizes)
+        if isinstance(work, (_SliceCut, _GroupCut)):      # the cut's rows: one compiled call
+            from scwork.sharding._split_kernels import slice_task_rows
+
+            by_slices = isinstance(work, _SliceCut)
+            jobs = list(work.job) if by_slices else [work.job]
+            groups = np.array([len(j.groups) for j in jobs], np.int64) if by_slices else _NO_GROUPS
+            rows = np.empty((work.rows.shape[0], 4), np.int64)
+            job_of = np.empty(work.rows.shape[0], np.int64)
+            slice_task_rows(work.rows, by_slices, groups, rows, job_of)
+            return cls(jobs, rows, job_of, work.rows, 3)
         jobs, blocks = [], []
-        for part in parts:
+        for part in work.parts if isinstance(work, _Chain) else [work]:
             if isinstance(part, _GroupCut):
                 cut = part.rows
                 block = np.empty((cut.shape[0], 4), np.int64)
@@ -1697,10 +1701,7 @@ class _TaskTable:
             else:
                 return None
             blocks.append(block)
-        if not blocks or len(set(map(id, jobs))) != len(jobs):
-            return None
-        job_of = np.repeat(np.arange(len(jobs), dtype=np.int64), [b.shape[0] for b in blocks])
-        return cls(jobs, blocks[0] if len(blocks) == 1 else np.concatenate(blocks), job_of, sizes)
+        return cls._of_blocks(jobs, blocks, sizes)
 
     @classmethod
     def of_naive(cls, parts: list, sizes) -> "_TaskTable | None":
@@ -1713,15 +1714,21 @@ class _TaskTable:
             elif isinstance(part, list) and part and all(unit is not None and job is part[0][0] for job, unit in part):
                 jobs.append(part[0][0])
                 blocks.append(np.array([unit for _, unit in part], np.int64).reshape(-1, 3))
-            elif not len(part):
-                continue
-            else:
+            elif len(part):
                 return None
-        if not blocks:
+        return cls._of_blocks(jobs, blocks, sizes)
+
+    @classmethod
+    def _of_blocks(cls, jobs: list, blocks: list, sizes) -> "_TaskTable | None":
+        """One job's rows per block, the blocks' rows' ``sizes`` in order."""
+        if not blocks or len(set(map(id, jobs))) != len(jobs):
             return None
         job_of = np.repeat(np.arange(len(jobs), dtype=np.int64), [b.shape[0] for b in blocks])
         rows = np.ascontiguousarray(blocks[0]) if len(blocks) == 1 else np.concatenate(blocks)
-        return cls(jobs, rows, job_of, sizes)
+        return cls(jobs, rows, job_of, np.asarray(sizes, np.int64).reshape(-1, 1), 0)
+
+
+_NO_GROUPS = np.zeros(1, np.int64)
 
 
 def _task_table(work, sizes, num_threads: int) -> _TaskTable | None:
@@ -1769,13 +1776,6 @@ def _run_swept(name: str, table: _TaskTable, call, num_threads: int, overlap=Non
     return sum(_run_tasks(item, items, [1] * len(items), num_threads, name, overlap=overlap, order=items))
 
 
-def _queued(num_jobs: int) -> int:
-    """What a batch run by :func:`_run_swept` over ``num_jobs`` jobs is recorded as while profiling
-    (``queued`` of :func:`_run_tasks`): its tasks' GIL-held Python is paid at most once per
-    worker and once more per job."""
-    return num_jobs
-
-
 def _run_slices_batch(slices, kern: _Backend, work, sizes, batch: FeatureBatch, weights, has_w, num_threads: int,
                       scratch_of, overlap, table: _TaskTable | None) -> None:
     """The slices batch: ``slices(item, worker)`` per task; or, on several threads, where every job
@@ -1790,7 +1790,7 @@ def _run_slices_batch(slices, kern: _Backend, work, sizes, batch: FeatureBatch, 
         _run_tasks(slices, work, sizes, num_threads, "slices", overlap=overlap)
         return
     if _profile.active() is not None:
-        _run_tasks(slices, work, sizes, num_threads, "slices", overlap=overlap, queued=_queued(len(table.jobs)))
+        _run_tasks(slices, work, sizes, num_threads, "slices", overlap=overlap, queued=len(table.jobs))
         return
     rows, order = table.rows, table.order
     task_failed = np.empty(rows.shape[0], np.int64)
@@ -1830,7 +1830,7 @@ def _run_count_batch(kern: _Backend, batch: FeatureBatch, count_units, num_threa
     if table is None:
         _run_tasks(count, *count_units, num_threads, "count", overlap=overlap)
     elif _profile.active() is not None:
-        _run_tasks(count, *count_units, num_threads, "count", overlap=overlap, queued=_queued(len(table.jobs)))
+        _run_tasks(count, *count_units, num_threads, "count", overlap=overlap, queued=len(table.jobs))
     else:
         rows, order = table.rows, table.order
 
@@ -1842,22 +1842,20 @@ def _run_count_batch(kern: _Backend, batch: FeatureBatch, count_units, num_threa
         _run_swept("count", table, call, num_threads, overlap)
 
 
-def _run_finish_batch(kern: _Backend, num_jobs: int, finish: list, finish_sizes: list, order: list,
+def _run_finish_batch(kern: _Backend, table: _TaskTable | None, finish: list, finish_sizes: list, order: list,
                       firsts: list | None, num_threads: int) -> None:
     """The finish batch (naive view, compactions, the checks-and-results parts ``firsts``, None
-    for staged stacks), one call per task; or on several threads without staged stacks, the
-    parts first and every job's naive-view tasks in one
-    :func:`~scwork.sharding._naive_kernels.naive_group_tasks` call per worker and job
-    (:func:`_run_swept`; profiled as :func:`_run_slices_batch` says)."""
-    table = None
-    if _QUEUE_GROUP_TASKS and num_threads > 1 and firsts is not None:
-        naive_parts = finish[:num_jobs]
-        table = _TaskTable.of_naive(naive_parts, finish_sizes[:sum(len(p) for p in naive_parts)])
+    for staged stacks), one call per task; or with the naive-view tasks' ``table``
+    (:func:`_finish_list_steps`) and no staged stack, the parts first and every job's
+    naive-view tasks in one :func:`~scwork.sharding._naive_kernels.naive_group_tasks` call
+    per worker and job (:func:`_run_swept`; profiled as :func:`_run_slices_batch` says)."""
+    if firsts is None:                    # staged stacks: compactions in the batch, one call per task
+        table = None
     if table is None:
         _run_tasks(_finish_task(kern), _Chain(finish), finish_sizes, num_threads, "finish", order=order)
     elif _profile.active() is not None:
         _run_tasks(_finish_task(kern), _Chain(finish), finish_sizes, num_threads, "finish", order=order,
-                   queued=_queued(len(table.jobs)))
+                   queued=len(table.jobs))
     else:
         rows, order_rows = table.rows, table.order
 
@@ -1976,12 +1974,15 @@ def _scratch_needs(jobs) -> dict[str, int]:
             "bounds": max(1, max(len(j.groups) * (j.P + 1) for j in jobs)), "oov": groups, "bad": groups}
 
 
-def _finish_list_steps(jobs, target: float, finish: list, finish_sizes: list, largest: list, order: list) -> list:
+def _finish_list_steps(jobs, target: float, finish: list, finish_sizes: list, largest: list, order: list,
+                       tables: dict | None = None, num_threads: int = 1) -> list:
     """Steps that append the finish batch's tasks (naive view, compaction) to ``finish``, as
     sequences of items (read as one by :class:`_Chain`), and their sizes to ``finish_sizes``:
     one per job, so that the calling thread, making them while the slices run, lets a
     worker take the GIL between two. ``largest[0]`` becomes the largest size (from 0),
-    ``order`` the items' dispatch order (:func:`~scwork.sharding._profile.dispatch_order`)."""
+    ``order`` the items' dispatch order (:func:`~scwork.sharding._profile.dispatch_order`).
+    With ``tables`` and several threads (the batch runs swept), a last step puts the
+    naive-view tasks' table in ``tables["naive_table"]`` (:meth:`_TaskTable.of_naive`)."""
     def naive_list(j):
         def make():
             items, item_sizes = j.naive_items(target)
@@ -1998,7 +1999,13 @@ def _finish_list_steps(jobs, target: float, finish: list, finish_sizes: list, la
         # and their dispatch order (the dispatcher's serial work, done here instead)
         order[:] = dispatch_order(finish_sizes)
 
-    return [naive_list(j) for j in jobs] + [staged_list]
+    def naive_table():
+        if not any(j.staged for j in jobs):          # (with staged stacks the batch runs one call per task)
+            naive = finish[:len(jobs)]
+            tables["naive_table"] = _TaskTable.of_naive(naive, finish_sizes[:sum(len(part) for part in naive)])
+
+    swept = tables is not None and _QUEUE_GROUP_TASKS and num_threads > 1
+    return [naive_list(j) for j in jobs] + [staged_list] + ([naive_table] if swept else [])
 
 
 def _jobs_of(plan: StackingPlan, batch: FeatureBatch, G: int, S: int, want_csr: bool, config: SparsecoreConfig,

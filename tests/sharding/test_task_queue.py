@@ -58,6 +58,37 @@ def test_take_next_hands_out_each_value_once_across_threads():
     assert counters.tolist() == [1500] + [0] * 7 + [1500] + [0] * 7
 
 
+@settings(max_examples=50, deadline=None)
+@given(st.integers(0, 2**32 - 1))
+def test_the_task_table_orders_tasks_by_job_then_largest_first(seed):
+    rng = np.random.default_rng(seed)
+    n, J = int(rng.integers(0, 60)), int(rng.integers(1, 7))
+    cut = rng.integers(0, 6, (n, 4)).astype(np.int64)              # few sizes: many ties
+    job_of = np.sort(rng.integers(0, J, n)).astype(np.int64) if rng.random() < 0.5 else rng.integers(0, J, n)
+    by_hand = sorted(range(n), key=lambda i: (job_of[i], -cut[i, 3], i))
+    for fn in (SK.order_by_job, SK.order_by_job_reference):
+        order, starts = np.full(n, -1, np.int64), np.full(J + 1, -1, np.int64)
+        fn(cut, 3, job_of, order, starts)
+        assert order.tolist() == by_hand
+        assert starts.tolist() == [int(np.sum(job_of < j)) for j in range(J + 1)]
+    # the rows of a cut by groups (one job) and of a cut by slices (several)
+    groups = rng.integers(1, 5, J).astype(np.int64)
+    for by_slices in (False, True):
+        c = cut.copy()
+        if by_slices:
+            c[:, 0] = job_of
+        outs = []
+        for fn in (SK.slice_task_rows, SK.slice_task_rows_reference):
+            rows, jobs = np.full((n, 4), -1, np.int64), np.full(n, -1, np.int64)
+            fn(c, by_slices, groups, rows, jobs)
+            outs.append((rows, jobs))
+        expected = [(c[i, 1], c[i, 2], 0, groups[c[i, 0]]) if by_slices else (c[i, 0], c[i, 0] + 1, c[i, 1], c[i, 2])
+                    for i in range(n)]
+        for rows, jobs in outs:
+            assert [tuple(r) for r in rows.tolist()] == expected
+            assert jobs.tolist() == (c[:, 0].tolist() if by_slices else [0] * n)
+
+
 def _two_stacks_in_turn(run, order, num_threads: int) -> list:
     """``run(first, last, counters, slot, worker)`` for the two halves of ``order`` (as two jobs of a
     batch, counters 64 bytes apart), on ``num_threads`` threads that all go round both halves."""
