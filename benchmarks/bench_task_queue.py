@@ -15,7 +15,9 @@ process only, so both run here in one process, calls alternating:
 
 Per case and thread count: median wall milliseconds of ``--repeats`` alternating calls,
 the process CPU milliseconds per call (all threads), and the ratio per task / queue
-(above 1: the queue is faster); statistics (and CSR) checked identical. With one thread both run
+(above 1: the queue is faster); statistics (and CSR) checked identical; and how many
+kernel calls each swept batch made (one per worker and job it helped with: on a
+many-core host, the figure the profile's GIL bound assumes is at most threads + jobs - 1). With one thread both run
 the same code (no queue): that ratio is the noise floor. On a 2-core machine 16 threads
 are oversubscribed; the comparison that matters is on a host with 16 or more cores
 (``sweep_threads.sh`` runs this script as its ``queue`` step).
@@ -45,15 +47,41 @@ def _identical(a, b) -> bool:
         for n in a.csr for f in ("row_pointers", "embedding_ids", "sample_ids", "gains"))
 
 
+def _counting_calls(engine, counts: dict):
+    """``engine._run_swept`` that also appends, per batch name, how many kernel calls the
+    workers made (one per worker and job they helped with) to ``counts``."""
+    real = engine._run_swept
+
+    def run_swept(name, table, call, num_threads, overlap=None, firsts=()):
+        made = [0]
+
+        def counted(*args):
+            made[0] += 1                  # (a list's += under the GIL: the workers hold it here)
+            return call(*args)
+
+        out = real(name, table, counted, num_threads, overlap, firsts)
+        counts.setdefault(f"{name} ({len(table.jobs)} jobs, {table.rows.shape[0]} tasks)", []).append(made[0])
+        return out
+
+    return run_swept
+
+
 def _compare(call, threads: list[int], repeats: int) -> dict:
-    """Median wall ms and CPU ms per call, queue on and off, calls alternating; results compared."""
+    """Median wall ms and CPU ms per call, queue on and off, calls alternating; results compared.
+    Also the kernel calls per swept batch of the last counted run (``calls``)."""
     engine = importlib.import_module("scwork.sharding.engine")
     rows = {}
     for nt in threads:
         results, wall, cpu = {}, {True: [], False: []}, {True: [], False: []}
-        for queued in (True, False):                        # warm-up, and the results to compare
-            engine._QUEUE_GROUP_TASKS = queued
-            results[queued] = call(nt)
+        counts: dict = {}
+        real = engine._run_swept
+        engine._run_swept = _counting_calls(engine, counts)
+        try:
+            for queued in (True, False):                    # warm-up, the results to compare, the calls
+                engine._QUEUE_GROUP_TASKS = queued
+                results[queued] = call(nt)
+        finally:
+            engine._run_swept = real
         for _ in range(repeats):
             for queued in (True, False):
                 engine._QUEUE_GROUP_TASKS = queued
@@ -66,7 +94,8 @@ def _compare(call, threads: list[int], repeats: int) -> dict:
         rows[nt] = {"queue_ms": q, "per_task_ms": t, "ratio": t / q,
                     "queue_cpu_ms": statistics.median(cpu[True]) * 1e3,
                     "per_task_cpu_ms": statistics.median(cpu[False]) * 1e3,
-                    "identical": _identical(results[True], results[False])}
+                    "identical": _identical(results[True], results[False]),
+                    "calls": {name: statistics.median(made) for name, made in counts.items()}}
     return rows
 
 
@@ -112,6 +141,9 @@ def main() -> int:
                       f"({r['queue_cpu_ms']:8.1f} ms CPU), "
                       f"one call per task {r['per_task_ms']:8.2f} ms ({r['per_task_cpu_ms']:8.1f} ms CPU): "
                       f"x{r['ratio']:.3f}, identical: {r['identical']}")
+                if r["calls"]:
+                    print("        kernel calls per swept batch: "
+                          + ", ".join(f"{name}: {made:g}" for name, made in r["calls"].items()))
     ok = all(r["identical"] for rows in out["cases"].values() for r in rows.values())
     if not ok:
         print("RESULTS DIFFER between the queue and one call per task", file=sys.stderr)
