@@ -1725,7 +1725,7 @@ class _TaskTable:
             return None
         job_of = np.repeat(np.arange(len(jobs), dtype=np.int64), [b.shape[0] for b in blocks])
         rows = np.ascontiguousarray(blocks[0]) if len(blocks) == 1 else np.concatenate(blocks)
-        return cls(jobs, rows, job_of, np.asarray(sizes, np.int64).reshape(-1, 1), 0)
+        return cls(jobs, rows, job_of, np.ascontiguousarray(sizes, np.int64).reshape(-1, 1), 0)
 
 
 _NO_GROUPS = np.zeros(1, np.int64)
