@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from scwork._jit import jit
-from scwork.sharding._task_queue import take_next
+from scwork.sharding._task_queue import next_task
 
 __all__ = [
     "naive_from_slice_lists",
@@ -158,10 +158,9 @@ def naive_group_tasks(ulist, starts, ul_cnt, g_qbits, tasks, order, first, last,
     """
     done = 0
     for _ in range(last - first):            # each turn takes a task, or ends the loop
-        k = first + take_next(counters, slot)
-        if k >= last:
+        i = next_task(order, first, last, counters, slot)
+        if i < 0:
             break
-        i = order[k]
         naive_of_group(ulist, starts, ul_cnt, g_qbits, tasks[i, 0], tasks[i, 1], tasks[i, 2], naive)
         done += 1
     return done
@@ -170,8 +169,8 @@ def naive_group_tasks(ulist, starts, ul_cnt, g_qbits, tasks, order, first, last,
 def naive_group_tasks_reference(ulist, starts, ul_cnt, g_qbits, tasks, order, first, last, counters, slot, naive):
     """Numpy reference of :func:`naive_group_tasks` (each task through :func:`naive_of_group_reference`)."""
     done = 0
-    while (k := first + take_next(counters, slot)) < last:
-        g, p0, p1 = (int(x) for x in tasks[int(order[k])])
+    while (i := int(next_task(order, first, last, counters, slot))) >= 0:
+        g, p0, p1 = (int(x) for x in tasks[i])
         naive_of_group_reference(ulist, starts, ul_cnt, g_qbits, g, p0, p1, naive)
         done += 1
     return done

@@ -49,7 +49,7 @@ from scwork._jit import round_up as _round_up
 from scwork._rounding import round_up
 from scwork.sharding._kernels import (_LOW32, _U, PAD_ID, count_slice, count_slice_reference, entry_gain,
                                       sort_slice, sort_slice_reference, write_csr_entry)
-from scwork.sharding._task_queue import take_next
+from scwork.sharding._task_queue import next_task
 
 __all__ = [
     "COUNTED_LAYOUT_COLUMNS",
@@ -187,10 +187,9 @@ def count_group_tasks(ids, splits, weights, has_w, n, P, lbits, gptr, feat_rows,
     """
     failed = 0
     for _ in range(last - first):            # each turn takes a task, or ends the loop
-        k = first + take_next(counters, slot)
-        if k >= last:
+        i = next_task(order, first, last, counters, slot)
+        if i < 0:
             break
-        i = order[k]
         bad = count_groups(ids, splits, weights, has_w, n, P, lbits, gptr, feat_rows, feat_k, g_vocab, g_shift,
                            g_qbits, g_uloff, g_sloff, tasks[i, 0], tasks[i, 1], tasks[i, 2], tasks[i, 3], sk,
                            a_keys, b_keys, hist, pairs_g, distinct_g, ulist, ul_cnt, g_oov)
@@ -204,8 +203,7 @@ def count_group_tasks_reference(ids, splits, weights, has_w, n, P, lbits, gptr, 
                                 a_keys, b_keys, hist, pairs_g, distinct_g, ulist, ul_cnt, g_oov, task_failed):
     """Numpy reference of :func:`count_group_tasks` (each task through :func:`count_groups_reference`)."""
     failed = 0
-    while (k := first + take_next(counters, slot)) < last:
-        i = int(order[k])
+    while (i := int(next_task(order, first, last, counters, slot))) >= 0:
         s0, s1, g0, g1 = (int(x) for x in tasks[i])
         task_failed[i] = count_groups_reference(ids, splits, weights, has_w, n, P, lbits, gptr, feat_rows, feat_k,
                                                 g_vocab, g_shift, g_qbits, g_uloff, g_sloff, s0, s1, g0, g1,
@@ -323,11 +321,10 @@ def slice_pairs_tasks(ids, splits, n, P, gptr, feat_rows, g_vocab, g_shift, task
     itself (``tasks``, ``order[first:last]``, ``counters[slot]`` as in :func:`count_group_tasks`).
     Returns the number of tasks this call ran."""
     done = 0
-    for _ in range(last - first):
-        k = first + take_next(counters, slot)
-        if k >= last:
+    for _ in range(last - first):            # each turn takes a task, or ends the loop
+        i = next_task(order, first, last, counters, slot)
+        if i < 0:
             break
-        i = order[k]
         slice_pairs(ids, splits, n, P, gptr, feat_rows, g_vocab, g_shift, tasks[i, 0], tasks[i, 1], tasks[i, 2],
                     tasks[i, 3], pairs)
         done += 1
@@ -338,8 +335,8 @@ def slice_pairs_tasks_reference(ids, splits, n, P, gptr, feat_rows, g_vocab, g_s
                                 counters, slot, pairs):
     """Numpy reference of :func:`slice_pairs_tasks` (each task through :func:`slice_pairs_reference`)."""
     done = 0
-    while (k := first + take_next(counters, slot)) < last:
-        s0, s1, g0, g1 = (int(x) for x in tasks[int(order[k])])
+    while (i := int(next_task(order, first, last, counters, slot))) >= 0:
+        s0, s1, g0, g1 = (int(x) for x in tasks[i])
         slice_pairs_reference(ids, splits, n, P, gptr, feat_rows, g_vocab, g_shift, s0, s1, g0, g1, pairs)
         done += 1
     return done
@@ -506,11 +503,10 @@ def write_group_tasks(ids, splits, weights, has_w, combiner, n, P, lbits, gptr, 
     itself (``tasks``, ``order[first:last]``, ``counters[slot]``, ``task_failed`` as in
     :func:`count_group_tasks`). Returns the number of tasks this call ran that failed."""
     failed = 0
-    for _ in range(last - first):
-        k = first + take_next(counters, slot)
-        if k >= last:
+    for _ in range(last - first):            # each turn takes a task, or ends the loop
+        i = next_task(order, first, last, counters, slot)
+        if i < 0:
             break
-        i = order[k]
         bad = write_groups(ids, splits, weights, has_w, combiner, n, P, lbits, gptr, feat_rows, feat_k, g_vocab,
                            g_shift, g_qbits, g_rowoff, g_mode, g_uloff, g_sloff, tasks[i, 0], tasks[i, 1],
                            tasks[i, 2], tasks[i, 3], sk, sg, a_keys, a_gains, b_keys, b_gains, hist, offs, pad_lo,
@@ -527,8 +523,7 @@ def write_group_tasks_reference(ids, splits, weights, has_w, combiner, n, P, lbi
                                 task_failed):
     """Numpy reference of :func:`write_group_tasks` (each task through :func:`write_groups_reference`)."""
     failed = 0
-    while (k := first + take_next(counters, slot)) < last:
-        i = int(order[k])
+    while (i := int(next_task(order, first, last, counters, slot))) >= 0:
         s0, s1, g0, g1 = (int(x) for x in tasks[i])
         task_failed[i] = write_groups_reference(ids, splits, weights, has_w, combiner, n, P, lbits, gptr, feat_rows,
                                                 feat_k, g_vocab, g_shift, g_qbits, g_rowoff, g_mode, g_uloff,

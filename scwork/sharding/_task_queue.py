@@ -29,7 +29,9 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic, overload
 
-__all__ = ["take_next"]
+from scwork._jit import jit
+
+__all__ = ["next_task", "take_next"]
 
 _LOCK = threading.Lock()
 
@@ -69,3 +71,20 @@ def _take_next_compiled(counters, slot):
     if isinstance(counters, types.Array) and counters.dtype == types.int64 and isinstance(slot, types.Integer):
         return lambda counters, slot: _fetch_add_one(counters, slot)
     return None
+
+
+@jit(inline="always")
+def next_task(order, first, last, counters, slot):
+    """The task a queued kernel runs next: ``order[first + k]`` for the ``k`` it takes from
+    ``counters[slot]`` (:func:`take_next`), or -1 once that passes the stack's ``last``.
+
+    The loop every queued kernel runs::
+
+        for _ in range(last - first):       # each turn takes a task, or ends the loop
+            i = next_task(order, first, last, counters, slot)
+            if i < 0:
+                break
+            ...                              # task i
+    """
+    k = first + take_next(counters, slot)
+    return order[k] if k < last else -1

@@ -30,6 +30,7 @@ from scwork.sharding._task_queue import take_next
 
 engine = importlib.import_module("scwork.sharding.engine")
 _stack = importlib.import_module("tests.sharding.test_split_kernels")._stack
+_errors_batch = importlib.import_module("tests.sharding.test_threads")._errors_batch
 
 
 def _in_threads(fn, num_threads: int) -> list:
@@ -309,12 +310,7 @@ def test_queued_batches_give_what_one_call_per_task_gives(monkeypatch, stacking)
 
 
 def test_an_out_of_vocabulary_id_in_a_queued_batch_is_reported_as_one_call_per_task_reports_it(monkeypatch):
-    rng = np.random.default_rng(0)
-    B = 64
-    data = {}
-    for name in ("a", "b", "c"):
-        lengths = rng.integers(1, 6, size=B)
-        data[name] = (rng.integers(0, 50, size=int(lengths.sum())), np.concatenate([[0], np.cumsum(lengths)]))
+    data, B = _errors_batch()              # three features of 64 samples, ids below 50
     ids_b, rs_b = data["b"]
     ids_b = ids_b.copy()
     ids_b[rs_b[B - 3]] = 77                # the first bad id of table b, in the last slice
