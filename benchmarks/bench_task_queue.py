@@ -4,7 +4,7 @@ Since the tenth pass of issue 23 the engine's count, slices and naive-view batch
 as one compiled call per worker thread and job (stack), the workers taking each job's
 tasks from its own atomic counter (``engine._run_swept``); before, each task was a
 Python call of its own, and its turn of the GIL after every kernel queued behind every
-other worker's. The switch ``engine._QUEUE_GROUP_TASKS`` turns the queue off in this
+other worker's. The switch ``engine._SWEEP_BATCHES`` turns the queue off in this
 process only, so both run here in one process, calls alternating:
 
 - ``compute_stats`` and ``preprocess`` on the standard input of ``bench_sharding.py``
@@ -78,18 +78,18 @@ def _compare(call, threads: list[int], repeats: int) -> dict:
         engine._run_swept = _counting_calls(engine, counts)
         try:
             for queued in (True, False):                    # warm-up, the results to compare, the calls
-                engine._QUEUE_GROUP_TASKS = queued
+                engine._SWEEP_BATCHES = queued
                 results[queued] = call(nt)
         finally:
             engine._run_swept = real
         for _ in range(repeats):
             for queued in (True, False):
-                engine._QUEUE_GROUP_TASKS = queued
+                engine._SWEEP_BATCHES = queued
                 c, w = time.process_time(), time.perf_counter()
                 call(nt)
                 wall[queued].append(time.perf_counter() - w)
                 cpu[queued].append(time.process_time() - c)
-        engine._QUEUE_GROUP_TASKS = True
+        engine._SWEEP_BATCHES = True
         q, t = statistics.median(wall[True]) * 1e3, statistics.median(wall[False]) * 1e3
         rows[nt] = {"queue_ms": q, "per_task_ms": t, "ratio": t / q,
                     "queue_cpu_ms": statistics.median(cpu[True]) * 1e3,

@@ -1645,7 +1645,7 @@ def _execute(plan: StackingPlan, batch: FeatureBatch, G: int, S: int, kern: _Bac
 # Whether the batches that can run as one compiled call per worker and stack over a task
 # table (_run_swept) do so; off, every batch runs one Python call per task. Kept switchable
 # for the benchmark that compares the two in one process (bench_task_queue.py).
-_QUEUE_GROUP_TASKS = True
+_SWEEP_BATCHES = True
 
 
 class _TaskTable:
@@ -1734,7 +1734,7 @@ _NO_GROUPS = np.zeros(1, np.int64)
 def _task_table(work, sizes, num_threads: int) -> _TaskTable | None:
     """:meth:`_TaskTable.of_slices` of a count or slices batch's items where the batch runs swept
     (several threads, the queue on); else None."""
-    return _TaskTable.of_slices(work, sizes) if _QUEUE_GROUP_TASKS and num_threads > 1 else None
+    return _TaskTable.of_slices(work, sizes) if _SWEEP_BATCHES and num_threads > 1 else None
 
 
 def _run_swept(name: str, table: _TaskTable, call, num_threads: int, overlap=None, firsts=()) -> int:
@@ -2004,7 +2004,7 @@ def _finish_list_steps(jobs, target: float, finish: list, finish_sizes: list, la
             naive = finish[:len(jobs)]
             tables["naive_table"] = _TaskTable.of_naive(naive, finish_sizes[:sum(len(part) for part in naive)])
 
-    swept = tables is not None and _QUEUE_GROUP_TASKS and num_threads > 1
+    swept = tables is not None and _SWEEP_BATCHES and num_threads > 1
     return [naive_list(j) for j in jobs] + [staged_list] + ([naive_table] if swept else [])
 
 

@@ -291,10 +291,10 @@ def test_queued_batches_give_what_one_call_per_task_gives(monkeypatch, stacking)
     topo = scwork.Topology(2, 4)
     if isinstance(stacking, list):
         stacking = [[feats[int(t[1:])].table.name for t in group] for group in stacking]
-    monkeypatch.setattr(engine, "_QUEUE_GROUP_TASKS", False)
+    monkeypatch.setattr(engine, "_SWEEP_BATCHES", False)
     per_task = {T: (compute_stats(batch, feats, topo, stacking, num_threads=T),
                     preprocess(batch, feats, topo, stacking, num_threads=T)) for T in (2, 7)}
-    monkeypatch.setattr(engine, "_QUEUE_GROUP_TASKS", True)
+    monkeypatch.setattr(engine, "_SWEEP_BATCHES", True)
     ran = _spy(monkeypatch)
     one = (compute_stats(batch, feats, topo, stacking, num_threads=1),
            preprocess(batch, feats, topo, stacking, num_threads=1))
