@@ -137,7 +137,7 @@ def main() -> int:
               f"standard input, {out['num_ids']} ids; medians of alternating calls")
         for case, rows in out["cases"].items():
             for nt, r in rows.items():
-                print(f"  {case:>22}, {nt:>3} thread(s): queue {r['queue_ms']:8.2f} ms "
+                print(f"  {case:>22}, {nt:>3} thread(s): swept {r['queue_ms']:8.2f} ms "
                       f"({r['queue_cpu_ms']:8.1f} ms CPU), "
                       f"one call per task {r['per_task_ms']:8.2f} ms ({r['per_task_cpu_ms']:8.1f} ms CPU): "
                       f"x{r['ratio']:.3f}, identical: {r['identical']}")
@@ -146,7 +146,7 @@ def main() -> int:
                           + ", ".join(f"{name}: {made:g}" for name, made in r["calls"].items()))
     ok = all(r["identical"] for rows in out["cases"].values() for r in rows.values())
     if not ok:
-        print("RESULTS DIFFER between the queue and one call per task", file=sys.stderr)
+        print("RESULTS DIFFER between the swept batches and one call per task", file=sys.stderr)
     return 0 if ok else 1
 
 
