@@ -1689,11 +1689,10 @@ class _TaskTable:
         jobs, blocks = [], []
         for part in work.parts if isinstance(work, _Chain) else [work]:
             if isinstance(part, _GroupCut):
-                cut = part.rows
-                block = np.empty((cut.shape[0], 4), np.int64)
-                block[:, 0] = cut[:, 0]
-                block[:, 1] = cut[:, 0] + 1
-                block[:, 2:] = cut[:, 1:3]
+                from scwork.sharding._split_kernels import slice_task_rows
+
+                block = np.empty((part.rows.shape[0], 4), np.int64)
+                slice_task_rows(part.rows, False, _NO_GROUPS, block, np.empty(part.rows.shape[0], np.int64))
                 jobs.append(part.job)
             elif isinstance(part, list) and part and all(len(item) == 5 for item in part):
                 block = np.array([item[1:] for item in part], np.int64).reshape(-1, 4)
@@ -1731,10 +1730,15 @@ class _TaskTable:
 _NO_GROUPS = np.zeros(1, np.int64)
 
 
+def _sweeps(num_threads: int) -> bool:
+    """Whether a call on ``num_threads`` threads runs its batches swept (:func:`_run_swept`)
+    where their tasks allow it: on several threads, unless switched off."""
+    return _SWEEP_BATCHES and num_threads > 1
+
+
 def _task_table(work, sizes, num_threads: int) -> _TaskTable | None:
-    """:meth:`_TaskTable.of_slices` of a count or slices batch's items where the batch runs swept
-    (several threads, the queue on); else None."""
-    return _TaskTable.of_slices(work, sizes) if _SWEEP_BATCHES and num_threads > 1 else None
+    """:meth:`_TaskTable.of_slices` of a count or slices batch's items where the batch runs swept; else None."""
+    return _TaskTable.of_slices(work, sizes) if _sweeps(num_threads) else None
 
 
 def _run_swept(name: str, table: _TaskTable, call, num_threads: int, overlap=None, firsts=()) -> int:
@@ -1776,24 +1780,32 @@ def _run_swept(name: str, table: _TaskTable, call, num_threads: int, overlap=Non
     return sum(_run_tasks(item, items, [1] * len(items), num_threads, name, overlap=overlap, order=items))
 
 
+def _run_batch(name: str, fn, items, sizes, num_threads: int, table: _TaskTable | None, call=None, overlap=None,
+               order=None, firsts=()) -> int:
+    """A batch of tasks: ``fn(item, worker)`` per item (:func:`_run_tasks`) without a ``table``;
+    with one, :func:`_run_swept` of ``call``. While profiling a swept batch still runs item by
+    item, so that the projection sees every task, recorded as swept over the table's jobs
+    (``queued``). Returns the number of failed tasks of a swept run (0 otherwise: one call per
+    task records its own)."""
+    if table is None or _profile.active() is not None:
+        _run_tasks(fn, items, sizes, num_threads, name, overlap=overlap, order=order,
+                   queued=0 if table is None else len(table.jobs))
+        return 0
+    return _run_swept(name, table, call, num_threads, overlap, firsts)
+
+
 def _run_slices_batch(slices, kern: _Backend, work, sizes, batch: FeatureBatch, weights, has_w, num_threads: int,
                       scratch_of, overlap, table: _TaskTable | None) -> None:
-    """The slices batch: ``slices(item, worker)`` per task; or, on several threads, where every job
-    is counted by groups (statistics: :func:`~scwork.sharding._split_kernels.count_group_tasks`)
-    or written by groups (CSR without limits: ``write_group_tasks``), one call per worker and
-    job (:func:`_run_swept`). A task that failed (an out-of-vocabulary id, a zero divisor)
-    runs again on its own afterwards for its error record, as a per-task run would have kept
-    it: the call raises or starts over without those ids, so what it wrote again does not
-    matter. While profiling each task runs apart as usual, so that the projection sees every
-    task, and the batch is recorded as queued."""
-    if table is None or not all(j.by_group or j.split_csr for j in table.jobs):
-        _run_tasks(slices, work, sizes, num_threads, "slices", overlap=overlap)
-        return
-    if _profile.active() is not None:
-        _run_tasks(slices, work, sizes, num_threads, "slices", overlap=overlap, queued=len(table.jobs))
-        return
-    rows, order = table.rows, table.order
-    task_failed = np.empty(rows.shape[0], np.int64)
+    """The slices batch: ``slices(item, worker)`` per task; or, where every job is counted by
+    groups (statistics: :func:`~scwork.sharding._split_kernels.count_group_tasks`) or written by
+    groups (CSR without limits: ``write_group_tasks``), swept (:func:`_run_batch`). A task that
+    failed (an out-of-vocabulary id, a zero divisor) runs again on its own afterwards for its
+    error record, as a per-task run would have kept it: the call raises or starts over without
+    those ids, so what it wrote again does not matter."""
+    if table is not None and not all(j.by_group or j.split_csr for j in table.jobs):
+        table = None
+    rows, order = (table.rows, table.order) if table is not None else (None, None)
+    task_failed = np.empty(0 if table is None else rows.shape[0], np.int64)
     ids, splits = batch._ids, batch._splits
 
     def call(j, first, last, counters, slot, worker) -> int:
@@ -1811,7 +1823,7 @@ def _run_slices_batch(slices, kern: _Backend, work, sizes, batch: FeatureBatch, 
                                       j.pad_lo, j.pad_hi, j.rowgain, j.emb, j.smp, j.gout, j.distinct_g, j.ulist,
                                       j.ul_cnt, sc["oov"], sc["bad"], task_failed)
 
-    if _run_swept("slices", table, call, num_threads, overlap):
+    if _run_batch("slices", slices, work, sizes, num_threads, table, call, overlap):
         for i in np.flatnonzero(task_failed).tolist():
             j = table.jobs[int(table.job_of[i])]
             s0, s1, g0, g1 = rows[i].tolist()
@@ -1821,50 +1833,36 @@ def _run_slices_batch(slices, kern: _Backend, work, sizes, batch: FeatureBatch, 
 
 def _run_count_batch(kern: _Backend, batch: FeatureBatch, count_units, num_threads: int, overlap,
                      table: _TaskTable | None) -> None:
-    """The count batch (:meth:`_StackJob.count_task` per task); on several threads with a task
-    table, one :func:`~scwork.sharding._split_kernels.slice_pairs_tasks` call per worker and job
-    (:func:`_run_swept`; profiled as :func:`_run_slices_batch` says)."""
+    """The count batch (:meth:`_StackJob.count_task` per task); with a task table, swept
+    (:func:`_run_batch`) over :func:`~scwork.sharding._split_kernels.slice_pairs_tasks`."""
     def count(item, worker):
         item[0].count_task(kern, batch, *item[1:])
 
-    if table is None:
-        _run_tasks(count, *count_units, num_threads, "count", overlap=overlap)
-    elif _profile.active() is not None:
-        _run_tasks(count, *count_units, num_threads, "count", overlap=overlap, queued=len(table.jobs))
-    else:
-        rows, order = table.rows, table.order
+    def call(j, first, last, counters, slot, worker) -> int:
+        kern.slice_pairs_tasks(batch._ids, batch._splits, j.n, j.P, j.gptr, j.feat_rows, j.g_vocab, j.g_shift,
+                               table.rows, table.order, first, last, counters, slot, j.count_pairs)
+        return 0
 
-        def call(j, first, last, counters, slot, worker) -> int:
-            kern.slice_pairs_tasks(batch._ids, batch._splits, j.n, j.P, j.gptr, j.feat_rows, j.g_vocab, j.g_shift,
-                                   rows, order, first, last, counters, slot, j.count_pairs)
-            return 0
-
-        _run_swept("count", table, call, num_threads, overlap)
+    _run_batch("count", count, *count_units, num_threads, table, call, overlap)
 
 
 def _run_finish_batch(kern: _Backend, table: _TaskTable | None, finish: list, finish_sizes: list, order: list,
                       firsts: list | None, num_threads: int) -> None:
     """The finish batch (naive view, compactions, the checks-and-results parts ``firsts``, None
     for staged stacks), one call per task; or with the naive-view tasks' ``table``
-    (:func:`_finish_list_steps`) and no staged stack, the parts first and every job's
-    naive-view tasks in one :func:`~scwork.sharding._naive_kernels.naive_group_tasks` call
-    per worker and job (:func:`_run_swept`; profiled as :func:`_run_slices_batch` says)."""
+    (:func:`_finish_list_steps`) and no staged stack, swept (:func:`_run_batch`): the parts
+    first, then every job's naive-view tasks in
+    :func:`~scwork.sharding._naive_kernels.naive_group_tasks` calls."""
     if firsts is None:                    # staged stacks: compactions in the batch, one call per task
         table = None
-    if table is None:
-        _run_tasks(_finish_task(kern), _Chain(finish), finish_sizes, num_threads, "finish", order=order)
-    elif _profile.active() is not None:
-        _run_tasks(_finish_task(kern), _Chain(finish), finish_sizes, num_threads, "finish", order=order,
-                   queued=len(table.jobs))
-    else:
-        rows, order_rows = table.rows, table.order
 
-        def call(j, first, last, counters, slot, worker) -> int:
-            kern.naive_group_tasks(j.ulist, j.list_starts(), j.ul_cnt, j.g_qbits, rows, order_rows, first, last,
-                                   counters, slot, j.naive_g)
-            return 0
+    def call(j, first, last, counters, slot, worker) -> int:
+        kern.naive_group_tasks(j.ulist, j.list_starts(), j.ul_cnt, j.g_qbits, table.rows, table.order, first, last,
+                               counters, slot, j.naive_g)
+        return 0
 
-        _run_swept("finish", table, call, num_threads, firsts=firsts)
+    _run_batch("finish", _finish_task(kern), _Chain(finish), finish_sizes, num_threads, table, call, order=order,
+               firsts=firsts or ())
 
 
 def _naive_views(jobs) -> np.ndarray | None:
@@ -2004,7 +2002,7 @@ def _finish_list_steps(jobs, target: float, finish: list, finish_sizes: list, la
             naive = finish[:len(jobs)]
             tables["naive_table"] = _TaskTable.of_naive(naive, finish_sizes[:sum(len(part) for part in naive)])
 
-    swept = tables is not None and _SWEEP_BATCHES and num_threads > 1
+    swept = tables is not None and _sweeps(num_threads)
     return [naive_list(j) for j in jobs] + [staged_list] + ([naive_table] if swept else [])
 
 
