@@ -22,7 +22,14 @@ the same code (no queue): that ratio is the noise floor. On a 2-core machine 16 
 are oversubscribed; the comparison that matters is on a host with 16 or more cores
 (``sweep_threads.sh`` runs this script as its ``queue`` step).
 
-    python benchmarks/bench_task_queue.py [--threads 1,2,16] [--repeats 15] [--paths] [--json]
+``--gate``: instead, the batches swept both ways, with and without the start gate
+(``_threads._START_GATE_S``: the calling thread runs its overlapped Python steps, and
+the finish batch's checks and results, only once every woken worker has made its first
+call, instead of taking the GIL from the workers still waiting to start). The ratio is
+then no gate / gate (above 1: the gate is faster); the GIL hand-over it saves grows with
+the number of workers, so again the many-core host is the judge.
+
+    python benchmarks/bench_task_queue.py [--threads 1,2,16] [--repeats 15] [--paths] [--gate] [--json]
 """
 
 from __future__ import annotations
@@ -66,9 +73,18 @@ def _counting_calls(engine, counts: dict):
     return run_swept
 
 
-def _compare(call, threads: list[int], repeats: int) -> dict:
-    """Median wall ms and CPU ms per call, queue on and off, calls alternating; results compared.
-    Also the kernel calls per swept batch of the last counted run (``calls``)."""
+def _sweep_switch(on: bool) -> None:
+    importlib.import_module("scwork.sharding.engine")._SWEEP_BATCHES = on
+
+
+def _gate_switch(on: bool) -> None:
+    importlib.import_module("scwork.sharding._threads")._START_GATE_S = 0.005 if on else 0.0
+
+
+def _compare(call, threads: list[int], repeats: int, switch=_sweep_switch) -> dict:
+    """Median wall ms and CPU ms per call, ``switch`` on and off (default: the queue), calls
+    alternating; results compared. Also the kernel calls per swept batch of the last counted
+    run (``calls``). The ``queue_*`` figures are those with the switch on."""
     engine = importlib.import_module("scwork.sharding.engine")
     rows = {}
     for nt in threads:
@@ -78,18 +94,18 @@ def _compare(call, threads: list[int], repeats: int) -> dict:
         engine._run_swept = _counting_calls(engine, counts)
         try:
             for queued in (True, False):                    # warm-up, the results to compare, the calls
-                engine._SWEEP_BATCHES = queued
+                switch(queued)
                 results[queued] = call(nt)
         finally:
             engine._run_swept = real
         for _ in range(repeats):
             for queued in (True, False):
-                engine._SWEEP_BATCHES = queued
+                switch(queued)
                 c, w = time.process_time(), time.perf_counter()
                 call(nt)
                 wall[queued].append(time.perf_counter() - w)
                 cpu[queued].append(time.process_time() - c)
-        engine._SWEEP_BATCHES = True
+        switch(True)
         q, t = statistics.median(wall[True]) * 1e3, statistics.median(wall[False]) * 1e3
         rows[nt] = {"queue_ms": q, "per_task_ms": t, "ratio": t / q,
                     "queue_cpu_ms": statistics.median(cpu[True]) * 1e3,
@@ -105,8 +121,12 @@ def main() -> int:
     parser.add_argument("--stacking", default="none,auto", help="comma-separated: none, auto")
     parser.add_argument("--repeats", type=int, default=15, help="alternating calls per case")
     parser.add_argument("--paths", action="store_true", help="also collect_stats over 8 batches")
+    parser.add_argument("--gate", action="store_true",
+                        help="compare the start gate on and off (both swept) instead of swept and per task")
     parser.add_argument("--json", action="store_true", help="print the results as one line of JSON")
     args = parser.parse_args()
+    switch = _gate_switch if args.gate else _sweep_switch
+    on_name, off_name = ("gate", "no gate") if args.gate else ("swept", "one call per task")
 
     import scwork
     from scwork.sharding import collect_stats, compute_stats, preprocess
@@ -122,13 +142,15 @@ def main() -> int:
     for mode in [m for m in args.stacking.split(",") if m]:
         stacking = None if mode == "none" else mode
         out["cases"][f"{mode}/compute_stats"] = _compare(
-            lambda nt, s=stacking: compute_stats(batch, features, topo, s, num_threads=nt), threads, args.repeats)
+            lambda nt, s=stacking: compute_stats(batch, features, topo, s, num_threads=nt), threads, args.repeats,
+            switch)
         out["cases"][f"{mode}/preprocess"] = _compare(
-            lambda nt, s=stacking: preprocess(batch, features, topo, s, num_threads=nt), threads, args.repeats)
+            lambda nt, s=stacking: preprocess(batch, features, topo, s, num_threads=nt), threads, args.repeats,
+            switch)
         if args.paths:
             out["cases"][f"{mode}/collect_stats_8"] = _compare(
                 lambda nt, s=stacking: collect_stats([batch] * 8, features, topo, stacking=s, num_threads=nt),
-                threads, max(3, args.repeats // 3))
+                threads, max(3, args.repeats // 3), switch)
     out["machine"]["loadavg_end"] = os.getloadavg()
     if args.json:
         print(json.dumps(out))
@@ -137,16 +159,16 @@ def main() -> int:
               f"standard input, {out['num_ids']} ids; medians of alternating calls")
         for case, rows in out["cases"].items():
             for nt, r in rows.items():
-                print(f"  {case:>22}, {nt:>3} thread(s): swept {r['queue_ms']:8.2f} ms "
+                print(f"  {case:>22}, {nt:>3} thread(s): {on_name} {r['queue_ms']:8.2f} ms "
                       f"({r['queue_cpu_ms']:8.1f} ms CPU), "
-                      f"one call per task {r['per_task_ms']:8.2f} ms ({r['per_task_cpu_ms']:8.1f} ms CPU): "
+                      f"{off_name} {r['per_task_ms']:8.2f} ms ({r['per_task_cpu_ms']:8.1f} ms CPU): "
                       f"x{r['ratio']:.3f}, identical: {r['identical']}")
                 if r["calls"]:
                     print("        kernel calls per swept batch: "
                           + ", ".join(f"{name}: {made:g}" for name, made in r["calls"].items()))
     ok = all(r["identical"] for rows in out["cases"].values() for r in rows.values())
     if not ok:
-        print("RESULTS DIFFER between the swept batches and one call per task", file=sys.stderr)
+        print(f"RESULTS DIFFER between {on_name} and {off_name}", file=sys.stderr)
     return 0 if ok else 1
 
 

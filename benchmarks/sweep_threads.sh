@@ -18,6 +18,8 @@
 #   dataset   bench_dataset_stats.py --standard --compare: stats_over_dataset vs collect_stats in memory
 #   queue     bench_task_queue.py --paths: the engine's batches as one compiled call per worker and stack
 #             (the task queue) against one Python call per task, calls alternating
+#   gate      bench_task_queue.py --gate: the batches with and without the start gate (the calling
+#             thread's overlapped Python waits until every woken worker has made its first call)
 #   trace     bench_sharding.py --trace --paths at the largest count: what the worker threads wait for
 #
 #   THREADS=1,4,16 REPEATS=5 bash benchmarks/sweep_threads.sh [OUTDIR]
@@ -106,4 +108,5 @@ step paths -- "$here/bench_sharding.py" --paths --threads "$threads" --repeats 3
 step dataset -- "$here/bench_dataset_stats.py" --standard --compare --threads "$threads" --repeat 3 \
     --dir "${TMPDIR:-/tmp}/scwork-sweep-dataset"
 step queue -- "$here/bench_task_queue.py" --paths --threads "$threads" --repeats 9
+step gate -- "$here/bench_task_queue.py" --gate --paths --threads "$threads" --repeats 9
 step trace -- "$here/bench_sharding.py" --trace --paths --threads "$largest" --repeats 7

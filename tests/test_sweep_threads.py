@@ -33,7 +33,7 @@ needs_tools = pytest.mark.skipif(
     or not {0, 1} <= os.sched_getaffinity(0),
     reason="needs taskset and timeout (util-linux, coreutils) and CPUs 0 and 1")
 
-STEPS = ["warmup", "large", "standard", "twocores", "twocores-large", "paths", "dataset", "queue", "trace"]
+STEPS = ["warmup", "large", "standard", "twocores", "twocores-large", "paths", "dataset", "queue", "gate", "trace"]
 
 
 def _sweep(tmp_path: Path, **env) -> Path:
@@ -64,6 +64,7 @@ def test_every_step_runs_with_its_prefix_and_the_archive_holds_the_logs(tmp_path
     assert "--jte-only --repeats 5" in two and "jte threads: 2" in two and "cpus: 0-1" in two
     assert "--large --jte-only" in (out / "twocores-large.txt").read_text()
     assert "--trace --paths --threads 2" in (out / "trace.txt").read_text()
+    assert "bench_task_queue.py --gate --paths --threads 1,2" in (out / "gate.txt").read_text()
     with tarfile.open(archive) as tar:                # rewritten after the last step: every log
         names = {Path(n).name for n in tar.getnames()}
     assert {f"{step}.txt" for step in STEPS} | {"steps.txt", "machine.txt"} <= names

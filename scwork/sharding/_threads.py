@@ -50,6 +50,11 @@ def _run_tasks(fn, items, sizes, num_threads: int, name: str = "tasks", overlap=
     the GIL (``time.sleep(0)``): a worker whose task ends meanwhile needs it to take
     the next one, and CPython would otherwise hand it over only after its 5 ms
     switch interval, so pure-Python overlapped work would stall the workers.
+    Before its first step the calling thread waits (without the GIL) until every
+    woken worker has taken its first task (:class:`_StartGate`, at most
+    ``_START_GATE_S``): a worker needs the GIL to start its task, and overlapped Python
+    run first kept them waiting for it (on the 16-core host, workers waited 0.5-1.2 ms on
+    average for their first task in batches with 0.6-1.5 ms of overlapped steps).
 
     ``order``: the dispatch order if the caller has it (:func:`~scwork.sharding._profile.dispatch_order`
     of ``sizes``, a list of item indices, e.g. made while the batch before ran); else it is
@@ -84,8 +89,14 @@ def _run_tasks(fn, items, sizes, num_threads: int, name: str = "tasks", overlap=
         trace.append(record)
         spans = record.tasks
 
+    gate = _StartGate(helpers) if steps and _START_GATE_S > 0 else None
+
     def work(worker: int) -> None:
+        waiting = gate is not None and worker > 0      # a woken worker the calling thread waits for
         for i in order:                    # next() of a shared iterator is atomic under the GIL
+            if waiting:
+                gate.started()
+                waiting = False
             if stop.is_set():
                 return
             try:
@@ -97,6 +108,8 @@ def _run_tasks(fn, items, sizes, num_threads: int, name: str = "tasks", overlap=
                     spans.append((worker, began, time.perf_counter()))
             except Exception as err:  # noqa: BLE001 - re-raised below, the first in item order
                 errors[i] = err
+        if waiting:                        # no task was left for this worker
+            gate.started()
 
     def pooled_work(worker: int) -> None:
         try:
@@ -110,6 +123,8 @@ def _run_tasks(fn, items, sizes, num_threads: int, name: str = "tasks", overlap=
     try:
         try:
             pool.start(pooled_work, helpers)
+            if gate is not None:
+                gate.wait(_START_GATE_S)
             for step in steps:
                 let_workers_run()          # the GIL to a worker between its tasks, if one waits
                 step()
@@ -131,6 +146,41 @@ def _run_tasks(fn, items, sizes, num_threads: int, name: str = "tasks", overlap=
     if errors:
         raise errors[min(errors)]
     return results
+
+
+# How long the calling thread of a batch with overlapped steps waits at most for the woken
+# workers to take their first task (:class:`_StartGate`): CPython's GIL switch interval, after
+# which it would hand the GIL over by itself. 0 turns the wait off (kept switchable for
+# bench_task_queue.py, which compares the two in one process).
+_START_GATE_S = 0.005
+
+
+class _StartGate:
+    """Lets the calling thread of a batch wait until its ``helpers`` woken workers have each
+    taken a first task (or found none).
+
+    A lock used as a binary semaphore, as :class:`_ParkedWorker`'s: the last worker to
+    start releases it; waiting on it lets go of the GIL. Each worker holds the GIL from its
+    wake-up to its first kernel call, so they start one after another; overlapped Python
+    on the calling thread took the GIL from them in between, for as long as its steps ran.
+    """
+
+    __slots__ = ("_left", "_open")
+
+    def __init__(self, helpers: int):
+        self._left = itertools.count(helpers - 1, -1)     # next() is atomic under the GIL
+        self._open = threading.Lock()
+        self._open.acquire()
+
+    def started(self) -> None:
+        """A worker has taken its first task (or found none); the last one opens the gate."""
+        if next(self._left) == 0:
+            self._open.release()
+
+    def wait(self, timeout_s: float) -> bool:
+        """Wait until every worker started, at most ``timeout_s`` (a worker the OS has not run
+        yet must not hold up the steps for long); whether they all did."""
+        return self._open.acquire(timeout=timeout_s)
 
 
 class _ParkedWorker:

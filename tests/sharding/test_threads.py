@@ -672,6 +672,51 @@ def test_overlap_steps_run_in_order_once(num_threads):
     assert seen == [0, 1, 2, 3, 4] and len(profiles[0].overlaps) == 1
 
 
+@pytest.mark.parametrize("num_threads", [2, 4])
+def test_overlapped_steps_wait_for_every_worker_to_start(monkeypatch, num_threads):
+    """The calling thread runs its overlapped steps only once each woken worker has taken a
+    task: a worker needs the GIL to start one, which the steps' Python would hold."""
+    from scwork.sharding import _threads
+
+    monkeypatch.setattr(_threads, "_START_GATE_S", 30.0)     # no time-out on a loaded machine
+    # the steps' own hand-over (sleep(0) before each) lets in only the workers already
+    # waiting for the GIL: without it the gate alone decides
+    monkeypatch.setattr(_threads, "let_workers_run", lambda: None)
+    started, seen_by_step = [], []
+
+    def task(item, worker):
+        started.append(worker)
+        time.sleep(0.02)                                      # without the GIL, as a kernel
+        return item
+
+    items = list(range(3 * num_threads))
+    assert _threads._run_tasks(task, items, [1] * len(items), num_threads,
+                               overlap=lambda: seen_by_step.append(set(started))) == items
+    assert set(range(1, num_threads)) <= seen_by_step[0]
+    # switched off, the steps start at once, before a woken worker can take the GIL
+    monkeypatch.setattr(_threads, "_START_GATE_S", 0.0)
+    started.clear()
+    assert _threads._run_tasks(task, items, [1] * len(items), num_threads,
+                               overlap=lambda: seen_by_step.append(set(started))) == items
+    assert not set(range(1, num_threads)) <= seen_by_step[1]
+
+
+def test_the_start_gate_opens_with_the_last_worker_or_times_out():
+    from scwork.sharding._threads import _StartGate
+
+    gate = _StartGate(3)
+    gate.started()
+    gate.started()
+    t0 = time.perf_counter()
+    assert gate.wait(0.05) is False                           # one worker has not started
+    assert time.perf_counter() - t0 >= 0.04
+    gate.started()
+    assert gate.wait(10) is True
+    one = _StartGate(1)
+    threading.Thread(target=one.started).start()
+    assert one.wait(10) is True
+
+
 def test_the_gil_is_let_go_only_while_pooled_workers_run(monkeypatch):
     """let_workers_run sleeps (hands the GIL over) inside a call with worker threads, between
     overlapped steps and in tasks, and not at all with one thread or after the call."""
