@@ -23,9 +23,9 @@ are oversubscribed; the comparison that matters is on a host with 16 or more cor
 (``sweep_threads.sh`` runs this script as its ``queue`` step).
 
 ``--gate``: instead, the batches swept both ways, with and without the start gate
-(``_threads._START_GATE_S``: the calling thread runs its overlapped Python steps, and
-the finish batch's checks and results, only once every woken worker has made its first
-call, instead of taking the GIL from the workers still waiting to start). The ratio is
+(``_threads._START_GATE_S``: the calling thread runs its overlapped Python steps only
+once every woken worker has made its first call, instead of taking the GIL from the
+workers still waiting to start). The ratio is
 then no gate / gate (above 1: the gate is faster); the GIL hand-over it saves grows with
 the number of workers, so again the many-core host is the judge.
 

@@ -1751,10 +1751,8 @@ def _run_swept(name: str, table: _TaskTable, call, num_threads: int, overlap=Non
     left: a job's tasks go to the workers that started on it and to those that reach it
     after theirs, so the workers rarely meet and each makes few calls (one per job it
     helps with: each call is one turn of the GIL, where one call per task made a turn per
-    task). ``firsts``: items of :func:`_finish_task` (the finish batch's checks and
-    results, Python holding the GIL) that the calling thread runs after the overlapped
-    steps, once the other workers have started their calls (:class:`~scwork.sharding._threads._StartGate`),
-    then it sweeps too. Returns the number of failed tasks.
+    task). ``firsts``: items of :func:`_finish_task` taken before the sweep (the finish
+    batch's checks and results). Returns the number of failed tasks.
     """
     jobs, starts = table.jobs, table.starts
     J = len(jobs)
@@ -1770,12 +1768,16 @@ def _run_swept(name: str, table: _TaskTable, call, num_threads: int, overlap=Non
             j = j + 1 if j + 1 < J else 0
         return failed
 
-    steps = [] if overlap is None else list(overlap) if isinstance(overlap, (list, tuple)) else [overlap]
     finish = _finish_task(None)
-    steps += [functools.partial(finish, first, 0) for first in firsts]
-    items = list(range(num_threads))
-    return sum(_run_tasks(lambda w, worker: sweep(worker), items, [1] * num_threads, num_threads, name,
-                          overlap=steps or None, order=items))
+
+    def item(k, worker: int) -> int:
+        if k < len(firsts):
+            finish(firsts[k], worker)
+            return 0
+        return sweep(worker)
+
+    items = list(range(len(firsts) + num_threads))
+    return sum(_run_tasks(item, items, [1] * len(items), num_threads, name, overlap=overlap, order=items))
 
 
 def _run_batch(name: str, fn, items, sizes, num_threads: int, table: _TaskTable | None, call=None, overlap=None,
