@@ -53,8 +53,9 @@ def _run_tasks(fn, items, sizes, num_threads: int, name: str = "tasks", overlap=
     Before its first step the calling thread waits (without the GIL) until every
     woken worker has taken its first task (:class:`_StartGate`, at most
     ``_START_GATE_S``): a worker needs the GIL to start its task, and overlapped Python
-    run first kept them waiting for it (on the 16-core host, workers waited 0.5-1.2 ms on
-    average for their first task in batches with 0.6-1.5 ms of overlapped steps).
+    run first kept them waiting for it (on the 16-core host, workers waited 0.4-1.2 ms on
+    average for their first task in the count and slices batches, whose overlapped steps
+    take 0.6-1.5 ms of one core on the 2-core development machine).
 
     ``order``: the dispatch order if the caller has it (:func:`~scwork.sharding._profile.dispatch_order`
     of ``sizes``, a list of item indices, e.g. made while the batch before ran); else it is
