@@ -1751,8 +1751,8 @@ def _run_swept(name: str, table: _TaskTable, call, num_threads: int, overlap=Non
     left: a job's tasks go to the workers that started on it and to those that reach it
     after theirs, so the workers rarely meet and each makes few calls (one per job it
     helps with: each call is one turn of the GIL, where one call per task made a turn per
-    task). ``firsts``: items of :func:`_finish_task` taken before the sweep (the finish
-    batch's checks and results). Returns the number of failed tasks.
+    task). ``firsts``: callables (no arguments) the workers take before the sweep (the
+    finish batch's checks and results). Returns the number of failed tasks.
     """
     jobs, starts = table.jobs, table.starts
     J = len(jobs)
@@ -1768,11 +1768,9 @@ def _run_swept(name: str, table: _TaskTable, call, num_threads: int, overlap=Non
             j = j + 1 if j + 1 < J else 0
         return failed
 
-    finish = _finish_task(None)
-
     def item(k, worker: int) -> int:
         if k < len(firsts):
-            finish(firsts[k], worker)
+            firsts[k]()
             return 0
         return sweep(worker)
 
@@ -1862,7 +1860,7 @@ def _run_finish_batch(kern: _Backend, table: _TaskTable | None, finish: list, fi
         return 0
 
     _run_batch("finish", _finish_task(kern), _Chain(finish), finish_sizes, num_threads, table, call, order=order,
-               firsts=firsts or ())
+               firsts=[unit for _, unit in firsts or ()])
 
 
 def _naive_views(jobs) -> np.ndarray | None:
